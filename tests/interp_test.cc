@@ -1,0 +1,492 @@
+// The CPU reference interpreter: every op against values computed by hand or
+// by a simple independent formula, dtype rounding, run-time dims, and the
+// binding checks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "interp.h"
+#include "ir_builder.h"
+
+using namespace gdl;
+using namespace gdl::testing;
+using ir::Op;
+
+namespace {
+
+// Deterministic, non-zero, varied values in about [-2.3, 2.5].
+std::vector<double> wavy(size_t n, double seed = 0.0) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 2.2 * std::sin(1.37 * static_cast<double>(i) + seed) + 0.15;
+  return v;
+}
+
+double f32(double v) { return round_to_dtype(v, DType::kF32); }
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+}  // namespace
+
+TEST_CASE("unary float ops match their formulas") {
+  std::vector<double> xs = {-2.5, -0.75, 0.3, 1.2, 3.1};
+  std::vector<double> positive = {0.25, 0.8, 1.5, 2.0, 9.0};
+  struct Case {
+    Op op;
+    bool needs_positive;
+    double (*formula)(double);
+  };
+  const Case cases[] = {
+      {Op::kNeg, false, [](double x) { return -x; }},
+      {Op::kExp, false, [](double x) { return std::exp(x); }},
+      {Op::kLog, true, [](double x) { return std::log(x); }},
+      {Op::kSqrt, true, [](double x) { return std::sqrt(x); }},
+      {Op::kRsqrt, true, [](double x) { return 1 / std::sqrt(x); }},
+      {Op::kTanh, false, [](double x) { return std::tanh(x); }},
+      {Op::kSigmoid, false, [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {Op::kRelu, false, [](double x) { return x > 0 ? x : 0.0; }},
+      {Op::kGelu, false, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
+      {Op::kSilu, false, [](double x) { return x * (1 / (1 + std::exp(-x))); }},
+      {Op::kAbs, false, [](double x) { return std::fabs(x); }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(ir::op_name(c.op));
+    GraphBuilder b;
+    auto x = b.input("x", type(DType::kF32, {5}));
+    b.output("y", b.unary(c.op, x));
+    const auto& in = c.needs_positive ? positive : xs;
+    auto out = run(b.g, {{}, {{"x", tensor(DType::kF32, {5}, in)}}, {}});
+    const HostTensor& y = out.at("y");
+    REQUIRE(y.shape == std::vector<int64_t>{5});
+    for (size_t i = 0; i < in.size(); ++i)
+      CHECK(y.data[i] == doctest::Approx(c.formula(f32(in[i]))).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("gelu is the exact erf form, not the tanh approximation") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {1}));
+  b.output("y", b.unary(Op::kGelu, x));
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kF32, {1}, {1.0})}}, {}});
+  CHECK(out.at("y").data[0] == f32(0.8413447460685429));  // 0.5 * (1 + erf(1 / sqrt 2))
+}
+
+TEST_CASE("not, relu of NaN, and casts") {
+  GraphBuilder b;
+  auto m = b.input("m", type(DType::kBool, {3}));
+  auto x = b.input("x", type(DType::kF32, {4}));
+  b.output("not", b.unary(Op::kNot, m));
+  b.output("relu", b.unary(Op::kRelu, x));
+  b.output("to_i32", b.cast(x, DType::kI32));
+  b.output("to_bool", b.cast(x, DType::kBool));
+  auto out = run(b.g, {{},
+                       {{"m", tensor(DType::kBool, {3}, {1, 0, 1})},
+                        {"x", tensor(DType::kF32, {4}, {-2.7, 2.7, kNaN, 0.0})}},
+                       {}});
+  CHECK(out.at("not").data == std::vector<double>{0, 1, 0});
+  CHECK(out.at("not").dtype == DType::kBool);
+  const auto& relu = out.at("relu").data;
+  CHECK(relu[0] == 0.0);
+  CHECK(std::isnan(relu[2]));  // relu propagates NaN
+  CHECK(out.at("to_i32").data == std::vector<double>{-2, 2, 0, 0});  // toward zero; NaN -> 0
+  CHECK(out.at("to_bool").data == std::vector<double>{1, 1, 1, 0});
+}
+
+TEST_CASE("f16 and bf16 results are rounded to their dtype") {
+  GraphBuilder b;
+  auto one = b.input("one", type(DType::kF16, {1}));
+  auto three = b.input("three", type(DType::kF16, {1}));
+  auto x = b.input("x", type(DType::kF32, {2}));
+  b.output("third", b.binary(Op::kDiv, one, three));
+  b.output("bf", b.cast(x, DType::kBF16));
+  b.output("half", b.cast(x, DType::kF16));
+  auto out = run(b.g, {{},
+                       {{"one", tensor(DType::kF16, {1}, {1})},
+                        {"three", tensor(DType::kF16, {1}, {3})},
+                        {"x", tensor(DType::kF32, {2}, {1.0 / 3.0, 70000.0})}},
+                       {}});
+  float third = 1.0f / 3.0f;
+  CHECK(out.at("third").data[0] == half_bits_to_float(float_to_half_bits(third)));
+  CHECK(out.at("third").data[0] != doctest::Approx(1.0 / 3.0).epsilon(1e-6));  // f16 is coarse
+  CHECK(out.at("bf").data[0] == bf16_bits_to_float(float_to_bf16_bits(third)));
+  CHECK(out.at("bf").data[1] == bf16_bits_to_float(float_to_bf16_bits(70000.0f)));
+  CHECK(std::isinf(out.at("half").data[1]));  // beyond the f16 range
+}
+
+TEST_CASE("binary ops broadcast like numpy: [3,1] + [4]") {
+  GraphBuilder b;
+  auto a = b.input("a", type(DType::kF32, {3, 1}));
+  auto c = b.input("c", type(DType::kF32, {4}));
+  for (Op op : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kPow, Op::kMin, Op::kMax})
+    b.output(ir::op_name(op), b.binary(op, a, c));
+  std::vector<double> av = {0.5, 1.25, 2.0}, cv = {-1.5, 0.75, 2.0, 3.25};
+  auto out = run(b.g, {{}, {{"a", tensor(DType::kF32, {3, 1}, av)}, {"c", tensor(DType::kF32, {4}, cv)}}, {}});
+  for (size_t i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < 4; ++j) {
+      size_t k = i * 4 + j;
+      double x = av[i], y = cv[j];
+      CHECK(out.at("add").data[k] == f32(x + y));
+      CHECK(out.at("sub").data[k] == f32(x - y));
+      CHECK(out.at("mul").data[k] == f32(x * y));
+      CHECK(out.at("div").data[k] == f32(x / y));
+      CHECK(out.at("pow").data[k] == f32(std::pow(x, y)));
+      CHECK(out.at("min").data[k] == std::min(x, y));
+      CHECK(out.at("max").data[k] == std::max(x, y));
+    }
+  }
+  CHECK(out.at("add").shape == std::vector<int64_t>{3, 4});
+}
+
+TEST_CASE("comparisons and logic produce bool 0/1; min and max propagate NaN") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {4}));
+  auto y = b.input("y", type(DType::kF32, {4}));
+  auto p = b.input("p", type(DType::kBool, {4}));
+  auto q = b.input("q", type(DType::kBool, {4}));
+  for (Op op : {Op::kLt, Op::kLe, Op::kGt, Op::kGe, Op::kEq, Op::kNe}) b.output(ir::op_name(op), b.binary(op, x, y));
+  b.output("and", b.binary(Op::kAnd, p, q));
+  b.output("or", b.binary(Op::kOr, p, q));
+  b.output("min", b.binary(Op::kMin, x, y));
+  b.output("max", b.binary(Op::kMax, x, y));
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kF32, {4}, {1.5, 2.0, -3.0, kNaN})},
+                        {"y", tensor(DType::kF32, {4}, {2.5, 2.0, -4.0, 1.0})},
+                        {"p", tensor(DType::kBool, {4}, {1, 1, 0, 0})},
+                        {"q", tensor(DType::kBool, {4}, {1, 0, 1, 0})}},
+                       {}});
+  CHECK(out.at("lt").dtype == DType::kBool);
+  CHECK(out.at("lt").data == std::vector<double>{1, 0, 0, 0});
+  CHECK(out.at("le").data == std::vector<double>{1, 1, 0, 0});
+  CHECK(out.at("gt").data == std::vector<double>{0, 0, 1, 0});
+  CHECK(out.at("ge").data == std::vector<double>{0, 1, 1, 0});
+  CHECK(out.at("eq").data == std::vector<double>{0, 1, 0, 0});
+  CHECK(out.at("ne").data == std::vector<double>{1, 0, 1, 1});  // NaN != anything
+  CHECK(out.at("and").data == std::vector<double>{1, 0, 0, 0});
+  CHECK(out.at("or").data == std::vector<double>{1, 1, 1, 0});
+  CHECK(out.at("min").data[2] == -4.0);
+  CHECK(out.at("max").data[0] == 2.5);
+  CHECK(std::isnan(out.at("min").data[3]));
+  CHECK(std::isnan(out.at("max").data[3]));
+}
+
+TEST_CASE("i32 arithmetic: C division, division by zero gives 0, wrap-around") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kI32, {5}));
+  auto y = b.input("y", type(DType::kI32, {5}));
+  b.output("div", b.binary(Op::kDiv, x, y));
+  b.output("add", b.binary(Op::kAdd, x, y));
+  b.output("neg", b.unary(Op::kNeg, x));
+  const double big = 2147483647, small = -2147483648.0;
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kI32, {5}, {7, -7, 5, big, small})},
+                        {"y", tensor(DType::kI32, {5}, {-2, 2, 0, 1, -1})}},
+                       {}});
+  CHECK(out.at("div").data == std::vector<double>{-3, -3, 0, big, small});  // INT_MIN / -1 wraps
+  CHECK(out.at("add").data == std::vector<double>{5, -5, 5, small, big});   // wraps both ways
+  CHECK(out.at("neg").data == std::vector<double>{-7, 7, -5, -big, small});
+}
+
+TEST_CASE("where broadcasts condition and branches") {
+  GraphBuilder b;
+  auto c = b.input("c", type(DType::kBool, {2, 1}));
+  auto x = b.input("x", type(DType::kF32, {3}));
+  auto zero = b.constant(-1.5);
+  b.output("y", b.op(Op::kWhere, {c, x, zero}, type(DType::kF32, {2, 3})));
+  auto out = run(b.g, {{},
+                       {{"c", tensor(DType::kBool, {2, 1}, {0, 1})}, {"x", tensor(DType::kF32, {3}, {0.5, 1.5, 2.5})}},
+                       {}});
+  CHECK(out.at("y").data == std::vector<double>{-1.5, -1.5, -1.5, 0.5, 1.5, 2.5});
+}
+
+TEST_CASE("matmul against a triple loop, with broadcast batch dims") {
+  GraphBuilder b;
+  auto a = b.input("a", type(DType::kF32, {2, 3, 4}));
+  auto w = b.param("w", type(DType::kF32, {4, 5}));
+  auto c = b.input("c", type(DType::kF32, {1, 2, 3}));
+  auto d = b.input("d", type(DType::kF32, {2, 3, 2}));
+  b.output("aw", b.op(Op::kMatMul, {a, w}, type(DType::kF32, {2, 3, 5})));
+  b.output("cd", b.op(Op::kMatMul, {c, d}, type(DType::kF32, {2, 2, 2})));
+  auto av = tensor(DType::kF32, {2, 3, 4}, wavy(24, 0.3)), wv = tensor(DType::kF32, {4, 5}, wavy(20, 1.1));
+  auto cv = tensor(DType::kF32, {1, 2, 3}, wavy(6, 2.0)), dv = tensor(DType::kF32, {2, 3, 2}, wavy(12, 0.7));
+  auto out = run(b.g, {{}, {{"a", av}, {"w", wv}, {"c", cv}, {"d", dv}}, {}});
+  for (int bt = 0; bt < 2; ++bt)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 5; ++j) {
+        double want = 0;
+        for (int k = 0; k < 4; ++k) want += av.data[bt * 12 + i * 4 + k] * wv.data[k * 5 + j];
+        CHECK(out.at("aw").data[bt * 15 + i * 5 + j] == doctest::Approx(f32(want)).epsilon(1e-6));
+      }
+  for (int bt = 0; bt < 2; ++bt)  // c's single batch is reused for both of d's
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        double want = 0;
+        for (int k = 0; k < 3; ++k) want += cv.data[i * 3 + k] * dv.data[bt * 6 + k * 2 + j];
+        CHECK(out.at("cd").data[bt * 4 + i * 2 + j] == doctest::Approx(f32(want)).epsilon(1e-6));
+      }
+}
+
+TEST_CASE("sum, mean and max over an axis, with and without keepdims") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 3}));
+  b.output("sum0", b.op(Op::kSum, {x}, type(DType::kF32, {3}), axis_attrs(0)));
+  b.output("sum1k", b.op(Op::kSum, {x}, type(DType::kF32, {2, 1}), axis_attrs(1, true)));
+  b.output("mean1", b.op(Op::kMean, {x}, type(DType::kF32, {2}), axis_attrs(1)));
+  b.output("max0k", b.op(Op::kReduceMax, {x}, type(DType::kF32, {1, 3}), axis_attrs(0, true)));
+  b.output("max1", b.op(Op::kReduceMax, {x}, type(DType::kF32, {2}), axis_attrs(1)));
+  // [[1.5, -2, 4], [0.25, 3, NaN]]
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kF32, {2, 3}, {1.5, -2, 4, 0.25, 3, kNaN})}}, {}});
+  CHECK(out.at("sum0").data[0] == 1.75);
+  CHECK(out.at("sum0").data[1] == 1.0);
+  CHECK(std::isnan(out.at("sum0").data[2]));
+  CHECK(out.at("sum1k").shape == std::vector<int64_t>{2, 1});
+  CHECK(out.at("sum1k").data[0] == 3.5);
+  CHECK(out.at("mean1").data[0] == f32(3.5 / 3));
+  CHECK(out.at("max0k").shape == std::vector<int64_t>{1, 3});
+  CHECK(out.at("max0k").data[0] == 1.5);
+  CHECK(out.at("max0k").data[1] == 3.0);
+  CHECK(std::isnan(out.at("max0k").data[2]));  // NaN propagates
+  CHECK(out.at("max1").data[0] == 4.0);
+}
+
+TEST_CASE("softmax rows sum to 1 and match exp / sum, on either axis") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {3, 4}));
+  b.output("last", b.op(Op::kSoftmax, {x}, type(DType::kF32, {3, 4}), axis_attrs(1)));
+  b.output("first", b.op(Op::kSoftmax, {x}, type(DType::kF32, {3, 4}), axis_attrs(0)));
+  auto xv = tensor(DType::kF32, {3, 4}, wavy(12, 0.4));
+  xv.data[5] = 80.0;  // large: a naive exp without the max shift would still be fine in double, check it anyway
+  auto out = run(b.g, {{}, {{"x", xv}}, {}});
+  for (int r = 0; r < 3; ++r) {
+    double total = 0, row_sum = 0;
+    for (int c = 0; c < 4; ++c) total += std::exp(xv.data[r * 4 + c]);
+    for (int c = 0; c < 4; ++c) {
+      double got = out.at("last").data[r * 4 + c];
+      row_sum += got;
+      CHECK(got == doctest::Approx(std::exp(xv.data[r * 4 + c]) / total).epsilon(1e-6));
+    }
+    CHECK(row_sum == doctest::Approx(1.0).epsilon(1e-6));
+  }
+  for (int c = 0; c < 4; ++c) {
+    double total = 0;
+    for (int r = 0; r < 3; ++r) total += std::exp(xv.data[r * 4 + c]);
+    for (int r = 0; r < 3; ++r)
+      CHECK(out.at("first").data[r * 4 + c] == doctest::Approx(std::exp(xv.data[r * 4 + c]) / total).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("layernorm: mean 0, variance 1, then weight and bias") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 5}));
+  auto w = b.param("w", type(DType::kF32, {5}));
+  auto bias = b.param("bias", type(DType::kF32, {5}));
+  b.output("plain", b.op(Op::kLayerNorm, {x}, type(DType::kF32, {2, 5}), value_attrs(1e-5)));
+  b.output("affine", b.op(Op::kLayerNorm, {x, w, bias}, type(DType::kF32, {2, 5}), value_attrs(1e-5)));
+  b.output("weighted", b.op(Op::kLayerNorm, {x, w}, type(DType::kF32, {2, 5}), value_attrs(1e-5)));
+  auto xv = tensor(DType::kF32, {2, 5}, wavy(10, 0.9));
+  auto wv = tensor(DType::kF32, {5}, {0.5, -1.5, 2.0, 1.25, 0.75});
+  auto bv = tensor(DType::kF32, {5}, {0.1, 0.2, -0.3, 0.4, -0.5});
+  auto out = run(b.g, {{}, {{"x", xv}, {"w", wv}, {"bias", bv}}, {}});
+  for (int r = 0; r < 2; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < 5; ++c) mean += out.at("plain").data[r * 5 + c] / 5;
+    for (int c = 0; c < 5; ++c) var += std::pow(out.at("plain").data[r * 5 + c] - mean, 2) / 5;
+    CHECK(mean == doctest::Approx(0.0).epsilon(1e-6));
+    CHECK(var == doctest::Approx(1.0).epsilon(1e-4));  // eps shifts it slightly below 1
+    for (int c = 0; c < 5; ++c) {
+      double n = out.at("plain").data[r * 5 + c];
+      CHECK(out.at("affine").data[r * 5 + c] == doctest::Approx(n * wv.data[c] + bv.data[c]).epsilon(1e-6));
+      CHECK(out.at("weighted").data[r * 5 + c] == doctest::Approx(n * wv.data[c]).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("rmsnorm: mean square 1, then weight") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {3, 4}));
+  auto w = b.param("w", type(DType::kF32, {4}));
+  b.output("plain", b.op(Op::kRmsNorm, {x}, type(DType::kF32, {3, 4}), value_attrs(1e-6)));
+  b.output("weighted", b.op(Op::kRmsNorm, {x, w}, type(DType::kF32, {3, 4}), value_attrs(1e-6)));
+  auto xv = tensor(DType::kF32, {3, 4}, wavy(12, 1.7));
+  auto wv = tensor(DType::kF32, {4}, {2.0, -0.5, 1.5, 0.25});
+  auto out = run(b.g, {{}, {{"x", xv}, {"w", wv}}, {}});
+  for (int r = 0; r < 3; ++r) {
+    double ms = 0, xs = 0;
+    for (int c = 0; c < 4; ++c) ms += std::pow(out.at("plain").data[r * 4 + c], 2) / 4;
+    for (int c = 0; c < 4; ++c) xs += xv.data[r * 4 + c] * xv.data[r * 4 + c] / 4;
+    CHECK(ms == doctest::Approx(1.0).epsilon(1e-5));
+    for (int c = 0; c < 4; ++c) {
+      double want = xv.data[r * 4 + c] / std::sqrt(xs + 1e-6) * wv.data[c];
+      CHECK(out.at("weighted").data[r * 4 + c] == doctest::Approx(want).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("transpose, reshape, slice, concat move the right elements") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 3, 4}));
+  auto p = b.input("p", type(DType::kF32, {2, 1}));
+  auto q = b.input("q", type(DType::kF32, {2, 3}));
+  b.output("t", b.op(Op::kTranspose, {x}, type(DType::kF32, {4, 2, 3}), ints_attrs({2, 0, 1})));
+  b.output("r", b.op(Op::kReshape, {x}, type(DType::kF32, {6, 4})));
+  b.output("s", b.op(Op::kSlice, {x}, type(DType::kF32, {1, 3, 2}), ints_attrs({1, 2, 0, -1, 1, 3})));
+  b.output("c", b.op(Op::kConcat, {p, q}, type(DType::kF32, {2, 4}), axis_attrs(1)));
+  std::vector<double> xv(24);
+  for (int i = 0; i < 24; ++i) xv[i] = 0.5 + i;  // x[i][j][k] = 0.5 + 12i + 4j + k
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kF32, {2, 3, 4}, xv)},
+                        {"p", tensor(DType::kF32, {2, 1}, {-1, -2})},
+                        {"q", tensor(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6})}},
+                       {}});
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) CHECK(out.at("t").data[k * 6 + i * 3 + j] == 0.5 + 12 * i + 4 * j + k);
+  CHECK(out.at("r").shape == std::vector<int64_t>{6, 4});
+  CHECK(out.at("r").data == xv);
+  std::vector<double> want_slice;
+  for (int j = 0; j < 3; ++j)
+    for (int k = 1; k < 3; ++k) want_slice.push_back(0.5 + 12 + 4 * j + k);
+  CHECK(out.at("s").data == want_slice);
+  CHECK(out.at("c").data == std::vector<double>{-1, 1, 2, 3, -2, 4, 5, 6});
+}
+
+TEST_CASE("gather: ids outside [0, V) give zero rows") {
+  GraphBuilder b;
+  auto table = b.param("table", type(DType::kF32, {3, 2}));
+  auto ids = b.input("ids", type(DType::kI32, {2, 2}));
+  b.output("y", b.op(Op::kGather, {table, ids}, type(DType::kF32, {2, 2, 2})));
+  auto out = run(b.g, {{},
+                       {{"table", tensor(DType::kF32, {3, 2}, {1.5, 2.5, 3.5, 4.5, 5.5, 6.5})},
+                        {"ids", tensor(DType::kI32, {2, 2}, {2, -1, 0, 3})}},
+                       {}});
+  CHECK(out.at("y").data == std::vector<double>{5.5, 6.5, 0, 0, 1.5, 2.5, 0, 0});
+}
+
+TEST_CASE("attention over a KV cache ignores positions at and past len") {
+  // One head, D = 2, T = 3. Position 2 holds huge values: if it leaked in,
+  // the result would be far off.
+  GraphBuilder b;
+  auto q = b.input("q", type(DType::kF32, {1, 2}));
+  auto k = b.input("k", type(DType::kF32, {1, 3, 2}));
+  auto v = b.input("v", type(DType::kF32, {1, 3, 2}));
+  auto len = b.input("len", type(DType::kI32, {}));
+  b.output("y", b.op(Op::kAttention, {q, k, v, len}, type(DType::kF32, {1, 2}), value_attrs(0.5)));
+  auto bind = [&](double len_value) {
+    return Bindings{{},
+                    {{"q", tensor(DType::kF32, {1, 2}, {1.0, 2.0})},
+                     {"k", tensor(DType::kF32, {1, 3, 2}, {0.5, -1.0, 1.5, 0.25, 100, 100})},
+                     {"v", tensor(DType::kF32, {1, 3, 2}, {1.0, 3.0, -2.0, 0.5, 1000, 1000})},
+                     {"len", tensor(DType::kI32, {}, {len_value})}},
+                    {}};
+  };
+  // By hand: s0 = 0.5 * (0.5 - 2.0) = -0.75, s1 = 0.5 * (1.5 + 0.5) = 1.0.
+  double p0 = std::exp(-0.75) / (std::exp(-0.75) + std::exp(1.0)), p1 = 1 - p0;
+  auto two = run(b.g, bind(2)).at("y");
+  CHECK(two.data[0] == doctest::Approx(p0 * 1.0 + p1 * -2.0).epsilon(1e-6));
+  CHECK(two.data[1] == doctest::Approx(p0 * 3.0 + p1 * 0.5).epsilon(1e-6));
+  auto one = run(b.g, bind(1)).at("y");  // a single position: its v exactly
+  CHECK(one.data == std::vector<double>{1.0, 3.0});
+  auto none = run(b.g, bind(0)).at("y");
+  CHECK(none.data == std::vector<double>{0.0, 0.0});
+  CHECK(run(b.g, bind(-4)).at("y").data == std::vector<double>{0.0, 0.0});
+  auto all = run(b.g, bind(99)).at("y");  // clamped to T = 3: position 2 dominates
+  CHECK(all.data[0] == doctest::Approx(1000.0).epsilon(1e-6));
+}
+
+TEST_CASE("one graph, run-time dim bound to 2 and to 5") {
+  GraphBuilder b;
+  Dim batch = b.dim("B", 1, 8);
+  auto x = b.input("x", {DType::kF32, {batch, Dim::constant(3)}});
+  auto w = b.param("w", type(DType::kF32, {3, 2}));
+  auto alpha = b.scalar("alpha", DType::kF32, 2.0);
+  auto h = b.op(Op::kMatMul, {x, w}, {DType::kF32, {batch, Dim::constant(2)}});
+  auto scaled = b.binary(Op::kMul, h, alpha);
+  b.output("y", b.op(Op::kSum, {scaled}, {DType::kF32, {batch}}, axis_attrs(1)));
+  b.output("whole", b.op(Op::kSlice, {x}, {DType::kF32, {batch, Dim::constant(2)}}, ints_attrs({0, -1, 1, 3})));
+  auto wv = tensor(DType::kF32, {3, 2}, {1, -1, 0.5, 2, -0.25, 1.5});
+  for (int64_t rows : {2, 5}) {
+    CAPTURE(rows);
+    auto xv = tensor(DType::kF32, {rows, 3}, wavy(static_cast<size_t>(rows * 3), 0.2));
+    for (double alpha_value : {2.0, -0.5}) {
+      Bindings bind{{rows}, {{"x", xv}, {"w", wv}}, {}};
+      if (alpha_value != 2.0) bind.scalars["alpha"] = alpha_value;  // otherwise the default
+      auto out = run(b.g, bind);
+      REQUIRE(out.at("y").shape == std::vector<int64_t>{rows});
+      REQUIRE(out.at("whole").shape == std::vector<int64_t>{rows, 2});
+      for (int64_t r = 0; r < rows; ++r) {
+        double want = 0;
+        for (int c = 0; c < 2; ++c) {
+          double hc = 0;
+          for (int k = 0; k < 3; ++k) hc += xv.data[r * 3 + k] * wv.data[k * 2 + c];
+          want += f32(f32(hc) * alpha_value);
+        }
+        CHECK(out.at("y").data[r] == doctest::Approx(want).epsilon(1e-6));
+        CHECK(out.at("whole").data[r * 2] == xv.data[r * 3 + 1]);
+      }
+    }
+  }
+}
+
+TEST_CASE("validate_bindings names the first mismatch") {
+  GraphBuilder b;
+  Dim batch = b.dim("B", 1, 4);
+  auto x = b.input("x", {DType::kF16, {batch, Dim::constant(2)}});
+  auto w = b.param("w", type(DType::kF16, {2, 2}));
+  b.scalar("alpha", DType::kF32, 1.0);
+  b.output("y", b.op(Op::kMatMul, {x, w}, {DType::kF16, {batch, Dim::constant(2)}}));
+  auto good_x = tensor(DType::kF16, {3, 2}, {1, 2, 3, 4, 5, 6});
+  auto good_w = tensor(DType::kF16, {2, 2}, {1, 0.5, -1, 2});
+  CHECK(validate_bindings(b.g, {{3}, {{"x", good_x}, {"w", good_w}}, {{"alpha", 3.0}}}).ok());
+
+  auto expect_error = [&](Bindings bind, StatusCode code, std::vector<std::string> fragments) {
+    Status s = validate_bindings(b.g, bind);
+    CAPTURE(s.message());
+    CHECK(s.code() == code);
+    for (const auto& f : fragments) CHECK(s.message().find(f) != std::string::npos);
+    CHECK_FALSE(interpret(b.g, bind).ok());
+  };
+  SUBCASE("wrong dtype") {
+    expect_error({{3}, {{"x", tensor(DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6})}, {"w", good_w}}, {}},
+                 StatusCode::kInvalidArgument, {"input 'x'", "f16", "f32"});
+  }
+  SUBCASE("wrong shape for the bound dim") {
+    expect_error({{2}, {{"x", good_x}, {"w", good_w}}, {}}, StatusCode::kInvalidArgument,
+                 {"input 'x'", "[2, 2]", "[3, 2]"});
+  }
+  SUBCASE("data size does not match the shape") {
+    HostTensor short_w = good_w;
+    short_w.data.pop_back();
+    expect_error({{3}, {{"x", good_x}, {"w", short_w}}, {}}, StatusCode::kInvalidArgument, {"param 'w'", "3"});
+  }
+  SUBCASE("missing input") {
+    expect_error({{3}, {{"w", good_w}}, {}}, StatusCode::kNotFound, {"missing input 'x'"});
+  }
+  SUBCASE("dim out of range") {
+    expect_error({{5}, {{"x", good_x}, {"w", good_w}}, {}}, StatusCode::kOutOfRange, {"B = 5", "[1, 4]"});
+    expect_error({{0}, {{"x", good_x}, {"w", good_w}}, {}}, StatusCode::kOutOfRange, {"B = 0"});
+  }
+  SUBCASE("no value for a run-time dim") {
+    expect_error({{}, {{"x", good_x}, {"w", good_w}}, {}}, StatusCode::kInvalidArgument, {"run-time dim"});
+  }
+  SUBCASE("unknown names") {
+    expect_error({{3}, {{"x", good_x}, {"w", good_w}, {"z", good_w}}, {}}, StatusCode::kNotFound, {"'z'"});
+    expect_error({{3}, {{"x", good_x}, {"w", good_w}}, {{"beta", 1.0}}}, StatusCode::kNotFound, {"'beta'"});
+    expect_error({{3}, {{"x", good_x}, {"w", good_w}}, {{"w", 1.0}}}, StatusCode::kInvalidArgument, {"'w'", "param"});
+  }
+}
+
+TEST_CASE("inputs are rounded to their dtype; outputs may be leaves and constants") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF16, {2}));
+  auto c = b.constant(0.1, DType::kF16);
+  b.output("x_again", x);
+  b.output("c", c);
+  b.output("y", b.binary(Op::kAdd, x, c));
+  HostTensor raw{DType::kF16, {2}, {1.0 / 3.0, 2.0}};  // not yet rounded by the caller
+  auto out = run(b.g, {{}, {{"x", raw}}, {}});
+  double third = half_bits_to_float(float_to_half_bits(1.0f / 3.0f));
+  double tenth = half_bits_to_float(float_to_half_bits(0.1f));
+  CHECK(out.at("x_again").data[0] == third);
+  CHECK(out.at("c").data == std::vector<double>{tenth});
+  CHECK(out.at("y").data[0] == round_to_dtype(third + tenth, DType::kF16));
+  CHECK(out.at("y").data[1] == round_to_dtype(2.0 + tenth, DType::kF16));
+}
