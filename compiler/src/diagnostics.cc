@@ -62,7 +62,8 @@ std::string DiagnosticSink::render(const SourceFile& file) const {
 void internal_error(const char* file, int line, const std::string& what) {
   std::fprintf(stderr, "gdl internal error at %s:%d: %s\nThis is a bug in gdl, not in your program.\n", file, line,
                what.c_str());
-  std::abort();
+  std::fflush(stderr);
+  std::_Exit(2);  // gdlc's exit code for internal errors
 }
 
 }  // namespace gdl
