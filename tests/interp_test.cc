@@ -113,7 +113,7 @@ TEST_CASE("f16 and bf16 results are rounded to their dtype") {
   CHECK(std::isinf(out.at("half").data[1]));  // beyond the f16 range
 }
 
-TEST_CASE("binary ops broadcast like numpy: [3,1] + [4]") {
+TEST_CASE("binary ops broadcast like numpy: (3,1) + (4)") {
   GraphBuilder b;
   auto a = b.input("a", type(DType::kF32, {3, 1}));
   auto c = b.input("c", type(DType::kF32, {4}));
@@ -349,7 +349,7 @@ TEST_CASE("transpose, reshape, slice, concat move the right elements") {
   CHECK(out.at("c").data == std::vector<double>{-1, 1, 2, 3, -2, 4, 5, 6});
 }
 
-TEST_CASE("gather: ids outside [0, V) give zero rows") {
+TEST_CASE("gather: ids outside 0..V-1 give zero rows") {
   GraphBuilder b;
   auto table = b.param("table", type(DType::kF32, {3, 2}));
   auto ids = b.input("ids", type(DType::kI32, {2, 2}));
