@@ -1,0 +1,393 @@
+// Successful lowering of small programs: unrolling, folding, inlining, shapes
+// and dtypes of the IR that lower_module builds.
+#include "lower.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "check.h"
+#include "interp.h"
+#include "parse.h"
+#include "source_loader.h"
+
+namespace gdl {
+namespace {
+
+struct Lowered {
+  std::optional<ir::Graph> graph;
+  DiagnosticSink diags;
+  std::string rendered;
+};
+
+// parse -> check -> lower, as the pipeline does.
+Lowered lower_text(const std::string& text) {
+  Lowered out;
+  SourceFile file = source_from_string("test.gdl", text);
+  std::unique_ptr<ast::Module> module = parse_module(file, out.diags);
+  if (module) {
+    check_module(*module, out.diags);
+    if (!out.diags.has_errors()) out.graph = lower_module(*module, out.diags);
+  }
+  out.rendered = out.diags.render(file);
+  return out;
+}
+
+// Lowers text that must give a valid graph with no diagnostic at all.
+ir::Graph lower_clean(const std::string& text) {
+  Lowered l = lower_text(text);
+  INFO(l.rendered);
+  REQUIRE(l.graph.has_value());
+  CHECK(l.diags.all().empty());
+  CHECK(ir::verify(*l.graph) == "");
+  return std::move(*l.graph);
+}
+
+int count(const ir::Graph& g, ir::Op op) {
+  int n = 0;
+  for (const ir::Node& node : g.nodes) n += node.op == op;
+  return n;
+}
+
+const ir::Node& only(const ir::Graph& g, ir::Op op) {
+  REQUIRE(count(g, op) == 1);
+  for (const ir::Node& node : g.nodes)
+    if (node.op == op) return node;
+  return g.nodes.front();
+}
+
+const ir::Node& output_node(const ir::Graph& g, const std::string& name) {
+  for (const ir::Output& o : g.outputs)
+    if (o.name == name) return g.node(o.value);
+  FAIL("no output " << name);
+  return g.nodes.front();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST_CASE("lower: a for loop of 3 iterations gives 3 copies of its body") {
+  ir::Graph g = lower_clean(R"(program p;
+input x : f32[8];
+output y : f32[8];
+let h = x;
+for i in 0..3 {
+  h = exp(h) * 2.0;
+}
+y = h;
+)");
+  CHECK(count(g, ir::Op::kExp) == 3);
+  CHECK(count(g, ir::Op::kMul) == 3);
+  CHECK(count(g, ir::Op::kConstant) == 3);
+  // The copies chain: each exp reads the previous iteration's product.
+  std::vector<ir::ValueId> exps;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == ir::Op::kExp) exps.push_back(static_cast<ir::ValueId>(i));
+  CHECK(g.node(exps[1]).args[0] == exps[0] + 2);
+  CHECK(g.nodes[exps[0]].loc.line == 6);
+  CHECK(g.outputs.size() == 1);
+  CHECK(output_node(g, "y").op == ir::Op::kMul);
+}
+
+TEST_CASE("lower: the loop variable is a compile-time integer") {
+  ir::Graph g = lower_clean(R"(program p;
+param W : f32[4, 16];
+output y : f32[16];
+let acc = W[0];
+for l in 1..4 {
+  acc = acc + W[l] * (l * 2);
+}
+y = acc;
+)");
+  // W[0..3] are four slices, each followed by the reshape that drops axis 0.
+  CHECK(count(g, ir::Op::kSlice) == 4);
+  CHECK(count(g, ir::Op::kReshape) == 4);
+  std::vector<double> factors;
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::kConstant) factors.push_back(n.attrs.value);
+  CHECK(factors == std::vector<double>{2, 4, 6});
+}
+
+TEST_CASE("lower: an if on a const takes one branch") {
+  const char* text = R"(program p;
+const USE_EXP = %s;
+const N = 2;
+input x : f32[8];
+output y : f32[8];
+if USE_EXP && N < 3 {
+  y = exp(x);
+} else {
+  y = tanh(x);
+}
+)";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, text, "true");
+  ir::Graph taken = lower_clean(buf);
+  CHECK(count(taken, ir::Op::kExp) == 1);
+  CHECK(count(taken, ir::Op::kTanh) == 0);
+  std::snprintf(buf, sizeof buf, text, "false");
+  ir::Graph other = lower_clean(buf);
+  CHECK(count(other, ir::Op::kExp) == 0);
+  CHECK(count(other, ir::Op::kTanh) == 1);
+}
+
+TEST_CASE("lower: a fn called twice is inlined twice") {
+  ir::Graph g = lower_clean(R"(program p;
+input x : f32[4, 8];
+output y : f32[4, 8];
+fn f(v: f32[4, 8]) -> f32[4, 8] {
+  let r = relu(v);
+  return r + 1.0;
+}
+y = f(f(x));
+)");
+  CHECK(count(g, ir::Op::kRelu) == 2);
+  CHECK(count(g, ir::Op::kAdd) == 2);
+  // Both copies point at the fn body, and carry the let name.
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::kRelu) {
+      CHECK(n.loc.line == 5);
+      CHECK(n.loc.col == 11);
+      CHECK(n.name == "r");
+    }
+  const ir::Node& y = output_node(g, "y");
+  CHECK(y.op == ir::Op::kAdd);
+  CHECK(g.node(y.args[0]).op == ir::Op::kRelu);
+}
+
+TEST_CASE("lower: compile-time arguments stay compile-time inside a fn") {
+  ir::Graph g = lower_clean(R"(program p;
+input x : f32[8];
+output y : f32[8];
+fn repeat(v: f32[8], n: i32) -> f32[8] {
+  let h = v;
+  for i in 0..n {
+    h = sigmoid(h);
+  }
+  return h;
+}
+y = repeat(x, 5);
+)");
+  CHECK(count(g, ir::Op::kSigmoid) == 5);
+}
+
+TEST_CASE("lower: broadcasting gives numpy result shapes with run-time dims") {
+  ir::Graph g = lower_clean(R"(program p;
+dim B in [1, 16];
+input a : f32[B, 1, 8];
+input b : f32[4, 1];
+input c : f32[8];
+output y : f32[B, 4, 8];
+output z : f32[B, 1, 8];
+y = a + b;
+z = a * c;
+)");
+  REQUIRE(g.dims.size() == 1);
+  const ir::Node& y = output_node(g, "y");
+  REQUIRE(y.type.shape.size() == 3);
+  CHECK(y.type.shape[0] == Dim::runtime(0));
+  CHECK(y.type.shape[1] == Dim::constant(4));
+  CHECK(y.type.shape[2] == Dim::constant(8));
+  CHECK(output_node(g, "z").type.shape == Shape{Dim::runtime(0), Dim::constant(1), Dim::constant(8)});
+}
+
+TEST_CASE("lower: reshape with a run-time dim keeps the dim and checks the count") {
+  ir::Graph g = lower_clean(R"(program p;
+dim B in [1, 64];
+input x : f16[B, 4096];
+output y : f16[B, 32, 128];
+y = reshape(x, [B, 32, 128]);
+)");
+  const ir::Node& r = only(g, ir::Op::kReshape);
+  CHECK(r.type.shape == Shape{Dim::runtime(0), Dim::constant(32), Dim::constant(128)});
+
+  Lowered bad = lower_text(R"(program p;
+dim B in [1, 64];
+input x : f16[B, 4096];
+output y : f16[B, 64];
+y = reshape(x, [B, 64]);
+)");
+  CHECK_FALSE(bad.graph.has_value());
+  CHECK(bad.rendered.find("test.gdl:5:5: error: reshape changes the element count: f16[B, 4096] holds B*4096") !=
+        std::string::npos);
+}
+
+TEST_CASE("lower: a weak literal or scalar takes the other side's dtype") {
+  ir::Graph g = lower_clean(R"(program p;
+input x : f16[8];
+input n : i32[8];
+scalar alpha : f32 = 0.5;
+output y : f16[8];
+output m : i32[8];
+y = x * 2 + alpha * x;
+m = n + 3;
+)");
+  std::vector<DType> constants;
+  for (const ir::Node& node : g.nodes)
+    if (node.op == ir::Op::kConstant) constants.push_back(node.type.dtype);
+  CHECK(constants == std::vector<DType>{DType::kF16, DType::kI32});
+  // alpha is cast to f16 before it meets x.
+  const ir::Node& cast = only(g, ir::Op::kCast);
+  CHECK(cast.type.dtype == DType::kF16);
+  CHECK(g.node(cast.args[0]).op == ir::Op::kScalar);
+  CHECK(output_node(g, "y").type.dtype == DType::kF16);
+  CHECK(output_node(g, "m").type.dtype == DType::kI32);
+
+  Lowered bad = lower_text(R"(program p;
+input n : i32[8];
+output m : i32[8];
+m = n * 0.5;
+)");
+  CHECK_FALSE(bad.graph.has_value());
+  CHECK(bad.rendered.find("4:9: error: the compile-time float 0.5 would silently become i32") != std::string::npos);
+}
+
+TEST_CASE("lower: compile-time arithmetic folds into shapes and attrs") {
+  ir::Graph g = lower_clean(R"(program p;
+const H = 64;
+const HALF = H / 2;
+const K = (H % 5) * 2 + 1;   # 9
+input x : f32[HALF, K];
+output y : f32[K, HALF];
+output s : f32[HALF];
+y = transpose(x);
+s = sum(x, axis = -1) * sqrt(4.0);
+)");
+  const ir::Node& x = g.node(g.leaves(ir::Op::kInput)[0]);
+  CHECK(x.type.shape == Shape{Dim::constant(32), Dim::constant(9)});
+  CHECK(only(g, ir::Op::kTranspose).attrs.ints == std::vector<int64_t>{1, 0});
+  CHECK(only(g, ir::Op::kSum).attrs.axis == 1);
+  CHECK(only(g, ir::Op::kConstant).attrs.value == 2.0);
+}
+
+TEST_CASE("lower: subscripts lower to slice, and static indices drop their axis") {
+  ir::Graph g = lower_clean(R"(program p;
+dim B in [2, 8];
+input x : f32[B, 128];
+param W : f32[4, 16, 16];
+output a : f32[B, 64];
+output b : f32[1, 128];
+output w : f32[16, 16];
+a = x[:, 0:64];
+b = x[1:2];
+w = W[3];
+)");
+  const ir::Node& a = output_node(g, "a");
+  CHECK(a.op == ir::Op::kSlice);
+  CHECK(a.attrs.ints == std::vector<int64_t>{0, -1, 0, 64});
+  CHECK(output_node(g, "b").attrs.ints == std::vector<int64_t>{1, 2, 0, 128});
+  const ir::Node& w = output_node(g, "w");
+  CHECK(w.op == ir::Op::kReshape);
+  CHECK(g.node(w.args[0]).attrs.ints == std::vector<int64_t>{3, 4, 0, 16, 0, 16});
+}
+
+TEST_CASE("lower: dims get their bounds, default buckets and policy") {
+  ir::Graph g = lower_clean(R"(program p;
+dim A in [1, 64];
+dim B in [3, 100] policy(update);
+dim C in [1, 64] buckets(1, 8, 64);
+input x : f32[A, B, C];
+output y : f32[A, B, C];
+y = x;
+)");
+  REQUIRE(g.dims.size() == 3);
+  CHECK(g.dims[0].buckets == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64});
+  CHECK(g.dims[1].buckets == std::vector<int64_t>{4, 8, 16, 32, 64, 100});
+  CHECK(g.dims[1].policy == DimPolicy::kUpdate);
+  CHECK(g.dims[2].buckets == std::vector<int64_t>{1, 8, 64});
+  CHECK(g.dims[2].policy == DimPolicy::kBuckets);
+  CHECK(output_node(g, "y").op == ir::Op::kInput);
+}
+
+TEST_CASE("lower: leaves come in declaration order, even when unused") {
+  Lowered l = lower_text(R"(program p;
+param w : f32[4];
+input x : f32[4];
+scalar s : i32 = 3;
+input unused : f32[2];
+output y : f32[4];
+y = x * w;
+)");
+  REQUIRE(l.graph.has_value());
+  const ir::Graph& g = *l.graph;
+  REQUIRE(g.nodes.size() >= 4);
+  CHECK(g.nodes[0].op == ir::Op::kParam);
+  CHECK(g.nodes[0].name == "w");
+  CHECK(g.nodes[1].name == "x");
+  CHECK(g.nodes[2].op == ir::Op::kScalar);
+  CHECK(g.nodes[2].attrs.value == 3.0);
+  CHECK(g.nodes[3].name == "unused");
+  // The unused input and scalar are warnings, not errors.
+  REQUIRE(l.diags.all().size() == 2);
+  CHECK_FALSE(l.diags.has_errors());
+  CHECK(l.rendered.find("test.gdl:4:8: warning: scalar 's' is never used") != std::string::npos);
+  CHECK(l.rendered.find("test.gdl:5:7: warning: input 'unused' is never used") != std::string::npos);
+}
+
+TEST_CASE("lower: attention gets the default scale 1/sqrt(D)") {
+  ir::Graph g = lower_clean(R"(program p;
+input q : f16[2, 4, 64];
+input k : f16[2, 4, 32, 64];
+input v : f16[2, 4, 32, 64];
+input n : i32;
+output o : f16[2, 4, 64];
+o = attention(q, k, v, n);
+)");
+  const ir::Node& a = only(g, ir::Op::kAttention);
+  CHECK(a.attrs.value == doctest::Approx(0.125));
+}
+
+TEST_CASE("lower: the examples lower without diagnostics") {
+  for (const char* name : {"mlp", "chain", "attention"}) {
+    INFO(name);
+    ir::Graph g = lower_clean(read_file(std::string(GDL_SOURCE_DIR) + "/examples/" + name + ".gdl"));
+    CHECK(g.program_name == name);
+    CHECK(g.outputs.size() == 1);
+  }
+  ir::Graph mlp = lower_clean(read_file(GDL_SOURCE_DIR "/examples/mlp.gdl"));
+  CHECK(count(mlp, ir::Op::kLayerNorm) == 8);
+  CHECK(count(mlp, ir::Op::kMatMul) == 8);
+  CHECK(count(mlp, ir::Op::kGelu) == 8);
+  CHECK(mlp.leaves(ir::Op::kScalar).size() == 1);
+  CHECK(output_node(mlp, "y").type == TensorType{DType::kF16, {Dim::runtime(0), Dim::constant(1024)}});
+  ir::Graph chain = lower_clean(read_file(GDL_SOURCE_DIR "/examples/chain.gdl"));
+  CHECK(count(chain, ir::Op::kMul) == 100);
+  CHECK(count(chain, ir::Op::kAdd) == 100);
+}
+
+TEST_CASE("lower: the interpreter runs a lowered program to the expected values") {
+  ir::Graph g = lower_clean(R"(program p;
+input x : f32[3];
+param a : f32[3];
+scalar b : f32 = 0.5;
+output y : f32[3];
+let h = x;
+for i in 0..3 {
+  h = h * a + b;
+}
+y = max(h, 0.0);
+)");
+  Bindings in;
+  in.tensors["x"] = HostTensor{DType::kF32, {3}, {1.0, -2.0, 3.0}};
+  in.tensors["a"] = HostTensor{DType::kF32, {3}, {2.0, 0.5, -1.0}};
+  auto out = interpret(g, in);
+  REQUIRE(out.ok());
+  std::vector<double> want;
+  for (int e = 0; e < 3; ++e) {
+    double h = in.tensors["x"].data[e];
+    for (int i = 0; i < 3; ++i) h = h * in.tensors["a"].data[e] + 0.5;
+    want.push_back(std::max(h, 0.0));
+  }
+  const HostTensor& y = out.value().at("y");
+  REQUIRE(y.data.size() == 3);
+  for (int e = 0; e < 3; ++e) CHECK(y.data[e] == doctest::Approx(want[e]));
+}
+
+}  // namespace
+}  // namespace gdl
