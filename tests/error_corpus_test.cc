@@ -18,6 +18,7 @@
 #include "check.h"
 #include "lower.h"
 #include "parse.h"
+#include "pipeline.h"
 #include "source_loader.h"
 
 namespace gdl {
@@ -43,15 +44,13 @@ std::vector<Expectation> read_expectations(const std::string& text) {
   return out;
 }
 
-// parse -> check -> lower, stopping where the pipeline stops. Returns how
-// many diagnostics came from the parser.
+// The front end exactly as gdlc runs it. Returns how many diagnostics came
+// from the parser (those need no hint).
 size_t compile(const SourceFile& file, DiagnosticSink& diags) {
-  std::unique_ptr<ast::Module> module = parse_module(file, diags);
-  size_t from_parser = diags.all().size();
-  if (!module) return from_parser;
-  check_module(*module, diags);
-  if (diags.has_errors()) return from_parser;
-  std::optional<ir::Graph> graph = lower_module(*module, diags);
+  DiagnosticSink parse_only;
+  std::unique_ptr<ast::Module> module = parse_module(file, parse_only);
+  size_t from_parser = parse_only.all().size();
+  std::optional<ir::Graph> graph = compile_to_ir(file, diags);
   if (!diags.has_errors())
     CHECK(graph.has_value());
   else

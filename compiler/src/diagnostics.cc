@@ -15,6 +15,11 @@ void DiagnosticSink::warning(SourceLoc loc, std::string message, std::string hin
   diagnostics_.push_back({Severity::kWarning, loc, std::move(message), std::move(hint), std::max(1u, length)});
 }
 
+void DiagnosticSink::add(Diagnostic d) {
+  if (d.severity == Severity::kError) ++error_count_;
+  diagnostics_.push_back(std::move(d));
+}
+
 static const char* severity_name(Severity s) {
   switch (s) {
     case Severity::kError: return "error";

@@ -24,6 +24,7 @@ class DiagnosticSink {
  public:
   void error(SourceLoc loc, std::string message, std::string hint = {}, uint32_t length = 1);
   void warning(SourceLoc loc, std::string message, std::string hint = {}, uint32_t length = 1);
+  void add(Diagnostic d);
 
   bool has_errors() const { return error_count_ > 0; }
   int error_count() const { return error_count_; }

@@ -27,9 +27,21 @@ std::optional<ir::Graph> compile_to_ir(const SourceFile& file, DiagnosticSink& d
   std::unique_ptr<ast::Module> module = parse_module(file, diags);
   if (!module) return std::nullopt;
   check_module(*module, diags);
-  // Lowering after a check error would report some of the same problems again.
   std::optional<ir::Graph> graph;
-  if (!diags.has_errors()) graph = lower_module(*module, diags);
+  if (!diags.has_errors()) {
+    graph = lower_module(*module, diags);
+  } else {
+    // Lowering still finds the type and shape errors the checker cannot see;
+    // keep those, and drop its reports at a place the checker already
+    // reported (the same problem seen twice) and its warnings.
+    DiagnosticSink lowering;
+    lower_module(*module, lowering);
+    for (const Diagnostic& d : lowering.all()) {
+      bool seen = false;
+      for (const Diagnostic& e : diags.all()) seen |= e.loc.line == d.loc.line;
+      if (d.severity == Severity::kError && !seen) diags.add(d);
+    }
+  }
   if (ast_out) *ast_out = std::move(module);
   if (diags.has_errors() || !graph) return std::nullopt;
   if (options.optimize) {
