@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The one benchmark command on the GPU machine, run from a copy of the repo
+# with the build folder made here carried as build-release/:
+#
+#   bash bench/run.sh OUT [DATA_DIR]
+#
+# 1. Record the machine (nvidia-smi, versions) in OUT/env.txt.
+# 2. bench/torch_bench.py: write the data (seeded; raw files + manifest.json
+#    under DATA_DIR, default /tmp/gdl-bench-data, outside OUT because it is
+#    about 1.2 GB), measure the ceilings, PyTorch's outputs and timings.
+# 3. build-release/bench/gdl_bench: compile, check against PyTorch, time.
+# 4. bench/report.py: the merged table (OUT/report.txt, printed last) and
+#    OUT/performance.md.
+# Each step has a time limit (torch 200 s, gdl 250 s) and a smaller budget
+# after which it starts no new variant, so the whole run ends inside 8
+# minutes; both rewrite their JSON after every variant, and a step that fails
+# does not stop the later ones (the report shows what is missing).
+# OUT receives 7 files: env.txt torch.log torch.json gdl.log gdl.json
+# report.txt performance.md. Exit status 1 if any step failed.
+#
+# Environment: GDL_BENCH_BIN (default build-release/bench/gdl_bench),
+# GDL_BENCH_RUNS (timed runs per mode, default 200), GDL_BENCH_ONLY (comma-
+# separated substrings of variant names), GDL_BENCH_DRY_RUN=1 (no GPU: the
+# data, pure-Python references and fake torch times, gdl_bench --cpu-check).
+set -uo pipefail
+
+OUT=${1:?usage: bash bench/run.sh OUT [DATA_DIR]}
+DATA=${2:-/tmp/gdl-bench-data}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT" "$DATA"
+OUT=$(cd "$OUT" && pwd)
+BIN=${GDL_BENCH_BIN:-build-release/bench/gdl_bench}
+RUNS=${GDL_BENCH_RUNS:-200}
+torch_args=(--runs "$RUNS" --time-budget-s 170)
+gdl_args=(--runs "$RUNS" --time-budget-s 200)
+if [ -n "${GDL_BENCH_ONLY:-}" ]; then
+  torch_args+=(--only "$GDL_BENCH_ONLY")
+  gdl_args+=(--only "$GDL_BENCH_ONLY")
+fi
+if [ "${GDL_BENCH_DRY_RUN:-0}" = 1 ]; then
+  torch_args+=(--dry-run)
+  gdl_args+=(--cpu-check)
+fi
+export PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
+failed=0
+start_all=$(date +%s)
+
+# step NAME SECONDS COMMAND...: output to OUT/NAME.log and the terminal.
+step() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  echo "== $name: $* (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 124 ] && echo "== $name: killed after ${limit}s" | tee -a "$OUT/$name.log"
+  echo "== $name: rc=$rc in $(($(date +%s) - start))s"
+  [ "$rc" -ne 0 ] && failed=1
+  return 0
+}
+
+{
+  echo "date: $(date -u)"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "python: $(python3 --version 2>&1)"
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  nvidia-smi 2>&1 || echo "nvidia-smi failed"
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1
+  ls -la "$BIN" 2>&1
+  ldd "$BIN" 2>&1
+} >"$OUT/env.txt"
+
+step torch 200 python3 bench/torch_bench.py --data "$DATA" --out "$OUT/torch.json" "${torch_args[@]}"
+if [ -x "$BIN" ]; then
+  step gdl 250 "$BIN" --data "$DATA" --out "$OUT/gdl.json" --repo . "${gdl_args[@]}"
+else
+  echo "== gdl: $BIN is missing (build it here: cmake --build build-release --target gdl_bench)" | tee "$OUT/gdl.log"
+  failed=1
+fi
+python3 bench/report.py --torch "$OUT/torch.json" --gdl "$OUT/gdl.json" --md "$OUT/performance.md" >"$OUT/report.txt" 2>&1 ||
+  failed=1
+echo
+cat "$OUT/report.txt"
+echo "bench: $(($(date +%s) - start_all))s in all; files in $OUT"
+exit "$failed"
