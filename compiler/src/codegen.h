@@ -1,0 +1,70 @@
+// CUDA C++ generation from a plan, and its compilation with NVRTC.
+//
+// Kernel ABI (every generated kernel, so the runtime treats them alike):
+//   extern "C" __global__ void NAME(unsigned char* arena,
+//                                   const unsigned char* params,
+//                                   gdl_args args);
+//   struct gdl_args { int dims[kMaxRuntimeDims]; float scalars[kMaxScalars]; };
+// dims holds the current value of each run-time dim (Graph::dims order);
+// scalars holds the current value of each run-time scalar (Graph leaves of op
+// kScalar, in order; an i32 scalar travels as its bit pattern).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gdl/status.h"
+#include "plan.h"
+
+namespace gdl {
+
+inline constexpr int kMaxRuntimeDims = 8;
+inline constexpr int kMaxScalars = 16;
+
+// How the runtime computes a step's launch dims from the current run-time dims:
+//   grid.x = max(1, ceil(element_count(work, dims) / items_per_block))
+//   grid.y = grid_y; block.x = block; dynamic shared memory = shared_bytes.
+struct LaunchRule {
+  Shape work;
+  int64_t items_per_block = 256;
+  uint32_t grid_y = 1;
+  uint32_t block = 256;
+  uint32_t shared_bytes = 0;
+};
+
+struct KernelInfo {
+  std::string symbol;              // the extern "C" kernel name
+  LaunchRule launch;
+  std::vector<int> scalars_used;   // indexes into the scalar list (for node updates)
+  bool depends_on_dims = false;    // launch or indexing uses a run-time dim
+};
+
+struct GeneratedCode {
+  std::string source;              // one CUDA C++ translation unit
+  std::vector<KernelInfo> kernels; // one per plan step, same order
+};
+
+GeneratedCode generate_cuda(const plan::Plan& p);
+
+struct CompileOptions {
+  std::string arch = "sm_90";      // CUBIN target; PTX is always kept too
+  std::string cache_dir;           // "" = $GDL_CACHE_DIR or ~/.cache/gdl; "-" = no cache
+  std::string cuda_include_dir;    // "" = $CUDA_HOME/include or /usr/local/cuda/include
+};
+
+struct CompiledModule {
+  std::string arch;
+  std::vector<uint8_t> cubin;
+  std::string ptx;
+  int nvrtc_major = 0, nvrtc_minor = 0;
+  bool from_cache = false;
+  double compile_ms = 0;
+};
+
+// Compiles with NVRTC (CUBIN for options.arch and PTX), through the on-disk
+// cache keyed by a hash of source, options and NVRTC version. A failure
+// carries NVRTC's program log in the Status message.
+Expected<CompiledModule> compile_cuda(const std::string& source, const CompileOptions& options);
+
+}  // namespace gdl
