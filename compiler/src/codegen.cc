@@ -1,0 +1,762 @@
+// CUDA C++ generation from a plan: one kernel per plan step.
+//
+// 1. The translation unit opens with a header comment and includes the
+//    device library (stdlib-kernels/gdl_stdlib.cuh, embedded in the
+//    compiler and handed to NVRTC as an in-memory header).
+// 2. Each step becomes `extern "C" __global__ gdl_s<step>_<op>(arena,
+//    params, args)` (the ABI of codegen.h), preceded by a comment naming
+//    the step's IR values and their source lines. Its body has
+//    a. a prologue: the run-time dims it uses (from args.dims), the run-time
+//       scalars (from args.scalars), and typed pointers to the buffers of
+//       its operands and result (arena or params + the planned offset);
+//    b. the computation. Elementwise values (any chain of them, which is
+//       how fused steps will arrive) and the data-movement ops (reshape,
+//       transpose, slice, concat, gather) become one lambda over the flat
+//       indices of the result, run by gdl::for_each_element: each value is
+//       a local rounded to its dtype, operands outside the step are loaded
+//       through broadcast or permuted strides from the result coordinates,
+//       constants are literals, scalars are locals. Matmul, reductions,
+//       softmax, norms and attention call their stdlib template.
+// 3. KernelInfo per step: the launch rule (elementwise: a grid-stride loop
+//    over the result; structured ops: one block per task, see task_launch),
+//    the run-time scalars read, and whether run-time dims enter.
+// Everything is emitted in step and value order from the plan alone, so
+// the same plan gives the same text.
+#include "codegen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "diagnostics.h"
+
+namespace gdl {
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::ValueId;
+
+constexpr uint32_t kElementwiseBlock = 256;
+constexpr int64_t kElementsPerBlock = 1024;  // four per thread, through the grid-stride loop
+constexpr int64_t kInt32IndexLimit = int64_t{1} << 30;
+constexpr int kAttentionBlock = 256;
+constexpr int kAttentionChunk = 1024;
+constexpr int64_t kAttentionMaxHeadDim = 4096;  // keeps its static shared memory under 48 KiB
+
+// Matmul tilings of gdl::matmul; both run (TM / RM) * (TN / RN) = 256 threads.
+struct MatmulTiles {
+  int tm, tn, tk, rm, rn;
+};
+constexpr MatmulTiles kMatmulLarge{64, 64, 16, 4, 4};
+constexpr MatmulTiles kMatmulSmallM{16, 32, 64, 1, 2};  // decode: M at most 64, more blocks over N
+constexpr uint32_t kMatmulThreads = 256;
+
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::kF32: return "float";
+    case DType::kF16: return "__half";
+    case DType::kBF16: return "__nv_bfloat16";
+    case DType::kI32: return "int";
+    case DType::kBool: return "unsigned char";
+  }
+  return "float";
+}
+
+// The type a value is held in inside a kernel (gdl_types.cuh).
+const char* compute_type(DType t) { return is_float(t) ? "float" : "int"; }
+
+int64_t max_extent(const Dim& d, const ir::Graph& g) {
+  return d.is_runtime() ? g.dims.at(static_cast<size_t>(d.symbol)).hi : d.extent;
+}
+
+bool all_constant(const Shape& s) {
+  return std::none_of(s.begin(), s.end(), [](const Dim& d) { return d.is_runtime(); });
+}
+
+bool statically_one_element(const Shape& s) {
+  return std::all_of(s.begin(), s.end(), [](const Dim& d) { return !d.is_runtime() && d.extent == 1; });
+}
+
+Shape sub_shape(const Shape& s, size_t from, size_t to) {
+  return Shape(s.begin() + static_cast<std::ptrdiff_t>(from), s.begin() + static_cast<std::ptrdiff_t>(to));
+}
+
+// Shortest decimal that reads back as the same float, as a CUDA float literal.
+std::string float_literal(double value) {
+  auto f = static_cast<float>(value);
+  if (std::isnan(f)) return "gdl::nan_f32()";
+  if (std::isinf(f)) return f > 0 ? "gdl::inf_f32()" : "(-gdl::inf_f32())";
+  char buf[64];
+  for (int precision = 6; precision <= 9; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  std::string text = buf;
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  text += "f";
+  return f < 0 || std::signbit(f) ? "(" + text + ")" : text;
+}
+
+std::string int_literal(int64_t v) {
+  if (v == INT32_MIN) return "(-2147483647 - 1)";
+  return v < 0 ? "(" + std::to_string(v) + ")" : std::to_string(v);
+}
+
+// A compile-time value in the compute type of its dtype, rounded as the
+// interpreter rounds it.
+std::string constant_literal(double value, DType t) {
+  double v = round_to_dtype(value, t);
+  if (is_float(t)) return float_literal(v);
+  return int_literal(static_cast<int64_t>(v));
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  return s;
+}
+
+std::string number_text(double v) {
+  char buf[64];
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string ints_text(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// "%7 = softmax %6 {axis=1} : f16[B, 32]  "probs" at 12:9" for the kernel comment.
+std::string describe_value(const ir::Graph& g, ValueId v) {
+  const Node& n = g.node(v);
+  std::string out = "%" + std::to_string(v) + " = " + ir::op_name(n.op);
+  for (size_t i = 0; i < n.args.size(); ++i) out += (i ? ", %" : " %") + std::to_string(n.args[i]);
+  switch (n.op) {
+    case Op::kSum: case Op::kMean: case Op::kReduceMax:
+      out += " {axis=" + std::to_string(n.attrs.axis) + (n.attrs.keepdims ? ", keepdims}" : "}");
+      break;
+    case Op::kSoftmax: case Op::kConcat: out += " {axis=" + std::to_string(n.attrs.axis) + "}"; break;
+    case Op::kLayerNorm: case Op::kRmsNorm: out += " {eps=" + number_text(n.attrs.value) + "}"; break;
+    case Op::kAttention: out += " {scale=" + number_text(n.attrs.value) + "}"; break;
+    case Op::kTranspose: out += " {perm=" + ints_text(n.attrs.ints) + "}"; break;
+    case Op::kSlice: out += " {bounds=" + ints_text(n.attrs.ints) + "}"; break;
+    default: break;
+  }
+  out += " : " + type_to_string(n.type, g.dims);
+  if (!n.name.empty()) out += "  \"" + n.name + "\"";
+  if (n.loc.valid()) out += " at line " + std::to_string(n.loc.line) + ":" + std::to_string(n.loc.col);
+  return one_line(out);
+}
+
+bool is_data_movement(Op op) {
+  return op == Op::kReshape || op == Op::kTranspose || op == Op::kSlice || op == Op::kConcat || op == Op::kGather;
+}
+
+// The stdlib function of an elementwise op (gdl_ops.cuh); kCast has none.
+const char* elementwise_function(Op op) {
+  switch (op) {
+    case Op::kNeg: return "gdl::op::neg";
+    case Op::kNot: return "gdl::op::not_";
+    case Op::kExp: return "gdl::op::exp";
+    case Op::kLog: return "gdl::op::log";
+    case Op::kSqrt: return "gdl::op::sqrt";
+    case Op::kRsqrt: return "gdl::op::rsqrt";
+    case Op::kTanh: return "gdl::op::tanh";
+    case Op::kSigmoid: return "gdl::op::sigmoid";
+    case Op::kRelu: return "gdl::op::relu";
+    case Op::kGelu: return "gdl::op::gelu";
+    case Op::kSilu: return "gdl::op::silu";
+    case Op::kAbs: return "gdl::op::abs";
+    case Op::kAdd: return "gdl::op::add";
+    case Op::kSub: return "gdl::op::sub";
+    case Op::kMul: return "gdl::op::mul";
+    case Op::kDiv: return "gdl::op::div";
+    case Op::kMin: return "gdl::op::min";
+    case Op::kMax: return "gdl::op::max";
+    case Op::kPow: return "gdl::op::pow";
+    case Op::kLt: return "gdl::op::lt";
+    case Op::kLe: return "gdl::op::le";
+    case Op::kGt: return "gdl::op::gt";
+    case Op::kGe: return "gdl::op::ge";
+    case Op::kEq: return "gdl::op::eq";
+    case Op::kNe: return "gdl::op::ne";
+    case Op::kAnd: return "gdl::op::and_";
+    case Op::kOr: return "gdl::op::or_";
+    case Op::kWhere: return "gdl::op::where";
+    default: return nullptr;
+  }
+}
+
+// One factor of a structured kernel's task count: ceil(count(dims) / tile).
+struct TaskFactor {
+  Shape dims;
+  int64_t tile = 1;
+};
+
+// Launch rule for a kernel that loops over tasks (gdl::task_first): factors
+// whose dims are all constant go into grid.y, the run-time ones into the
+// work shape. With one run-time factor (or none) the grid has exactly one
+// block per task; with several it has fewer and the task loop covers the
+// rest.
+LaunchRule task_launch(const std::vector<TaskFactor>& factors, uint32_t block) {
+  LaunchRule rule;
+  rule.block = block;
+  rule.items_per_block = 1;
+  int64_t grid_y = 1;
+  std::vector<const TaskFactor*> runtime;
+  for (const TaskFactor& f : factors) {
+    if (all_constant(f.dims)) {
+      int64_t count = element_count(f.dims, {});
+      grid_y *= std::max<int64_t>(1, (count + f.tile - 1) / f.tile);
+    } else {
+      runtime.push_back(&f);
+    }
+  }
+  for (const TaskFactor* f : runtime) {
+    rule.work.insert(rule.work.end(), f->dims.begin(), f->dims.end());
+    rule.items_per_block *= f->tile;
+  }
+  if (grid_y > 65535) {  // past grid.y's limit: fold it into the work (the task loop stays exact)
+    rule.work.push_back(Dim::constant(grid_y));
+    grid_y = 1;
+  }
+  rule.grid_y = static_cast<uint32_t>(grid_y);
+  return rule;
+}
+
+// Threads for a one-block-per-row kernel over rows of at most `len` elements.
+uint32_t row_block(int64_t len) {
+  uint32_t block = 32;
+  while (block < 256 && block < len) block *= 2;
+  if (len >= 8192) block = 512;
+  return block;
+}
+
+class StepEmitter {
+ public:
+  StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot)
+      : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot) {}
+
+  std::string emit(KernelInfo& info) {
+    GDL_INTERNAL_ASSERT(!step_.values.empty() && step_.result == step_.values.back(),
+                        "step " + std::to_string(index_) + " has no result or it is not its last value");
+    const Node& result = g_.node(step_.result);
+    GDL_INTERNAL_ASSERT(ir::op_info(result.op).cls != ir::OpClass::kLeaf,
+                        "step " + std::to_string(index_) + " computes a leaf");
+    for (ValueId v : step_.values) in_step_.insert(v);
+    choose_index_type();
+
+    std::string body;
+    LaunchRule rule;
+    if (step_.values.size() == 1 && ir::op_info(result.op).cls == ir::OpClass::kStructured &&
+        !is_data_movement(result.op)) {
+      body = structured_body(result, rule);
+    } else {
+      body = elementwise_body(rule);
+    }
+
+    info.symbol = "gdl_s" + std::to_string(index_) + "_" + ir::op_name(result.op);
+    info.launch = rule;
+    info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
+    info.depends_on_dims = !dims_used_.empty() || !all_constant(rule.work);
+
+    std::string out = "// step " + std::to_string(index_);
+    if (!step_.deps.empty()) {
+      out += " (after step";
+      out += step_.deps.size() > 1 ? "s " : " ";
+      for (size_t i = 0; i < step_.deps.size(); ++i) out += (i ? ", " : "") + std::to_string(step_.deps[i]);
+      out += ")";
+    }
+    out += ": " + launch_text(rule) + "\n";
+    for (ValueId v : step_.values) out += "//   " + describe_value(g_, v) + "\n";
+    out += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(rule.block) + ") " + info.symbol +
+           "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
+    for (int d : dims_used_)
+      out += "  const " + idx_ + " " + dim_name(d) + " = args.dims[" + std::to_string(d) + "];  // dim " +
+             one_line(g_.dims.at(static_cast<size_t>(d)).name) + "\n";
+    for (int s : scalars_used_) {
+      ValueId leaf = scalar_leaf(s);
+      const Node& n = g_.node(leaf);
+      bool integer = n.type.dtype == DType::kI32;
+      out += std::string("  const ") + (integer ? "int" : "float") + " s" + std::to_string(s) + " = gdl::scalar_" +
+             (integer ? "i32" : "f32") + "(args.scalars[" + std::to_string(s) + "]);  // scalar \"" +
+             one_line(n.name) + "\"\n";
+    }
+    for (const std::string& line : pointer_lines_) out += "  " + line + "\n";
+    out += body;
+    out += "}\n";
+    return out;
+  }
+
+ private:
+  // ---------------------------------------------------------------- pieces
+
+  void choose_index_type() {
+    int64_t largest = 1;
+    auto consider = [&](ValueId v) { largest = std::max(largest, max_element_count(g_.node(v).type.shape, g_.dims)); };
+    for (ValueId v : step_.values) {
+      consider(v);
+      for (ValueId a : g_.node(v).args) consider(a);
+    }
+    idx_ = largest <= kInt32IndexLimit ? "int" : "long long";
+  }
+
+  std::string dim_name(int symbol) const { return "dim" + std::to_string(symbol); }
+
+  std::string dim(const Dim& d) {
+    if (!d.is_runtime()) return std::to_string(d.extent);
+    dims_used_.insert(d.symbol);
+    return dim_name(d.symbol);
+  }
+
+  // Product of the extents of s[from, to) as an index expression.
+  std::string product(const Shape& s, size_t from, size_t to) {
+    int64_t constant = 1;
+    std::vector<std::string> factors;
+    for (size_t i = from; i < to && i < s.size(); ++i) {
+      if (s[i].is_runtime()) factors.push_back(dim(s[i]));
+      else constant *= s[i].extent;
+    }
+    if (factors.empty()) return std::to_string(constant);
+    std::string out;
+    for (size_t i = 0; i < factors.size(); ++i) out += (i ? " * " : "") + factors[i];
+    if (constant != 1) out += " * " + std::to_string(constant);
+    return factors.size() == 1 && constant == 1 ? out : "(" + out + ")";
+  }
+
+  // "gdl::Shape<R, I>{{...}}": s left-padded with 1s to rank `rank`.
+  std::string shape_literal(const Shape& s, int rank) {
+    GDL_INTERNAL_ASSERT(static_cast<int>(s.size()) <= rank, "shape of higher rank than its padding");
+    std::string out = "gdl::Shape<" + std::to_string(rank) + ", " + idx_ + ">{{";
+    int pad = rank - static_cast<int>(s.size());
+    for (int i = 0; i < rank; ++i) {
+      out += i ? ", " : "";
+      out += i < pad ? "1" : dim(s[static_cast<size_t>(i - pad)]);
+    }
+    return out + "}}";
+  }
+
+  ValueId scalar_leaf(int slot) const {
+    for (const auto& [leaf, s] : scalar_slot_)
+      if (s == slot) return leaf;
+    internal_error(__FILE__, __LINE__, "unknown scalar slot");
+  }
+
+  std::string scalar_local(ValueId v) {
+    int slot = scalar_slot_.at(v);
+    scalars_used_.insert(slot);
+    return "s" + std::to_string(slot);
+  }
+
+  // The typed pointer to an operand's buffer, declared once in the prologue.
+  std::string pointer(ValueId v) {
+    auto it = pointer_names_.find(v);
+    if (it != pointer_names_.end()) return it->second;
+    const plan::Buffer& b = plan_.buffers.at(static_cast<size_t>(v));
+    const Node& n = g_.node(v);
+    GDL_INTERNAL_ASSERT(b.region == plan::Region::kArena || b.region == plan::Region::kParams,
+                        "step " + std::to_string(index_) + " reads %" + std::to_string(v) + ", which has no buffer");
+    std::string name = "v" + std::to_string(v);
+    std::string type = storage_type(n.type.dtype);
+    const char* base = b.region == plan::Region::kArena ? "arena" : "params";
+    std::string what = std::string(ir::op_name(n.op)) + (n.name.empty() ? "" : " \"" + one_line(n.name) + "\"");
+    pointer_lines_.push_back("const " + type + "* " + name + " = reinterpret_cast<const " + type + "*>(" + base +
+                             " + " + std::to_string(b.offset) + "ull);  // %" + std::to_string(v) + " " + what +
+                             " : " + type_to_string(n.type, g_.dims));
+    pointer_names_[v] = name;
+    return name;
+  }
+
+  std::string result_pointer() {
+    const plan::Buffer& b = plan_.buffers.at(static_cast<size_t>(step_.result));
+    const Node& n = g_.node(step_.result);
+    GDL_INTERNAL_ASSERT(b.region == plan::Region::kArena,
+                        "step " + std::to_string(index_) + " writes outside the arena");
+    std::string type = storage_type(n.type.dtype);
+    pointer_lines_.push_back(type + "* out = reinterpret_cast<" + type + "*>(arena + " + std::to_string(b.offset) +
+                             "ull);  // %" + std::to_string(step_.result) + " : " + type_to_string(n.type, g_.dims));
+    return "out";
+  }
+
+  bool is_inline_leaf(ValueId v) const {
+    Op op = g_.node(v).op;
+    return op == Op::kConstant || op == Op::kScalar;
+  }
+
+  // A rank-0 operand that never has a buffer: its value as an expression.
+  std::string inline_value(ValueId v) {
+    const Node& n = g_.node(v);
+    if (n.op == Op::kConstant) return constant_literal(n.attrs.value, n.type.dtype);
+    return scalar_local(v);
+  }
+
+  std::string launch_text(const LaunchRule& r) const {
+    std::string out = "block " + std::to_string(r.block);
+    out += ", grid.x = ceil(count" + shape_to_string(r.work, g_.dims) + " / " + std::to_string(r.items_per_block) + ")";
+    if (r.grid_y != 1) out += ", grid.y " + std::to_string(r.grid_y);
+    return out;
+  }
+
+  // ------------------------------------------------------------ elementwise
+
+  // Loads operand `a` (outside the step) at the element that the result
+  // index maps to under broadcasting.
+  std::string broadcast_load(ValueId a) {
+    if (is_inline_leaf(a)) return inline_value(a);
+    const Shape& s = g_.node(a).type.shape;
+    std::string p = pointer(a);
+    if (statically_one_element(s)) return "gdl::ld(" + p + "[0])";
+    if (s == result_shape_) return "gdl::ld(" + p + "[i])";
+    std::string st = "st" + std::to_string(a);
+    if (!declared_.count(st)) {
+      declared_.insert(st);
+      prologue_ += "  const gdl::Strides<" + std::to_string(rank_) + ", " + idx_ + "> " + st +
+                   " = gdl::broadcast_strides(" + shape_literal(s, rank_) + ");\n";
+    }
+    needs_coords_ = true;
+    return "gdl::ld(" + p + "[" + st + ".at(c)])";
+  }
+
+  std::string operand(ValueId a) {
+    if (in_step_.count(a)) return "r" + std::to_string(a);
+    return broadcast_load(a);
+  }
+
+  // `const C rV = gdl::fit<T>(expr);` for an elementwise value.
+  std::string elementwise_statement(ValueId v) {
+    const Node& n = g_.node(v);
+    std::string local = std::string(compute_type(n.type.dtype)) + " r" + std::to_string(v);
+    std::string expr;
+    if (n.op == Op::kCast) {
+      expr = operand(n.args[0]);
+    } else {
+      const char* fn = elementwise_function(n.op);
+      GDL_INTERNAL_ASSERT(fn != nullptr, std::string("no elementwise function for ") + ir::op_name(n.op));
+      expr = std::string(fn) + "(";
+      for (size_t i = 0; i < n.args.size(); ++i) expr += (i ? ", " : "") + operand(n.args[i]);
+      expr += ")";
+    }
+    return "    const " + local + " = gdl::fit<" + storage_type(n.type.dtype) + ">(" + expr + ");\n";
+  }
+
+  // Row-major strides of operand `a`, declared once as in<a>.
+  std::string input_strides(ValueId a) {
+    std::string name = "in" + std::to_string(a);
+    if (!declared_.count(name)) {
+      declared_.insert(name);
+      const Shape& s = g_.node(a).type.shape;
+      prologue_ += "  const gdl::Strides<" + std::to_string(rank_) + ", " + idx_ + "> " + name +
+                   " = gdl::row_major(" + shape_literal(s, rank_) + ");\n";
+    }
+    return name;
+  }
+
+  std::string data_movement_statement(ValueId v) {
+    const Node& n = g_.node(v);
+    const std::string c_type = compute_type(n.type.dtype);
+    const std::string r = "r" + std::to_string(v);
+    ValueId x = n.args.at(0);
+    const Shape& xs = g_.node(x).type.shape;
+    bool plain_copy = n.op == Op::kReshape || xs.empty() ||
+                      (n.op == Op::kConcat && n.args.size() == 1);
+    if (plain_copy) {
+      // Same elements in the same row-major order.
+      std::string src = is_inline_leaf(x) ? inline_value(x) : "gdl::ld(" + pointer(x) + "[i])";
+      if (!is_inline_leaf(x) && statically_one_element(xs)) src = "gdl::ld(" + pointer(x) + "[0])";
+      return "    const " + c_type + " " + r + " = " + src + ";\n";
+    }
+    switch (n.op) {
+      case Op::kTranspose: {
+        std::string in = input_strides(x);
+        std::string st = "st" + std::to_string(v);
+        std::string init;
+        for (size_t i = 0; i < n.attrs.ints.size(); ++i)
+          init += (i ? ", " : "") + in + ".s[" + std::to_string(n.attrs.ints[i]) + "]";
+        prologue_ += "  const gdl::Strides<" + std::to_string(rank_) + ", " + idx_ + "> " + st + "{{" + init +
+                     "}};  // input strides in result axis order\n";
+        needs_coords_ = true;
+        return "    const " + c_type + " " + r + " = gdl::ld(" + pointer(x) + "[" + st + ".at(c)]);\n";
+      }
+      case Op::kSlice: {
+        std::string in = input_strides(x);
+        std::string base;
+        for (size_t axis = 0; axis < xs.size(); ++axis) {
+          int64_t start = n.attrs.ints.at(2 * axis);
+          if (start != 0) base += (base.empty() ? "" : " + ") + std::to_string(start) + " * " + in + ".s[" +
+                                  std::to_string(axis) + "]";
+        }
+        if (base.empty()) base = "0";
+        std::string b = "base" + std::to_string(v);
+        prologue_ += "  const " + idx_ + " " + b + " = " + base + ";  // offset of the slice's first element\n";
+        needs_coords_ = true;
+        return "    const " + c_type + " " + r + " = gdl::ld(" + pointer(x) + "[" + b + " + " + in + ".at(c)]);\n";
+      }
+      case Op::kConcat: {
+        auto axis = static_cast<size_t>(n.attrs.axis);
+        needs_coords_ = true;
+        std::string out = "    " + c_type + " " + r + ";\n    {\n";
+        out += "      gdl::Coords<" + std::to_string(rank_) + ", " + idx_ + "> at = c;\n";
+        out += "      const " + idx_ + " along = c.c[" + std::to_string(axis) + "];\n";
+        std::string start;  // first index of operand k along the axis
+        for (size_t k = 0; k < n.args.size(); ++k) {
+          ValueId a = n.args[k];
+          const Shape& as = g_.node(a).type.shape;
+          std::string end = start.empty() ? dim(as[axis]) : start + " + " + dim(as[axis]);
+          bool last = k + 1 == n.args.size();
+          out += std::string("      ") + (k == 0 ? "" : "else ") + (last ? "" : "if (along < " + end + ") ") + "{\n";
+          if (!start.empty()) out += "        at.c[" + std::to_string(axis) + "] = along - (" + start + ");\n";
+          std::string p = pointer(a);
+          std::string st = input_strides(a);
+          out += "        " + r + " = gdl::ld(" + p + "[" + st + ".at(at)]);\n";
+          out += "      }\n";
+          start = end;
+        }
+        return out + "    }\n";
+      }
+      case Op::kGather: {
+        ValueId ids = n.args.at(1);
+        std::string inner = "inner" + std::to_string(v);
+        prologue_ += "  const " + idx_ + " " + inner + " = " + product(xs, 1, xs.size()) + ";  // elements per row\n";
+        std::string rows = dim(xs[0]);
+        std::string table = pointer(x);
+        std::string id_expr;
+        if (is_inline_leaf(ids)) id_expr = inline_value(ids);
+        else if (statically_one_element(g_.node(ids).type.shape)) id_expr = "gdl::ld(" + pointer(ids) + "[0])";
+        else id_expr = "gdl::ld(" + pointer(ids) + "[row])";
+        std::string out = "    const " + idx_ + " row = i / " + inner + ";\n";
+        out += "    const " + idx_ + " column = i - row * " + inner + ";\n";
+        out += "    const int id = " + id_expr + ";\n";
+        out += "    const " + c_type + " " + r + " = id >= 0 && id < " + rows + " ? gdl::ld(" + table + "[(" + idx_ +
+               ")id * " + inner + " + column]) : (" + c_type + ")0;  // out of range: 0\n";
+        return out;
+      }
+      default: break;
+    }
+    internal_error(__FILE__, __LINE__, std::string("not a data-movement op: ") + ir::op_name(n.op));
+  }
+
+  std::string elementwise_body(LaunchRule& rule) {
+    const Node& result = g_.node(step_.result);
+    result_shape_ = result.type.shape;
+    rank_ = std::max(1, result.type.rank());
+    for (ValueId v : step_.values) {
+      const Node& n = g_.node(v);
+      bool data_movement = is_data_movement(n.op);
+      GDL_INTERNAL_ASSERT(ir::is_elementwise(n.op) || (data_movement && step_.values.size() == 1),
+                          std::string("step ") + std::to_string(index_) + ": cannot fuse " + ir::op_name(n.op) +
+                              " into an elementwise kernel");
+      GDL_INTERNAL_ASSERT(broadcast_shapes(n.type.shape, result_shape_) == result_shape_,
+                          "a fused value does not broadcast to the step's result");
+    }
+    std::string statements;
+    for (ValueId v : step_.values) {
+      const Node& n = g_.node(v);
+      statements += is_data_movement(n.op) ? data_movement_statement(v) : elementwise_statement(v);
+    }
+    std::string out_ptr = result_pointer();
+    statements += "    " + out_ptr + "[i] = gdl::cvt<" + storage_type(result.type.dtype) + ">(r" +
+                  std::to_string(step_.result) + ");\n";
+
+    std::string body = "  const gdl::Shape<" + std::to_string(rank_) + ", " + idx_ + "> shape = " +
+                       shape_literal(result_shape_, rank_) + ";\n";
+    body += prologue_;
+    body += "  gdl::for_each_element<" + idx_ + ">(shape.count(), [&](const " + idx_ + " i) {\n";
+    if (needs_coords_)
+      body += "    const gdl::Coords<" + std::to_string(rank_) + ", " + idx_ + "> c = gdl::coords_of(shape, i);\n";
+    body += statements;
+    body += "  });\n";
+
+    rule = LaunchRule{};
+    rule.work = result_shape_;
+    rule.items_per_block = kElementsPerBlock;
+    rule.block = kElementwiseBlock;
+    return body;
+  }
+
+  // ------------------------------------------------------------ structured
+
+  // Argument `arg` of a structured op as its stdlib template takes it: a
+  // typed pointer, or for a norm's weight/bias and attention's length a
+  // gdl:: operand source (which also covers constants and scalars).
+  std::string operand_source(const Node& n, size_t arg) {
+    ValueId a = n.args[arg];
+    const Node& an = g_.node(a);
+    bool norm_column = (n.op == Op::kLayerNorm || n.op == Op::kRmsNorm) && arg > 0;
+    bool length = n.op == Op::kAttention && arg == 3;
+    if (norm_column) {
+      if (an.op == Op::kConstant) return "gdl::Value{" + float_literal(round_to_dtype(an.attrs.value, an.type.dtype)) + "}";
+      if (an.op == Op::kScalar) return "gdl::Value{(float)" + scalar_local(a) + "}";
+      std::string type = storage_type(an.type.dtype);
+      std::string p = pointer(a);
+      return (an.type.rank() == 0 ? "gdl::First<" : "gdl::Column<") + type + ">{" + p + "}";
+    }
+    if (length) return is_inline_leaf(a) ? "gdl::IntValue{" + inline_value(a) + "}" : "gdl::IntAt{" + pointer(a) + "}";
+    return pointer(a);
+  }
+
+  // Operand pointers are declared in argument order, then the result's; every
+  // pointer()/dim() call is its own statement so that the order of the
+  // declarations does not depend on how a compiler evaluates `a + f() + g()`.
+  std::string structured_body(const Node& n, LaunchRule& rule) {
+    std::vector<std::string> args;
+    for (size_t i = 0; i < n.args.size(); ++i) args.push_back(operand_source(n, i));
+    const std::string out_ptr = result_pointer();
+    std::string body;
+    auto local = [&](const std::string& name, const std::string& value) {
+      body += "  const " + idx_ + " " + name + " = " + value + ";\n";
+    };
+    switch (n.op) {
+      case Op::kMatMul: {
+        const Shape &as = g_.node(n.args.at(0)).type.shape, &bs = g_.node(n.args.at(1)).type.shape;
+        const Shape& rs = n.type.shape;
+        size_t batch_rank = rs.size() - 2;
+        int nb = std::max<int>(1, static_cast<int>(batch_rank));
+        local("M", dim(as[as.size() - 2]));
+        local("K", dim(as[as.size() - 1]));
+        local("N", dim(bs[bs.size() - 1]));
+        std::string map = "gdl::BatchMap<" + std::to_string(nb) + ", 2, " + idx_ + ">";
+        body += "  " + map + " batches(" + shape_literal(sub_shape(rs, 0, batch_rank), nb) + ");\n";
+        body += "  batches.set(0, " + shape_literal(sub_shape(as, 0, as.size() - 2), nb) + ", M * K);  // a\n";
+        body += "  batches.set(1, " + shape_literal(sub_shape(bs, 0, bs.size() - 2), nb) + ", K * N);  // b\n";
+        MatmulTiles t = max_extent(rs[rs.size() - 2], g_) <= 64 ? kMatmulSmallM : kMatmulLarge;
+        body += "  gdl::matmul<" + std::to_string(t.tm) + ", " + std::to_string(t.tn) + ", " + std::to_string(t.tk) +
+                ", " + std::to_string(t.rm) + ", " + std::to_string(t.rn) + ", " + idx_ + ">(" + args[0] + ", " + args[1] +
+                ", " + out_ptr + ", M, N, K, batches);\n";
+        rule = task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, t.tm}, {{rs.back()}, t.tn}},
+                           kMatmulThreads);
+        return body;
+      }
+      case Op::kSum: case Op::kMean: case Op::kReduceMax: case Op::kSoftmax: {
+        ValueId x = n.args.at(0);
+        const Shape& xs = g_.node(x).type.shape;
+        const std::string& in = args[0];
+        auto axis = static_cast<size_t>(n.attrs.axis);
+        bool last_axis = statically_one_element(sub_shape(xs, axis + 1, xs.size()));
+        std::string in_type = storage_type(g_.node(x).type.dtype);
+        local("outer", product(xs, 0, axis));
+        local("len", dim(xs[axis]));
+        if (!last_axis) local("inner", product(xs, axis + 1, xs.size()));
+        Shape outer = sub_shape(xs, 0, axis), inner = sub_shape(xs, axis + 1, xs.size());
+        if (n.op == Op::kSoftmax) {
+          if (last_axis) {
+            body += "  gdl::softmax_rows<" + idx_ + ">(" + in + ", " + out_ptr + ", outer, len);\n";
+            rule = task_launch({{outer, 1}}, row_block(max_extent(xs[axis], g_)));
+          } else {
+            body += "  gdl::softmax_cols<" + idx_ + ">(" + in + ", " + out_ptr + ", outer, len, inner);\n";
+            rule = LaunchRule{};  // one thread per column, grid-stride
+            rule.work = outer;
+            rule.work.insert(rule.work.end(), inner.begin(), inner.end());
+            rule.items_per_block = kElementwiseBlock;
+            rule.block = kElementwiseBlock;
+          }
+          return body;
+        }
+        const char* policy = n.op == Op::kSum ? "Sum" : n.op == Op::kMean ? "Mean" : "Max";
+        std::string p = std::string("gdl::") + policy + "<" + in_type + ">";
+        if (last_axis) {
+          body += "  gdl::reduce_rows<" + p + ", " + idx_ + ">(" + in + ", " + out_ptr + ", outer, len);\n";
+          rule = task_launch({{outer, 1}}, row_block(max_extent(xs[axis], g_)));
+        } else {
+          body += "  gdl::reduce_cols<" + p + ", " + idx_ + ">(" + in + ", " + out_ptr +
+                  ", outer, len, inner);\n";
+          rule = task_launch({{outer, 1}, {inner, 32}}, 256);
+        }
+        return body;
+      }
+      case Op::kLayerNorm: case Op::kRmsNorm: {
+        const Shape& xs = g_.node(n.args.at(0)).type.shape;
+        local("rows", product(xs, 0, xs.size() - 1));
+        local("len", dim(xs.back()));
+        std::string eps = float_literal(n.attrs.value);
+        if (n.op == Op::kLayerNorm) {
+          std::string weight = args.size() > 1 ? args[1] : "gdl::One{}";
+          std::string bias = args.size() > 2 ? args[2] : "gdl::Zero{}";
+          body += "  gdl::layernorm_rows<" + idx_ + ">(" + args[0] + ", " + weight + ", " + bias + ", " + out_ptr +
+                  ", rows, len, " + eps + ");\n";
+        } else {
+          std::string weight = args.size() > 1 ? args[1] : "gdl::One{}";
+          body += "  gdl::rmsnorm_rows<" + idx_ + ">(" + args[0] + ", " + weight + ", " + out_ptr + ", rows, len, " +
+                  eps + ");\n";
+        }
+        rule = task_launch({{sub_shape(xs, 0, xs.size() - 1), 1}}, row_block(max_extent(xs.back(), g_)));
+        return body;
+      }
+      case Op::kAttention: {
+        const Shape& qs = g_.node(n.args.at(0)).type.shape;
+        const Shape& ks = g_.node(n.args.at(1)).type.shape;
+        const Shape& vs = g_.node(n.args.at(2)).type.shape;
+        int64_t d_max = max_extent(qs.back(), g_), dv_max = max_extent(vs.back(), g_);
+        GDL_INTERNAL_ASSERT(d_max <= kAttentionMaxHeadDim && dv_max <= kAttentionMaxHeadDim,
+                            "attention head dims above " + std::to_string(kAttentionMaxHeadDim) + " are not supported");
+        int64_t d_bound = std::max<int64_t>(32, (d_max + 31) / 32 * 32);  // whole warps over D
+        local("rows", product(qs, 0, qs.size() - 1));
+        local("positions", dim(ks[ks.size() - 2]));
+        local("D", dim(qs.back()));
+        local("DV", dim(vs.back()));
+        body += "  gdl::attention_decode<" + std::to_string(d_bound) + ", " + std::to_string(std::max<int64_t>(1, dv_max)) +
+                ", " + std::to_string(kAttentionBlock) + ", " + std::to_string(kAttentionChunk) + ", " + idx_ + ">(" +
+                args[0] + ", " + args[1] + ", " + args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, D, DV, " +
+                float_literal(n.attrs.value) + ");\n";
+        rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}}, kAttentionBlock);
+        return body;
+      }
+      default: break;
+    }
+    internal_error(__FILE__, __LINE__, std::string("no kernel for ") + ir::op_name(n.op));
+  }
+
+  const plan::Plan& plan_;
+  const ir::Graph& g_;
+  size_t index_;
+  const plan::Step& step_;
+  const std::map<ValueId, int>& scalar_slot_;
+
+  std::string idx_ = "int";
+  std::set<ValueId> in_step_;
+  std::set<int> dims_used_;
+  std::set<int> scalars_used_;
+  std::map<ValueId, std::string> pointer_names_;
+  std::vector<std::string> pointer_lines_;
+  std::set<std::string> declared_;
+  std::string prologue_;   // elementwise: strides declared before the loop
+  Shape result_shape_;
+  int rank_ = 1;
+  bool needs_coords_ = false;
+};
+
+}  // namespace
+
+GeneratedCode generate_cuda(const plan::Plan& p) {
+  const ir::Graph& g = p.graph;
+  GDL_INTERNAL_ASSERT(g.dims.size() <= static_cast<size_t>(kMaxRuntimeDims),
+                      "more run-time dims than gdl_args holds");
+  std::map<ValueId, int> scalar_slot;
+  for (ValueId leaf : g.leaves(Op::kScalar)) scalar_slot.emplace(leaf, static_cast<int>(scalar_slot.size()));
+  GDL_INTERNAL_ASSERT(scalar_slot.size() <= static_cast<size_t>(kMaxScalars),
+                      "more run-time scalars than gdl_args holds");
+
+  GeneratedCode code;
+  code.source = "// Generated by gdl from program \"" + one_line(g.program_name) + "\": " +
+                std::to_string(p.steps.size()) + " kernel(s), one per plan step.\n";
+  code.source +=
+      "// Kernel ABI (compiler/src/codegen.h): (unsigned char* arena, const unsigned char* params, gdl_args args);\n"
+      "// Launch: grid.x = ceil(count[work shape] / items per block) for the current run-time dims.\n"
+      "#include \"gdl_stdlib.cuh\"\n";
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    KernelInfo info;
+    code.source += "\n" + StepEmitter(p, s, scalar_slot).emit(info);
+    code.kernels.push_back(std::move(info));
+  }
+  return code;
+}
+
+}  // namespace gdl

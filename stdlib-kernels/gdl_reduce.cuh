@@ -1,0 +1,214 @@
+// Reductions over one axis (sum, mean, max), softmax, layernorm and rmsnorm.
+//
+// A tensor is viewed as [outer, len, inner] around the reduced axis.
+//  - inner == 1 (the last axis): one block per row, threads stride over the
+//    row, then a block-wide warp-shuffle reduction (works for any blockDim).
+//  - inner > 1: a block takes 32 adjacent columns of one outer index; its
+//    warps split the len axis (coalesced reads across the 32 columns) and
+//    combine through shared memory.
+// Floats accumulate in float; i32 sum/mean accumulate in 64 bits (the sum
+// then wraps like the interpreter's, the mean truncates toward zero).
+#pragma once
+
+#include "gdl_index.cuh"
+#include "gdl_ops.cuh"
+
+namespace gdl {
+
+template <bool B, typename X, typename Y> struct pick { typedef X type; };
+template <typename X, typename Y> struct pick<false, X, Y> { typedef Y type; };
+
+// ------------------------------------------------------------ policies
+// acc: accumulator type; lift: storage element -> acc; combine; finish:
+// acc -> the value in the dtype's domain (then rounded by gdl::cvt).
+template <typename T> struct Sum {
+  typedef typename pick<is_int_dtype<T>::value, long long, float>::type acc;
+  typedef typename pick<is_int_dtype<T>::value, int, float>::type result;
+  static GDL_DEV acc identity() { return 0; }
+  static GDL_DEV acc lift(T x) { return (acc)num(x); }
+  static GDL_DEV acc combine(acc a, acc b) { return a + b; }
+  template <typename I> static GDL_DEV result finish(long long a, I) { return wrap_i32(a); }
+  template <typename I> static GDL_DEV result finish(float a, I) { return a; }
+};
+template <typename T> struct Mean {
+  typedef typename pick<is_int_dtype<T>::value, long long, float>::type acc;
+  typedef typename pick<is_int_dtype<T>::value, int, float>::type result;
+  static GDL_DEV acc identity() { return 0; }
+  static GDL_DEV acc lift(T x) { return (acc)num(x); }
+  static GDL_DEV acc combine(acc a, acc b) { return a + b; }
+  template <typename I> static GDL_DEV result finish(long long a, I len) { return sat_i32(a / (long long)len); }
+  template <typename I> static GDL_DEV result finish(float a, I len) { return a / (float)len; }
+};
+template <typename T> struct Max {  // NaN propagates
+  typedef typename pick<is_int_dtype<T>::value, int, float>::type acc;
+  typedef acc result;
+  static GDL_DEV acc identity() { return lowest(acc()); }
+  static GDL_DEV acc lift(T x) { return num(x); }
+  static GDL_DEV acc combine(acc a, acc b) { return op::max(a, b); }
+  template <typename I> static GDL_DEV result finish(acc a, I) { return a; }
+  static GDL_DEV float lowest(float) { return -inf_f32(); }
+  static GDL_DEV int lowest(int) { return int_min(); }
+};
+struct FloatSum {
+  typedef float acc;
+  static GDL_DEV float combine(float a, float b) { return a + b; }
+};
+struct FloatPeak {  // ignores NaN, like the interpreter's softmax peak
+  typedef float acc;
+  static GDL_DEV float combine(float a, float b) { return fmaxf(a, b); }
+};
+
+// ------------------------------------------------------------ block reduce
+// Lane 0 of the warp gets the combination of lanes [0, valid); `mask` names
+// the lanes of this warp that exist (the last warp of a block may be partial).
+template <typename P> GDL_DEV typename P::acc warp_reduce(typename P::acc v, unsigned mask, unsigned valid) {
+  const unsigned lane = threadIdx.x & 31u;
+#pragma unroll
+  for (unsigned offset = 16; offset > 0; offset >>= 1) {
+    typename P::acc other = __shfl_down_sync(mask, v, offset);
+    if (lane + offset < valid) v = P::combine(v, other);
+  }
+  return v;
+}
+
+// Every thread of the block gets the combination of all threads' v. Must be
+// reached by all threads of the block.
+template <typename P> GDL_DEV typename P::acc block_reduce(typename P::acc v) {
+  typedef typename P::acc A;
+  __shared__ A partial[32];
+  __shared__ A total;  // not partial[0]: other lanes of warp 0 may still be reading that
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const unsigned warps = (blockDim.x + 31u) >> 5;
+  const unsigned rest = blockDim.x - (warp << 5);
+  const unsigned here = rest < 32u ? rest : 32u;
+  const unsigned mask = here == 32u ? 0xffffffffu : ((1u << here) - 1u);
+  v = warp_reduce<P>(v, mask, here);
+  __syncthreads();  // readers of partial[] from an earlier call are done
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    A w = lane < warps ? partial[lane] : partial[0];
+    w = warp_reduce<P>(w, mask, warps);
+    if (lane == 0) total = w;
+  }
+  __syncthreads();
+  return total;
+}
+
+// ------------------------------------------------------------ sum/mean/max
+// x [rows, len] -> y [rows]; one block per row.
+template <typename P, typename I, typename TX, typename TY>
+GDL_DEV void reduce_rows(const TX* x, TY* y, I rows, I len) {
+  typedef typename P::acc A;
+  for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
+    const TX* xr = x + row * len;
+    A acc = P::identity();
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) acc = P::combine(acc, P::lift(xr[j]));
+    acc = block_reduce<P>(acc);
+    if (threadIdx.x == 0) y[row] = cvt<TY>(P::finish(acc, len));
+  }
+}
+
+// Width of the column group a block takes: 32, or the whole block when smaller.
+GDL_DEV unsigned column_group_width() { return blockDim.x < 32u ? blockDim.x : 32u; }
+
+// x [outer, len, inner] -> y [outer, inner]; tasks: outer * ceil(inner / 32),
+// task t -> outer index t % outer, column group t / outer.
+template <typename P, typename I, typename TX, typename TY>
+GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner) {
+  typedef typename P::acc A;
+  __shared__ A partial[32][33];
+  const unsigned width = column_group_width();
+  const unsigned lane = threadIdx.x % width, group = threadIdx.x / width;
+  const unsigned wanted = blockDim.x / width;
+  const unsigned groups = wanted < 32u ? wanted : 32u;
+  const I tasks = outer * ceil_div(inner, (I)width);
+  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+    const I o = task % outer;
+    const I col = (task / outer) * (I)width + (I)lane;
+    A acc = P::identity();
+    if (group < groups && col < inner)
+      for (I r = (I)group; r < len; r += (I)groups) acc = P::combine(acc, P::lift(x[(o * len + r) * inner + col]));
+    if (group < groups) partial[group][lane] = acc;
+    __syncthreads();
+    if (group == 0 && col < inner) {
+      A total = partial[0][lane];
+      for (unsigned g = 1; g < groups; ++g) total = P::combine(total, partial[g][lane]);
+      y[o * inner + col] = cvt<TY>(P::finish(total, len));
+    }
+    __syncthreads();
+  }
+}
+
+// ------------------------------------------------------------ softmax
+// x, y [rows, len]: y = exp(x - max) / sum(exp(x - max)) per row.
+template <typename I, typename TX, typename TY>
+GDL_DEV void softmax_rows(const TX* x, TY* y, I rows, I len) {
+  for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
+    const TX* xr = x + row * len;
+    TY* yr = y + row * len;
+    float peak = -inf_f32();
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) peak = fmaxf(peak, num(xr[j]));
+    peak = block_reduce<FloatPeak>(peak);
+    float total = 0.0f;
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) total += expf(num(xr[j]) - peak);
+    total = block_reduce<FloatSum>(total);
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) yr[j] = cvt<TY>(expf(num(xr[j]) - peak) / total);
+  }
+}
+
+// x, y [outer, len, inner], softmax over len: one thread per column.
+template <typename I, typename TX, typename TY>
+GDL_DEV void softmax_cols(const TX* x, TY* y, I outer, I len, I inner) {
+  const I columns = outer * inner;
+  const I threads = (I)blockDim.x;
+  for (I c = task_first<I>() * threads + (I)threadIdx.x; c < columns; c += task_stride<I>() * threads) {
+    const I o = c / inner;
+    const I base = o * len * inner + (c - o * inner);
+    float peak = -inf_f32();
+    for (I r = 0; r < len; ++r) peak = fmaxf(peak, num(x[base + r * inner]));
+    float total = 0.0f;
+    for (I r = 0; r < len; ++r) total += expf(num(x[base + r * inner]) - peak);
+    for (I r = 0; r < len; ++r) y[base + r * inner] = cvt<TY>(expf(num(x[base + r * inner]) - peak) / total);
+  }
+}
+
+// ------------------------------------------------------------ norms
+// x, y [rows, len]; w, b: gdl::Column / First / Value / One / Zero.
+// layernorm: (x - mean) / sqrt(var + eps) * w + b, biased variance, two passes.
+template <typename I, typename TX, typename W, typename B, typename TY>
+GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, float eps) {
+  for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
+    const TX* xr = x + row * len;
+    TY* yr = y + row * len;
+    float total = 0.0f;
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) total += num(xr[j]);
+    const float mean = block_reduce<FloatSum>(total) / (float)len;
+    float squares = 0.0f;
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) {
+      const float d = num(xr[j]) - mean;
+      squares += d * d;
+    }
+    const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)len + eps);
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x)
+      yr[j] = cvt<TY>((num(xr[j]) - mean) * inv * w.at(j) + b.at(j));
+  }
+}
+
+// rmsnorm: x / sqrt(mean(x^2) + eps) * w.
+template <typename I, typename TX, typename W, typename TY>
+GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, float eps) {
+  for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
+    const TX* xr = x + row * len;
+    TY* yr = y + row * len;
+    float squares = 0.0f;
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) {
+      const float v = num(xr[j]);
+      squares += v * v;
+    }
+    const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)len + eps);
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) yr[j] = cvt<TY>(num(xr[j]) * inv * w.at(j));
+  }
+}
+
+}  // namespace gdl

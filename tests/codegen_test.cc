@@ -1,0 +1,407 @@
+// CUDA generation and NVRTC compilation, on the CPU (NVRTC needs no GPU):
+// programs covering every op in every dtype ir::verify accepts are planned,
+// generated and compiled to an sm_90 CUBIN plus PTX; the on-disk cache, the
+// error path and determinism are checked. Whether the kernels compute the
+// right values is the GPU tests' job (tests/gpu), against the interpreter.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "codegen.h"
+#include "ir_builder.h"
+#include "plan.h"
+
+namespace gdl {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+using testing::GraphBuilder;
+
+constexpr DType kFloats[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kBool};
+
+Shape dims(std::initializer_list<Dim> d) { return Shape(d); }
+Dim c(int64_t n) { return Dim::constant(n); }
+
+// A fresh directory under the system temp dir, removed at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("gdl_codegen_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+plan::Plan plan_of(const ir::Graph& g) {
+  std::string problem = ir::verify(g);
+  INFO(ir::print_ir(g));
+  REQUIRE(problem == "");
+  return plan::make_plan(g);
+}
+
+bool contains(const std::vector<uint8_t>& bytes, const std::string& s) {
+  return std::search(bytes.begin(), bytes.end(), s.begin(), s.end()) != bytes.end();
+}
+
+CompileOptions options_in(const std::string& cache_dir) {
+  CompileOptions o;
+  o.arch = "sm_90";
+  o.cache_dir = cache_dir;
+  return o;
+}
+
+// Compiles `code` without the cache and checks the module has every kernel.
+void require_compiles(const GeneratedCode& code) {
+  auto module = compile_cuda(code.source, options_in("-"));
+  INFO(code.source);
+  INFO(module.status().message());
+  REQUIRE(module.ok());
+  CHECK(!module->from_cache);
+  CHECK(module->arch == "sm_90");
+  CHECK(module->nvrtc_major >= 12);
+  REQUIRE(module->cubin.size() > 4);
+  CHECK(std::string(module->cubin.begin(), module->cubin.begin() + 4) == "\x7f" "ELF");
+  for (const KernelInfo& k : code.kernels) {
+    INFO(k.symbol);
+    CHECK(code.source.find(" " + k.symbol + "(unsigned char* arena") != std::string::npos);
+    CHECK(contains(module->cubin, k.symbol));
+    CHECK(module->ptx.find(".entry " + k.symbol) != std::string::npos);
+  }
+}
+
+// Every elementwise op in each dtype it accepts, with broadcasting against a
+// run-time dim, constants and run-time scalars (f32 and i32).
+ir::Graph elementwise_program() {
+  GraphBuilder b;
+  b.g.program_name = "elementwise";
+  Dim B = b.dim("B", 1, 64);
+  ValueId alpha = b.scalar("alpha", DType::kF32, 0.5);
+  ValueId step = b.scalar("step", DType::kI32, 3);
+  int out = 0;
+  auto output = [&](ValueId v) { b.output("o" + std::to_string(out++), v); };
+  auto compare_where_cast = [&](DType t, ValueId x, ValueId y) {
+    for (Op o : {Op::kLt, Op::kLe, Op::kGt, Op::kGe, Op::kEq, Op::kNe}) output(b.binary(o, x, y));
+    ValueId cond = b.binary(Op::kLt, x, y);
+    output(b.op(Op::kWhere, {cond, x, y}, {t, dims({B, c(8)})}));
+    for (DType to : kAllTypes)
+      if (to != t) output(b.cast(x, to));
+  };
+  for (DType t : kFloats) {
+    std::string n = dtype_name(t);
+    ValueId x = b.input("x_" + n, {t, dims({B, c(8)})});
+    ValueId y = b.param("y_" + n, {t, dims({c(8)})});
+    for (Op u : {Op::kNeg, Op::kExp, Op::kLog, Op::kSqrt, Op::kRsqrt, Op::kTanh, Op::kSigmoid, Op::kRelu, Op::kGelu,
+                 Op::kSilu, Op::kAbs})
+      output(b.unary(u, x));
+    for (Op o : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMin, Op::kMax, Op::kPow}) output(b.binary(o, x, y));
+    output(b.binary(Op::kMul, x, b.constant(-0.25, t)));
+    compare_where_cast(t, x, y);
+  }
+  ValueId xf = b.g.leaves(Op::kInput).front();  // x_f32
+  output(b.binary(Op::kMul, xf, alpha));
+
+  ValueId xi = b.input("x_i32", {DType::kI32, dims({B, c(8)})});
+  ValueId yi = b.param("y_i32", {DType::kI32, dims({c(8)})});
+  for (Op u : {Op::kNeg, Op::kAbs, Op::kRelu}) output(b.unary(u, xi));
+  for (Op o : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMin, Op::kMax, Op::kPow}) output(b.binary(o, xi, yi));
+  output(b.binary(Op::kAdd, xi, step));
+  output(b.binary(Op::kSub, xi, b.constant(-2147483648.0, DType::kI32)));
+  compare_where_cast(DType::kI32, xi, yi);
+
+  ValueId mask = b.input("mask", {DType::kBool, dims({B, c(8)})});
+  ValueId keep = b.param("keep", {DType::kBool, dims({c(8)})});
+  output(b.unary(Op::kNot, mask));
+  output(b.binary(Op::kAnd, mask, keep));
+  output(b.binary(Op::kOr, mask, b.constant(1, DType::kBool)));
+  compare_where_cast(DType::kBool, mask, keep);
+  // A rank-0 result from a rank-0 input.
+  ValueId r0 = b.input("r0", {DType::kF32, {}});
+  output(b.unary(Op::kExp, r0));
+  return std::move(b.g);
+}
+
+// Matmul, reductions, softmax, norms, data movement and attention.
+ir::Graph structured_program() {
+  GraphBuilder b;
+  b.g.program_name = "structured";
+  Dim B = b.dim("B", 1, 64);
+  Dim S = b.dim("S", 1, 8);
+  ValueId gain = b.scalar("gain", DType::kF32, 2.0);
+  ValueId len_scalar = b.scalar("len", DType::kI32, 5);
+  int out = 0;
+  auto output = [&](ValueId v) { b.output("o" + std::to_string(out++), v); };
+  for (DType t : kAllTypes) {
+    std::string n = dtype_name(t);
+    ValueId x = b.input("x_" + n, {t, dims({B, c(32), c(48)})});
+    ValueId w = b.param("w_" + n, {t, dims({c(48), c(40)})});
+    ValueId s = b.input("s_" + n, {t, dims({S, c(48)})});
+    ValueId p = b.param("p_" + n, {t, dims({c(2), c(3), c(5), c(7)})});
+    ValueId q = b.param("q_" + n, {t, dims({c(3), c(7), c(6)})});
+    ValueId tall = b.input("tall_" + n, {t, dims({B, c(80), c(48)})});
+    output(b.op(Op::kMatMul, {tall, w}, {t, dims({B, c(80), c(40)})}));      // large tiles, batch broadcast
+    output(b.op(Op::kMatMul, {x, w}, {t, dims({B, c(32), c(40)})}));         // small-M tiles
+    output(b.op(Op::kMatMul, {s, w}, {t, dims({S, c(40)})}));                // small-M tiles, run-time M
+    output(b.op(Op::kMatMul, {p, q}, {t, dims({c(2), c(3), c(5), c(6)})}));  // constant batch broadcast
+    for (Op r : {Op::kSum, Op::kMean, Op::kReduceMax}) {
+      output(b.op(r, {x}, {t, dims({B, c(32)})}, testing::axis_attrs(2)));                    // rows
+      output(b.op(r, {x}, {t, dims({B, c(1), c(48)})}, testing::axis_attrs(1, true)));        // columns
+      output(b.op(r, {x}, {t, dims({c(32), c(48)})}, testing::axis_attrs(0)));                // columns, run-time len
+    }
+    output(b.op(Op::kTranspose, {x}, {t, dims({c(48), B, c(32)})}, testing::ints_attrs({2, 0, 1})));
+    output(b.op(Op::kSlice, {x}, {t, dims({B, c(16), c(47)})}, testing::ints_attrs({0, -1, 4, 20, 1, -1})));
+    output(b.op(Op::kConcat, {x, x, x}, {t, dims({B, c(32), c(144)})}, testing::axis_attrs(2)));
+    output(b.op(Op::kReshape, {x}, {t, dims({B, c(1536)})}));  // an output over an input: a copy step
+    ValueId table = b.param("table_" + n, {t, dims({c(10), c(16)})});
+    ValueId ids = b.input("ids_" + n, {DType::kI32, dims({B, c(3)})});
+    output(b.op(Op::kGather, {table, ids}, {t, dims({B, c(3), c(16)})}));
+    output(b.op(Op::kGather, {table, b.constant(7, DType::kI32)}, {t, dims({c(16)})}));
+    if (!is_float(t)) continue;
+    output(b.op(Op::kSoftmax, {x}, {t, dims({B, c(32), c(48)})}, testing::axis_attrs(2)));
+    output(b.op(Op::kSoftmax, {x}, {t, dims({B, c(32), c(48)})}, testing::axis_attrs(1)));
+    ValueId g = b.param("g_" + n, {t, dims({c(48)})});
+    ValueId beta = b.param("beta_" + n, {t, dims({c(48)})});
+    ir::Attrs eps = testing::value_attrs(1e-5);
+    output(b.op(Op::kLayerNorm, {x, g, beta}, {t, dims({B, c(32), c(48)})}, eps));
+    output(b.op(Op::kLayerNorm, {x}, {t, dims({B, c(32), c(48)})}, eps));
+    output(b.op(Op::kLayerNorm, {x, b.constant(2, t), b.constant(0.5, t)}, {t, dims({B, c(32), c(48)})}, eps));
+    output(b.op(Op::kRmsNorm, {x, g}, {t, dims({B, c(32), c(48)})}, eps));
+    if (t == DType::kF32) output(b.op(Op::kRmsNorm, {x, gain}, {t, dims({B, c(32), c(48)})}, eps));
+    ValueId qh = b.input("q_heads_" + n, {t, dims({B, c(4), c(64)})});
+    ValueId k = b.param("k_cache_" + n, {t, dims({B, c(4), c(128), c(64)})});
+    ValueId v = b.param("v_cache_" + n, {t, dims({B, c(4), c(128), c(64)})});
+    ValueId v32 = b.param("v32_cache_" + n, {t, dims({B, c(4), c(128), c(32)})});
+    ValueId len = b.input("len_" + n, {DType::kI32, {}});
+    ir::Attrs scale = testing::value_attrs(0.125);
+    output(b.op(Op::kAttention, {qh, k, v, len}, {t, dims({B, c(4), c(64)})}, scale));
+    output(b.op(Op::kAttention, {qh, k, v32, b.constant(100, DType::kI32)}, {t, dims({B, c(4), c(32)})}, scale));
+    output(b.op(Op::kAttention, {qh, k, v, len_scalar}, {t, dims({B, c(4), c(64)})}, scale));
+  }
+  return std::move(b.g);
+}
+
+// A small program whose plan is then fused into one three-value step.
+plan::Plan fused_plan() {
+  GraphBuilder b;
+  b.g.program_name = "fused";
+  Dim B = b.dim("B", 1, 16);
+  ValueId x = b.input("x", {DType::kF16, dims({B, c(8)})});
+  ValueId y = b.param("y", {DType::kF16, dims({c(8)})});
+  ValueId prod = b.binary(Op::kMul, x, y);
+  ValueId e = b.unary(Op::kExp, prod);
+  ValueId sum = b.binary(Op::kAdd, e, x);
+  b.output("z", sum);
+  plan::Plan p = plan_of(b.g);
+  REQUIRE(p.steps.size() == 3);
+  plan::Step fused;
+  fused.values = {prod, e, sum};
+  fused.result = sum;
+  fused.reads = {x, y};
+  p.steps = {fused};
+  return p;
+}
+
+TEST_CASE("codegen: every elementwise op in every dtype compiles to an sm_90 CUBIN") {
+  plan::Plan p = plan_of(elementwise_program());
+  GeneratedCode code = generate_cuda(p);
+  REQUIRE(code.kernels.size() == p.steps.size());
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const KernelInfo& k = code.kernels[s];
+    const ir::Node& n = p.graph.node(p.steps[s].result);
+    INFO(k.symbol);
+    CHECK(k.symbol == "gdl_s" + std::to_string(s) + "_" + ir::op_name(n.op));
+    // Elementwise: a grid-stride loop over the result.
+    CHECK(k.launch.work == n.type.shape);
+    CHECK(k.launch.block == 256);
+    CHECK(k.launch.items_per_block == 1024);
+    CHECK(k.depends_on_dims == (n.type.rank() > 0));
+  }
+  // The kernel reading alpha (scalar slot 0) says so; the one reading `step` too.
+  int alpha_users = 0, step_users = 0;
+  for (const KernelInfo& k : code.kernels) {
+    alpha_users += k.scalars_used == std::vector<int>{0};
+    step_users += k.scalars_used == std::vector<int>{1};
+  }
+  CHECK(alpha_users == 1);
+  CHECK(step_users == 1);
+  CHECK(code.source.find("gdl::scalar_f32(args.scalars[0])") != std::string::npos);
+  CHECK(code.source.find("gdl::scalar_i32(args.scalars[1])") != std::string::npos);
+  CHECK(code.source.find("= args.dims[0];") != std::string::npos);
+  require_compiles(code);
+}
+
+TEST_CASE("codegen: matmul reductions softmax norms data movement and attention compile") {
+  plan::Plan p = plan_of(structured_program());
+  GeneratedCode code = generate_cuda(p);
+  REQUIRE(code.kernels.size() == p.steps.size());
+  int matmuls = 0, attentions = 0;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const ir::Node& n = p.graph.node(p.steps[s].result);
+    const LaunchRule& r = code.kernels[s].launch;
+    INFO(code.kernels[s].symbol);
+    if (n.op == Op::kMatMul && n.type.rank() == 3) {
+      // [B, 80, 40]: 2 x 1 tiles of 64 x 64 per batch entry; [B, 32, 40]:
+      // 2 x 2 tiles of 16 x 32. Batch entries over grid.x, tiles over grid.y.
+      CHECK(r.work == dims({Dim::runtime(0)}));
+      CHECK(r.items_per_block == 1);
+      CHECK(r.grid_y == (n.type.shape[1].extent == 80 ? 2 : 4));
+      CHECK(r.block == 256);
+      CHECK(code.kernels[s].depends_on_dims);
+      CHECK(code.source.find(n.type.shape[1].extent == 80 ? "gdl::matmul<64, 64, 16, 4, 4, int>"
+                                                            : "gdl::matmul<16, 32, 64, 1, 2, int>") != std::string::npos);
+      ++matmuls;
+    }
+    if (n.op == Op::kMatMul && n.type.rank() == 2) {
+      // [S, 40]: run-time M over grid.x in 16-row tiles, two 32-column tiles over grid.y.
+      CHECK(r.work == dims({Dim::runtime(1)}));
+      CHECK(r.items_per_block == 16);
+      CHECK(r.grid_y == 2);
+      ++matmuls;
+    }
+    if (n.op == Op::kMatMul && n.type.rank() == 4) {
+      // [2, 3, 5, 6]: every factor constant, so all blocks go into grid.y.
+      CHECK(r.work.empty());
+      CHECK(r.grid_y == 6);
+      CHECK(!code.kernels[s].depends_on_dims);
+      ++matmuls;
+    }
+    if (n.op == Op::kSum && n.attrs.axis == 2) {
+      CHECK(r.work == dims({Dim::runtime(0), c(32)}));  // one block per row
+      CHECK(r.items_per_block == 1);
+      CHECK(r.block == 64);
+    }
+    if (n.op == Op::kAttention) {
+      CHECK(r.work == dims({Dim::runtime(0), c(4)}));  // one block per (batch, head)
+      CHECK(r.block == 256);
+      ++attentions;
+    }
+  }
+  CHECK(matmuls == 20);
+  CHECK(attentions == 9);
+  // The attention with the i32 scalar length reads slot 1 and nothing else.
+  CHECK(code.source.find("gdl::IntValue{s1}") != std::string::npos);
+  CHECK(code.source.find("gdl::IntValue{100}") != std::string::npos);
+  CHECK(code.source.find("gdl::IntAt{v") != std::string::npos);
+  require_compiles(code);
+}
+
+TEST_CASE("codegen: a fused elementwise step is one kernel with one local per value") {
+  plan::Plan p = fused_plan();
+  GeneratedCode code = generate_cuda(p);
+  REQUIRE(code.kernels.size() == 1);
+  CHECK(code.kernels[0].symbol == "gdl_s0_add");
+  const std::string& src = code.source;
+  CHECK(src.find("const float r2 = gdl::fit<__half>(gdl::op::mul(gdl::ld(v0[i]), gdl::ld(v1[st1.at(c)])));") !=
+        std::string::npos);
+  CHECK(src.find("const float r3 = gdl::fit<__half>(gdl::op::exp(r2));") != std::string::npos);
+  CHECK(src.find("const float r4 = gdl::fit<__half>(gdl::op::add(r3, gdl::ld(v0[i])));") != std::string::npos);
+  CHECK(src.find("out[i] = gdl::cvt<__half>(r4);") != std::string::npos);
+}
+
+TEST_CASE("codegen: the same plan gives the same text with IR values and source lines in comments") {
+  ir::Graph g = structured_program();
+  auto attention = std::find_if(g.nodes.begin(), g.nodes.end(), [](const ir::Node& n) { return n.op == Op::kAttention; });
+  REQUIRE(attention != g.nodes.end());
+  attention->loc = SourceLoc{17, 5};
+  attention->name = "context";
+  auto attention_id = static_cast<size_t>(attention - g.nodes.begin());
+  plan::Plan p = plan_of(g);
+  GeneratedCode first = generate_cuda(p);
+  GeneratedCode second = generate_cuda(plan_of(g));
+  CHECK(first.source == second.source);
+  REQUIRE(first.kernels.size() == second.kernels.size());
+  for (size_t i = 0; i < first.kernels.size(); ++i) CHECK(first.kernels[i].symbol == second.kernels[i].symbol);
+  std::string last = "%" + std::to_string(attention_id) + " = attention";
+  size_t at = first.source.find(last);
+  REQUIRE(at != std::string::npos);
+  std::string line = first.source.substr(at, first.source.find('\n', at) - at);
+  CHECK(line.find("\"context\" at line 17:5") != std::string::npos);
+  CHECK(line.find("f32[B, 4, 64]") != std::string::npos);
+}
+
+TEST_CASE("compile_cuda: a second compile comes from the cache and a corrupted entry is rebuilt") {
+  TempDir dir;
+  GeneratedCode code = generate_cuda(fused_plan());
+  auto first = compile_cuda(code.source, options_in(dir.path.string()));
+  INFO(first.status().message());
+  REQUIRE(first.ok());
+  CHECK(!first->from_cache);
+  CHECK(first->compile_ms > 0);
+
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) entries.push_back(e.path());
+  REQUIRE(entries.size() == 1);  // no temporary file left behind
+  CHECK(entries[0].extension() == ".nvrtc");
+
+  auto second = compile_cuda(code.source, options_in(dir.path.string()));
+  REQUIRE(second.ok());
+  CHECK(second->from_cache);
+  CHECK(second->cubin == first->cubin);
+  CHECK(second->ptx == first->ptx);
+  CHECK(second->nvrtc_major == first->nvrtc_major);
+
+  // Another source is another entry.
+  auto other = compile_cuda(code.source + "\n// changed\n", options_in(dir.path.string()));
+  REQUIRE(other.ok());
+  CHECK(!other->from_cache);
+
+  // Flip one byte in the middle of the first entry: ignored, rebuilt, rewritten.
+  {
+    std::fstream f(entries[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(std::filesystem::file_size(entries[0]) / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(entries[0]) / 2));
+    f.write(&byte, 1);
+  }
+  auto rebuilt = compile_cuda(code.source, options_in(dir.path.string()));
+  REQUIRE(rebuilt.ok());
+  CHECK(!rebuilt->from_cache);
+  CHECK(rebuilt->cubin == first->cubin);
+  auto again = compile_cuda(code.source, options_in(dir.path.string()));
+  REQUIRE(again.ok());
+  CHECK(again->from_cache);
+
+  // A truncated entry too.
+  std::filesystem::resize_file(entries[0], 20);
+  auto after_truncation = compile_cuda(code.source, options_in(dir.path.string()));
+  REQUIRE(after_truncation.ok());
+  CHECK(!after_truncation->from_cache);
+}
+
+TEST_CASE("compile_cuda: a broken source returns the NVRTC log and a bad arch is refused") {
+  std::string broken =
+      "#include \"gdl_abi.cuh\"\n"
+      "extern \"C\" __global__ void gdl_s0_broken(unsigned char* arena, const unsigned char* params, gdl_args args) {\n"
+      "  this_is_not_declared = 1;\n"
+      "}\n";
+  auto result = compile_cuda(broken, options_in("-"));
+  REQUIRE(!result.ok());
+  CHECK(result.status().code() == StatusCode::kCompileError);
+  const std::string& m = result.status().message();
+  INFO(m);
+  CHECK(m.find("gdl_program.cu(3): error") != std::string::npos);
+  CHECK(m.find("this_is_not_declared") != std::string::npos);
+
+  CompileOptions bad = options_in("-");
+  bad.arch = "hopper";
+  auto refused = compile_cuda(broken, bad);
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gdl
