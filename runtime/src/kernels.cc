@@ -1,0 +1,78 @@
+// Loading the generated kernels and computing their launch dims.
+//
+// KernelLibrary::load:
+// 1. Read the device's compute capability; use the CUBIN if the artifact's
+//    arch is exactly this one, else the PTX (the driver JIT-compiles it).
+// 2. cudaLibraryLoadData the image (context-independent; the runtime loads
+//    it into the device's context when needed).
+// 3. cudaLibraryGetKernel for each step's symbol (steps may share a kernel).
+// 4. For rules with more than 48 KiB of dynamic shared memory, raise the
+//    kernel's limit on this device (checked against the device's opt-in max).
+#include "kernels.h"
+
+#include <map>
+
+#include "cuda_util.h"
+
+namespace gdl::rt {
+
+Expected<LaunchDims> launch_dims(const LaunchRule& rule, const std::vector<int64_t>& dims) {
+  int64_t work = element_count(rule.work, dims);
+  int64_t blocks = std::max<int64_t>(1, (work + rule.items_per_block - 1) / rule.items_per_block);
+  if (blocks > INT32_MAX)
+    return Status::OutOfRange("a kernel needs " + std::to_string(blocks) + " blocks, more than a grid holds");
+  LaunchDims l;
+  l.grid = dim3(static_cast<unsigned>(blocks), rule.grid_y, 1);
+  l.block = dim3(rule.block, 1, 1);
+  l.shared_bytes = rule.shared_bytes;
+  return l;
+}
+
+KernelLibrary::~KernelLibrary() {
+  if (library_) (void)cudaLibraryUnload(library_);
+}
+
+Status KernelLibrary::load(const Program::Impl& program, int device) {
+  const Artifact& a = program.artifact;
+  if (a.kernels.empty()) return Status::Ok();
+  int major = 0, minor = 0;
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "reading the compute capability");
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
+  std::string device_arch = "sm_" + std::to_string(major * 10 + minor);
+
+  const void* code = nullptr;
+  if (a.module.arch == device_arch && !a.module.cubin.empty()) {
+    code = a.module.cubin.data();
+    image_ = "cubin " + a.module.arch;
+  } else if (!a.module.ptx.empty()) {
+    code = a.module.ptx.c_str();  // NUL-terminated, as cudaLibraryLoadData wants PTX
+    image_ = "ptx (device is " + device_arch + ", cubin is " + a.module.arch + ")";
+  } else {
+    return Status::FailedPrecondition("the artifact holds a CUBIN for " + a.module.arch + " only and no PTX; device " +
+                                      std::to_string(device) + " is " + device_arch + ": recompile for " + device_arch);
+  }
+  GDL_CUDA_TRY(cudaLibraryLoadData(&library_, code, nullptr, nullptr, 0, nullptr, nullptr, 0),
+               "loading the kernel module (" + image_ + ")");
+
+  int smem_optin = 0;
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               "reading the shared memory limit");
+  std::map<std::string, cudaKernel_t> by_symbol;
+  for (const KernelInfo& k : a.kernels) {
+    cudaKernel_t& kernel = by_symbol[k.symbol];
+    if (!kernel) GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_, k.symbol.c_str()), "finding kernel '" + k.symbol + "'");
+    if (k.launch.shared_bytes > 48u * 1024u) {
+      if (k.launch.shared_bytes > static_cast<unsigned>(smem_optin))
+        return Status::FailedPrecondition("kernel '" + k.symbol + "' needs " + std::to_string(k.launch.shared_bytes) +
+                                          " bytes of shared memory; device " + std::to_string(device) + " allows " +
+                                          std::to_string(smem_optin));
+      GDL_CUDA_TRY(cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(k.launch.shared_bytes), device),
+                   "raising the shared memory limit of kernel '" + k.symbol + "'");
+    }
+    kernels_.push_back(kernel);
+  }
+  return Status::Ok();
+}
+
+}  // namespace gdl::rt

@@ -1,0 +1,58 @@
+// The generated kernels on the device: loading the module image, the kernel
+// ABI's argument block, and launch dims from a step's LaunchRule.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen.h"
+#include "program_impl.h"
+
+namespace gdl::rt {
+
+// Host mirror of the kernels' `gdl_args` (codegen.h): passed by value as the
+// third kernel parameter.
+struct KernelArgs {
+  int32_t dims[kMaxRuntimeDims] = {};
+  float scalars[kMaxScalars] = {};
+};
+static_assert(sizeof(KernelArgs) == 4 * (kMaxRuntimeDims + kMaxScalars), "gdl_args has no padding");
+
+struct LaunchDims {
+  dim3 grid, block;
+  unsigned shared_bytes = 0;
+  bool operator==(const LaunchDims& o) const {
+    return grid.x == o.grid.x && grid.y == o.grid.y && block.x == o.block.x && shared_bytes == o.shared_bytes;
+  }
+};
+
+// grid.x = max(1, ceil(work elements / items_per_block)), the rest from the rule.
+Expected<LaunchDims> launch_dims(const LaunchRule& rule, const std::vector<int64_t>& dims);
+
+// The loaded module and one kernel handle per plan step.
+class KernelLibrary {
+ public:
+  KernelLibrary() = default;
+  ~KernelLibrary();
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+
+  // Loads the CUBIN when it was built for this device's arch, else the PTX
+  // (JIT-compiled by the driver); gets every step's kernel and raises the
+  // dynamic shared memory limit where a rule asks for more than 48 KiB.
+  // `device` is current. `image` says which one was loaded.
+  Status load(const Program::Impl& program, int device);
+
+  const std::vector<cudaKernel_t>& kernels() const { return kernels_; }
+  const std::string& image() const { return image_; }
+
+ private:
+  cudaLibrary_t library_ = nullptr;
+  std::vector<cudaKernel_t> kernels_;
+  std::string image_;
+};
+
+}  // namespace gdl::rt

@@ -1,0 +1,57 @@
+// What a Program holds: the artifact, the public description of its
+// declarations, and the tables the sessions use to find a name's value and
+// buffer. Built once, immutable afterwards (except the params registry,
+// which has its own lock).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "artifact.h"
+#include "gdl/gdl.h"
+
+namespace gdl {
+
+namespace rt {
+class DeviceParams;
+}
+
+struct Program::Impl {
+  Artifact artifact;
+
+  std::vector<RuntimeDimInfo> dims;
+  std::vector<TensorInfo> inputs, params, outputs;
+  std::vector<ScalarInfo> scalars;
+  // The IR value behind each entry of inputs / params / outputs / scalars.
+  std::vector<ir::ValueId> input_values, param_values, output_values, scalar_values;
+  std::map<std::string, size_t> input_index, param_index, output_index, scalar_index;
+
+  // Inputs whose buffer a step's result overlaps: a run consumes them, so
+  // they must be bound again before the next run. (The planner keeps input
+  // slots apart; this guards against an artifact that does not.)
+  std::vector<bool> input_clobbered_by_run;
+
+  // The shared params region of each device, alive while a session uses it.
+  mutable std::mutex params_mutex;
+  mutable std::map<int, std::weak_ptr<rt::DeviceParams>> params_by_device;
+
+  const plan::Plan& plan() const { return artifact.plan; }
+  const ir::Graph& graph() const { return artifact.plan.graph; }
+  const plan::Buffer& buffer_of(ir::ValueId v) const { return artifact.plan.buffers.at(static_cast<size_t>(v)); }
+};
+
+namespace rt {
+
+// Checks that the artifact's tables fit together (what a checksum cannot
+// prove: a writer bug or a hostile file) and builds the Program tables.
+// Any inconsistency is a DataLoss status naming it.
+Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact);
+
+inline ElementType to_public(DType t) { return static_cast<ElementType>(t); }
+inline DType to_internal(ElementType t) { return static_cast<DType>(t); }
+
+}  // namespace rt
+}  // namespace gdl

@@ -1,0 +1,93 @@
+// Helpers for the GPU tests: compile programs from text, make random
+// non-zero tensors, run a session and compare with the CPU reference.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gdl/gdl.h"
+
+namespace gdl::gpu_test {
+
+// Where examples/ lives: $GDL_SOURCE_DIR (set by scripts/gpu-check.sh, since
+// the GPU machine holds the repo at another path), else the build's source dir.
+std::string source_dir();
+
+// Writes `text` to a temporary .gdl file and compiles it; REQUIREs success.
+Program compile_text(const std::string& text);
+// Same, but returns the status (for cases the checker may reject).
+Expected<Program> try_compile_text(const std::string& text);
+
+// How random values are drawn for one tensor.
+struct ValueRange {
+  double lo = 0.1, hi = 1.0;   // magnitude for floats (sign random unless positive)
+  bool positive = false;
+  int64_t int_lo = -50, int_hi = 50;  // i32: uniform in [int_lo, int_hi], never 0 unless int_lo == 0
+};
+using RangeFor = std::function<ValueRange(const TensorInfo&)>;
+
+// A seed that differs per test and per call site.
+uint64_t seed_for(const std::string& what);
+
+// Random non-zero contents for a declared tensor with the given run-time dims.
+TensorData random_tensor(const TensorInfo& info, const std::vector<int64_t>& dims, std::mt19937_64& rng,
+                         const ValueRange& range);
+
+// Every input and param of `program` filled at random (dims: value per run-time dim).
+std::map<std::string, TensorData> random_bindings(const Program& program, const std::vector<int64_t>& dims,
+                                                  std::mt19937_64& rng, const RangeFor& range = {});
+
+std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options = {});
+
+// set_param for params, bind for inputs (REQUIREs success).
+void bind_all(Session& s, const std::map<std::string, TensorData>& tensors);
+void bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors);
+
+// Poisons the arena, runs (graph or eager), reads every output.
+std::map<std::string, TensorData> run_and_read(Session& s, bool eager);
+std::map<std::string, TensorData> read_outputs(Session& s);
+
+std::map<std::string, TensorData> reference(const Program& program, const std::map<std::string, TensorData>& tensors,
+                                            const std::map<std::string, double>& scalars = {});
+
+// ||got - want|| / ||want|| (floats; NaN anywhere gives +inf), or the number of
+// differing elements (i32, bool).
+double relative_error(const TensorData& got, const TensorData& want);
+double tolerance(ElementType t);  // f32 1e-5, f16 2e-3, bf16 1e-2, i32/bool 0
+
+// CHECKs every output of `got` against `want` within the dtype's tolerance;
+// returns true when all matched.
+bool expect_match(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
+                  const std::string& what);
+
+// The whole round trip for one program: random bindings, graph run, eager
+// run and CPU reference, all compared. Returns true when everything matched.
+// `adjust` may edit the random bindings before they are bound.
+using Adjust = std::function<void(std::map<std::string, TensorData>&)>;
+bool check_program(const Program& program, uint64_t seed, const std::vector<int64_t>& dims,
+                   const RangeFor& range = {}, const std::map<std::string, double>& scalars = {},
+                   const Adjust& adjust = {});
+
+std::vector<int64_t> upper_dims(const Program& program);
+
+// Set by main when GDL_GPU_TESTS_CPU_ONLY=1 and there is no GPU: check_program
+// then only compiles and runs the CPU reference (a dry run of the ops and
+// examples tests that checks their programs before GPU time is spent).
+extern bool cpu_only;
+
+}  // namespace gdl::gpu_test
+
+#define GDL_REQUIRE_OK(expr)                                   \
+  do {                                                         \
+    ::gdl::Status gdl_s_ = (expr);                             \
+    INFO(#expr << " -> " << gdl_s_.message());                 \
+    REQUIRE(gdl_s_.ok());                                      \
+  } while (0)

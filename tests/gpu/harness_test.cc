@@ -1,0 +1,283 @@
+// The GPU test harness (gpu_test_util.h) and tests of the harness itself:
+// a comparison that could not fail, or all-zero data, would hide bugs.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "gpu_test_util.h"
+
+namespace gdl::gpu_test {
+
+bool cpu_only = false;
+
+std::string source_dir() {
+  if (const char* env = std::getenv("GDL_SOURCE_DIR"); env && *env) return env;
+  return GDL_SOURCE_DIR;
+}
+
+Expected<Program> try_compile_text(const std::string& text) {
+  static std::atomic<int> counter{0};
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("gdl_gpu_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".gdl");
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  Expected<Program> program = Program::compile(path.string());
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+  return program;
+}
+
+Program compile_text(const std::string& text) {
+  Expected<Program> program = try_compile_text(text);
+  INFO("program:\n" << text << "\nstatus: " << program.status().message());
+  REQUIRE(program.ok());
+  return std::move(program).value();
+}
+
+uint64_t seed_for(const std::string& what) {
+  return std::hash<std::string>{}(what) ^ 0x9e3779b97f4a7c15ull;
+}
+
+static std::vector<int64_t> concrete(const TensorInfo& info, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> shape;
+  for (const AxisInfo& a : info.shape) shape.push_back(a.is_runtime() ? dims.at(static_cast<size_t>(a.dim)) : a.extent);
+  return shape;
+}
+
+TensorData random_tensor(const TensorInfo& info, const std::vector<int64_t>& dims, std::mt19937_64& rng,
+                         const ValueRange& range) {
+  TensorData t;
+  t.dtype = info.dtype;
+  t.shape = concrete(info, dims);
+  size_t count = 1;
+  for (int64_t e : t.shape) count *= static_cast<size_t>(e);
+  std::vector<double> values(count);
+  std::uniform_real_distribution<double> magnitude(range.lo, range.hi);
+  std::uniform_int_distribution<int64_t> integer(range.int_lo, range.int_hi);
+  std::bernoulli_distribution coin(0.5);
+  for (size_t i = 0; i < count; ++i) {
+    switch (info.dtype) {
+      case ElementType::kF32: case ElementType::kF16: case ElementType::kBF16:
+        values[i] = magnitude(rng) * (range.positive || coin(rng) ? 1.0 : -1.0);
+        break;
+      case ElementType::kI32: {
+        int64_t v = integer(rng);
+        while (v == 0 && range.int_lo < 0 && range.int_hi > 0) v = integer(rng);
+        values[i] = static_cast<double>(v);
+        break;
+      }
+      case ElementType::kBool:
+        values[i] = coin(rng) ? 1.0 : 0.0;
+        break;
+    }
+  }
+  if (info.dtype == ElementType::kBool && count > 1) {  // both values present
+    values[0] = 1.0;
+    values[count - 1] = 0.0;
+  }
+  t.bytes = encode_elements(t.dtype, values);
+  return t;
+}
+
+static ValueRange default_range(const Program& program, const TensorInfo& info) {
+  ValueRange r;
+  if (info.dtype == ElementType::kI32 && info.shape.empty()) {
+    // A device scalar such as a KV length: somewhere inside the largest extent.
+    int64_t largest = 1;
+    for (const std::vector<TensorInfo>* list : {&program.inputs(), &program.params()})
+      for (const TensorInfo& t : *list)
+        for (const AxisInfo& a : t.shape) largest = std::max(largest, a.extent);
+    r.int_lo = 1;
+    r.int_hi = largest;
+  }
+  return r;
+}
+
+std::map<std::string, TensorData> random_bindings(const Program& program, const std::vector<int64_t>& dims,
+                                                  std::mt19937_64& rng, const RangeFor& range) {
+  std::map<std::string, TensorData> out;
+  for (const std::vector<TensorInfo>* list : {&program.params(), &program.inputs()})
+    for (const TensorInfo& info : *list)
+      out[info.name] = random_tensor(info, dims, rng, range ? range(info) : default_range(program, info));
+  return out;
+}
+
+std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options) {
+  Expected<std::unique_ptr<Session>> s = Session::create(program, options);
+  INFO("Session::create: " << s.status().message());
+  REQUIRE(s.ok());
+  return std::move(s).value();
+}
+
+void bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors) {
+  for (const auto& [name, t] : tensors)
+    if (s.program().find_input(name)) GDL_REQUIRE_OK(s.bind(name, t.bytes.data(), t.bytes.size(), t.dtype, t.shape));
+}
+
+void bind_all(Session& s, const std::map<std::string, TensorData>& tensors) {
+  for (const auto& [name, t] : tensors)
+    if (s.program().find_param(name)) GDL_REQUIRE_OK(s.set_param(name, t.bytes.data(), t.bytes.size()));
+  bind_inputs(s, tensors);
+}
+
+std::map<std::string, TensorData> read_outputs(Session& s) {
+  std::map<std::string, TensorData> out;
+  for (const TensorInfo& info : s.program().outputs()) {
+    Expected<std::vector<int64_t>> shape = s.shape_of(info.name);
+    REQUIRE(shape.ok());
+    TensorData t;
+    t.dtype = info.dtype;
+    t.shape = *shape;
+    size_t count = 1;
+    for (int64_t e : t.shape) count *= static_cast<size_t>(e);
+    t.bytes.assign(count * element_size(t.dtype), 0);
+    GDL_REQUIRE_OK(s.read(info.name, t.bytes.data(), t.bytes.size()));
+    out[info.name] = std::move(t);
+  }
+  return out;
+}
+
+std::map<std::string, TensorData> run_and_read(Session& s, bool eager) {
+  GDL_REQUIRE_OK(s.poison_arena_for_testing(0xFF));
+  if (eager)
+    GDL_REQUIRE_OK(s.run_eager());
+  else
+    GDL_REQUIRE_OK(s.run());
+  return read_outputs(s);
+}
+
+std::map<std::string, TensorData> reference(const Program& program, const std::map<std::string, TensorData>& tensors,
+                                            const std::map<std::string, double>& scalars) {
+  Expected<std::map<std::string, TensorData>> ref = program.run_reference(tensors, scalars);
+  INFO("run_reference: " << ref.status().message());
+  REQUIRE(ref.ok());
+  return std::move(ref).value();
+}
+
+double tolerance(ElementType t) {
+  switch (t) {
+    case ElementType::kF32: return 1e-5;
+    case ElementType::kF16: return 2e-3;
+    case ElementType::kBF16: return 1e-2;
+    default: return 0;
+  }
+}
+
+double relative_error(const TensorData& got, const TensorData& want) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (got.dtype != want.dtype || got.shape != want.shape || got.bytes.size() != want.bytes.size()) return inf;
+  size_t count = want.bytes.size() / element_size(want.dtype);
+  std::vector<double> g = decode_elements(got.dtype, got.bytes.data(), count);
+  std::vector<double> w = decode_elements(want.dtype, want.bytes.data(), count);
+  if (want.dtype == ElementType::kI32 || want.dtype == ElementType::kBool) {
+    double differing = 0;
+    for (size_t i = 0; i < count; ++i) differing += g[i] != w[i];
+    return differing;
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (!std::isfinite(w[i])) {
+      bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
+      if (!same) return inf;
+      continue;
+    }
+    if (!std::isfinite(g[i])) return inf;  // poison (NaN) that no kernel overwrote, or an overflow
+    diff += (g[i] - w[i]) * (g[i] - w[i]);
+    norm += w[i] * w[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+static std::string first_difference(const TensorData& got, const TensorData& want) {
+  if (got.shape != want.shape || got.dtype != want.dtype) return "shape or dtype differs";
+  size_t count = want.bytes.size() / element_size(want.dtype);
+  std::vector<double> g = decode_elements(got.dtype, got.bytes.data(), count);
+  std::vector<double> w = decode_elements(want.dtype, want.bytes.data(), count);
+  size_t worst = 0;
+  double worst_diff = -1;
+  for (size_t i = 0; i < count; ++i) {
+    double d = std::isnan(g[i]) != std::isnan(w[i]) ? std::numeric_limits<double>::infinity() : std::fabs(g[i] - w[i]);
+    if (d > worst_diff && !(std::isnan(g[i]) && std::isnan(w[i]))) worst_diff = d, worst = i;
+  }
+  std::ostringstream out;
+  out << "largest difference at flat index " << worst << " of " << count << ": got " << g[worst] << ", want " << w[worst];
+  return out.str();
+}
+
+bool expect_match(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
+                  const std::string& what) {
+  bool all = true;
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    INFO(what << ": output '" << name << "'");
+    REQUIRE(it != got.end());
+    double error = relative_error(it->second, w);
+    INFO("error " << error << " (tolerance " << tolerance(w.dtype) << ", " << element_type_name(w.dtype) << "); "
+                  << first_difference(it->second, w));
+    CHECK(error <= tolerance(w.dtype));
+    all &= error <= tolerance(w.dtype);
+  }
+  return all;
+}
+
+std::vector<int64_t> upper_dims(const Program& program) {
+  std::vector<int64_t> dims;
+  for (const RuntimeDimInfo& d : program.dims()) dims.push_back(d.hi);
+  return dims;
+}
+
+bool check_program(const Program& program, uint64_t seed, const std::vector<int64_t>& dims, const RangeFor& range,
+                   const std::map<std::string, double>& scalars, const Adjust& adjust) {
+  std::mt19937_64 rng(seed);
+  std::map<std::string, TensorData> tensors = random_bindings(program, dims, rng, range);
+  if (adjust) adjust(tensors);
+  if (cpu_only) {
+    std::map<std::string, TensorData> want = reference(program, tensors, scalars);
+    return !want.empty();
+  }
+  std::unique_ptr<Session> s = make_session(program);
+  bind_all(*s, tensors);
+  for (const auto& [name, value] : scalars) GDL_REQUIRE_OK(s->set_scalar(name, value));
+  std::map<std::string, TensorData> by_graph = run_and_read(*s, false);
+  std::map<std::string, TensorData> by_eager = run_and_read(*s, true);
+  std::map<std::string, TensorData> want = reference(program, tensors, scalars);
+  bool ok = expect_match(by_graph, want, "graph vs CPU reference");
+  ok &= expect_match(by_eager, want, "eager vs CPU reference");
+  ok &= expect_match(by_eager, by_graph, "eager vs graph");
+  return ok;
+}
+
+}  // namespace gdl::gpu_test
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+TEST_CASE("harness: random tensors are non-zero and differ per seed") {
+  TensorInfo info{"x", ElementType::kF16, {{7, -1}, {33, -1}}, 7 * 33 * 2, "f16[7, 33]"};
+  std::mt19937_64 a(seed_for("a")), b(seed_for("b"));
+  TensorData ta = random_tensor(info, {}, a, {}), tb = random_tensor(info, {}, b, {});
+  std::vector<double> va = decode_elements(ta.dtype, ta.bytes.data(), 7 * 33);
+  CHECK(std::none_of(va.begin(), va.end(), [](double v) { return v == 0; }));
+  CHECK(ta.bytes != tb.bytes);
+}
+
+TEST_CASE("harness: relative_error sees poison, wrong values and integer differences") {
+  TensorData want{ElementType::kF32, {3}, encode_elements(ElementType::kF32, std::vector<double>{1, 2, 3})};
+  TensorData poisoned = want;
+  poisoned.bytes[4] = poisoned.bytes[5] = poisoned.bytes[6] = poisoned.bytes[7] = 0xFF;
+  CHECK(relative_error(want, want) == 0);
+  CHECK(relative_error(poisoned, want) == std::numeric_limits<double>::infinity());
+  TensorData off{ElementType::kF32, {3}, encode_elements(ElementType::kF32, std::vector<double>{1, 2, 3.1})};
+  CHECK(relative_error(off, want) > tolerance(ElementType::kF32));
+  TensorData wi{ElementType::kI32, {2}, encode_elements(ElementType::kI32, std::vector<double>{5, -7})};
+  TensorData gi{ElementType::kI32, {2}, encode_elements(ElementType::kI32, std::vector<double>{5, -6})};
+  CHECK(relative_error(gi, wi) == 1);
+}

@@ -1,0 +1,268 @@
+// Every standard op in every dtype the checker accepts, compiled from .gdl
+// text, run by graph and by eager launch on a poisoned arena, and compared
+// with the CPU reference on random non-zero inputs.
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+const std::vector<std::string> kFloats = {"f32", "f16", "bf16"};
+const std::vector<std::string> kNumbers = {"f32", "f16", "bf16", "i32"};
+const std::vector<std::string> kAll = {"f32", "f16", "bf16", "i32", "bool"};
+
+std::string substitute(std::string text, const std::string& key, const std::string& value) {
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+    text.replace(at, key.size(), value);
+  return text;
+}
+
+struct OpCase {
+  std::string name;
+  std::string text;  // a whole program; {T} is the dtype under test
+  std::vector<std::string> dtypes;
+  RangeFor range = {};
+  Adjust adjust = {};
+  std::vector<int64_t> dims = {};  // empty: every run-time dim at its upper bound
+};
+
+void run_cases(const std::vector<OpCase>& cases) {
+  for (const OpCase& c : cases)
+    for (const std::string& t : c.dtypes) {
+      std::string text = substitute(c.text, "{T}", t);
+      INFO("op case '" << c.name << "' in " << t << ":\n" << text);
+      Program program = compile_text(text);
+      std::vector<int64_t> dims = c.dims.empty() ? upper_dims(program) : c.dims;
+      CHECK(check_program(program, seed_for(c.name + "/" + t), dims, c.range, {}, c.adjust));
+    }
+}
+
+ValueRange positive() {
+  ValueRange r;
+  r.positive = true;
+  r.lo = 0.1;
+  r.hi = 4;
+  return r;
+}
+
+// Makes every other element of `b` equal to the same element of `a`, so
+// that ==, <= and friends see equal pairs too.
+void equal_halves(std::map<std::string, TensorData>& t) {
+  TensorData& a = t.at("a");
+  TensorData& b = t.at("b");
+  size_t size = element_size(a.dtype);
+  for (size_t i = 0; i * size < a.bytes.size(); i += 2)
+    std::copy(a.bytes.begin() + static_cast<long>(i * size), a.bytes.begin() + static_cast<long>((i + 1) * size),
+              b.bytes.begin() + static_cast<long>(i * size));
+}
+
+std::string unary_program(const std::string& expr) {
+  return "program op;\ninput a : {T}[8, 133];\noutput y : {T}[8, 133];\ny = " + expr + ";\n";
+}
+
+std::string binary_program(const std::string& expr, const std::string& out_type = "{T}") {
+  return "program op;\ninput a : {T}[8, 133];\ninput b : {T}[8, 133];\noutput y : " + out_type + "[8, 133];\ny = " +
+         expr + ";\n";
+}
+
+}  // namespace
+
+TEST_CASE("ops: elementwise unary") {
+  RangeFor wide = [](const TensorInfo&) { ValueRange r; r.lo = 0.1; r.hi = 3; return r; };
+  RangeFor pos = [](const TensorInfo&) { return positive(); };
+  run_cases({
+      {"exp", unary_program("exp(a)"), kFloats, wide},
+      {"log", unary_program("log(a)"), kFloats, pos},
+      {"sqrt", unary_program("sqrt(a)"), kFloats, pos},
+      {"rsqrt", unary_program("rsqrt(a)"), kFloats, pos},
+      {"tanh", unary_program("tanh(a)"), kFloats, wide},
+      {"sigmoid", unary_program("sigmoid(a)"), kFloats, wide},
+      {"relu", unary_program("relu(a)"), kNumbers, wide},
+      {"gelu", unary_program("gelu(a)"), kFloats, wide},
+      {"silu", unary_program("silu(a)"), kFloats, wide},
+      {"abs", unary_program("abs(a)"), kNumbers, wide},
+      {"neg", unary_program("-a"), kNumbers, wide},
+      {"not", unary_program("!a"), {"bool"}},
+  });
+}
+
+TEST_CASE("ops: elementwise binary, same shapes") {
+  RangeFor divisor = [](const TensorInfo& t) {
+    ValueRange r;
+    if (t.name == "b") r.lo = 0.5, r.hi = 2, r.int_lo = -9, r.int_hi = 9;
+    return r;
+  };
+  RangeFor power = [](const TensorInfo& t) {
+    ValueRange r;
+    if (t.name == "a") r.positive = true, r.lo = 0.2, r.hi = 3, r.int_lo = -5, r.int_hi = 5;
+    if (t.name == "b") r.lo = 0.1, r.hi = 2, r.int_lo = 1, r.int_hi = 4;
+    return r;
+  };
+  run_cases({
+      {"add", binary_program("a + b"), kNumbers},
+      {"sub", binary_program("a - b"), kNumbers},
+      {"mul", binary_program("a * b"), kNumbers},
+      {"div", binary_program("a / b"), kNumbers, divisor},
+      {"min", binary_program("min(a, b)"), kNumbers, {}, equal_halves},
+      {"max", binary_program("max(a, b)"), kNumbers, {}, equal_halves},
+      {"pow", binary_program("pow(a, b)"), kNumbers, power},
+  });
+}
+
+TEST_CASE("ops: comparisons and logic") {
+  run_cases({
+      {"lt", binary_program("a < b", "bool"), kAll, {}, equal_halves},
+      {"le", binary_program("a <= b", "bool"), kAll, {}, equal_halves},
+      {"gt", binary_program("a > b", "bool"), kAll, {}, equal_halves},
+      {"ge", binary_program("a >= b", "bool"), kAll, {}, equal_halves},
+      {"eq", binary_program("a == b", "bool"), kAll, {}, equal_halves},
+      {"ne", binary_program("a != b", "bool"), kAll, {}, equal_halves},
+      {"and", binary_program("a && b", "bool"), {"bool"}},
+      {"or", binary_program("a || b", "bool"), {"bool"}},
+  });
+}
+
+TEST_CASE("ops: broadcasting, literals and a run-time dim") {
+  run_cases({
+      {"add row", "program op;\ninput a : {T}[8, 133];\ninput b : {T}[133];\noutput y : {T}[8, 133];\ny = a + b;\n",
+       kNumbers},
+      {"mul outer", "program op;\ninput a : {T}[8, 1];\ninput b : {T}[1, 133];\noutput y : {T}[8, 133];\ny = a * b;\n",
+       kNumbers},
+      {"rank 4", "program op;\ninput a : {T}[2, 3, 1, 5];\ninput b : {T}[3, 4, 1];\noutput y : {T}[2, 3, 4, 5];\ny = a - b;\n",
+       kNumbers},
+      {"literals", "program op;\ninput a : {T}[8, 133];\noutput y : {T}[8, 133];\ny = a * 2.5 + 1.0;\n", kFloats},
+      {"int literals", "program op;\ninput a : {T}[8, 133];\noutput y : {T}[8, 133];\ny = a * 3 - 7;\n", {"i32"}},
+      {"fused chain", "program op;\ninput a : {T}[8, 133];\ninput b : {T}[133];\noutput y : {T}[8, 133];\n"
+                      "y = tanh(a * b + 0.5) * sigmoid(a) - relu(b);\n", kFloats},
+      {"run-time dim", "program op;\ndim B in [1, 16];\ninput a : {T}[B, 133];\ninput b : {T}[B, 1];\n"
+                       "output y : {T}[B, 133];\ny = a * b + a;\n", kNumbers, {}, {}, {5}},
+  });
+}
+
+TEST_CASE("ops: where") {
+  run_cases({
+      {"where", "program op;\ninput c : bool[8, 133];\ninput a : {T}[8, 133];\ninput b : {T}[8, 133];\n"
+                "output y : {T}[8, 133];\ny = where(c, a, b);\n", kAll},
+      {"where broadcast", "program op;\ninput c : bool[8, 1];\ninput a : {T}[133];\ninput b : {T}[8, 133];\n"
+                          "output y : {T}[8, 133];\ny = where(c, a, b);\n", kAll},
+      {"where compare", "program op;\ninput a : {T}[8, 133];\ninput b : {T}[8, 133];\noutput y : {T}[8, 133];\n"
+                        "y = where(a > b, a, b);\n", kNumbers},
+  });
+}
+
+TEST_CASE("ops: cast between every pair of dtypes") {
+  RangeFor wide = [](const TensorInfo&) { ValueRange r; r.lo = 0.5; r.hi = 20; return r; };
+  for (const std::string& from : kAll)
+    for (const std::string& to : kAll) {
+      if (from == to) continue;
+      std::string text = "program op;\ninput a : " + from + "[8, 133];\noutput y : " + to + "[8, 133];\ny = cast(a, " +
+                         to + ");\n";
+      INFO("cast " << from << " -> " << to);
+      Program program = compile_text(text);
+      CHECK(check_program(program, seed_for("cast/" + from + "/" + to), {}, wide));
+    }
+}
+
+TEST_CASE("ops: matmul") {
+  run_cases({
+      {"matmul 2d", "program op;\ninput a : {T}[17, 33];\ninput b : {T}[33, 9];\noutput y : {T}[17, 9];\ny = a @ b;\n",
+       kFloats},
+      {"matmul batched lhs", "program op;\ninput a : {T}[3, 17, 33];\ninput b : {T}[33, 9];\noutput y : {T}[3, 17, 9];\n"
+                             "y = matmul(a, b);\n", kFloats},
+      {"matmul batched", "program op;\ninput a : {T}[2, 5, 64];\ninput b : {T}[2, 64, 40];\noutput y : {T}[2, 5, 40];\n"
+                         "y = a @ b;\n", kFloats},
+      {"matmul large", "program op;\ninput a : {T}[64, 256];\ninput b : {T}[256, 128];\noutput y : {T}[64, 128];\n"
+                       "y = a @ b;\n", kFloats},
+      {"matmul epilogue", "program op;\ninput a : {T}[16, 64];\nparam w : {T}[64, 48];\nparam bias : {T}[48];\n"
+                          "output y : {T}[16, 48];\ny = gelu(a @ w + bias);\n", kFloats},
+      {"matmul run-time rows", "program op;\ndim B in [1, 32];\ninput a : {T}[B, 64];\nparam w : {T}[64, 48];\n"
+                               "output y : {T}[B, 48];\ny = a @ w;\n", kFloats, {}, {}, {7}},
+  });
+}
+
+TEST_CASE("ops: reductions") {
+  const std::string in = "program op;\ninput a : {T}[6, 37, 5];\n";
+  run_cases({
+      {"sum axis 1", in + "output y : {T}[6, 5];\ny = sum(a, axis = 1);\n", kNumbers},
+      {"sum keepdims", in + "output y : {T}[6, 1, 5];\ny = sum(a, axis = 1, keepdims = true);\n", kNumbers},
+      {"sum last", in + "output y : {T}[6, 37];\ny = sum(a);\n", kNumbers},
+      {"mean axis 0", in + "output y : {T}[37, 5];\ny = mean(a, axis = 0);\n", kFloats},
+      {"mean last", in + "output y : {T}[6, 37];\ny = mean(a, axis = -1);\n", kFloats},
+      {"max axis 1", in + "output y : {T}[6, 5];\ny = max(a, axis = 1);\n", kNumbers},
+      {"max last", in + "output y : {T}[6, 37];\ny = max(a, axis = 2);\n", kNumbers},
+      {"sum long row", "program op;\ninput a : {T}[4, 3000];\noutput y : {T}[4];\ny = sum(a, axis = 1);\n", kNumbers},
+      {"max long row", "program op;\ninput a : {T}[4, 3000];\noutput y : {T}[4];\ny = max(a, axis = 1);\n", kNumbers},
+  });
+}
+
+TEST_CASE("ops: softmax, layernorm, rmsnorm") {
+  run_cases({
+      {"softmax last", "program op;\ninput a : {T}[6, 37];\noutput y : {T}[6, 37];\ny = softmax(a);\n", kFloats},
+      {"softmax axis 0", "program op;\ninput a : {T}[6, 37];\noutput y : {T}[6, 37];\ny = softmax(a, axis = 0);\n",
+       kFloats},
+      {"softmax long", "program op;\ninput a : {T}[4, 3000];\noutput y : {T}[4, 3000];\ny = softmax(a, axis = -1);\n",
+       kFloats},
+      {"layernorm affine", "program op;\ninput a : {T}[6, 64];\nparam g : {T}[64];\nparam b : {T}[64];\n"
+                           "output y : {T}[6, 64];\ny = layernorm(a, weight = g, bias = b, eps = 1e-5);\n", kFloats},
+      {"layernorm plain", "program op;\ninput a : {T}[5, 1024];\noutput y : {T}[5, 1024];\ny = layernorm(a);\n",
+       kFloats},
+      {"rmsnorm weight", "program op;\ninput a : {T}[6, 64];\nparam g : {T}[64];\noutput y : {T}[6, 64];\n"
+                         "y = rmsnorm(a, weight = g, eps = 1e-6);\n", kFloats},
+      {"rmsnorm plain", "program op;\ninput a : {T}[3, 2, 1000];\noutput y : {T}[3, 2, 1000];\ny = rmsnorm(a);\n",
+       kFloats},
+  });
+}
+
+TEST_CASE("ops: data movement in every dtype") {
+  RangeFor ids = [](const TensorInfo& t) {
+    ValueRange r;
+    if (t.name == "ids") r.int_lo = -3, r.int_hi = 53;  // a few outside [0, 50): zero rows
+    return r;
+  };
+  run_cases({
+      {"transpose 2d", "program op;\ninput a : {T}[17, 33];\noutput y : {T}[33, 17];\ny = transpose(a);\n", kAll},
+      {"transpose 3d", "program op;\ninput a : {T}[3, 5, 7];\noutput y : {T}[7, 3, 5];\n"
+                       "y = transpose(a, perm = [2, 0, 1]);\n", kAll},
+      {"reshape", "program op;\ninput a : {T}[17, 33];\noutput y : {T}[33, 17];\ny = reshape(a, [33, 17]);\n", kAll},
+      {"reshape then op", "program op;\ninput a : {T}[6, 10];\noutput y : {T}[3, 20];\n"
+                          "y = reshape(a * a, [3, 20]) + 1.0;\n", kFloats},
+      {"slice columns", "program op;\ninput a : {T}[17, 33];\noutput y : {T}[17, 17];\ny = a[:, 3:20];\n", kAll},
+      {"slice rows", "program op;\ninput a : {T}[17, 33];\noutput y : {T}[7, 33];\ny = a[2:9, :];\n", kAll},
+      {"index", "program op;\ninput a : {T}[4, 17, 33];\noutput y : {T}[17, 33];\ny = a[2];\n", kAll},
+      {"concat axis 1", "program op;\ninput a : {T}[4, 5];\ninput b : {T}[4, 7];\noutput y : {T}[4, 12];\n"
+                        "y = concat(a, b, axis = 1);\n", kAll},
+      {"concat three", "program op;\ninput a : {T}[3, 5];\ninput b : {T}[4, 5];\ninput c : {T}[1, 5];\n"
+                       "output y : {T}[8, 5];\ny = concat(a, b, c, axis = 0);\n", kAll},
+      {"gather", "program op;\nparam table : {T}[50, 16];\ninput ids : i32[7];\noutput y : {T}[7, 16];\n"
+                 "y = gather(table, ids);\n", kAll, ids},
+      {"gather 2d ids", "program op;\nparam table : {T}[50, 16];\ninput ids : i32[3, 4];\noutput y : {T}[3, 4, 16];\n"
+                        "y = gather(table, ids);\n", kAll, ids},
+  });
+}
+
+TEST_CASE("ops: attention over a KV cache with a run-time length") {
+  const std::string text =
+      "program op;\ninput q : {T}[2, 4, 32];\ninput k : {T}[2, 4, 40, 32];\ninput v : {T}[2, 4, 40, 32];\n"
+      "input len : i32;\noutput y : {T}[2, 4, 32];\ny = attention(q, k, v, len);\n";
+  for (const std::string& t : kFloats) {
+    Program program = compile_text(substitute(text, "{T}", t));
+    for (int64_t len : {1, 17, 40, 0, 100, -3}) {  // 0 and below: zeros; above T: clamped to T
+      INFO("attention " << t << " len = " << len);
+      RangeFor range = [len](const TensorInfo& info) {
+        ValueRange r;
+        if (info.name == "len") r.int_lo = r.int_hi = len;
+        return r;
+      };
+      CHECK(check_program(program, seed_for("attention/" + t + std::to_string(len)), {}, range));
+    }
+  }
+  run_cases({
+      {"attention scaled", "program op;\ninput q : {T}[1, 8, 64];\ninput k : {T}[1, 8, 100, 64];\n"
+                           "input v : {T}[1, 8, 100, 64];\ninput len : i32;\noutput y : {T}[1, 8, 64];\n"
+                           "y = attention(q, k, v, len, scale = 0.05);\n", kFloats},
+  });
+}
