@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the GPU binaries here (Release) and stages them under .device/ (git
+# ignored) for the GPU machine, with an NVRTC cache filled by compiling every
+# GPU test program once here, so the GPU machine spends its time running.
+# Then, on the GPU machine, from the repo root:
+#   BUILD=.device/build-release GDL_CACHE_DIR=$PWD/.device/cache scripts/gpu-check.sh tests
+#   bash bench/run.sh OUT          (GDL_BENCH_BIN=.device/build-release/bench/gdl_bench)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-release}
+targets=(gdl_gpu_tests run_mlp run_chain run_attention hello_host gdlc gdlrun gdl_bench)
+[ -f bench/dynamic_bench.cc ] && targets+=(gdl_dynamic_bench)
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "${JOBS:-2}" --target "${targets[@]}"
+stage=.device/build-release
+rm -rf "$stage"
+mkdir -p "$stage/tests" "$stage/examples" "$stage/bench" .device/cache
+cp "$BUILD/tests/gdl_gpu_tests" "$stage/tests/"
+cp "$BUILD"/examples/run_{mlp,chain,attention} "$BUILD/examples/hello_host" "$stage/examples/"
+cp "$BUILD/gdlc" "$BUILD/gdlrun" "$stage/"
+cp "$BUILD/bench/gdl_bench" "$stage/bench/"
+[ -x "$BUILD/bench/gdl_dynamic_bench" ] && cp "$BUILD/bench/gdl_dynamic_bench" "$stage/bench/"
+# Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program.
+GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \
+  "$stage/tests/gdl_gpu_tests" -tc="ops:*,examples:*,kernels:*" >/dev/null || true
+du -sh .device
