@@ -1,20 +1,480 @@
 // Batched matmul [..., M, K] @ [..., K, N] -> [..., M, N], batch dims
-// broadcast (gdl::BatchMap), a shared-memory tiled SIMT kernel:
-//  - a task is one TM x TN tile of one batch entry; task t -> m tile
-//    t % mt, n tile (t / mt) % nt, batch t / (mt * nt);
-//  - per TK-deep slice of K, the block stages A [TM x TK] (transposed, padded
-//    against bank conflicts) and B [TK x TN] in shared memory as float (int
-//    for i32), zero-filled past the edges, then each thread accumulates an
-//    RM x RN register tile: rows ty + i * (TM / RM), columns tx + j * (TN / RN).
-// Floats (and bool) accumulate in float; i32 accumulates in 64 bits and
-// saturates, as the interpreter's double sum rounded to i32 does.
-// The block must have at least (TM / RM) * (TN / RN) threads.
+// broadcast (gdl::BatchMap). Four kernels; codegen (kernel_choice.cc) picks
+// one, or a run-time choice between two, from the shapes:
+//
+//  matmul_rows  (f32, f16, bf16; few rows, b shared by every batch entry so
+//               the batch folds into M): memory-bound, streams b once.
+//               A block owns a 128-byte column strip of b (64 f16 / 32 f32
+//               columns: 8 threads x one 16-byte vector) and a range of K
+//               (split s of `splits`); its 32 groups of 8 threads take rows
+//               k, k + 32, ... of b, four 16-byte loads per thread per step
+//               with the next step's loads in flight. The rows of a are
+//               staged in shared memory as float (up to 8192 floats) and
+//               every loaded vector of b updates all R rows of a pass
+//               (R <= MR, a compile-time register tile; more rows of a take
+//               another pass over the same strip, which hits L1/L2). The 32
+//               partial sums per column are added by warp shuffles, then
+//               across the 8 warps in shared memory.
+//  matmul_mma   (f16, bf16): tensor cores through nvcuda::wmma 16x16x16
+//               with f32 accumulators. Tiles of 64 x 128, K in steps of 32,
+//               8 warps of 32 x 32; operands staged in shared memory (two
+//               buffers, the next step's global loads in registers while
+//               the tensor cores work), zero-filled past every edge, so any
+//               M, N, K is correct; results go through shared memory to the
+//               epilogue.
+//  matmul_simt  (f32, full fp32 FMA, never TF32): tiles of 64 x 128, K in
+//               steps of 16, each thread an 8 x 4 register tile fed by
+//               16-byte shared loads; same staging and edges as matmul_mma.
+//  matmul       (any dtype, i32 and bool included): the general tiled kernel
+//               (a TM x TN tile per block, RM x RN per thread), kept for the
+//               dtypes the others do not take.
+//
+// Every fast kernel loads 16 bytes at a time where the operand's address
+// and row length allow (checked at run time) and element by element
+// otherwise, and splits K across blocks when the output has too few tiles
+// to fill the GPU (SplitScratch, gdl_split.cuh): each split writes a
+// partial tile, the last to arrive adds them in split order (the result
+// does not depend on block timing) and applies the epilogue.
+//
+// Only the first k_valid positions of K are summed (k_valid <= K; K is the
+// row length of a and the row count of b). Floats accumulate in float.
+// The epilogue `epi(float acc, I index)` gets each output element's sum and
+// its flat index in the result and returns the value that is stored,
+// converted to the output's dtype (IdentityEpilogue<T>: the sum rounded to
+// the matmul's dtype). The fast kernels need blockDim.x == 256 and a shared
+// buffer of kMatmul*Smem bytes aligned to 128.
 #pragma once
 
+#include <mma.h>
+
 #include "gdl_index.cuh"
+#include "gdl_split.cuh"
 #include "gdl_types.cuh"
 
 namespace gdl {
+
+template <typename T> struct IdentityEpilogue {
+  template <typename X, typename I> GDL_DEV typename dtype_traits<T>::compute operator()(X acc, I) const {
+    return fit<T>(acc);
+  }
+};
+
+template <typename TC, typename I, typename Epi> GDL_DEV void store_result(TC* c, I index, float acc, const Epi& epi) {
+  c[index] = cvt<TC>(epi(acc, index));
+}
+
+namespace mm {
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// matmul_rows
+constexpr int kRowLanes = 8;                      // threads over one 128-byte strip of a row of b
+constexpr int kKGroups = kThreads / kRowLanes;    // rows of b per load step
+constexpr int kUnroll = 4;                        // 16-byte loads per thread per step
+constexpr int kStageFloats = 8192;                // staged rows of a, then the cross-warp sums
+// matmul_mma
+constexpr int kMmaBM = 64, kMmaBN = 128, kMmaBK = 32;
+constexpr int kMmaLdA = kMmaBK + 8, kMmaLdB = kMmaBN + 8, kMmaLdC = kMmaBN + 4;  // padded against bank conflicts
+constexpr int kMmaStageA = kMmaBM * kMmaLdA, kMmaStageB = kMmaBK * kMmaLdB;       // elements per buffer
+constexpr int kMmaOperandBytes = 2 * (kMmaStageA + kMmaStageB) * 2;
+constexpr int kMmaResultBytes = kMmaBM * kMmaLdC * 4;
+// matmul_simt
+constexpr int kSimtBM = 64, kSimtBN = 128, kSimtBK = 16;
+constexpr int kSimtLdA = kSimtBM + 4;  // a is stored transposed: [k][m]
+constexpr int kSimtTM = 8, kSimtTN = 4;
+
+template <int A, int B> struct min_int { static constexpr int value = A < B ? A : B; };
+}  // namespace mm
+
+constexpr int kMatmulRowsSmem = mm::kStageFloats * 4;
+constexpr int kMatmulMmaSmem = mm::kMmaOperandBytes > mm::kMmaResultBytes ? mm::kMmaOperandBytes : mm::kMmaResultBytes;
+constexpr int kMatmulSimtSmem = (2 * mm::kSimtBK * mm::kSimtLdA + 2 * mm::kSimtBK * mm::kSimtBN) * 4;
+
+template <typename T> struct RowsTile {
+  static constexpr int V = Vec16<T>::n;            // columns per thread
+  static constexpr int BN = mm::kRowLanes * V;     // columns per block: 64 (f16, bf16), 32 (f32)
+};
+
+// ------------------------------------------------------------ matmul_rows
+
+// One pass of matmul_rows: rows [m0, m0 + R) of a (those < M) against the
+// strip [n0, n0 + BN) of b over K range [k_lo, k_hi); sink(m, n, sum) gets
+// each sum of the strip (m < M; n may be >= N).
+template <int R, typename T, typename I, typename Sink>
+GDL_DEV void rows_pass(const T* a, const T* b, I M, I N, I K, I m0, I n0, I k_lo, I k_hi, bool vec, float* smem,
+                       const Sink& sink) {
+  constexpr int V = RowsTile<T>::V, BN = RowsTile<T>::BN, KG = mm::kKGroups, U = mm::kUnroll;
+  constexpr int KCAP = mm::kStageFloats / R;  // rows of a staged at once
+  static_assert(mm::kWarps * R * BN <= mm::kStageFloats, "the cross-warp sums must fit the stage");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kg = tid / mm::kRowLanes, ln = tid % mm::kRowLanes;
+  const I n = n0 + (I)(ln * V);
+  const int n_valid = vec_valid<V>(n, N);
+
+  float acc[R][V];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[r][j] = 0.0f;
+
+  for (I kc = k_lo; kc < k_hi; kc += (I)KCAP) {
+    const I len = k_hi - kc < (I)KCAP ? k_hi - kc : (I)KCAP;
+    const I groups = ceil_div(len, (I)(KG * U));
+    const T* bp = b + kc * N + n;
+    uint4 cur[U], nxt[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // in flight while a is staged
+      const I kk = (I)(u * KG + kg);
+      cur[u] = kk < len ? load16(bp + kk * N, n_valid, vec) : zero16();
+      nxt[u] = zero16();
+    }
+    __syncthreads();  // the previous readers of smem are done
+    for (I e = tid; e < (I)R * len; e += mm::kThreads) {
+      const I r = e / len, kk = e - r * len, m = m0 + r;
+      smem[kk * R + r] = m < M ? (float)num(a[m * K + kc + kk]) : 0.0f;
+    }
+    __syncthreads();
+    for (I g = 0; g < groups; ++g) {
+      if (g + 1 < groups) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const I kk = ((g + 1) * U + u) * KG + kg;
+          nxt[u] = kk < len ? load16(bp + kk * N, n_valid, vec) : zero16();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const I kk = (g * U + u) * KG + kg;
+        if (kk < len) {
+          float w[V];
+          widen<T>(cur[u], w);
+          const float* x = smem + kk * R;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const float xr = x[r];
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc[r][j] = fmaf(xr, w[j], acc[r][j]);
+          }
+        }
+        cur[u] = nxt[u];
+      }
+    }
+  }
+
+  // The four row groups of a warp (lanes ln, ln + 8, ln + 16, ln + 24), then the warps.
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float s = acc[r][j];
+      s += __shfl_xor_sync(0xffffffffu, s, 8);
+      s += __shfl_xor_sync(0xffffffffu, s, 16);
+      acc[r][j] = s;
+    }
+  __syncthreads();  // smem: staged a -> per-warp sums
+  if (lane < mm::kRowLanes) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < V; ++j) smem[(warp * R + r) * BN + ln * V + j] = acc[r][j];
+  }
+  __syncthreads();
+  for (int e = tid; e < R * BN; e += mm::kThreads) {
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < mm::kWarps; ++w) s += smem[w * R * BN + e];
+    const int r = e / BN, col = e % BN;
+    if (m0 + r < M) sink(m0 + (I)r, n0 + (I)col, s);
+  }
+}
+
+// a [M, K] (any batch folded into M), b [K, N] shared, c [M, N].
+template <int MR, typename T, typename I, typename TC, typename Epi>
+GDL_DEV void matmul_rows(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, SplitScratch sk, const Epi& epi,
+                         unsigned char* smem_bytes) {
+  static_assert(MR == 1 || MR == 2 || MR == 4 || MR == 8 || MR == 16, "row tile");
+  constexpr int V = RowsTile<T>::V, BN = RowsTile<T>::BN;
+  if (blockDim.x != mm::kThreads) __trap();  // a launch that breaks the LaunchRule
+  float* smem = reinterpret_cast<float*>(smem_bytes);
+  const bool vec = N % V == 0 && aligned16(b);
+  const int S = sk.splits;
+  const I tiles = ceil_div(N, (I)BN);
+  const I chunk = ceil_div(ceil_div(k_valid, (I)S), (I)mm::kKGroups) * mm::kKGroups;
+  const I tasks = tiles * S;
+  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+    const I tile = task % tiles;
+    const I s = task / tiles;
+    const I n0 = tile * BN;
+    const I k_lo = s * chunk;
+    const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;  // may be <= k_lo: an empty part
+    float* part = S > 1 ? sk.partials + (s * tiles + tile) * M * BN : nullptr;
+    const auto sink = [&](I m, I n, float v) {
+      if (S == 1) {
+        if (n < N) store_result(c, m * N + n, v, epi);
+      } else {
+        __stcg(part + m * BN + (n - n0), v);
+      }
+    };
+    for (I m0 = 0; m0 < M; m0 += MR) {
+      const I rows = M - m0;
+      if (MR == 1 || rows <= 1) rows_pass<1>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
+      else if (MR == 2 || rows <= 2) rows_pass<mm::min_int<2, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
+      else if (MR == 4 || rows <= 4) rows_pass<mm::min_int<4, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
+      else if (MR == 8 || rows <= 8) rows_pass<mm::min_int<8, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
+      else rows_pass<MR>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
+    }
+    if (S > 1 && split_arrive(sk.tickets + tile, S)) {
+      for (I e = threadIdx.x; e < M * BN; e += mm::kThreads) {
+        const I m = e / BN, col = e - m * BN, n = n0 + col;
+        if (n >= N) continue;
+        float v = 0.0f;
+        for (I q = 0; q < (I)S; ++q) v += __ldcg(sk.partials + ((q * tiles + tile) * M + m) * BN + col);
+        store_result(c, m * N + n, v, epi);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ split tiles
+
+// Part s of `tiles` BM x BN tiles of one launch, in the step's scratch.
+template <int BM, int BN, typename I> GDL_DEV float* tile_part(const SplitScratch& sk, I s, I tiles, I tile) {
+  return sk.partials + (s * tiles + tile) * (I)(BM * BN);
+}
+
+// After every thread stored its elements of part s (element e = row * BN +
+// col of the tile at (m0, n0), `base` the result's batch entry offset): the
+// last part to arrive adds the parts in split order and stores the results.
+template <int BM, int BN, typename I, typename TC, typename Epi>
+GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, const SplitScratch& sk,
+                          const Epi& epi) {
+  if (!split_arrive(sk.tickets + tile, sk.splits)) return;
+  for (int e = threadIdx.x; e < BM * BN; e += mm::kThreads) {
+    const I m = m0 + e / BN, n = n0 + e % BN;
+    if (m >= M || n >= N) continue;
+    float v = 0.0f;
+    for (I q = 0; q < (I)sk.splits; ++q) v += __ldcg(tile_part<BM, BN>(sk, q, tiles, tile) + e);
+    store_result(c, base + m * N + n, v, epi);
+  }
+}
+
+// ------------------------------------------------------------ matmul_mma
+
+template <typename T, typename I, typename TC, typename Epi, int NB>
+GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, const BatchMap<NB, 2, I>& batches,
+                        SplitScratch sk, const Epi& epi, unsigned char* smem) {
+  using namespace nvcuda;
+  constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN, BK = mm::kMmaBK;
+  constexpr int LDA = mm::kMmaLdA, LDB = mm::kMmaLdB, LDC = mm::kMmaLdC;
+  if (blockDim.x != mm::kThreads) __trap();
+  T* As = reinterpret_cast<T*>(smem);        // [2][BM][LDA]
+  T* Bs = As + 2 * mm::kMmaStageA;           // [2][BK][LDB]
+  float* Cs = reinterpret_cast<float*>(smem);  // [BM][LDC], after the k loop
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int wm = warp / 4, wn = warp % 4;     // 2 x 4 warps of 32 x 32
+  const int a_row = tid / 4, a_col = (tid % 4) * 8;  // this thread's vector of the a stage
+  const bool vec_a = K % 8 == 0 && aligned16(a), vec_b = N % 8 == 0 && aligned16(b);
+  const int S = sk.splits;
+  const I mt = ceil_div(M, (I)BM), nt = ceil_div(N, (I)BN);
+  const I tiles = batches.count * mt * nt;
+  const I chunk = ceil_div(ceil_div(k_valid, (I)S), (I)BK) * BK;
+  const I tasks = tiles * S;
+
+  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+    const I tile = task % tiles, s = task / tiles;
+    const I mi = tile % mt, ni = (tile / mt) % nt, batch = tile / (mt * nt);
+    I off[2];
+    batches.offsets(batch, off);
+    const T* ab = a + off[0];
+    const T* bb = b + off[1];
+    const I m0 = mi * BM, n0 = ni * BN;
+    const I k_lo = s * chunk;
+    const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
+    const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
+
+    uint4 ra, rb[2];
+    const auto fetch = [&](I k0) {
+      const I m = m0 + a_row, ka = k0 + a_col;
+      ra = m < M ? load16(ab + m * K + ka, vec_valid<8>(ka, k_hi), vec_a) : zero16();
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int l = tid + u * mm::kThreads, row = l / (BN / 8), col = (l % (BN / 8)) * 8;
+        const I kb = k0 + row, n = n0 + col;
+        rb[u] = kb < k_hi ? load16(bb + kb * N + n, vec_valid<8>(n, N), vec_b) : zero16();
+      }
+    };
+    const auto stash = [&](int buf) {
+      *reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col) = ra;
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int l = tid + u * mm::kThreads, row = l / (BN / 8), col = (l % (BN / 8)) * 8;
+        *reinterpret_cast<uint4*>(Bs + buf * mm::kMmaStageB + row * LDB + col) = rb[u];
+      }
+    };
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+    if (ksteps > 0) {
+      fetch(k_lo);
+      stash(0);
+    }
+    __syncthreads();
+    for (I kt = 0; kt < ksteps; ++kt) {
+      const int buf = (int)(kt & 1);
+      const bool more = kt + 1 < ksteps;
+      if (more) fetch(k_lo + (kt + 1) * BK);  // lands while the tensor cores work on this step
+      const T* at = As + buf * mm::kMmaStageA;
+      const T* bt = Bs + buf * mm::kMmaStageB;
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], at + (wm * 32 + i * 16) * LDA + kk, LDA);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], bt + kk * LDB + wn * 32 + j * 16, LDB);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      }
+      if (more) stash(buf ^ 1);  // its readers finished at the barrier that ended the previous step
+      __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
+    __syncthreads();
+    const I base = batch * M * N;
+    if (S == 1) {
+      for (int e = tid; e < BM * BN; e += mm::kThreads) {
+        const I m = m0 + e / BN, n = n0 + e % BN;
+        if (m < M && n < N) store_result(c, base + m * N + n, Cs[(e / BN) * LDC + e % BN], epi);
+      }
+    } else {
+      float* part = tile_part<BM, BN>(sk, s, tiles, tile);
+      for (int e = tid; e < BM * BN; e += mm::kThreads) __stcg(part + e, Cs[(e / BN) * LDC + e % BN]);
+      combine_tile<BM, BN>(c, M, N, base, m0, n0, tile, tiles, sk, epi);
+    }
+    __syncthreads();  // Cs is the next task's operand buffer
+  }
+}
+
+// ------------------------------------------------------------ matmul_simt
+
+template <typename I, typename TC, typename Epi, int NB>
+GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I k_valid,
+                         const BatchMap<NB, 2, I>& batches, SplitScratch sk, const Epi& epi, unsigned char* smem) {
+  constexpr int BM = mm::kSimtBM, BN = mm::kSimtBN, BK = mm::kSimtBK, LDA = mm::kSimtLdA;
+  constexpr int TM = mm::kSimtTM, TN = mm::kSimtTN;
+  static_assert((BM / TM) * (BN / TN) == mm::kThreads, "one register tile per thread");
+  if (blockDim.x != mm::kThreads) __trap();
+  float* As = reinterpret_cast<float*>(smem);  // [2][BK][LDA], a transposed
+  float* Bs = As + 2 * BK * LDA;               // [2][BK][BN]
+  const int tid = threadIdx.x;
+  const int tx = tid % (BN / TN), ty = tid / (BN / TN);  // columns tx * 4 + j, rows ty * 8 + i
+  const int a_row = tid / (BK / 4), a_col = (tid % (BK / 4)) * 4;
+  const bool vec_a = K % 4 == 0 && aligned16(a), vec_b = N % 4 == 0 && aligned16(b);
+  const int S = sk.splits;
+  const I mt = ceil_div(M, (I)BM), nt = ceil_div(N, (I)BN);
+  const I tiles = batches.count * mt * nt;
+  const I chunk = ceil_div(ceil_div(k_valid, (I)S), (I)BK) * BK;
+  const I tasks = tiles * S;
+
+  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+    const I tile = task % tiles, s = task / tiles;
+    const I mi = tile % mt, ni = (tile / mt) % nt, batch = tile / (mt * nt);
+    I off[2];
+    batches.offsets(batch, off);
+    const float* ab = a + off[0];
+    const float* bb = b + off[1];
+    const I m0 = mi * BM, n0 = ni * BN;
+    const I k_lo = s * chunk;
+    const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
+    const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
+
+    uint4 ra, rb[2];
+    const auto fetch = [&](I k0) {
+      const I m = m0 + a_row, ka = k0 + a_col;
+      ra = m < M ? load16(ab + m * K + ka, vec_valid<4>(ka, k_hi), vec_a) : zero16();
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int l = tid + u * mm::kThreads, row = l / (BN / 4), col = (l % (BN / 4)) * 4;
+        const I kb = k0 + row, n = n0 + col;
+        rb[u] = kb < k_hi ? load16(bb + kb * N + n, vec_valid<4>(n, N), vec_b) : zero16();
+      }
+    };
+    const auto stash = [&](int buf) {
+      float* at = As + buf * BK * LDA;
+      at[(a_col + 0) * LDA + a_row] = __uint_as_float(ra.x);
+      at[(a_col + 1) * LDA + a_row] = __uint_as_float(ra.y);
+      at[(a_col + 2) * LDA + a_row] = __uint_as_float(ra.z);
+      at[(a_col + 3) * LDA + a_row] = __uint_as_float(ra.w);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int l = tid + u * mm::kThreads, row = l / (BN / 4), col = (l % (BN / 4)) * 4;
+        *reinterpret_cast<uint4*>(Bs + buf * BK * BN + row * BN + col) = rb[u];
+      }
+    };
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    if (ksteps > 0) {
+      fetch(k_lo);
+      stash(0);
+    }
+    __syncthreads();
+    for (I kt = 0; kt < ksteps; ++kt) {
+      const int buf = (int)(kt & 1);
+      const bool more = kt + 1 < ksteps;
+      if (more) fetch(k_lo + (kt + 1) * BK);
+      const float* at = As + buf * BK * LDA + ty * TM;
+      const float* bt = Bs + buf * BK * BN + tx * TN;
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        const float4 a0 = *reinterpret_cast<const float4*>(at + kk * LDA);
+        const float4 a1 = *reinterpret_cast<const float4*>(at + kk * LDA + 4);
+        const float4 bv = *reinterpret_cast<const float4*>(bt + kk * BN);
+        const float av[TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const float bw[TN] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bw[j], acc[i][j]);
+      }
+      if (more) stash(buf ^ 1);
+      __syncthreads();
+    }
+    const I base = batch * M * N;
+    if (S == 1) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const I m = m0 + ty * TM + i;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const I n = n0 + tx * TN + j;
+          if (m < M && n < N) store_result(c, base + m * N + n, acc[i][j], epi);
+        }
+      }
+    } else {
+      float* part = tile_part<BM, BN>(sk, s, tiles, tile);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+        __stcg(reinterpret_cast<float4*>(part + (ty * TM + i) * BN + tx * TN),
+               make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+      combine_tile<BM, BN>(c, M, N, base, m0, n0, tile, tiles, sk, epi);
+    }
+  }
+}
+
+// ------------------------------------------------------------ general
 
 template <typename T> struct matmul_types {
   typedef float element;
@@ -27,8 +487,17 @@ template <> struct matmul_types<int> {
   static GDL_DEV int finish(long long a) { return sat_i32(a); }
 };
 
-template <int TM, int TN, int TK, int RM, int RN, typename I, typename TA, typename TB, typename TC, int NB>
-GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, const BatchMap<NB, 2, I>& batches) {
+// The general kernel: a task is one TM x TN tile of one batch entry (task t
+// -> m tile t % mt, n tile (t / mt) % nt, batch t / (mt * nt)); per TK-deep
+// slice of K the block stages a [TM x TK] (transposed, padded) and b [TK x TN]
+// in shared memory, zero-filled past the edges, and each thread accumulates
+// an RM x RN register tile: rows ty + i * (TM / RM), columns tx + j * (TN / RN).
+// i32 accumulates in 64 bits and saturates, as the interpreter's double sum
+// rounded to i32 does. Needs at least (TM / RM) * (TN / RN) threads.
+template <int TM, int TN, int TK, int RM, int RN, typename I, typename TA, typename TB, typename TC, int NB,
+          typename Epi>
+GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, I k_valid, const BatchMap<NB, 2, I>& batches,
+                    const Epi& epi) {
   constexpr int TX = TN / RN, TY = TM / RM, THREADS = TX * TY;
   static_assert(TM % RM == 0 && TN % RN == 0, "register tile must divide the block tile");
   typedef typename matmul_types<TA>::element E;
@@ -42,6 +511,7 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, const BatchM
   const int tx = tid % TX, ty = tid / TX;
   const I mt = ceil_div(M, (I)TM), nt = ceil_div(N, (I)TN);
   const I tasks = batches.count * mt * nt;
+  const I k_end = k_valid < K ? k_valid : K;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const I m0 = (task % mt) * TM;
@@ -51,7 +521,7 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, const BatchM
     batches.offsets(batch, off);
     const TA* ab = a + off[0];
     const TB* bb = b + off[1];
-    TC* cb = c + batch * M * N;
+    const I base = batch * M * N;
 
     A acc[RM][RN];
 #pragma unroll
@@ -59,7 +529,7 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, const BatchM
 #pragma unroll
       for (int j = 0; j < RN; ++j) acc[i][j] = 0;
 
-    for (I k0 = 0; k0 < K; k0 += TK) {
+    for (I k0 = 0; k0 < k_end; k0 += TK) {
       // Trip counts known at compile time: unrolled, every load of the slice is in flight at once.
       if (computes) {
 #pragma unroll
@@ -68,7 +538,7 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, const BatchM
           if (TM * TK % THREADS != 0 && l >= TM * TK) break;
           const int r = l / TK, kk = l % TK;
           const I gm = m0 + r, gk = k0 + kk;
-          a_tile[kk][r] = gm < M && gk < K ? (E)num(ab[gm * K + gk]) : (E)0;
+          a_tile[kk][r] = gm < M && gk < k_end ? (E)num(ab[gm * K + gk]) : (E)0;
         }
 #pragma unroll
         for (int u = 0; u < (TK * TN + THREADS - 1) / THREADS; ++u) {
@@ -76,7 +546,7 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, const BatchM
           if (TK * TN % THREADS != 0 && l >= TK * TN) break;
           const int kk = l / TN, cc = l % TN;
           const I gk = k0 + kk, gn = n0 + cc;
-          b_tile[kk][cc] = gk < K && gn < N ? (E)num(bb[gk * N + gn]) : (E)0;
+          b_tile[kk][cc] = gk < k_end && gn < N ? (E)num(bb[gk * N + gn]) : (E)0;
         }
       }
       __syncthreads();
@@ -104,7 +574,10 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, const BatchM
 #pragma unroll
         for (int j = 0; j < RN; ++j) {
           const I gn = n0 + tx + j * TX;
-          if (gm < M && gn < N) cb[gm * N + gn] = cvt<TC>(matmul_types<TA>::finish(acc[i][j]));
+          if (gm < M && gn < N) {
+            const I index = base + gm * N + gn;
+            c[index] = cvt<TC>(epi(matmul_types<TA>::finish(acc[i][j]), index));
+          }
         }
       }
     }

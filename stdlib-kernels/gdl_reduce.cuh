@@ -8,6 +8,13 @@
 //    combine through shared memory.
 // Floats accumulate in float; i32 sum/mean accumulate in 64 bits (the sum
 // then wraps like the interpreter's, the mean truncates toward zero).
+//
+// Padding (buckets, gdl_abi.cuh): every function takes `valid`, the number
+// of positions along the combined axis that hold data (<= len, which is the
+// layout extent). Reductions, softmax's peak and sum, and the norms'
+// statistics use positions < valid only, and mean divides by valid; softmax
+// and the norms still write every position (the padded ones from padding).
+// The overloads without `valid` use valid == len.
 #pragma once
 
 #include "gdl_index.cuh"
@@ -98,16 +105,19 @@ template <typename P> GDL_DEV typename P::acc block_reduce(typename P::acc v) {
 // ------------------------------------------------------------ sum/mean/max
 // x [rows, len] -> y [rows]; one block per row.
 template <typename P, typename I, typename TX, typename TY>
-GDL_DEV void reduce_rows(const TX* x, TY* y, I rows, I len) {
+GDL_DEV void reduce_rows(const TX* x, TY* y, I rows, I len, I valid) {
   typedef typename P::acc A;
+  valid = min_of(valid, len);
   for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
     const TX* xr = x + row * len;
     A acc = P::identity();
-    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) acc = P::combine(acc, P::lift(xr[j]));
+    for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) acc = P::combine(acc, P::lift(xr[j]));
     acc = block_reduce<P>(acc);
-    if (threadIdx.x == 0) y[row] = cvt<TY>(P::finish(acc, len));
+    if (threadIdx.x == 0) y[row] = cvt<TY>(P::finish(acc, valid));
   }
 }
+template <typename P, typename I, typename TX, typename TY>
+GDL_DEV void reduce_rows(const TX* x, TY* y, I rows, I len) { reduce_rows<P, I>(x, y, rows, len, len); }
 
 // Width of the column group a block takes: 32, or the whole block when smaller.
 GDL_DEV unsigned column_group_width() { return blockDim.x < 32u ? blockDim.x : 32u; }
@@ -115,8 +125,9 @@ GDL_DEV unsigned column_group_width() { return blockDim.x < 32u ? blockDim.x : 3
 // x [outer, len, inner] -> y [outer, inner]; tasks: outer * ceil(inner / 32),
 // task t -> outer index t % outer, column group t / outer.
 template <typename P, typename I, typename TX, typename TY>
-GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner) {
+GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner, I valid) {
   typedef typename P::acc A;
+  valid = min_of(valid, len);
   __shared__ A partial[32][33];
   const unsigned width = column_group_width();
   const unsigned lane = threadIdx.x % width, group = threadIdx.x / width;
@@ -128,87 +139,109 @@ GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner) {
     const I col = (task / outer) * (I)width + (I)lane;
     A acc = P::identity();
     if (group < groups && col < inner)
-      for (I r = (I)group; r < len; r += (I)groups) acc = P::combine(acc, P::lift(x[(o * len + r) * inner + col]));
+      for (I r = (I)group; r < valid; r += (I)groups) acc = P::combine(acc, P::lift(x[(o * len + r) * inner + col]));
     if (group < groups) partial[group][lane] = acc;
     __syncthreads();
     if (group == 0 && col < inner) {
       A total = partial[0][lane];
       for (unsigned g = 1; g < groups; ++g) total = P::combine(total, partial[g][lane]);
-      y[o * inner + col] = cvt<TY>(P::finish(total, len));
+      y[o * inner + col] = cvt<TY>(P::finish(total, valid));
     }
     __syncthreads();
   }
+}
+template <typename P, typename I, typename TX, typename TY>
+GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner) {
+  reduce_cols<P, I>(x, y, outer, len, inner, len);
 }
 
 // ------------------------------------------------------------ softmax
 // x, y [rows, len]: y = exp(x - max) / sum(exp(x - max)) per row.
 template <typename I, typename TX, typename TY>
-GDL_DEV void softmax_rows(const TX* x, TY* y, I rows, I len) {
+GDL_DEV void softmax_rows(const TX* x, TY* y, I rows, I len, I valid) {
+  valid = min_of(valid, len);
   for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
     const TX* xr = x + row * len;
     TY* yr = y + row * len;
     float peak = -inf_f32();
-    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) peak = fmaxf(peak, num(xr[j]));
+    for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) peak = fmaxf(peak, num(xr[j]));
     peak = block_reduce<FloatPeak>(peak);
     float total = 0.0f;
-    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) total += expf(num(xr[j]) - peak);
+    for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) total += expf(num(xr[j]) - peak);
     total = block_reduce<FloatSum>(total);
     for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) yr[j] = cvt<TY>(expf(num(xr[j]) - peak) / total);
   }
 }
+template <typename I, typename TX, typename TY>
+GDL_DEV void softmax_rows(const TX* x, TY* y, I rows, I len) { softmax_rows<I>(x, y, rows, len, len); }
 
 // x, y [outer, len, inner], softmax over len: one thread per column.
 template <typename I, typename TX, typename TY>
-GDL_DEV void softmax_cols(const TX* x, TY* y, I outer, I len, I inner) {
+GDL_DEV void softmax_cols(const TX* x, TY* y, I outer, I len, I inner, I valid) {
+  valid = min_of(valid, len);
   const I columns = outer * inner;
   const I threads = (I)blockDim.x;
   for (I c = task_first<I>() * threads + (I)threadIdx.x; c < columns; c += task_stride<I>() * threads) {
     const I o = c / inner;
     const I base = o * len * inner + (c - o * inner);
     float peak = -inf_f32();
-    for (I r = 0; r < len; ++r) peak = fmaxf(peak, num(x[base + r * inner]));
+    for (I r = 0; r < valid; ++r) peak = fmaxf(peak, num(x[base + r * inner]));
     float total = 0.0f;
-    for (I r = 0; r < len; ++r) total += expf(num(x[base + r * inner]) - peak);
+    for (I r = 0; r < valid; ++r) total += expf(num(x[base + r * inner]) - peak);
     for (I r = 0; r < len; ++r) y[base + r * inner] = cvt<TY>(expf(num(x[base + r * inner]) - peak) / total);
   }
+}
+template <typename I, typename TX, typename TY>
+GDL_DEV void softmax_cols(const TX* x, TY* y, I outer, I len, I inner) {
+  softmax_cols<I>(x, y, outer, len, inner, len);
 }
 
 // ------------------------------------------------------------ norms
 // x, y [rows, len]; w, b: gdl::Column / First / Value / One / Zero.
 // layernorm: (x - mean) / sqrt(var + eps) * w + b, biased variance, two passes.
 template <typename I, typename TX, typename W, typename B, typename TY>
-GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, float eps) {
+GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, I valid, float eps) {
+  valid = min_of(valid, len);
   for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
     const TX* xr = x + row * len;
     TY* yr = y + row * len;
     float total = 0.0f;
-    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) total += num(xr[j]);
-    const float mean = block_reduce<FloatSum>(total) / (float)len;
+    for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) total += num(xr[j]);
+    const float mean = block_reduce<FloatSum>(total) / (float)valid;
     float squares = 0.0f;
-    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) {
+    for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) {
       const float d = num(xr[j]) - mean;
       squares += d * d;
     }
-    const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)len + eps);
+    const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
     for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x)
       yr[j] = cvt<TY>((num(xr[j]) - mean) * inv * w.at(j) + b.at(j));
   }
 }
+template <typename I, typename TX, typename W, typename B, typename TY>
+GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, float eps) {
+  layernorm_rows<I>(x, w, b, y, rows, len, len, eps);
+}
 
 // rmsnorm: x / sqrt(mean(x^2) + eps) * w.
 template <typename I, typename TX, typename W, typename TY>
-GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, float eps) {
+GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, I valid, float eps) {
+  valid = min_of(valid, len);
   for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
     const TX* xr = x + row * len;
     TY* yr = y + row * len;
     float squares = 0.0f;
-    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) {
+    for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) {
       const float v = num(xr[j]);
       squares += v * v;
     }
-    const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)len + eps);
+    const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
     for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) yr[j] = cvt<TY>(num(xr[j]) * inv * w.at(j));
   }
+}
+template <typename I, typename TX, typename W, typename TY>
+GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, float eps) {
+  rmsnorm_rows<I>(x, w, y, rows, len, len, eps);
 }
 
 }  // namespace gdl

@@ -10,5 +10,6 @@
 #include "gdl_ops.cuh"
 #include "gdl_elementwise.cuh"
 #include "gdl_reduce.cuh"
+#include "gdl_split.cuh"
 #include "gdl_matmul.cuh"
 #include "gdl_attention.cuh"

@@ -136,5 +136,14 @@ struct IntValue {
   int v;
   GDL_DEV int get() const { return v; }
 };
+// A length clamped to the valid count of a padded axis (buckets, gdl_abi.cuh).
+template <typename S> struct ClampedLen {
+  S source;
+  int valid;
+  GDL_DEV int get() const {
+    const int len = source.get();
+    return len < valid ? len : valid;
+  }
+};
 
 }  // namespace gdl

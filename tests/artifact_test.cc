@@ -246,10 +246,11 @@ TEST_CASE("artifact: a corrupt header is refused with what is wrong") {
   }
   std::vector<uint8_t> v7 = file;
   v7[8] = 7;
-  CHECK(refusal(v7) == "artifact format version 7, this gdl reads version 1: recompile the program with this gdlc");
+  CHECK(refusal(v7) == "artifact format version 7, this gdl reads version " + std::to_string(kArtifactVersion) +
+                           ": recompile the program with this gdlc");
   std::vector<uint8_t> high = file;
   high[11] = 1;
-  CHECK(refusal(high).find("artifact format version 16777217") == 0);
+  CHECK(refusal(high).find("artifact format version " + std::to_string((1u << 24) + kArtifactVersion)) == 0);
 
   std::vector<uint8_t> longer = file;
   write_u64(longer, 12, file.size());  // claims more payload than there is

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "codegen.h"
+#include "kernel_choice.h"
 #include "ir_builder.h"
 #include "plan.h"
 
@@ -192,7 +194,7 @@ ir::Graph structured_program() {
   return std::move(b.g);
 }
 
-// A small program whose plan is then fused into one three-value step.
+// A small program that make_plan fuses into one three-value step.
 plan::Plan fused_plan() {
   GraphBuilder b;
   b.g.program_name = "fused";
@@ -204,12 +206,10 @@ plan::Plan fused_plan() {
   ValueId sum = b.binary(Op::kAdd, e, x);
   b.output("z", sum);
   plan::Plan p = plan_of(b.g);
-  REQUIRE(p.steps.size() == 3);
-  plan::Step fused;
-  fused.values = {prod, e, sum};
-  fused.result = sum;
-  fused.reads = {x, y};
-  p.steps = {fused};
+  REQUIRE(p.steps.size() == 1);
+  CHECK(p.steps[0].values == std::vector<ValueId>{prod, e, sum});
+  CHECK(p.steps[0].result == sum);
+  CHECK(p.steps[0].reads == std::vector<ValueId>{x, y});
   return p;
 }
 
@@ -251,7 +251,8 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
     const ir::Node& n = p.graph.node(p.steps[s].result);
     const LaunchRule& r = code.kernels[s].launch;
     INFO(code.kernels[s].symbol);
-    if (n.op == Op::kMatMul && n.type.rank() == 3) {
+    const bool general = !is_float(n.type.dtype);  // i32 and bool take the general matmul
+    if (n.op == Op::kMatMul && n.type.rank() == 3 && general) {
       // [B, 80, 40]: 2 x 1 tiles of 64 x 64 per batch entry; [B, 32, 40]:
       // 2 x 2 tiles of 16 x 32. Batch entries over grid.x, tiles over grid.y.
       CHECK(r.work == dims({Dim::runtime(0)}));
@@ -263,11 +264,28 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
                                                             : "gdl::matmul<16, 32, 64, 1, 2, int>") != std::string::npos);
       ++matmuls;
     }
+    if (n.op == Op::kMatMul && n.type.rank() == 3 && !general) {
+      // The same against a shared w: the batch folds into the rows (at
+      // least 32): the tiled kernel, a block per 64-row band over grid.x,
+      // one 128-column tile, K = 48 not split.
+      CHECK(r.work == dims({Dim::runtime(0), n.type.shape[1]}));
+      CHECK(r.items_per_block == 64);
+      CHECK(r.grid_y == 1);
+      CHECK(r.block == 256);
+      CHECK(p.steps[s].scratch_bytes == 0);
+      ++matmuls;
+    }
     if (n.op == Op::kMatMul && n.type.rank() == 2) {
-      // [S, 40]: run-time M over grid.x in 16-row tiles, two 32-column tiles over grid.y.
-      CHECK(r.work == dims({Dim::runtime(1)}));
-      CHECK(r.items_per_block == 16);
-      CHECK(r.grid_y == 2);
+      if (general) {
+        // [S, 40]: run-time M over grid.x in 16-row tiles, two 32-column tiles over grid.y.
+        CHECK(r.work == dims({Dim::runtime(1)}));
+        CHECK(r.items_per_block == 16);
+        CHECK(r.grid_y == 2);
+      } else {
+        // [S, 40] with S <= 8: the rows kernel, one block per 128-byte strip of w.
+        CHECK(r.work.empty());
+        CHECK(r.grid_y == (n.type.dtype == DType::kF32 ? 2 : 1));
+      }
       ++matmuls;
     }
     if (n.op == Op::kMatMul && n.type.rank() == 4) {
@@ -283,8 +301,11 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
       CHECK(r.block == 64);
     }
     if (n.op == Op::kAttention) {
-      CHECK(r.work == dims({Dim::runtime(0), c(4)}));  // one block per (batch, head)
+      // Two blocks per (batch, head), each over half of the 128 positions.
+      CHECK(r.work == dims({Dim::runtime(0), c(4)}));
+      CHECK(r.grid_y == 2);
       CHECK(r.block == 256);
+      CHECK(p.steps[s].scratch_bytes > 0);
       ++attentions;
     }
   }
@@ -294,6 +315,233 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
   CHECK(code.source.find("gdl::IntValue{s1}") != std::string::npos);
   CHECK(code.source.find("gdl::IntValue{100}") != std::string::npos);
   CHECK(code.source.find("gdl::IntAt{v") != std::string::npos);
+  require_compiles(code);
+}
+
+// Shapes that select each fast matmul kernel and the split attention.
+struct KernelProgram {
+  ir::Graph g;
+  std::map<std::string, ValueId> value;  // by output name
+};
+KernelProgram kernel_program(DType t) {
+  GraphBuilder b;
+  b.g.program_name = std::string("kernels_") + dtype_name(t);
+  Dim B = b.dim("B", 1, 8), C = b.dim("C", 1, 64);
+  KernelProgram k;
+  auto output = [&](const std::string& name, ValueId v) {
+    b.output(name, v);
+    k.value[name] = v;
+  };
+  ValueId w = b.param("w", {t, dims({c(4096), c(4096)})});
+  ValueId x = b.input("x", {t, dims({B, c(4096)})});
+  ValueId y = b.input("y", {t, dims({C, c(4096)})});
+  output("rows", b.op(Op::kMatMul, {x, w}, {t, dims({B, c(4096)})}));    // at most 8 rows: rows kernel, K split
+  output("hybrid", b.op(Op::kMatMul, {y, w}, {t, dims({C, c(4096)})}));  // 1..64 rows: chosen at run time
+  ValueId a = b.input("a", {t, dims({c(256), c(512)})});
+  ValueId v = b.param("v", {t, dims({c(512), c(256)})});
+  output("tiles", b.op(Op::kMatMul, {a, v}, {t, dims({c(256), c(256)})}));  // 8 tiles, K split 8 (mma) or 16 (simt)
+  ValueId u = b.input("u", {t, dims({c(4), c(8), c(64)})});
+  ValueId uw = b.param("uw", {t, dims({c(4), c(64), c(32)})});
+  output("batched", b.op(Op::kMatMul, {u, uw}, {t, dims({c(4), c(8), c(32)})}));  // b batched: tiles per batch entry
+  ValueId r = b.input("r", {t, dims({c(3), c(17), c(33)})});
+  ValueId rw = b.param("rw", {t, dims({c(33), c(9)})});
+  output("ragged", b.op(Op::kMatMul, {r, rw}, {t, dims({c(3), c(17), c(9)})}));  // 51 folded rows, odd K and N
+  ValueId q = b.input("q", {t, dims({c(32), c(128)})});
+  ValueId kc = b.param("k", {t, dims({c(32), c(4096), c(128)})});
+  ValueId vc = b.param("vc", {t, dims({c(32), c(4096), c(128)})});
+  ValueId len = b.input("len", {DType::kI32, {}});
+  output("decode", b.op(Op::kAttention, {q, kc, vc, len}, {t, dims({c(32), c(128)})}, testing::value_attrs(0.088)));
+  ValueId q2 = b.input("q2", {t, dims({c(2), c(3), c(40)})});
+  ValueId k2 = b.param("k2", {t, dims({c(2), c(3), c(100), c(40)})});
+  ValueId v2 = b.param("v2", {t, dims({c(2), c(3), c(100), c(24)})});
+  output("odd", b.op(Op::kAttention, {q2, k2, v2, len}, {t, dims({c(2), c(3), c(24)})}, testing::value_attrs(0.2)));
+  k.g = std::move(b.g);
+  return k;
+}
+
+size_t step_writing(const plan::Plan& p, ValueId v) {
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    if (p.steps[s].result == v) return s;
+  FAIL("no step writes %" << v);
+  return 0;
+}
+
+TEST_CASE("codegen: each matmul kernel and the split attention are chosen by shape, named, and compile") {
+  for (DType t : kFloats) {
+    INFO(dtype_name(t));
+    KernelProgram k = kernel_program(t);
+    plan::Plan p = plan_of(k.g);
+    REQUIRE(plan::check_plan(p) == "");
+    GeneratedCode code = generate_cuda(p);
+    const std::string& src = code.source;
+    const bool f32 = t == DType::kF32;
+    const std::string tiled = f32 ? "gdl::matmul_simt(" : "gdl::matmul_mma(";
+    const int64_t strips = f32 ? 128 : 64;  // 128-byte column strips of a 4096-wide w
+
+    // The kernels' text: one rows call, one run-time choice, tiled calls.
+    CHECK(src.find("gdl::matmul_rows<8>(") != std::string::npos);
+    CHECK(src.find(std::string("  if (rows <= 16)\n    gdl::matmul_rows<") + (f32 ? "16" : "8") + ">(") !=
+          std::string::npos);
+    CHECK(src.find(tiled) != std::string::npos);
+    CHECK(src.find("// matmul kernel: rows (") != std::string::npos);
+    CHECK(src.find("gdl::attention_split<128, 128, ") != std::string::npos);
+    CHECK(src.find("gdl::attention_split<40, 24, ") != std::string::npos);
+    CHECK(src.find("// attention kernel: split, 12 block(s) per row") != std::string::npos);
+
+    // rows: at most 8 rows, 4096 / 64 (f16) or 4096 / 32 (f32) strips, K split
+    // so that the grid has about 264 blocks.
+    const MatmulChoice rows = choose_matmul(p.graph, p.graph.node(k.value["rows"]));
+    CHECK(rows.fold_batch);
+    CHECK(rows.use_rows);
+    CHECK_FALSE(rows.use_tiles);
+    CHECK(rows.row_tile == 8);
+    CHECK(rows.rows_splits == (f32 ? 2 : 4));
+    size_t s = step_writing(p, k.value["rows"]);
+    const LaunchRule& rr = code.kernels[s].launch;
+    CHECK(rr.work.empty());
+    CHECK(rr.grid_y == strips * rows.rows_splits);
+    CHECK(rr.block == 256);
+    CHECK(p.steps[s].tickets_bytes == rows.scratch.ticket_bytes());
+    CHECK(p.steps[s].scratch_bytes == rows.scratch.partial_bytes());
+    CHECK(rows.scratch.tickets == strips);
+    CHECK(rows.scratch.partial_floats == rows.rows_splits * strips * 8 * (strips == 64 ? 64 : 32));
+    CHECK(src.find("reinterpret_cast<unsigned*>(arena + " + std::to_string(p.steps[s].tickets_offset) + "ull)") !=
+          std::string::npos);
+    CHECK(src.find("reinterpret_cast<float*>(arena + " + std::to_string(p.steps[s].scratch_offset) + "ull)") !=
+          std::string::npos);
+
+    // hybrid: 1..64 rows, the rows kernel up to 16 and the tiled one above,
+    // blocks for either: a 64-row band over grid.x, the larger count over grid.y.
+    const MatmulChoice hybrid = choose_matmul(p.graph, p.graph.node(k.value["hybrid"]));
+    CHECK(hybrid.use_rows);
+    CHECK(hybrid.use_tiles);
+    CHECK(hybrid.tiles == (f32 ? MatmulKernel::kSimt : MatmulKernel::kMma));
+    CHECK(hybrid.tile_splits == 8);
+    s = step_writing(p, k.value["hybrid"]);
+    const LaunchRule& hr = code.kernels[s].launch;
+    CHECK(hr.work == dims({Dim::runtime(1)}));
+    CHECK(hr.items_per_block == 64);
+    CHECK(hr.grid_y == std::max<int64_t>(strips * hybrid.rows_splits, 32 * hybrid.tile_splits));
+    CHECK(p.steps[s].scratch_bytes == hybrid.scratch.partial_bytes());
+
+    // tiles: 256 x 256 is 8 tiles of 64 x 128; K = 512 split 8 ways (two
+    // steps of 32 each for mma), 16 for simt (the cap).
+    const MatmulChoice tiles = choose_matmul(p.graph, p.graph.node(k.value["tiles"]));
+    CHECK_FALSE(tiles.use_rows);
+    CHECK(tiles.tile_splits == (f32 ? 16 : 8));
+    s = step_writing(p, k.value["tiles"]);
+    CHECK(code.kernels[s].launch.grid_y == 8 * tiles.tile_splits);
+    CHECK(code.kernels[s].launch.work.empty());
+
+    // batched b: not folded, one tile per batch entry.
+    const MatmulChoice batched = choose_matmul(p.graph, p.graph.node(k.value["batched"]));
+    CHECK_FALSE(batched.fold_batch);
+    CHECK_FALSE(batched.use_rows);
+    s = step_writing(p, k.value["batched"]);
+    CHECK(code.kernels[s].launch.grid_y == 4 * batched.tile_splits);
+    CHECK(src.find("  batches.set(1, gdl::Shape<1, int>{{4}}, K * N);  // b") != std::string::npos);
+
+    // ragged: 3 x 17 rows fold into 51, K = 33 too short to split.
+    const MatmulChoice ragged = choose_matmul(p.graph, p.graph.node(k.value["ragged"]));
+    CHECK(ragged.fold_batch);
+    CHECK(ragged.rows_min == 51);
+    CHECK(ragged.tile_splits == 1);
+    CHECK(p.steps[step_writing(p, k.value["ragged"])].scratch_bytes == 0);
+
+    // attention: 32 rows, 12 splits of 4096 positions; 6 rows of 100: 2.
+    const AttentionChoice decode = choose_attention(p.graph, p.graph.node(k.value["decode"]));
+    CHECK(decode.splits == 12);
+    CHECK(decode.scratch.tickets == 32);
+    CHECK(decode.scratch.partial_floats == 32 * 12 * 130);
+    s = step_writing(p, k.value["decode"]);
+    CHECK(code.kernels[s].launch.grid_y == 32 * 12);
+    CHECK(p.steps[s].tickets_bytes == decode.scratch.ticket_bytes());
+    CHECK(p.steps[s].scratch_bytes == decode.scratch.partial_bytes());
+    CHECK(choose_attention(p.graph, p.graph.node(k.value["odd"])).splits == 2);
+
+    // The scratch area: the tickets of each step in step order, then the
+    // partial tiles. Every output here is independent: nothing is shared.
+    uint64_t tickets = 0, largest = 0;
+    for (const plan::Step& st : p.steps) {
+      if (st.tickets_bytes == 0) continue;
+      CHECK(st.tickets_offset == p.arena_bytes + tickets);
+      tickets += st.tickets_bytes;
+    }
+    uint64_t partials = 0;
+    for (const plan::Step& st : p.steps) {
+      CHECK((st.tickets_bytes == 0) == (st.scratch_bytes == 0));
+      if (st.scratch_bytes == 0) continue;
+      CHECK(st.scratch_offset >= p.arena_bytes + tickets);
+      partials += st.scratch_bytes;
+      largest = std::max(largest, st.scratch_bytes);
+    }
+    CHECK(p.scratch_bytes == tickets + partials);
+    CHECK(plan::print_plan(p).find(", scratch ") != std::string::npos);
+    require_compiles(code);
+  }
+}
+
+TEST_CASE("check_plan: scratch that is missing, shared or outside its area is found") {
+  KernelProgram k = kernel_program(DType::kF16);
+  plan::Plan p = plan_of(k.g);
+  REQUIRE(plan::check_plan(p) == "");
+  std::vector<size_t> with;
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    if (p.steps[s].scratch_bytes > 0) with.push_back(s);
+  REQUIRE(with.size() >= 2);
+  {
+    plan::Plan bad = p;
+    bad.steps[with[0]].scratch_bytes = 0;
+    CHECK(plan::check_plan(bad).find("bytes of scratch, its kernel needs") != std::string::npos);
+  }
+  {
+    plan::Plan bad = p;  // the independent outputs' steps may run at the same time
+    bad.steps[with[1]].scratch_offset = bad.steps[with[0]].scratch_offset;
+    CHECK(plan::check_plan(bad).find("may run at the same time but share scratch") != std::string::npos);
+  }
+  {
+    plan::Plan bad = p;
+    bad.steps[with[1]].tickets_offset = bad.steps[with[0]].scratch_offset;
+    CHECK(plan::check_plan(bad).find("share bytes with other scratch") != std::string::npos);
+  }
+  {
+    plan::Plan bad = p;
+    bad.steps[with[0]].scratch_offset = 0;  // inside the arena
+    CHECK(plan::check_plan(bad).find("lies outside the scratch area") != std::string::npos);
+    bad = p;
+    bad.scratch_bytes = 0;
+    CHECK(plan::check_plan(bad).find("lies outside the scratch area") != std::string::npos);
+  }
+}
+
+TEST_CASE("plan: split kernels in a chain share their partial tiles; their tickets stay apart") {
+  // Four matmuls in a chain (each waits for the one before): one partial
+  // area serves them all; two independent ones may not share.
+  GraphBuilder b;
+  Dim B = b.dim("B", 1, 8);
+  ValueId x = b.input("x", {DType::kF16, dims({B, c(2048)})});
+  ValueId h = x;
+  for (int l = 0; l < 4; ++l) {
+    ValueId w = b.param("w" + std::to_string(l), {DType::kF16, dims({c(2048), c(2048)})});
+    h = b.op(Op::kMatMul, {h, w}, {DType::kF16, dims({B, c(2048)})});
+  }
+  b.output("y", h);
+  ValueId w4 = b.param("w4", {DType::kF16, dims({c(2048), c(2048)})});
+  b.output("z", b.op(Op::kMatMul, {x, w4}, {DType::kF16, dims({B, c(2048)})}));
+  plan::Plan p = plan_of(b.g);
+  REQUIRE(plan::check_plan(p) == "");
+  REQUIRE(p.steps.size() == 5);
+  std::set<uint64_t> partial_offsets, ticket_offsets;
+  for (const plan::Step& st : p.steps) {
+    REQUIRE(st.scratch_bytes > 0);
+    ticket_offsets.insert(st.tickets_offset);
+    partial_offsets.insert(st.scratch_offset);
+  }
+  CHECK(ticket_offsets.size() == 5);
+  CHECK(partial_offsets.size() == 2);  // the chain's one area, and the independent matmul's own
+  const uint64_t one = p.steps[0].scratch_bytes;
+  CHECK(p.scratch_bytes == 5 * p.steps[0].tickets_bytes + 2 * one);
+  GeneratedCode code = generate_cuda(p);
   require_compiles(code);
 }
 

@@ -21,6 +21,10 @@ using plan::Region;
 using testing::GraphBuilder;
 using testing::type;
 
+// Most tests here study the planner on one step per IR value; fusion has its
+// own tests (fuse_test.cc) and the random graphs below run both ways.
+constexpr plan::PlanOptions kNoFusion{false, false};
+
 // Non-zero values of both signs, rounded to the dtype.
 HostTensor random_tensor(std::mt19937& rng, DType dtype, std::vector<int64_t> shape, int64_t id_limit = 8) {
   HostTensor t;
@@ -90,7 +94,7 @@ Plan chain_plan() {
   for (Op op : ops) v = b.unary(op, v);
   b.output("y", v);
   REQUIRE(ir::verify(b.g) == "");
-  return plan::make_plan(b.g);
+  return plan::make_plan(b.g, kNoFusion);
 }
 
 // x -> a = exp(x), b = tanh(x) -> c = a + b -> y.
@@ -101,7 +105,7 @@ Plan diamond_plan() {
   ValueId right = b.unary(Op::kTanh, x);
   b.output("y", b.binary(Op::kAdd, left, right));
   REQUIRE(ir::verify(b.g) == "");
-  return plan::make_plan(b.g);
+  return plan::make_plan(b.g, kNoFusion);
 }
 
 TEST_CASE("plan: a chain of 10 elementwise ops ping-pongs between two reused slots") {
@@ -161,7 +165,7 @@ TEST_CASE("plan: longer branches do not reuse each other's space, so they stay p
   ValueId c2 = b.unary(Op::kAbs, c);     // step 3: in the schedule, a is dead here
   ValueId y = b.binary(Op::kAdd, a2, c2);
   b.output("y", y);
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan::make_plan(b.g, kNoFusion);
   CHECK(plan::check_plan(p) == "");
   REQUIRE(p.steps.size() == 5);
   CHECK(p.steps[1].deps.empty());
@@ -188,7 +192,7 @@ TEST_CASE("plan: leaves get the storage their role needs") {
   ValueId y = b.binary(Op::kMul, b.binary(Op::kAdd, h, w2), two);
   b.output("y", y);
   (void)alpha;
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan::make_plan(b.g, kNoFusion);
   CHECK(plan::check_plan(p) == "");
   CHECK(p.buffers[unused].region == Region::kArena);  // binding it must still work
   CHECK(p.buffers[unused].bytes == 28);
@@ -241,18 +245,19 @@ TEST_CASE("plan: a reshape is a view of its argument's storage") {
   // a's storage lives until the sum reads it through r.
   CHECK_FALSE(buffers_overlap(p.buffers[n], p.buffers[a]));
   CHECK(p.steps.size() == 5);  // exp, neg, sum, sum, reshape-copy
-  // x 512 @0; outputs s 256 @512, z 512 @768, t (w's storage) 256 @1280;
-  // a and n (each 288 bytes at B = 3, aligned to 512) are live together.
-  CHECK(p.buffers[x].offset == 0);
-  CHECK(p.buffers[s].offset == 512);
-  CHECK(p.buffers[z].offset == 768);
-  CHECK(p.buffers[t].offset == 1280);
-  CHECK(p.buffers[a].offset == 1536);
-  CHECK(p.buffers[n].offset == 2048);
+  // The valid-dims block 256 @0 (a program with run-time dims); x 512 @256;
+  // outputs s 256 @768, z 512 @1024, t (w's storage) 256 @1536; a and n
+  // (each 288 bytes at B = 3, aligned to 512) are live together.
+  CHECK(p.buffers[x].offset == 256);
+  CHECK(p.buffers[s].offset == 768);
+  CHECK(p.buffers[z].offset == 1024);
+  CHECK(p.buffers[t].offset == 1536);
+  CHECK(p.buffers[a].offset == 1792);
+  CHECK(p.buffers[n].offset == 2304);
   CHECK(p.buffers[a].bytes == 288);
-  CHECK(p.arena_bytes == 2560);
-  CHECK(p.naive_bytes == 2560);
-  CHECK(p.live_lower_bound == 2560);
+  CHECK(p.arena_bytes == 2816);
+  CHECK(p.naive_bytes == 2816);
+  CHECK(p.live_lower_bound == 2816);
   // Every run-time dim binding is planned for the largest one and runs exact.
   for (int64_t batch_value : {1, 2, 3}) {
     INFO("B = " << batch_value);
@@ -337,7 +342,7 @@ TEST_CASE("check_plan: missing write-after-read and write-after-write deps on a 
   ValueId a2 = b.unary(Op::kNeg, a);  // step 2: a's last read
   ValueId c2 = b.unary(Op::kAbs, c);  // step 3
   b.output("y", b.binary(Op::kAdd, a2, c2));
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan::make_plan(b.g, kNoFusion);
   REQUIRE(plan::check_plan(p) == "");
   REQUIRE(p.steps[3].deps == std::vector<int>{1});
   // Put c2 into a's slot: sound in the schedule order, but step 3 must now
@@ -514,7 +519,7 @@ class RandomGraph {
       case 2: case 3: return add_binary();
       case 4: return add_matmul();
       case 5: return add_reduce();
-      case 6: return add_reshape();
+      case 6: return pick(3) ? add_reshape() : add_slice();
       case 7: return add_softmax_or_transpose();
       default: return add_concat();
     }
@@ -534,12 +539,15 @@ class RandomGraph {
     ValueId other;
     switch (pick(4)) {
       case 0: other = b_.constant(0.5 + static_cast<double>(pick(4)), dtype_); break;
-      case 1:
-        if (dtype_ == DType::kF32) {
-          other = b_.scalar("s" + std::to_string(scalars_++), DType::kF32, 1.5);
-          break;
-        }
-        [[fallthrough]];
+      case 1: {
+        // A run-time scalar, or a rank-0 value computed from one (cheap to
+        // recompute: fusion duplicates it instead of storing it).
+        ValueId scalar = b_.scalar("s" + std::to_string(scalars_++), DType::kF32, 1.5);
+        if (dtype_ == DType::kF32 && pick(2)) other = scalar;
+        else if (dtype_ == DType::kF32) other = b_.binary(Op::kMul, scalar, b_.constant(-0.75));
+        else other = b_.cast(scalar, dtype_);
+        break;
+      }
       default: other = partners[pick(partners.size())]; break;
     }
     if (pick(2)) std::swap(a, other);
@@ -598,6 +606,37 @@ class RandomGraph {
     pool_.push_back(b_.op(Op::kReshape, {a}, {dtype_, out}));
   }
 
+  // A static slice: half the time contiguous in row-major order (ranges of
+  // one element, then one axis with any range, then whole axes), which the
+  // planner turns into a view; a run-time axis is kept whole or sliced to
+  // [0, 1) (its lower bound is at least 1).
+  void add_slice() {
+    ValueId a = any_with_rank(1);
+    if (a == ir::kNoValue) return add_unary();
+    const Shape s = type_of(a).shape;
+    bool contiguous = pick(2);
+    size_t partial = pick(s.size());
+    std::vector<int64_t> bounds;
+    Shape out;
+    for (size_t axis = 0; axis < s.size(); ++axis) {
+      const Dim& d = s[axis];
+      int64_t start = 0, stop = -1;
+      if (d.is_runtime()) {
+        if ((contiguous && axis < partial) || (!contiguous && pick(2))) stop = 1;
+      } else if (contiguous && axis > partial) {
+        stop = pick(2) ? -1 : d.extent;
+      } else {
+        start = static_cast<int64_t>(pick(static_cast<size_t>(d.extent)));
+        int64_t length = contiguous && axis < partial ? 1 : 1 + static_cast<int64_t>(pick(static_cast<size_t>(d.extent - start)));
+        stop = start + length;
+      }
+      bounds.push_back(start);
+      bounds.push_back(stop);
+      out.push_back(stop == -1 ? (d.is_runtime() ? d : Dim::constant(d.extent - start)) : Dim::constant(stop - start));
+    }
+    pool_.push_back(b_.op(Op::kSlice, {a}, {dtype_, out}, testing::ints_attrs(bounds)));
+  }
+
   void add_softmax_or_transpose() {
     ValueId a = any_with_rank(1);
     if (a == ir::kNoValue) return add_unary();
@@ -648,39 +687,57 @@ class RandomGraph {
   int params_ = 0, scalars_ = 0;
 };
 
-TEST_CASE("plan property: 200 random graphs plan soundly and run bit-exact") {
-  size_t total_steps = 0, reused = 0, views = 0, copies = 0;
+TEST_CASE("plan property: 200 random graphs plan soundly and run bit-exact, with and without fusion") {
+  size_t total_steps = 0, fused_steps = 0, multi_value_steps = 0, reused = 0, views = 0, copies = 0, slice_views = 0,
+         epilogues = 0;
   for (uint32_t seed = 1; seed <= 200; ++seed) {
     RandomGraph gen(seed);
     ir::Graph g = gen.build();
     INFO("seed " << seed << "\n" << ir::print_ir(g));
     REQUIRE(ir::verify(g) == "");
-    Plan p = plan::make_plan(g);
-    INFO(plan::print_plan(p));
-    REQUIRE(plan::check_plan(p) == "");
-    CHECK(p.live_lower_bound <= p.arena_bytes);
-    CHECK(p.arena_bytes <= p.naive_bytes);
-    total_steps += p.steps.size();
-    for (const plan::Step& st : p.steps) {
-      const ir::Node& n = p.graph.node(st.result);
-      copies += n.op == Op::kReshape;
-    }
-    for (const ir::Node& n : p.graph.nodes) views += n.op == Op::kReshape;  // views + copies
-    reused += p.arena_bytes < p.naive_bytes;
-    // Every dep is needed: dropping any one of them breaks the plan.
-    for (size_t s = 0; s < p.steps.size(); ++s)
-      for (size_t d = 0; d < p.steps[s].deps.size(); ++d) {
-        Plan weaker = p;
-        weaker.steps[s].deps.erase(weaker.steps[s].deps.begin() + static_cast<std::ptrdiff_t>(d));
-        CHECK(plan::check_plan(weaker) != "");
+    for (bool fuse : {false, true}) {
+      INFO((fuse ? "fused" : "one step per value"));
+      Plan p = plan::make_plan(g, fuse ? plan::PlanOptions{} : kNoFusion);
+      INFO(plan::print_plan(p));
+      REQUIRE(plan::check_plan(p) == "");
+      CHECK(p.live_lower_bound <= p.arena_bytes);
+      CHECK(p.arena_bytes <= p.naive_bytes);
+      (fuse ? fused_steps : total_steps) += p.steps.size();
+      std::vector<bool> written(p.graph.nodes.size(), false);
+      for (const plan::Step& st : p.steps) {
+        const ir::Node& n = p.graph.node(st.result);
+        written[static_cast<size_t>(st.result)] = true;
+        if (!fuse) copies += n.op == Op::kReshape;
+        if (fuse) epilogues += st.values.size() > 1 && p.graph.node(st.values.front()).op == Op::kMatMul;
+        if (fuse) multi_value_steps += st.values.size() > 1;
       }
-    std::vector<std::vector<int64_t>> dim_values = {{}};
-    if (!g.dims.empty()) dim_values = {{g.dims[0].lo}, {g.dims[0].hi}, {(g.dims[0].lo + g.dims[0].hi) / 2}};
-    for (const auto& dims : dim_values) expect_planned_equals_interpreted(p, random_bindings(g, dims, seed));
+      for (size_t v = 0; v < p.graph.nodes.size(); ++v) {
+        Op op = p.graph.nodes[v].op;
+        if (!fuse) views += op == Op::kReshape;  // views + copies
+        if (!fuse) slice_views += op == Op::kSlice && !written[v];
+      }
+      if (!fuse) reused += p.arena_bytes < p.naive_bytes;
+      // Every dep is needed: dropping any one of them breaks the plan.
+      for (size_t s = 0; s < p.steps.size(); ++s)
+        for (size_t d = 0; d < p.steps[s].deps.size(); ++d) {
+          Plan weaker = p;
+          weaker.steps[s].deps.erase(weaker.steps[s].deps.begin() + static_cast<std::ptrdiff_t>(d));
+          CHECK(plan::check_plan(weaker) != "");
+        }
+      std::vector<std::vector<int64_t>> dim_values = {{}};
+      if (!g.dims.empty()) dim_values = {{g.dims[0].lo}, {g.dims[0].hi}, {(g.dims[0].lo + g.dims[0].hi) / 2}};
+      for (const auto& dims : dim_values) expect_planned_equals_interpreted(p, random_bindings(g, dims, seed));
+    }
   }
-  MESSAGE("random graphs: " << total_steps << " steps, " << views - copies << " views, " << copies
+  MESSAGE("random graphs: " << total_steps << " steps (" << fused_steps << " fused, " << multi_value_steps
+                             << " of several values, " << epilogues << " matmul epilogues), " << views - copies
+                             << " reshape views, " << slice_views << " slice views, " << copies
                              << " copy steps (outputs over leaves), " << reused << " graphs reuse arena space");
   CHECK(total_steps > 1000);
+  CHECK(fused_steps + 150 < total_steps);
+  CHECK(multi_value_steps > 100);
+  CHECK(epilogues >= 10);
+  CHECK(slice_views > 20);
   CHECK(reused > 50);  // most random graphs reuse some space
 }
 

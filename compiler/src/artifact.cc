@@ -3,7 +3,8 @@
 // 1. serialize_artifact encodes the payload with a small little-endian
 //    writer: lengths as u32 before every string and vector, doubles by
 //    their bit pattern, enums as u8. Order: graph (name, dims, nodes with
-//    every field, outputs), plan (buffers, steps, memory summary), kernel
+//    every field, outputs), plan (buffers, steps with their scratch, memory
+//    summary and scratch area), kernel
 //    table, module (arch, CUBIN, PTX, NVRTC version, cache flag, compile
 //    time), CUDA source. Then it prepends the header: magic, format version,
 //    payload size, FNV-1a 64 checksum of the payload.
@@ -128,11 +129,16 @@ void write_plan(Writer& w, const plan::Plan& p) {
     w.i32(s.result);
     ids(s.reads);
     w.vec(s.deps, [&](int d) { w.i32(d); });
+    w.u64(s.tickets_offset);
+    w.u64(s.tickets_bytes);
+    w.u64(s.scratch_offset);
+    w.u64(s.scratch_bytes);
   });
   w.u64(p.arena_bytes);
   w.u64(p.params_bytes);
   w.u64(p.naive_bytes);
   w.u64(p.live_lower_bound);
+  w.u64(p.scratch_bytes);
 }
 
 void write_kernels(Writer& w, const std::vector<KernelInfo>& kernels) {
@@ -332,7 +338,7 @@ void read_plan(Reader& r, plan::Plan& p) {
     b.offset = r.u64();
     b.bytes = r.u64();
   }
-  p.steps.resize(r.count(16, "step"));
+  p.steps.resize(r.count(48, "step"));
   for (size_t s = 0; s < p.steps.size() && !r.failed(); ++s) {
     plan::Step& st = p.steps[s];
     std::string where = "step " + std::to_string(s);
@@ -346,11 +352,16 @@ void read_plan(Reader& r, plan::Plan& p) {
       d = r.i32();
       if (!r.failed() && (d < 0 || static_cast<size_t>(d) >= s)) r.fail(where + " waits for a step that is not earlier");
     }
+    st.tickets_offset = r.u64();
+    st.tickets_bytes = r.u64();
+    st.scratch_offset = r.u64();
+    st.scratch_bytes = r.u64();
   }
   p.arena_bytes = r.u64();
   p.params_bytes = r.u64();
   p.naive_bytes = r.u64();
   p.live_lower_bound = r.u64();
+  p.scratch_bytes = r.u64();
 }
 
 std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {

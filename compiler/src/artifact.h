@@ -17,7 +17,7 @@
 
 namespace gdl {
 
-inline constexpr uint32_t kArtifactVersion = 1;
+inline constexpr uint32_t kArtifactVersion = 2;  // 2: plan steps carry their scratch
 
 struct Artifact {
   plan::Plan plan;                  // holds the graph: names, shapes, dtypes

@@ -9,14 +9,19 @@
 //    a. a prologue: the run-time dims it uses (from args.dims), the run-time
 //       scalars (from args.scalars), and typed pointers to the buffers of
 //       its operands and result (arena or params + the planned offset);
-//    b. the computation. Elementwise values (any chain of them, which is
-//       how fused steps will arrive) and the data-movement ops (reshape,
-//       transpose, slice, concat, gather) become one lambda over the flat
-//       indices of the result, run by gdl::for_each_element: each value is
-//       a local rounded to its dtype, operands outside the step are loaded
-//       through broadcast or permuted strides from the result coordinates,
-//       constants are literals, scalars are locals. Matmul, reductions,
-//       softmax, norms and attention call their stdlib template.
+//    b. the computation. Elementwise values (a fused step's chain or tree
+//       of them, fuse.cc) and the data-movement ops (reshape, transpose,
+//       slice, concat, gather; alone in their step) become one lambda over
+//       the flat indices of the result, run by gdl::for_each_element: each
+//       value is a local rounded to its dtype, operands outside the step
+//       are loaded through broadcast or permuted strides from the result
+//       coordinates, constants are literals, scalars are locals. Matmul,
+//       reductions, softmax, norms and attention call their stdlib
+//       template; a matmul fused with the elementwise values after it
+//       passes them as its epilogue functor (matmul_epilogue), built the
+//       same way over the flat indices of the matmul's result. Buffers are
+//       addressed at their planned offsets; a view's offset may be aligned
+//       to its element size only (plan::buffer_alignment).
 // 3. KernelInfo per step: the launch rule (elementwise: a grid-stride loop
 //    over the result; structured ops: one block per task, see task_launch),
 //    the run-time scalars read, and whether run-time dims enter.
@@ -32,6 +37,7 @@
 #include <set>
 
 #include "diagnostics.h"
+#include "kernel_choice.h"
 
 namespace gdl {
 namespace {
@@ -44,7 +50,7 @@ constexpr uint32_t kElementwiseBlock = 256;
 constexpr int64_t kElementsPerBlock = 1024;  // four per thread, through the grid-stride loop
 constexpr int64_t kInt32IndexLimit = int64_t{1} << 30;
 constexpr int kAttentionBlock = 256;
-constexpr int kAttentionChunk = 1024;
+constexpr int kAttentionChunk = 512;  // positions scored per pass (shared memory)
 constexpr int64_t kAttentionMaxHeadDim = 4096;  // keeps its static shared memory under 48 KiB
 
 // Matmul tilings of gdl::matmul; both run (TM / RM) * (TN / RN) = 256 threads.
@@ -241,6 +247,13 @@ uint32_t row_block(int64_t len) {
   return block;
 }
 
+// The valid count of run-time dim `symbol` for this run, read from the
+// arena's valid-dims block (plan.h): what a kernel that combines elements
+// along a run-time axis stops at when the layout is padded (buckets).
+std::string valid_count_expr(int symbol) {
+  return "gdl::valid_dim(arena, " + std::to_string(plan::kValidDimsOffset) + "ull, " + std::to_string(symbol) + ")";
+}
+
 class StepEmitter {
  public:
   StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot)
@@ -255,16 +268,21 @@ class StepEmitter {
     for (ValueId v : step_.values) in_step_.insert(v);
     choose_index_type();
 
+    // A structured op comes first in its step; the values after it (only a
+    // matmul's) form its epilogue.
+    const Node& anchor = g_.node(step_.values.front());
+    bool structured = ir::op_info(anchor.op).cls == ir::OpClass::kStructured && !is_data_movement(anchor.op);
+    GDL_INTERNAL_ASSERT(!structured || step_.values.size() == 1 || anchor.op == Op::kMatMul,
+                        "step " + std::to_string(index_) + ": only a matmul takes an epilogue");
     std::string body;
     LaunchRule rule;
-    if (step_.values.size() == 1 && ir::op_info(result.op).cls == ir::OpClass::kStructured &&
-        !is_data_movement(result.op)) {
-      body = structured_body(result, rule);
+    if (structured) {
+      body = structured_body(anchor, rule);
     } else {
       body = elementwise_body(rule);
     }
 
-    info.symbol = "gdl_s" + std::to_string(index_) + "_" + ir::op_name(result.op);
+    info.symbol = "gdl_s" + std::to_string(index_) + "_" + ir::op_name((structured ? anchor : result).op);
     info.launch = rule;
     info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
     info.depends_on_dims = !dims_used_.empty() || !all_constant(rule.work);
@@ -278,7 +296,9 @@ class StepEmitter {
     }
     out += ": " + launch_text(rule) + "\n";
     for (ValueId v : step_.values) out += "//   " + describe_value(g_, v) + "\n";
-    out += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(rule.block) + ") " + info.symbol +
+    std::string bounds = std::to_string(rule.block);
+    if (min_blocks_ > 1) bounds += ", " + std::to_string(min_blocks_);  // caps the registers
+    out += "extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + info.symbol +
            "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
     for (int d : dims_used_)
       out += "  const " + idx_ + " " + dim_name(d) + " = args.dims[" + std::to_string(d) + "];  // dim " +
@@ -582,7 +602,172 @@ class StepEmitter {
     return body;
   }
 
+  // The epilogue of a fused matmul step, defined in `body` before the call:
+  //   const auto epi = [&](const float acc, const I i) -> float { ...; return rR; };
+  // The matmul kernel calls it with each element's accumulator and its flat
+  // index in the matmul's result, which has the step result's shape, and
+  // stores what it returns, converted to the result's dtype. The matmul's
+  // value is rounded to its dtype first, then every other value is computed
+  // and rounded as in an elementwise kernel: operands outside the step are
+  // loaded at i through broadcast strides, constants are literals, scalars
+  // locals. Returns the functor to pass: its name, or for a step that is the
+  // matmul alone gdl::IdentityEpilogue (the sum rounded to the matmul's dtype).
+  std::string matmul_epilogue(std::string& body) {
+    const ValueId anchor = step_.values.front();
+    const Node& matmul = g_.node(anchor);
+    if (step_.values.size() == 1) return std::string("gdl::IdentityEpilogue<") + storage_type(matmul.type.dtype) + ">{}";
+    const Node& result = g_.node(step_.result);
+    GDL_INTERNAL_ASSERT(matmul.type.shape == result.type.shape && is_float(matmul.type.dtype) &&
+                            is_float(result.type.dtype),
+                        "step " + std::to_string(index_) + ": a matmul epilogue needs float values of the matmul's shape");
+    result_shape_ = result.type.shape;
+    rank_ = std::max(1, result.type.rank());
+    std::string statements = "    const float r" + std::to_string(anchor) + " = gdl::fit<" +
+                             storage_type(matmul.type.dtype) + ">(acc);\n";
+    for (size_t k = 1; k < step_.values.size(); ++k) {
+      ValueId v = step_.values[k];
+      const Node& n = g_.node(v);
+      GDL_INTERNAL_ASSERT(ir::is_elementwise(n.op), std::string("step ") + std::to_string(index_) + ": cannot fuse " +
+                                                        ir::op_name(n.op) + " into a matmul epilogue");
+      GDL_INTERNAL_ASSERT(broadcast_shapes(n.type.shape, result_shape_) == result_shape_,
+                          "a fused value does not broadcast to the step's result");
+      statements += elementwise_statement(v);
+    }
+    if (needs_coords_)
+      body += "  const gdl::Shape<" + std::to_string(rank_) + ", " + idx_ + "> shape = " +
+              shape_literal(result_shape_, rank_) + ";  // of the matmul's result\n";
+    body += prologue_;
+    body += "  const auto epi = [&](const float acc, const " + idx_ + " i) -> float {\n";
+    if (needs_coords_)
+      body += "    const gdl::Coords<" + std::to_string(rank_) + ", " + idx_ + "> c = gdl::coords_of(shape, i);\n";
+    body += statements;
+    body += "    return r" + std::to_string(step_.result) + ";\n  };\n";
+    return "epi";
+  }
+
   // ------------------------------------------------------------ structured
+
+  // The SplitScratch argument of a kernel that splits its tiles `splits`
+  // ways: the step's tickets and partial tiles (plan::Step), declared in
+  // `body` as `tickets` and `partials` the first time.
+  std::string split_scratch(int splits, const SplitScratchSize& need, std::string& body) {
+    if (splits <= 1) return "gdl::SplitScratch{nullptr, nullptr, 1}";
+    GDL_INTERNAL_ASSERT(need.ticket_bytes() > 0 && step_.tickets_bytes >= need.ticket_bytes() &&
+                            step_.scratch_bytes >= need.partial_bytes(),
+                        "step " + std::to_string(index_) + " has less scratch than its kernel needs");
+    if (!declared_.count("tickets")) {
+      declared_.insert("tickets");
+      body += "  unsigned* const tickets = reinterpret_cast<unsigned*>(arena + " + std::to_string(step_.tickets_offset) +
+              "ull);  // scratch: one ticket per tile, zero between launches\n";
+      body += "  float* const partials = reinterpret_cast<float*>(arena + " + std::to_string(step_.scratch_offset) +
+              "ull);  // scratch: partial tiles\n";
+    }
+    return "gdl::SplitScratch{tickets, partials, " + std::to_string(splits) + "}";
+  }
+
+  // A matmul (kernel_choice.h picks the kernel): [..., M, K] @ [..., K, N]
+  // summing the first k_valid positions of K (all of them unless K is a
+  // padded run-time dim). With b shared the batch folds into the rows.
+  std::string matmul_body(const Node& n, const std::vector<std::string>& args, const std::string& out_ptr,
+                          LaunchRule& rule) {
+    const Shape &as = g_.node(n.args.at(0)).type.shape, &bs = g_.node(n.args.at(1)).type.shape;
+    const Shape& rs = n.type.shape;
+    const size_t batch_rank = rs.size() - 2;
+    const int nb = std::max<int>(1, static_cast<int>(batch_rank));
+    const MatmulChoice choice = choose_matmul(g_, n);
+    std::string body;
+    auto local = [&](const std::string& name, const std::string& value) {
+      body += "  const " + idx_ + " " + name + " = " + value + ";\n";
+    };
+    local("M", dim(as[as.size() - 2]));
+    local("K", dim(as[as.size() - 1]));
+    local("N", dim(bs[bs.size() - 1]));
+    const Dim& k_dim = as.back();
+    // A padded K (buckets): only its valid positions are summed.
+    local("k_valid", k_dim.is_runtime() ? valid_count_expr(k_dim.symbol) : "K");
+    auto batch_map = [&] {
+      std::string map = "gdl::BatchMap<" + std::to_string(nb) + ", 2, " + idx_ + ">";
+      body += "  " + map + " batches(" + shape_literal(sub_shape(rs, 0, batch_rank), nb) + ");\n";
+      body += "  batches.set(0, " + shape_literal(sub_shape(as, 0, as.size() - 2), nb) + ", M * K);  // a\n";
+      body += "  batches.set(1, " + shape_literal(sub_shape(bs, 0, bs.size() - 2), nb) + ", K * N);  // b\n";
+    };
+    const std::string epi = matmul_epilogue(body);
+    const Shape row_dims = sub_shape(rs, 0, rs.size() - 1);  // the batch, then M
+
+    if (choice.tiles == MatmulKernel::kGeneral) {
+      body += "  // matmul kernel: general\n";
+      batch_map();
+      MatmulTiles t = max_extent(rs[rs.size() - 2], g_) <= 64 ? kMatmulSmallM : kMatmulLarge;
+      body += "  gdl::matmul<" + std::to_string(t.tm) + ", " + std::to_string(t.tn) + ", " + std::to_string(t.tk) + ", " +
+              std::to_string(t.rm) + ", " + std::to_string(t.rn) + ", " + idx_ + ">(" + args[0] + ", " + args[1] + ", " +
+              out_ptr + ", M, N, K, k_valid, batches, " + epi + ");\n";
+      rule = task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, t.tm}, {{rs.back()}, t.tn}},
+                         kMatmulThreads);
+      return body;
+    }
+
+    min_blocks_ = static_cast<int>(kMatmulBlocksPerSM);  // at most 128 registers: two blocks per multiprocessor
+    const std::string tiles_name = matmul_kernel_name(choice.tiles);
+    std::string what = "  // matmul kernel: ";
+    if (choice.use_rows && choice.use_tiles)
+      what += "rows (at most " + std::to_string(kMatmulRowsLimit) + " rows, " + std::to_string(choice.rows_splits) +
+              " K split(s)) or " + tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s)), chosen at run time";
+    else if (choice.use_rows)
+      what += "rows (" + std::to_string(choice.rows_splits) + " K split(s))";
+    else
+      what += tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s))";
+    body += what + "\n";
+    std::string smem = choice.tiles == MatmulKernel::kMma ? "gdl::kMatmulMmaSmem" : "gdl::kMatmulSimtSmem";
+    if (choice.use_rows && choice.use_tiles)
+      smem = "(gdl::kMatmulRowsSmem > " + smem + " ? gdl::kMatmulRowsSmem : " + smem + ")";
+    else if (choice.use_rows)
+      smem = "gdl::kMatmulRowsSmem";
+    body += "  __shared__ __align__(128) unsigned char smem[" + smem + "];\n";
+
+    std::string rows_call, tiles_call;
+    if (choice.fold_batch) {
+      local("rows", product(rs, 0, rs.size() - 1) + "");  // every batch entry's rows against the one b
+      body += "  const gdl::BatchMap<1, 2, " + idx_ + "> single(gdl::Shape<1, " + idx_ + ">{{1}});  // batch folded into rows\n";
+    } else {
+      batch_map();
+    }
+    if (choice.use_rows)
+      rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) + ">(" + args[0] + ", " + args[1] + ", " +
+                  out_ptr + ", rows, N, K, k_valid, " + split_scratch(choice.rows_splits, choice.scratch, body) + ", " +
+                  epi + ", smem);";
+    if (choice.use_tiles) {
+      std::string m = choice.fold_batch ? "rows" : "M";
+      std::string map = choice.fold_batch ? "single" : "batches";
+      tiles_call = "gdl::matmul_" + tiles_name + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
+                   ", N, K, k_valid, " + map + ", " + split_scratch(choice.tile_splits, choice.scratch, body) + ", " +
+                   epi + ", smem);";
+    }
+    if (choice.use_rows && choice.use_tiles) {
+      body += "  if (rows <= " + std::to_string(kMatmulRowsLimit) + ")\n    " + rows_call + "\n  else\n    " + tiles_call + "\n";
+    } else {
+      body += "  " + (choice.use_rows ? rows_call : tiles_call) + "\n";
+    }
+
+    // Launch: one block per task of the kernel that runs; with both, enough
+    // blocks for either (extra blocks find no task and return).
+    const int64_t strip = matmul_strip_columns(n.type.dtype);
+    LaunchRule rows_rule = task_launch({{{rs.back()}, strip}, {{Dim::constant(choice.rows_splits)}, 1}}, kMatmulThreads);
+    LaunchRule tiles_rule =
+        choice.fold_batch
+            ? task_launch({{row_dims, kMatmulTileRows}, {{rs.back()}, kMatmulTileCols},
+                           {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads)
+            : task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, kMatmulTileRows},
+                           {{rs.back()}, kMatmulTileCols}, {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads);
+    rule = choice.use_rows ? rows_rule : tiles_rule;
+    if (choice.use_rows && choice.use_tiles) {
+      rule = tiles_rule;
+      if (rows_rule.work.empty() && tiles_rule.work == row_dims) {  // N constant: grid.x over 64-row bands
+        rule.grid_y = std::max(rows_rule.grid_y, tiles_rule.grid_y);
+      }
+    }
+    return body;
+  }
+
 
   // Argument `arg` of a structured op as its stdlib template takes it: a
   // typed pointer, or for a norm's weight/bias and attention's length a
@@ -599,7 +784,15 @@ class StepEmitter {
       std::string p = pointer(a);
       return (an.type.rank() == 0 ? "gdl::First<" : "gdl::Column<") + type + ">{" + p + "}";
     }
-    if (length) return is_inline_leaf(a) ? "gdl::IntValue{" + inline_value(a) + "}" : "gdl::IntAt{" + pointer(a) + "}";
+    if (length) {
+      std::string source = is_inline_leaf(a) ? "gdl::IntValue{" + inline_value(a) + "}" : "gdl::IntAt{" + pointer(a) + "}";
+      const Shape& ks = g_.node(n.args.at(1)).type.shape;
+      const Dim& positions = ks.at(ks.size() - 2);
+      if (!positions.is_runtime()) return source;
+      // A padded T: positions past its valid count are padding, whatever len says.
+      const char* type = is_inline_leaf(a) ? "gdl::IntValue" : "gdl::IntAt";
+      return std::string("gdl::ClampedLen<") + type + ">{" + source + ", " + valid_count_expr(positions.symbol) + "}";
+    }
     return pointer(a);
   }
 
@@ -615,26 +808,7 @@ class StepEmitter {
       body += "  const " + idx_ + " " + name + " = " + value + ";\n";
     };
     switch (n.op) {
-      case Op::kMatMul: {
-        const Shape &as = g_.node(n.args.at(0)).type.shape, &bs = g_.node(n.args.at(1)).type.shape;
-        const Shape& rs = n.type.shape;
-        size_t batch_rank = rs.size() - 2;
-        int nb = std::max<int>(1, static_cast<int>(batch_rank));
-        local("M", dim(as[as.size() - 2]));
-        local("K", dim(as[as.size() - 1]));
-        local("N", dim(bs[bs.size() - 1]));
-        std::string map = "gdl::BatchMap<" + std::to_string(nb) + ", 2, " + idx_ + ">";
-        body += "  " + map + " batches(" + shape_literal(sub_shape(rs, 0, batch_rank), nb) + ");\n";
-        body += "  batches.set(0, " + shape_literal(sub_shape(as, 0, as.size() - 2), nb) + ", M * K);  // a\n";
-        body += "  batches.set(1, " + shape_literal(sub_shape(bs, 0, bs.size() - 2), nb) + ", K * N);  // b\n";
-        MatmulTiles t = max_extent(rs[rs.size() - 2], g_) <= 64 ? kMatmulSmallM : kMatmulLarge;
-        body += "  gdl::matmul<" + std::to_string(t.tm) + ", " + std::to_string(t.tn) + ", " + std::to_string(t.tk) +
-                ", " + std::to_string(t.rm) + ", " + std::to_string(t.rn) + ", " + idx_ + ">(" + args[0] + ", " + args[1] +
-                ", " + out_ptr + ", M, N, K, batches);\n";
-        rule = task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, t.tm}, {{rs.back()}, t.tn}},
-                           kMatmulThreads);
-        return body;
-      }
+      case Op::kMatMul: return matmul_body(n, args, out_ptr, rule);
       case Op::kSum: case Op::kMean: case Op::kReduceMax: case Op::kSoftmax: {
         ValueId x = n.args.at(0);
         const Shape& xs = g_.node(x).type.shape;
@@ -645,13 +819,17 @@ class StepEmitter {
         local("outer", product(xs, 0, axis));
         local("len", dim(xs[axis]));
         if (!last_axis) local("inner", product(xs, axis + 1, xs.size()));
+        // A run-time axis may be padded (buckets): combine its valid positions only.
+        const bool padded = xs[axis].is_runtime();
+        if (padded) local("valid", valid_count_expr(xs[axis].symbol));
+        const std::string valid_arg = padded ? ", valid" : "";
         Shape outer = sub_shape(xs, 0, axis), inner = sub_shape(xs, axis + 1, xs.size());
         if (n.op == Op::kSoftmax) {
           if (last_axis) {
-            body += "  gdl::softmax_rows<" + idx_ + ">(" + in + ", " + out_ptr + ", outer, len);\n";
+            body += "  gdl::softmax_rows<" + idx_ + ">(" + in + ", " + out_ptr + ", outer, len" + valid_arg + ");\n";
             rule = task_launch({{outer, 1}}, row_block(max_extent(xs[axis], g_)));
           } else {
-            body += "  gdl::softmax_cols<" + idx_ + ">(" + in + ", " + out_ptr + ", outer, len, inner);\n";
+            body += "  gdl::softmax_cols<" + idx_ + ">(" + in + ", " + out_ptr + ", outer, len, inner" + valid_arg + ");\n";
             rule = LaunchRule{};  // one thread per column, grid-stride
             rule.work = outer;
             rule.work.insert(rule.work.end(), inner.begin(), inner.end());
@@ -663,11 +841,11 @@ class StepEmitter {
         const char* policy = n.op == Op::kSum ? "Sum" : n.op == Op::kMean ? "Mean" : "Max";
         std::string p = std::string("gdl::") + policy + "<" + in_type + ">";
         if (last_axis) {
-          body += "  gdl::reduce_rows<" + p + ", " + idx_ + ">(" + in + ", " + out_ptr + ", outer, len);\n";
+          body += "  gdl::reduce_rows<" + p + ", " + idx_ + ">(" + in + ", " + out_ptr + ", outer, len" + valid_arg + ");\n";
           rule = task_launch({{outer, 1}}, row_block(max_extent(xs[axis], g_)));
         } else {
           body += "  gdl::reduce_cols<" + p + ", " + idx_ + ">(" + in + ", " + out_ptr +
-                  ", outer, len, inner);\n";
+                  ", outer, len, inner" + valid_arg + ");\n";
           rule = task_launch({{outer, 1}, {inner, 32}}, 256);
         }
         return body;
@@ -676,15 +854,19 @@ class StepEmitter {
         const Shape& xs = g_.node(n.args.at(0)).type.shape;
         local("rows", product(xs, 0, xs.size() - 1));
         local("len", dim(xs.back()));
+        // A run-time last axis may be padded (buckets): statistics over its valid positions only.
+        const bool padded = xs.back().is_runtime();
+        if (padded) local("valid", valid_count_expr(xs.back().symbol));
+        const std::string extents = padded ? ", rows, len, valid, " : ", rows, len, ";
         std::string eps = float_literal(n.attrs.value);
         if (n.op == Op::kLayerNorm) {
           std::string weight = args.size() > 1 ? args[1] : "gdl::One{}";
           std::string bias = args.size() > 2 ? args[2] : "gdl::Zero{}";
           body += "  gdl::layernorm_rows<" + idx_ + ">(" + args[0] + ", " + weight + ", " + bias + ", " + out_ptr +
-                  ", rows, len, " + eps + ");\n";
+                  extents + eps + ");\n";
         } else {
           std::string weight = args.size() > 1 ? args[1] : "gdl::One{}";
-          body += "  gdl::rmsnorm_rows<" + idx_ + ">(" + args[0] + ", " + weight + ", " + out_ptr + ", rows, len, " +
+          body += "  gdl::rmsnorm_rows<" + idx_ + ">(" + args[0] + ", " + weight + ", " + out_ptr + extents +
                   eps + ");\n";
         }
         rule = task_launch({{sub_shape(xs, 0, xs.size() - 1), 1}}, row_block(max_extent(xs.back(), g_)));
@@ -697,16 +879,18 @@ class StepEmitter {
         int64_t d_max = max_extent(qs.back(), g_), dv_max = max_extent(vs.back(), g_);
         GDL_INTERNAL_ASSERT(d_max <= kAttentionMaxHeadDim && dv_max <= kAttentionMaxHeadDim,
                             "attention head dims above " + std::to_string(kAttentionMaxHeadDim) + " are not supported");
-        int64_t d_bound = std::max<int64_t>(32, (d_max + 31) / 32 * 32);  // whole warps over D
+        const AttentionChoice choice = choose_attention(g_, n);
         local("rows", product(qs, 0, qs.size() - 1));
         local("positions", dim(ks[ks.size() - 2]));
         local("D", dim(qs.back()));
         local("DV", dim(vs.back()));
-        body += "  gdl::attention_decode<" + std::to_string(d_bound) + ", " + std::to_string(std::max<int64_t>(1, dv_max)) +
-                ", " + std::to_string(kAttentionBlock) + ", " + std::to_string(kAttentionChunk) + ", " + idx_ + ">(" +
-                args[0] + ", " + args[1] + ", " + args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, D, DV, " +
-                float_literal(n.attrs.value) + ");\n";
-        rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}}, kAttentionBlock);
+        body += "  // attention kernel: split, " + std::to_string(choice.splits) + " block(s) per row over the positions\n";
+        body += "  gdl::attention_split<" + std::to_string(std::max<int64_t>(1, d_max)) + ", " +
+                std::to_string(std::max<int64_t>(1, dv_max)) + ", " + std::to_string(kAttentionChunk) + ", " + idx_ +
+                ">(" + args[0] + ", " + args[1] + ", " + args[2] + ", " + out_ptr + ", " + args[3] +
+                ", rows, positions, D, DV, " + float_literal(n.attrs.value) + ", " +
+                split_scratch(choice.splits, choice.scratch, body) + ");\n";
+        rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.splits)}, 1}}, kAttentionBlock);
         return body;
       }
       default: break;
@@ -731,6 +915,7 @@ class StepEmitter {
   Shape result_shape_;
   int rank_ = 1;
   bool needs_coords_ = false;
+  int min_blocks_ = 0;  // blocks per multiprocessor the kernel's registers must allow (0: no bound)
 };
 
 }  // namespace

@@ -5,9 +5,19 @@
 //                                   const unsigned char* params,
 //                                   gdl_args args);
 //   struct gdl_args { int dims[kMaxRuntimeDims]; float scalars[kMaxScalars]; };
-// dims holds the current value of each run-time dim (Graph::dims order);
+// dims holds the layout extent of each run-time dim (Graph::dims order):
+// every index, stride and launch dim uses it. Under the buckets policy it is
+// the capacity of the run's bucket, under the update policy the value itself.
 // scalars holds the current value of each run-time scalar (Graph leaves of op
 // kScalar, in order; an i32 scalar travels as its bit pattern).
+// The valid counts: a program with run-time dims holds int32
+// valid[kMaxRuntimeDims] in the arena at plan::kValidDimsOffset (256 bytes
+// reserved by the planner), the value of each run-time dim for this run
+// (valid <= dims), written by the runtime before a run whenever it changed.
+// Only kernels that combine elements along a run-time axis read it (sum,
+// mean, max and softmax over that axis, layernorm/rmsnorm over it, attention
+// positions when T is run-time) and ignore the positions past it; everything
+// else computes the padding like any other position (docs/dynamic.md).
 #pragma once
 
 #include <cstdint>

@@ -26,12 +26,22 @@
 //  - attention: the number of valid positions is clamp(len, 0, T); no valid
 //    position gives a zero row. The output is q.shape[:-1] + [v.shape[-1]].
 //  - gather: ids outside [0, V) give a zero row.
+//
+// Capacity mode (Bindings::valid_dims, the buckets policy of issue 4):
+// values are laid out at the capacity dims; eval_node gets the valid extents
+// of each argument and combines only valid positions along the combined
+// axis: reductions and softmax over it, norms over the last axis, matmul's
+// K, attention's positions (len is clamped to the valid T). Positions past
+// the valid count are computed from the padding like any other (softmax of
+// a padded position uses the valid rows' peak and sum), so they hold
+// garbage that no valid result reads.
 #include "interp.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "buckets.h"
 #include "diagnostics.h"
 
 namespace gdl {
@@ -200,9 +210,10 @@ void eval_where(const HostTensor& cond, const HostTensor& a, const HostTensor& b
 // ---------------------------------------------------------------- matmul
 
 // [..., M, K] @ [..., K, N]: for each batch, row i of the result is the sum
-// over k of a[i, k] * b[k, :], accumulated in double in increasing k (the
-// i-k-j order walks b row by row, which keeps large weights cache-friendly).
-void eval_matmul(const HostTensor& a, const HostTensor& b, HostTensor& out) {
+// over k < k_valid of a[i, k] * b[k, :], accumulated in double in increasing
+// k (the i-k-j order walks b row by row, which keeps large weights
+// cache-friendly).
+void eval_matmul(const HostTensor& a, const HostTensor& b, HostTensor& out, int64_t k_valid) {
   size_t ra = a.shape.size(), rb = b.shape.size(), ro = out.shape.size();
   GDL_INTERNAL_ASSERT(ra >= 2 && rb >= 2 && ro >= 2, "matmul needs rank >= 2");
   int64_t m = a.shape[ra - 2], k = a.shape[ra - 1], n = b.shape[rb - 1];
@@ -220,7 +231,7 @@ void eval_matmul(const HostTensor& a, const HostTensor& b, HostTensor& out) {
     double* po = out.data.data() + bi * m * n;
     for (int64_t i = 0; i < m; ++i) {
       std::fill(row.begin(), row.end(), 0.0);
-      for (int64_t kk = 0; kk < k; ++kk) {
+      for (int64_t kk = 0; kk < k_valid; ++kk) {
         double aik = pa[i * k + kk];
         const double* brow = pb + kk * n;
         for (int64_t j = 0; j < n; ++j) row[j] += aik * brow[j];
@@ -242,7 +253,8 @@ AxisView view_around(const Extents& shape, int axis) {
   return {product(shape, 0, a), shape[a], product(shape, a + 1)};
 }
 
-void eval_reduce(const Node& n, const HostTensor& x, HostTensor& out) {
+// Over the first `valid` positions of the axis.
+void eval_reduce(const Node& n, const HostTensor& x, HostTensor& out, int64_t valid) {
   AxisView v = view_around(x.shape, n.attrs.axis);
   GDL_INTERNAL_ASSERT(static_cast<int64_t>(out.data.size()) == v.outer * v.inner, "reduction result size");
   bool integer = x.dtype == DType::kI32;
@@ -252,35 +264,38 @@ void eval_reduce(const Node& n, const HostTensor& x, HostTensor& out) {
       double result;
       if (n.op == Op::kReduceMax) {
         result = -std::numeric_limits<double>::infinity();
-        for (int64_t i = 0; i < v.len; ++i) {
+        for (int64_t i = 0; i < valid; ++i) {
           double e = p[i * v.inner];
           if (std::isnan(e)) { result = e; break; }
           result = std::max(result, e);
         }
       } else if (integer) {
         int64_t total = 0;
-        for (int64_t i = 0; i < v.len; ++i) total += static_cast<int64_t>(p[i * v.inner]);
-        result = n.op == Op::kSum ? wrap_i32(total) : static_cast<double>(total) / static_cast<double>(v.len);
+        for (int64_t i = 0; i < valid; ++i) total += static_cast<int64_t>(p[i * v.inner]);
+        result = n.op == Op::kSum ? wrap_i32(total) : static_cast<double>(total) / static_cast<double>(valid);
       } else {
         double total = 0;
-        for (int64_t i = 0; i < v.len; ++i) total += p[i * v.inner];
-        result = n.op == Op::kSum ? total : total / static_cast<double>(v.len);
+        for (int64_t i = 0; i < valid; ++i) total += p[i * v.inner];
+        result = n.op == Op::kSum ? total : total / static_cast<double>(valid);
       }
       out.data[static_cast<size_t>(o * v.inner + in)] = result;
     }
   }
 }
 
-void eval_softmax(const Node& n, const HostTensor& x, HostTensor& out) {
+// Peak and sum over the first `valid` positions of the axis; every position
+// (padding too) gets exp(x - peak) / sum.
+void eval_softmax(const Node& n, const HostTensor& x, HostTensor& out, int64_t valid) {
   AxisView v = view_around(x.shape, n.attrs.axis);
   std::vector<double> e(static_cast<size_t>(v.len));
   for (int64_t o = 0; o < v.outer; ++o) {
     for (int64_t in = 0; in < v.inner; ++in) {
       int64_t base = o * v.len * v.inner + in;
       double peak = -std::numeric_limits<double>::infinity();
-      for (int64_t i = 0; i < v.len; ++i) peak = std::max(peak, x.data[base + i * v.inner]);
+      for (int64_t i = 0; i < valid; ++i) peak = std::max(peak, x.data[base + i * v.inner]);
       double total = 0;
-      for (int64_t i = 0; i < v.len; ++i) total += e[i] = std::exp(x.data[base + i * v.inner] - peak);
+      for (int64_t i = 0; i < v.len; ++i) e[i] = std::exp(x.data[base + i * v.inner] - peak);
+      for (int64_t i = 0; i < valid; ++i) total += e[i];
       for (int64_t i = 0; i < v.len; ++i) out.data[base + i * v.inner] = e[i] / total;
     }
   }
@@ -294,7 +309,8 @@ double per_column(const HostTensor* t, int64_t column, double absent) {
   return t->data[static_cast<size_t>(column)];
 }
 
-void eval_norm(const Node& n, std::span<const HostTensor* const> args, HostTensor& out) {
+// Statistics over the first `valid` columns; every column is normalised.
+void eval_norm(const Node& n, std::span<const HostTensor* const> args, HostTensor& out, int64_t valid) {
   const HostTensor& x = *args[0];
   const HostTensor* weight = args.size() > 1 ? args[1] : nullptr;
   const HostTensor* bias = args.size() > 2 ? args[2] : nullptr;
@@ -309,11 +325,11 @@ void eval_norm(const Node& n, std::span<const HostTensor* const> args, HostTenso
     double* q = out.data.data() + r * cols;
     double mean = 0, second = 0;
     if (n.op == Op::kLayerNorm) {
-      for (int64_t c = 0; c < cols; ++c) mean += p[c];
-      mean /= static_cast<double>(cols);
+      for (int64_t c = 0; c < valid; ++c) mean += p[c];
+      mean /= static_cast<double>(valid);
     }
-    for (int64_t c = 0; c < cols; ++c) second += (p[c] - mean) * (p[c] - mean);
-    double inv = 1.0 / std::sqrt(second / static_cast<double>(cols) + eps);
+    for (int64_t c = 0; c < valid; ++c) second += (p[c] - mean) * (p[c] - mean);
+    double inv = 1.0 / std::sqrt(second / static_cast<double>(valid) + eps);
     for (int64_t c = 0; c < cols; ++c)
       q[c] = (p[c] - mean) * inv * per_column(weight, c, 1.0) + per_column(bias, c, 0.0);
   }
@@ -375,8 +391,8 @@ void eval_gather(const HostTensor& table, const HostTensor& ids, HostTensor& out
 }
 
 // q [..., NH, D], k and v [..., NH, T, D(v)], len rank 0: for every query row,
-// softmax(scale * q.k_t) over t < clamp(len, 0, T), weighted sum of v_t.
-void eval_attention(const Node& n, std::span<const HostTensor* const> args, HostTensor& out) {
+// softmax(scale * q.k_t) over t < clamp(len, 0, t_valid), weighted sum of v_t.
+void eval_attention(const Node& n, std::span<const HostTensor* const> args, HostTensor& out, int64_t t_valid) {
   const HostTensor &q = *args[0], &k = *args[1], &v = *args[2], &len = *args[3];
   size_t rq = q.shape.size();
   GDL_INTERNAL_ASSERT(rq >= 2 && k.shape.size() == rq + 1 && v.shape.size() == rq + 1 && len.data.size() == 1,
@@ -386,7 +402,7 @@ void eval_attention(const Node& n, std::span<const HostTensor* const> args, Host
                           Extents(k.shape.begin(), k.shape.end() - 1) == Extents(v.shape.begin(), v.shape.end() - 1) &&
                           k.shape.back() == d,
                       "attention shapes disagree");
-  int64_t valid = std::clamp<int64_t>(static_cast<int64_t>(len.data[0]), 0, t_max);
+  int64_t valid = std::clamp<int64_t>(static_cast<int64_t>(len.data[0]), 0, std::min(t_max, t_valid));
   int64_t rows = product(q.shape) / std::max<int64_t>(d, 1);
   double scale = n.attrs.value;
   std::vector<double> score(static_cast<size_t>(valid));
@@ -438,12 +454,20 @@ std::vector<int64_t> concrete_shape(const Shape& s, const std::vector<int64_t>& 
 }
 
 HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> args,
-                     const std::vector<int64_t>& dims) {
+                     const std::vector<int64_t>& dims, std::span<const std::vector<int64_t>> arg_valid) {
   HostTensor out = make_tensor(node.type.dtype, concrete_shape(node.type.shape, dims));
   auto arity = [&](size_t lo, size_t hi) {
     GDL_INTERNAL_ASSERT(args.size() >= lo && args.size() <= hi,
                         std::string(ir::op_name(node.op)) + ": wrong number of arguments");
     for (const HostTensor* a : args) GDL_INTERNAL_ASSERT(a != nullptr, "missing argument value");
+    GDL_INTERNAL_ASSERT(arg_valid.empty() || arg_valid.size() == args.size(), "valid extents for some arguments only");
+  };
+  // The valid extent of axis `axis` (negative: from the end) of argument i.
+  auto valid = [&](size_t i, int axis) {
+    const std::vector<int64_t>& shape = arg_valid.empty() ? args[i]->shape : arg_valid[i];
+    auto a = static_cast<size_t>(axis < 0 ? axis + static_cast<int>(shape.size()) : axis);
+    GDL_INTERNAL_ASSERT(a < shape.size() && shape[a] <= args[i]->shape[a], "valid extent outside the value");
+    return shape[a];
   };
   switch (ir::op_info(node.op).cls) {
     case ir::OpClass::kLeaf:
@@ -453,11 +477,14 @@ HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> ar
     case ir::OpClass::kWhere: arity(3, 3); eval_where(*args[0], *args[1], *args[2], out); break;
     case ir::OpClass::kStructured:
       switch (node.op) {
-        case Op::kMatMul: arity(2, 2); eval_matmul(*args[0], *args[1], out); break;
-        case Op::kSum: case Op::kMean: case Op::kReduceMax: arity(1, 1); eval_reduce(node, *args[0], out); break;
-        case Op::kSoftmax: arity(1, 1); eval_softmax(node, *args[0], out); break;
-        case Op::kLayerNorm: arity(1, 3); eval_norm(node, args, out); break;
-        case Op::kRmsNorm: arity(1, 2); eval_norm(node, args, out); break;
+        case Op::kMatMul: arity(2, 2); eval_matmul(*args[0], *args[1], out, valid(0, -1)); break;
+        case Op::kSum: case Op::kMean: case Op::kReduceMax:
+          arity(1, 1);
+          eval_reduce(node, *args[0], out, valid(0, node.attrs.axis));
+          break;
+        case Op::kSoftmax: arity(1, 1); eval_softmax(node, *args[0], out, valid(0, node.attrs.axis)); break;
+        case Op::kLayerNorm: arity(1, 3); eval_norm(node, args, out, valid(0, -1)); break;
+        case Op::kRmsNorm: arity(1, 2); eval_norm(node, args, out, valid(0, -1)); break;
         case Op::kTranspose: arity(1, 1); eval_transpose(node, *args[0], out); break;
         case Op::kReshape:
           arity(1, 1);
@@ -467,13 +494,38 @@ HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> ar
         case Op::kSlice: arity(1, 1); eval_slice(node, *args[0], out); break;
         case Op::kConcat: arity(1, SIZE_MAX); eval_concat(node, args, out); break;
         case Op::kGather: arity(2, 2); eval_gather(*args[0], *args[1], out); break;
-        case Op::kAttention: arity(4, 4); eval_attention(node, args, out); break;
+        case Op::kAttention: arity(4, 4); eval_attention(node, args, out, valid(1, -2)); break;
         default: internal_error(__FILE__, __LINE__, "unhandled structured op");
       }
       break;
   }
   for (double& v : out.data) v = round_to_dtype(v, out.dtype);
   return out;
+}
+
+namespace {
+
+HostTensor copy_block(const HostTensor& from, const std::vector<int64_t>& count, std::vector<int64_t> to_shape, double fill) {
+  HostTensor to = make_tensor(from.dtype, std::move(to_shape));
+  std::fill(to.data.begin(), to.data.end(), fill);
+  for (const CopyPiece& p : strided_copy_pieces(count, from.shape, to.shape, 1))
+    for (uint64_t row = 0; row < p.height; ++row)
+      std::copy_n(from.data.begin() + static_cast<std::ptrdiff_t>(p.src + row * p.src_pitch), p.width,
+                  to.data.begin() + static_cast<std::ptrdiff_t>(p.dst + row * p.dst_pitch));
+  return to;
+}
+
+}  // namespace
+
+HostTensor pad_to_capacity(const HostTensor& valid, const Shape& s, const std::vector<int64_t>& capacity, double fill) {
+  GDL_INTERNAL_ASSERT(valid.shape.size() == s.size(), "pad_to_capacity: rank differs from the shape");
+  return copy_block(valid, valid.shape, concrete_shape(s, capacity), fill);
+}
+
+HostTensor valid_part(const HostTensor& padded, const Shape& s, const std::vector<int64_t>& valid) {
+  GDL_INTERNAL_ASSERT(padded.shape.size() == s.size(), "valid_part: rank differs from the shape");
+  std::vector<int64_t> shape = concrete_shape(s, valid);
+  return copy_block(padded, shape, shape, 0.0);
 }
 
 Status validate_bindings(const ir::Graph& g, const Bindings& b) {
@@ -485,6 +537,20 @@ Status validate_bindings(const ir::Graph& g, const Bindings& b) {
     if (b.dims[i] < d.lo || b.dims[i] > d.hi)
       return Status::OutOfRange("dim " + d.name + " = " + std::to_string(b.dims[i]) + " is outside [" +
                                 std::to_string(d.lo) + ", " + std::to_string(d.hi) + "]");
+  }
+  if (!b.valid_dims.empty()) {
+    if (b.valid_dims.size() != g.dims.size())
+      return Status::InvalidArgument("expected " + std::to_string(g.dims.size()) + " valid dim value(s), got " +
+                                     std::to_string(b.valid_dims.size()));
+    std::vector<std::string> blockers = padding_blockers(g);
+    for (size_t i = 0; i < g.dims.size(); ++i) {
+      const DimInfo& d = g.dims[i];
+      if (b.valid_dims[i] < d.lo || b.valid_dims[i] > b.dims[i])
+        return Status::OutOfRange("dim " + d.name + " = " + std::to_string(b.valid_dims[i]) + " is outside [" +
+                                  std::to_string(d.lo) + ", " + std::to_string(b.dims[i]) + "] (its capacity)");
+      if (b.valid_dims[i] < b.dims[i] && !blockers[i].empty())
+        return Status::FailedPrecondition("dim " + d.name + " cannot be padded: " + blockers[i]);
+    }
   }
   for (const ir::Node& n : g.nodes) {
     if (!is_bound_leaf(n.op)) continue;
@@ -542,6 +608,7 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
   std::vector<HostTensor> owned(count);
   std::vector<const HostTensor*> value(count, nullptr);
   std::vector<const HostTensor*> args;
+  std::vector<std::vector<int64_t>> arg_valid;
   auto release = [&](size_t id) {
     owned[id] = HostTensor{};
     value[id] = nullptr;
@@ -565,7 +632,10 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
     } else {
       args.clear();
       for (ir::ValueId a : n.args) args.push_back(value.at(static_cast<size_t>(a)));
-      owned[i] = eval_node(n, args, b.dims);
+      arg_valid.clear();
+      if (!b.valid_dims.empty())
+        for (ir::ValueId a : n.args) arg_valid.push_back(concrete_shape(g.node(a).type.shape, b.valid_dims));
+      owned[i] = eval_node(n, args, b.dims, arg_valid);
       for (ir::ValueId a : n.args)
         if (last_use[static_cast<size_t>(a)] == i) release(static_cast<size_t>(a));
     }

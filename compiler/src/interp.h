@@ -24,10 +24,21 @@ struct HostTensor {
   int64_t size() const { return static_cast<int64_t>(data.size()); }
 };
 
+// Capacity mode (buckets, issue 4): when valid_dims is not empty, `dims`
+// holds the capacity of each run-time dim (the extents values are laid out
+// with) and valid_dims the value the run is for (lo <= valid <= capacity).
+// Inputs are bound at their capacity shape; positions past the valid count
+// along a run-time axis are padding (fill them with NaN to prove they never
+// leak: pad_to_capacity). Ops that combine elements along a padded axis
+// (sum, mean, max, softmax, layernorm, rmsnorm, the contracted K of a
+// matmul, attention positions) use only the valid positions, and mean
+// divides by the valid count; every other op computes the padding too. The
+// valid part of every output (valid_part) then equals the plain run.
 struct Bindings {
-  std::vector<int64_t> dims;                   // value of each run-time dim (Graph::dims order)
+  std::vector<int64_t> dims;                   // value of each run-time dim (Graph::dims order); capacity in capacity mode
   std::map<std::string, HostTensor> tensors;   // inputs and params by name
   std::map<std::string, double> scalars;       // run-time scalars; missing ones take their default
+  std::vector<int64_t> valid_dims;             // capacity mode: the valid value of each run-time dim; empty otherwise
 };
 
 // Concrete shape of a node's value for a binding of the run-time dims.
@@ -35,13 +46,22 @@ std::vector<int64_t> concrete_shape(const Shape& s, const std::vector<int64_t>& 
 
 // Evaluates one non-leaf node from its argument values (args[i] is the value
 // of node.args[i]). Internal errors (a malformed node) abort; user errors
-// cannot reach this point because the checker rejected them.
+// cannot reach this point because the checker rejected them. In capacity
+// mode arg_valid[i] holds the valid extents of args[i] (its shape with the
+// valid dims); empty means every position is valid.
 HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> args,
-                     const std::vector<int64_t>& dims);
+                     const std::vector<int64_t>& dims, std::span<const std::vector<int64_t>> arg_valid = {});
+
+// Capacity mode helpers. pad_to_capacity lays a tensor of shape `s` at the
+// valid dims out at the capacity dims, `fill` in the padding;
+// valid_part copies the valid block of a tensor laid out at capacity.
+HostTensor pad_to_capacity(const HostTensor& valid, const Shape& s, const std::vector<int64_t>& capacity, double fill);
+HostTensor valid_part(const HostTensor& padded, const Shape& s, const std::vector<int64_t>& valid);
 
 // Checks bindings against the graph (every input and param present, dtype and
-// shape equal, dims inside their bounds) and returns a Status error naming
-// the first mismatch.
+// shape equal, dims inside their bounds; in capacity mode valid dims inside
+// [lo, capacity] and no padded dim that padding_blockers names)
+// and returns a Status error naming the first mismatch.
 Status validate_bindings(const ir::Graph& g, const Bindings& b);
 
 // Runs the whole graph; returns every output by name.

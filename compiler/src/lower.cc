@@ -2,7 +2,9 @@
 //
 // 1. Dims: evaluate bounds and buckets (compile-time integers), check
 //    1 <= lo <= hi, buckets ascending inside [lo, hi] and ending at hi
-//    (default: powers of two from the first one >= lo, then hi), the policy.
+//    (default: powers of two from the first one >= lo, then hi), the policy;
+//    at most kMaxRuntimeDims dims (and kMaxScalars run-time scalars, step 3),
+//    which is what the kernels' gdl_args holds.
 // 2. Consts: evaluated on first use (declarations come in any order), and
 //    once each in declaration order so that unused ones are checked too.
 // 3. Leaves: one input/param/scalar node per declaration, in declaration
@@ -33,6 +35,7 @@
 #include <map>
 
 #include "check.h"
+#include "codegen.h"  // kMaxRuntimeDims, kMaxScalars: what the kernel ABI's gdl_args holds
 
 namespace gdl {
 
@@ -574,6 +577,13 @@ class Lowerer {
         diags_.error(d.policy_loc, message, "write policy(buckets) or policy(update)",
                      static_cast<uint32_t>(d.policy.size()));
       }
+      if (graph_.dims.size() == static_cast<size_t>(kMaxRuntimeDims))
+        diags_.error(d.name_loc,
+                     "dim '" + d.name + "' is run-time dim number " + std::to_string(kMaxRuntimeDims + 1) +
+                         "; a program has at most " + std::to_string(kMaxRuntimeDims) +
+                         " (the kernels receive them in a fixed block)",
+                     "make some of them compile-time consts, or reuse one dim for tensors that always agree",
+                     static_cast<uint32_t>(d.name.size()));
       graph_.dims.push_back(std::move(info));
     }
   }
@@ -710,6 +720,11 @@ class Lowerer {
         }
         leaf.attrs.value = round_to_dtype(init.number(), info.type->dtype);
       }
+      if (leaf.op == ir::Op::kScalar && ++scalar_count_ == kMaxScalars + 1)
+        fail(t.name_loc,
+             "scalar '" + t.name + "' is run-time scalar number " + std::to_string(kMaxScalars + 1) +
+                 "; a program has at most " + std::to_string(kMaxScalars) + " (the kernels receive them in a fixed block)",
+             "make some of them compile-time consts, or pass several values as one input tensor", len);
       leaf.type = *info.type;
       info.leaf = graph_.add(std::move(leaf));
     }
@@ -1794,6 +1809,7 @@ class Lowerer {
   std::vector<Frame> frames_;
   SourceLoc top_statement_;  // the statement of the program body being run
   int64_t steps_ = 0;
+  int scalar_count_ = 0;
   bool aborted_ = false;
   bool unassigned_unreliable_ = false;  // an `if` was not folded: outputs may be missing for that reason
 };

@@ -4,7 +4,7 @@
 //   3. check_module    names, static control flow, recursion, outputs, side effects
 //   4. lower_module    inline, unroll, fold `if`, type and shape check → IR
 //   5. fold_constants, eliminate_common_subexpressions, eliminate_dead_code
-//   6. make_plan       schedule, liveness, arena offsets, node deps
+//   6. make_plan       schedule, views, fusion (fuse.cc), liveness, arena offsets, node deps
 //   7. generate_cuda   CUDA C++ from the stdlib kernels
 //   8. compile_cuda    NVRTC → CUBIN + PTX (cached on disk)
 #include "pipeline.h"

@@ -6,11 +6,17 @@
 //    names that node instead: every output then owns a buffer that a step
 //    writes, read after the run, which a later bind cannot change.
 // 1. Schedule: the graph's topological order (ValueId order). Every non-leaf
-//    node becomes one Step, except a kReshape, which is a view: it shares
-//    its argument's storage (same region, offset, bytes) and runs nothing.
-//    A reshape still gets a step when its argument has no storage (a
-//    constant or scalar) or when it is an output whose storage would
-//    otherwise be an input or a param (an output owns its buffer).
+//    node becomes one Step, except a view, which runs nothing: a kReshape
+//    shares its argument's buffer (same region, offset, bytes); a kSlice
+//    whose elements are one contiguous row-major run at an offset that no
+//    run-time dim changes (contiguous_slice_offset: `W[l]`, `bias[l]`) is
+//    the part of its argument's buffer that holds them. A view still gets a
+//    step when its argument has no storage (a constant or scalar) or when
+//    it is an output whose storage would otherwise be an input or a param
+//    (an output owns its buffer).
+// 1b. Fusion (fuse.cc) groups those steps into fewer; every later stage works
+//    on the fused steps. A value that a fused step computes but does not
+//    write lives in registers: it has no buffer (Region::kNone).
 // 2. Storage owners: a view's owner is its argument's owner; every other
 //    value owns itself. Params go to Region::kParams, one slot each in
 //    declaration order. Constants and run-time scalars have no buffer
@@ -19,6 +25,8 @@
 //    holds an output (read after the run) get arena slots of their own,
 //    never reused: inputs first in declaration order, then outputs in
 //    declaration order. An input that nothing reads still gets its slot.
+//    A program with run-time dims first reserves the valid-dims block
+//    (kValidDimsOffset, kValidDimsBytes), which no buffer may overlap.
 // 4. Liveness of the other owners, in step indices: from the step that
 //    writes the owner to the last step that reads it or any of its views.
 //    Also the dataflow ancestors of every step (steps whose results it
@@ -36,7 +44,9 @@
 //    Then reuse never adds a WAR/WAW edge that the data did not already
 //    imply, and parallel branches stay parallel, at the cost of no reuse
 //    between them (the arena can exceed live_lower_bound).
-//    Every size is rounded up to kAlignment, so every offset is aligned.
+//    Every size is rounded up to kAlignment, so every owner's offset is
+//    aligned; a slice view lies at its owner's offset plus its own, which
+//    is a multiple of its element size only.
 // 6. Memory summary: arena_bytes = highest end rounded up to kAlignment;
 //    naive_bytes = sum of the aligned sizes of the arena owners (views
 //    need no storage even without reuse); live_lower_bound = most aligned
@@ -48,17 +58,30 @@
 //    steps from the latest down, a step already reachable through the deps
 //    chosen so far is implied and dropped. Independent branches stay
 //    parallel in the CUDA graph.
+// 8. Scratch (the working memory of split kernels, kernel_choice.h), in an
+//    area after the arena: first every step's tickets, each its own range
+//    (they must be zero when a launch starts); then the partial tiles,
+//    placed first fit, sharing bytes only with steps that the deps order
+//    before or after (never two launches at once). The deps are final, so
+//    sharing adds none.
 //
 // check_plan recomputes everything it relies on from the graph and the
 // buffers alone (never from make_plan's intermediate data), so a planner
 // bug cannot hide itself: (1) every buffer in the region its role needs,
-// aligned, large enough, inside the region; (2) every non-leaf value
-// computed by exactly one step or a reshape view sharing its argument's
-// buffer, every read written before it is read; (3) liveness per storage
+// aligned (a view to its element size, everything else to kAlignment),
+// large enough, inside the region; (2) every non-leaf value written by at
+// most one step (the step's result; other steps may recompute it in
+// registers), and otherwise computed in registers by some step (then it has
+// no buffer), or a view: a reshape sharing its argument's buffer or a
+// contiguous slice at its place inside it; every read written before it is
+// read; (3) liveness per storage
 // owner in times (0 = binding, s + 1 = step s, last = reading outputs;
 // inputs, outputs and params span all of them): no two owners live at the
 // same time share a byte; (4) every RAW/WAR/WAW conflict between two steps
-// is ordered by the transitive closure of the deps.
+// is ordered by the transitive closure of the deps; (5) each step has the
+// scratch its kernel needs, aligned, inside the scratch area; tickets share
+// no byte with any other scratch; partial tiles share bytes only between
+// steps the deps order.
 //
 // run_planned executes the plan in two host byte arrays laid out as
 // planned (poisoned with 0xFF, NaN in every float dtype): bind by copy,
@@ -74,6 +97,9 @@
 #include <map>
 #include <numeric>
 #include <optional>
+
+#include "fuse.h"
+#include "kernel_choice.h"
 
 namespace gdl::plan {
 namespace {
@@ -105,6 +131,62 @@ std::optional<uint64_t> value_bytes(const ir::Graph& g, const ir::Node& n) {
   uint64_t size = dtype_size(n.type.dtype);
   if (count > kLimit / size) return std::nullopt;
   return count * size;
+}
+
+// Where a slice's elements lie inside its argument's buffer, in bytes, when
+// they are one contiguous row-major run at the same offset for every binding
+// of the run-time dims: leading axes with ranges of one element, then one
+// axis with any range, then whole axes; and every axis with a non-zero start
+// has only constant extents after it. nullopt otherwise (also for an empty
+// slice, and for bounds a hostile artifact could hold).
+std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != Op::kSlice || n.args.size() != 1) return std::nullopt;
+  const Shape& xs = g.node(n.args[0]).type.shape;
+  const std::vector<int64_t>& bounds = n.attrs.ints;
+  if (bounds.size() != 2 * xs.size() || max_element_count(n.type.shape, g.dims) <= 0) return std::nullopt;
+  auto start = [&](size_t axis) { return bounds[2 * axis]; };
+  auto stop = [&](size_t axis) { return bounds[2 * axis + 1]; };
+  for (size_t axis = 0; axis < xs.size(); ++axis) {
+    bool fits = start(axis) >= 0 && (stop(axis) == -1 || start(axis) <= stop(axis)) &&
+                (xs[axis].is_runtime() || std::max(start(axis), stop(axis)) <= xs[axis].extent);
+    if (!fits) return std::nullopt;
+  }
+  auto whole = [&](size_t axis) {
+    return start(axis) == 0 && (stop(axis) == -1 || (!xs[axis].is_runtime() && stop(axis) == xs[axis].extent));
+  };
+  size_t partial = xs.size();  // the last axis that is not whole
+  for (size_t axis = xs.size(); axis-- > 0;)
+    if (!whole(axis)) {
+      partial = axis;
+      break;
+    }
+  if (partial == xs.size()) return 0;
+  for (size_t axis = 0; axis < partial; ++axis) {
+    int64_t length = stop(axis) != -1 ? stop(axis) - start(axis)
+                     : xs[axis].is_runtime() ? -1 : xs[axis].extent - start(axis);
+    if (length != 1) return std::nullopt;
+  }
+  constexpr uint64_t kLimit = uint64_t{1} << 62;
+  uint64_t offset = 0, stride = 1;  // in elements; stride of the axis being visited
+  bool constant_after = true;       // every extent after that axis is constant
+  for (size_t axis = xs.size(); axis-- > 0;) {
+    if (axis <= partial && start(axis) != 0) {
+      if (!constant_after) return std::nullopt;
+      auto first = static_cast<uint64_t>(start(axis));
+      if (stride != 0 && first > (kLimit - offset) / stride) return std::nullopt;
+      offset += first * stride;
+    }
+    if (xs[axis].is_runtime()) {
+      constant_after = false;
+      continue;
+    }
+    auto extent = static_cast<uint64_t>(xs[axis].extent);
+    if (extent != 0 && stride > kLimit / extent) return std::nullopt;
+    stride *= extent;
+  }
+  uint64_t size = dtype_size(n.type.dtype);
+  if (offset > kLimit / size) return std::nullopt;
+  return offset * size;
 }
 
 // A byte range one step touches.
@@ -247,6 +329,17 @@ std::string step_ops(const Plan& p, const Step& s) {
   return out;
 }
 
+// The ops of a step for listings: all of them up to kListedOps, else the
+// first few, the last and how many values there are.
+constexpr size_t kListedOps = 16;
+std::string step_summary(const Plan& p, const Step& s) {
+  if (s.values.size() <= kListedOps) return step_ops(p, s);
+  std::string out;
+  for (size_t i = 0; i < 6; ++i) out += std::string(ir::op_name(p.graph.node(s.values[i]).op)) + "+";
+  return out + "...+" + ir::op_name(p.graph.node(s.values.back()).op) + " (" + std::to_string(s.values.size()) +
+         " values)";
+}
+
 std::string region_text(const Buffer& b) {
   switch (b.region) {
     case Region::kArena: return "arena @" + std::to_string(b.offset) + " (" + human_bytes(b.bytes) + ")";
@@ -267,9 +360,15 @@ std::string dot_escape(const std::string& s) {
 
 }  // namespace
 
+uint64_t buffer_alignment(const Buffer& b) {
+  uint64_t alignment = kAlignment;
+  while (alignment > 1 && b.offset % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
 // ------------------------------------------------------------------ make_plan
 
-Plan make_plan(ir::Graph graph) {
+Plan make_plan(ir::Graph graph, const PlanOptions& options) {
   Plan p;
   p.graph = std::move(graph);
   for (ir::Output& o : p.graph.outputs) {
@@ -296,7 +395,8 @@ Plan make_plan(ir::Graph graph) {
   for (size_t v = 0; v < count; ++v) {
     const ir::Node& n = g.nodes[v];
     if (is_leaf(n.op)) continue;
-    if (n.op == Op::kReshape && n.args.size() == 1 && stored(n.args[0])) {
+    bool view = (n.op == Op::kReshape && n.args.size() == 1) || contiguous_slice_offset(g, n).has_value();
+    if (view && stored(n.args[0])) {
       ValueId root = owner[static_cast<size_t>(n.args[0])];
       Op root_op = g.node(root).op;
       bool output_over_bound_leaf = is_output[v] && (root_op == Op::kInput || root_op == Op::kParam);
@@ -310,15 +410,22 @@ Plan make_plan(ir::Graph graph) {
     s.result = static_cast<ValueId>(v);
     for (ValueId a : n.args)
       if (stored(a) && std::find(s.reads.begin(), s.reads.end(), a) == s.reads.end()) s.reads.push_back(a);
-    step_of[v] = p.steps.size();
     p.steps.push_back(std::move(s));
   }
+
+  // 2b. Fusion (fuse.cc). A computed value that no fused step writes lives
+  //     in registers and gets no buffer.
+  p.steps = fuse_steps(g, std::move(p.steps), options);
+  for (size_t s = 0; s < p.steps.size(); ++s) step_of[static_cast<size_t>(p.steps[s].result)] = s;
+  auto in_registers = [&](size_t v) {
+    return !is_leaf(g.nodes[v].op) && owner[v] == static_cast<ValueId>(v) && step_of[v] == kNoStep;
+  };
 
   std::vector<bool> pinned(count, false);
   std::vector<uint64_t> size(count, 0);  // aligned size of each owner
   p.buffers.assign(count, Buffer{});
   for (size_t v = 0; v < count; ++v) {
-    if (owner[v] != static_cast<ValueId>(v) || has_no_storage(g.nodes[v].op)) continue;
+    if (owner[v] != static_cast<ValueId>(v) || has_no_storage(g.nodes[v].op) || in_registers(v)) continue;
     p.buffers[v].bytes = value_bytes(g, g.nodes[v]).value();
     size[v] = align_up(p.buffers[v].bytes);
     if (g.nodes[v].op == Op::kParam) {
@@ -330,8 +437,9 @@ Plan make_plan(ir::Graph graph) {
     }
   }
 
-  // 3. Fixed slots: inputs, then the owners of outputs.
-  uint64_t fixed_end = 0;
+  // 3. Fixed slots: the valid-dims block (programs with run-time dims), inputs, then the owners of outputs.
+  const uint64_t reserved = g.dims.empty() ? 0 : kValidDimsOffset + kValidDimsBytes;
+  uint64_t fixed_end = reserved;
   auto pin = [&](size_t v) {
     if (pinned[v] || p.buffers[v].region != Region::kArena) return;
     pinned[v] = true;
@@ -365,11 +473,17 @@ Plan make_plan(ir::Graph graph) {
   // 5. Offsets.
   assign_offsets(intervals, fixed_end, ancestors);
   for (const Interval& iv : intervals) p.buffers[static_cast<size_t>(iv.owner)].offset = iv.offset;
-  for (size_t v = 0; v < count; ++v)
-    if (owner[v] != static_cast<ValueId>(v)) p.buffers[v] = p.buffers[static_cast<size_t>(owner[v])];
+  for (size_t v = 0; v < count; ++v) {  // views, after their arguments
+    if (owner[v] == static_cast<ValueId>(v)) continue;
+    const ir::Node& n = g.nodes[v];
+    const Buffer& arg = p.buffers[static_cast<size_t>(n.args[0])];
+    if (n.op == Op::kReshape) p.buffers[v] = arg;
+    else p.buffers[v] = Buffer{arg.region, arg.offset + contiguous_slice_offset(g, n).value(), value_bytes(g, n).value()};
+  }
 
   // 6. Memory summary.
-  uint64_t top = 0;
+  uint64_t top = reserved;
+  p.naive_bytes = reserved;
   for (size_t v = 0; v < count; ++v) {
     if (owner[v] != static_cast<ValueId>(v) || p.buffers[v].region != Region::kArena) continue;
     top = std::max(top, p.buffers[v].offset + size[v]);
@@ -397,6 +511,35 @@ Plan make_plan(ir::Graph graph) {
     }
     std::sort(p.steps[j].deps.begin(), p.steps[j].deps.end());
   }
+
+  // 8. Scratch after the arena: every step's tickets, then partial tiles,
+  //    first fit among those of earlier steps that may run at the same time.
+  uint64_t tickets_end = p.arena_bytes;
+  for (Step& st : p.steps) {
+    st.tickets_bytes = step_scratch(g, st.values).ticket_bytes();
+    st.tickets_offset = st.tickets_bytes > 0 ? tickets_end : 0;
+    tickets_end += st.tickets_bytes;
+  }
+  uint64_t scratch_end = tickets_end;
+  std::vector<std::pair<uint64_t, uint64_t>> taken;  // [begin, end) of concurrent steps' partials
+  for (size_t j = 0; j < p.steps.size(); ++j) {
+    Step& st = p.steps[j];
+    st.scratch_bytes = step_scratch(g, st.values).partial_bytes();
+    if (st.scratch_bytes == 0) continue;
+    taken.clear();
+    for (size_t i = 0; i < j; ++i)
+      if (p.steps[i].scratch_bytes > 0 && !reach[j].contains(i))
+        taken.push_back({p.steps[i].scratch_offset, p.steps[i].scratch_offset + p.steps[i].scratch_bytes});
+    std::sort(taken.begin(), taken.end());
+    uint64_t at = tickets_end;
+    for (const auto& [begin, end] : taken) {
+      if (begin >= at + st.scratch_bytes) break;
+      at = std::max(at, end);
+    }
+    st.scratch_offset = at;
+    scratch_end = std::max(scratch_end, at + st.scratch_bytes);
+  }
+  p.scratch_bytes = scratch_end - p.arena_bytes;
   return p;
 }
 
@@ -424,7 +567,12 @@ std::string check_plan(const Plan& p) {
   for (const ir::Output& o : g.outputs)
     if (o.value < 0 || static_cast<size_t>(o.value) >= count) return "output '" + o.name + "' names no value";
 
-  // 1. Buffers: the right region for the role, aligned, large enough, inside the region.
+  // 1. Buffers: the right region for the role, aligned, large enough, inside
+  //    the region. A non-leaf value that no step writes can only be a view
+  //    (proved in 2), which needs only its element size's alignment.
+  std::vector<bool> written(count, false);
+  for (const Step& st : p.steps)
+    if (st.result >= 0 && static_cast<size_t>(st.result) < count) written[static_cast<size_t>(st.result)] = true;
   for (size_t v = 0; v < count; ++v) {
     auto id = static_cast<ValueId>(v);
     const ir::Node& n = g.nodes[v];
@@ -432,14 +580,15 @@ std::string check_plan(const Plan& p) {
     if (b.region != Region::kArena && b.region != Region::kParams && b.region != Region::kNone)
       return ref(id) + " has an unknown region";
     if (n.op == Op::kParam && b.region != Region::kParams) return "param " + ref(id) + " is not in the params region";
-    if (n.op != Op::kParam && b.region == Region::kParams && n.op != Op::kReshape)
+    if (n.op != Op::kParam && b.region == Region::kParams && n.op != Op::kReshape && n.op != Op::kSlice)
       return ref(id) + " is in the params region, which only params (and views of them) may use";
     if (n.op == Op::kInput && b.region != Region::kArena) return "input " + ref(id) + " has no arena buffer";
     if (has_no_storage(n.op) && b.region != Region::kNone)
       return ref(id) + " has a buffer, but kernels take constants and scalars by value";
     if (b.region == Region::kNone) continue;
-    if (b.offset % kAlignment != 0)
-      return ref(id) + " at offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(kAlignment);
+    uint64_t alignment = is_leaf(n.op) || written[v] ? kAlignment : dtype_size(n.type.dtype);
+    if (b.offset % alignment != 0)
+      return ref(id) + " at offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(alignment);
     std::optional<uint64_t> need = value_bytes(g, n);
     if (!need) return ref(id) + " is too large to plan";
     if (b.bytes < *need)
@@ -448,23 +597,37 @@ std::string check_plan(const Plan& p) {
     if (b.bytes > limit || b.offset > limit - b.bytes)
       return ref(id) + " at [" + std::to_string(b.offset) + ", +" + std::to_string(b.bytes) + ") lies outside its region of " +
              std::to_string(limit) + " bytes";
+    if (!g.dims.empty() && b.region == Region::kArena && b.bytes > 0 && b.offset < kValidDimsOffset + kValidDimsBytes &&
+        kValidDimsOffset < b.offset + b.bytes)
+      return ref(id) + " overlaps the valid-dims block [" + std::to_string(kValidDimsOffset) + ", +" +
+             std::to_string(kValidDimsBytes) + ")";
   }
+  if (!g.dims.empty() && p.arena_bytes < kValidDimsOffset + kValidDimsBytes)
+    return "the arena of " + std::to_string(p.arena_bytes) + " bytes does not hold the valid-dims block";
 
-  // 2. Steps: each non-leaf value computed once; reads ready before they are read.
+  // 2. Steps: each non-leaf value written by at most one step, computed by
+  //    some step or a view; reads ready before they are read.
   size_t steps = p.steps.size();
-  std::vector<size_t> computed_by(count, kNoStep);
+  std::vector<size_t> written_by(count, kNoStep);
+  std::vector<bool> computed(count, false);
+  std::vector<size_t> in_step(count, kNoStep);  // the last step seen computing each value
   for (size_t s = 0; s < steps; ++s) {
     const Step& st = p.steps[s];
     std::string name = "step " + std::to_string(s);
     if (st.values.empty()) return name + " computes nothing";
-    for (ValueId v : st.values) {
+    for (size_t i = 0; i < st.values.size(); ++i) {
+      ValueId v = st.values[i];
       if (v < 0 || static_cast<size_t>(v) >= count) return name + " computes an unknown value";
       if (is_leaf(g.node(v).op)) return name + " computes the leaf " + ref(v);
-      if (computed_by[static_cast<size_t>(v)] != kNoStep)
-        return ref(v) + " is computed by step " + std::to_string(computed_by[static_cast<size_t>(v)]) + " and " + name;
-      computed_by[static_cast<size_t>(v)] = s;
+      if (in_step[static_cast<size_t>(v)] == s) return name + " computes " + ref(v) + " twice";
+      in_step[static_cast<size_t>(v)] = s;
+      computed[static_cast<size_t>(v)] = true;
     }
     if (st.result != st.values.back()) return name + ": its result is not its last value";
+    if (written_by[static_cast<size_t>(st.result)] != kNoStep)
+      return ref(st.result) + " is written by step " + std::to_string(written_by[static_cast<size_t>(st.result)]) +
+             " and " + name;
+    written_by[static_cast<size_t>(st.result)] = s;
     if (p.buffers[static_cast<size_t>(st.result)].region != Region::kArena)
       return name + " writes " + ref(st.result) + ", which has no arena buffer";
     for (ValueId r : st.reads)
@@ -475,7 +638,8 @@ std::string check_plan(const Plan& p) {
     }
   }
 
-  // A value not computed by a step must be a leaf or a view of its argument.
+  // A value that no step writes lives in registers, or is a leaf or a view
+  // of its argument.
   std::vector<bool> is_view(count, false);
   std::vector<ValueId> owner(count);
   constexpr size_t kNever = std::numeric_limits<size_t>::max();
@@ -485,20 +649,29 @@ std::string check_plan(const Plan& p) {
     const ir::Node& n = g.nodes[v];
     owner[v] = id;
     if (n.op == Op::kInput || n.op == Op::kParam) ready[v] = 0;
-    if (is_leaf(n.op) || computed_by[v] != kNoStep) continue;
-    if (n.op != Op::kReshape || n.args.size() != 1) return ref(id) + " is computed by no step";
+    if (is_leaf(n.op) || written_by[v] != kNoStep) continue;
+    if (computed[v]) {
+      if (p.buffers[v].region != Region::kNone) return ref(id) + " has a buffer, but no step writes it";
+      continue;
+    }
+    std::optional<uint64_t> slice_offset = contiguous_slice_offset(g, n);
+    if (!(n.op == Op::kReshape && n.args.size() == 1) && !slice_offset) return ref(id) + " is computed by no step";
     auto arg = static_cast<size_t>(n.args[0]);
     const Buffer &b = p.buffers[v], &ab = p.buffers[arg];
     if (ab.region == Region::kNone) return "view " + ref(id) + " aliases " + value_ref(n.args[0]) + ", which has no buffer";
-    if (b.region != ab.region || b.offset != ab.offset || b.bytes != ab.bytes)
+    if (n.op == Op::kReshape && (b.region != ab.region || b.offset != ab.offset || b.bytes != ab.bytes))
       return "view " + ref(id) + " does not share the buffer of " + value_ref(n.args[0]);
+    if (slice_offset && (b.region != ab.region || ab.offset > std::numeric_limits<uint64_t>::max() - *slice_offset ||
+                         b.offset != ab.offset + *slice_offset || b.bytes > ab.bytes || b.offset - ab.offset > ab.bytes - b.bytes))
+      return "view " + ref(id) + " does not lie where its elements are in the buffer of " + value_ref(n.args[0]);
     is_view[v] = true;
     owner[v] = owner[arg];
   }
   for (size_t s = 0; s < steps; ++s) ready[static_cast<size_t>(p.steps[s].result)] = s + 1;
-  for (size_t v = 0; v < count; ++v)
+  for (size_t v = 0; v < count; ++v)  // views after their arguments
     if (is_view[v]) ready[v] = ready[static_cast<size_t>(g.nodes[v].args[0])];
 
+  std::vector<size_t> read_by(count, kNoStep), done_in(count, kNoStep);  // per value: the last step that marked it
   for (size_t s = 0; s < steps; ++s) {
     const Step& st = p.steps[s];
     std::string name = "step " + std::to_string(s);
@@ -506,15 +679,16 @@ std::string check_plan(const Plan& p) {
       if (p.buffers[static_cast<size_t>(r)].region == Region::kNone) return name + " reads " + ref(r) + ", which has no buffer";
       if (ready[static_cast<size_t>(r)] == kNever || ready[static_cast<size_t>(r)] > s)
         return name + " reads " + ref(r) + " before any earlier step writes it";
+      read_by[static_cast<size_t>(r)] = s;
     }
-    for (size_t i = 0; i < st.values.size(); ++i)
-      for (ValueId a : g.node(st.values[i]).args) {
-        bool inside = std::find(st.values.begin(), st.values.begin() + static_cast<std::ptrdiff_t>(i), a) !=
-                      st.values.begin() + static_cast<std::ptrdiff_t>(i);
-        bool read = std::find(st.reads.begin(), st.reads.end(), a) != st.reads.end();
+    for (ValueId v : st.values) {  // each argument computed earlier in the step, read, or taken by value
+      for (ValueId a : g.node(v).args) {
+        bool inside = done_in[static_cast<size_t>(a)] == s, read = read_by[static_cast<size_t>(a)] == s;
         if (!inside && !read && !has_no_storage(g.node(a).op))
           return name + " uses " + ref(a) + " without reading its buffer";
       }
+      done_in[static_cast<size_t>(v)] = s;
+    }
   }
   for (const ir::Output& o : g.outputs) {
     if (p.buffers[static_cast<size_t>(o.value)].region != Region::kArena)
@@ -572,6 +746,47 @@ std::string check_plan(const Plan& p) {
         return "step " + std::to_string(j) + " (" + step_ops(p, p.steps[j]) + ") does not wait for step " +
                std::to_string(i) + " (" + step_ops(p, p.steps[i]) + ") despite a " + conflict_name(c) + " conflict";
     }
+
+  // 5. Scratch: what each kernel needs, aligned, inside the area; tickets
+  //    never shared; partial tiles shared only by steps the deps order.
+  struct Range {
+    uint64_t begin, end;
+    size_t step;
+    bool tickets;
+  };
+  std::vector<Range> ranges;
+  const uint64_t area_end = p.arena_bytes + p.scratch_bytes;
+  if (area_end < p.arena_bytes) return "the scratch area does not fit in 64 bits";
+  for (size_t s = 0; s < steps; ++s) {
+    const Step& st = p.steps[s];
+    std::string name = "step " + std::to_string(s);
+    const SplitScratchSize need = step_scratch(g, st.values);
+    if (st.tickets_bytes < need.ticket_bytes() || st.scratch_bytes < need.partial_bytes())
+      return name + " has " + std::to_string(st.tickets_bytes) + " + " + std::to_string(st.scratch_bytes) +
+             " bytes of scratch, its kernel needs " + std::to_string(need.ticket_bytes()) + " + " +
+             std::to_string(need.partial_bytes());
+    for (bool tickets : {true, false}) {
+      uint64_t offset = tickets ? st.tickets_offset : st.scratch_offset;
+      uint64_t bytes = tickets ? st.tickets_bytes : st.scratch_bytes;
+      if (bytes == 0) continue;
+      if (offset % kAlignment != 0) return name + ": its scratch is not aligned";
+      if (offset < p.arena_bytes || offset > area_end || bytes > area_end - offset)
+        return name + ": its scratch [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+               ") lies outside the scratch area";
+      ranges.push_back({offset, offset + bytes, s, tickets});
+    }
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) { return x.begin < y.begin; });
+  for (size_t i = 0; i < ranges.size(); ++i)
+    for (size_t j = i + 1; j < ranges.size() && ranges[j].begin < ranges[i].end; ++j) {
+      const Range &x = ranges[i], &y = ranges[j];
+      size_t first = std::min(x.step, y.step), second = std::max(x.step, y.step);
+      if (x.tickets || y.tickets || first == second)
+        return "the tickets of step " + std::to_string(x.tickets ? x.step : y.step) + " share bytes with other scratch";
+      if (!reach[second].contains(first))
+        return "steps " + std::to_string(first) + " and " + std::to_string(second) +
+               " may run at the same time but share scratch at " + std::to_string(y.begin);
+    }
   return "";
 }
 
@@ -580,35 +795,51 @@ std::string check_plan(const Plan& p) {
 std::string print_plan(const Plan& p) {
   const ir::Graph& g = p.graph;
   std::string out = "plan " + g.program_name + ": " + std::to_string(p.steps.size()) + " steps\n";
+  std::vector<bool> written(g.nodes.size(), false);
+  for (const Step& st : p.steps) written.at(static_cast<size_t>(st.result)) = true;
   for (size_t v = 0; v < g.nodes.size(); ++v) {
     const ir::Node& n = g.nodes[v];
-    if (!is_leaf(n.op) && !(n.op == Op::kReshape && p.buffers[v].region != Region::kNone &&
-                            std::none_of(p.steps.begin(), p.steps.end(),
-                                         [&](const Step& s) { return s.result == static_cast<ValueId>(v); })))
-      continue;
+    bool view = !is_leaf(n.op) && !written[v] && p.buffers[v].region != Region::kNone;
+    if (!is_leaf(n.op) && !view) continue;
     out += "  " + value_ref(static_cast<ValueId>(v)) + " " + ir::op_name(n.op);
     if (is_leaf(n.op) && n.op != Op::kConstant) out += " \"" + n.name + "\"";
     if (n.op == Op::kConstant || n.op == Op::kScalar) out += (n.op == Op::kScalar ? " default " : " ") + number_text(n.attrs.value);
-    if (n.op == Op::kReshape) out += " view of " + value_ref(n.args[0]);
+    if (view) out += " view of " + value_ref(n.args[0]);
     out += " : " + type_to_string(n.type, g.dims) + " -> " + region_text(p.buffers[v]) + "\n";
   }
+  // "step 3: matmul+add+gelu [%9 %10 %11] reads %8 %5 %7 -> %11 f16[B, 1024] in arena @0 (128.0 KiB); after 2"
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const Step& st = p.steps[s];
     const ir::Node& n = g.node(st.result);
-    out += "  step " + std::to_string(s) + ": " + value_ref(st.result) + " = " + step_ops(p, st);
-    for (size_t a = 0; a < n.args.size(); ++a) out += (a ? ", " : " ") + value_ref(n.args[a]);
-    out += " : " + type_to_string(n.type, g.dims) + " -> " + region_text(p.buffers[static_cast<size_t>(st.result)]);
+    out += "  step " + std::to_string(s) + ": " + step_summary(p, st) + " [";
+    for (size_t i = 0; i < st.values.size(); ++i) {
+      if (st.values.size() > kListedOps && i == 6) {
+        out += " ...";
+        i = st.values.size() - 1;
+      }
+      out += (i ? " " : "") + value_ref(st.values[i]);
+    }
+    out += "]";
+    if (!st.reads.empty()) out += " reads";
+    for (ValueId r : st.reads) out += " " + value_ref(r);
+    out += " -> " + value_ref(st.result) + " " + type_to_string(n.type, g.dims) + " in " +
+           region_text(p.buffers[static_cast<size_t>(st.result)]);
     if (!st.deps.empty()) {
       out += "; after";
       for (size_t d = 0; d < st.deps.size(); ++d) out += (d ? ", " : " ") + std::to_string(st.deps[d]);
     }
+    if (st.tickets_bytes > 0 || st.scratch_bytes > 0)
+      out += "; scratch: tickets @" + std::to_string(st.tickets_offset) + ", partials @" +
+             std::to_string(st.scratch_offset) + " (" + human_bytes(st.scratch_bytes) + ")";
     out += "\n";
   }
   for (const ir::Output& o : g.outputs)
     out += "  output \"" + o.name + "\" = " + value_ref(o.value) + " -> " +
            region_text(p.buffers.at(static_cast<size_t>(o.value))) + "\n";
   out += "arena " + human_bytes(p.arena_bytes) + " (naive " + human_bytes(p.naive_bytes) + ", live lower bound " +
-         human_bytes(p.live_lower_bound) + "), params " + human_bytes(p.params_bytes) + "\n";
+         human_bytes(p.live_lower_bound) + "), params " + human_bytes(p.params_bytes);
+  if (p.scratch_bytes > 0) out += ", scratch " + human_bytes(p.scratch_bytes);
+  out += "\n";
   return out;
 }
 
@@ -622,7 +853,8 @@ std::string plan_to_dot(const Plan& p) {
   for (size_t s = 0; s < p.steps.size(); ++s) writer[static_cast<size_t>(p.steps[s].result)] = static_cast<int>(s);
   auto source_of = [&](ValueId v) -> std::string {
     // Through views to the value that owns the storage.
-    while (writer[static_cast<size_t>(v)] < 0 && g.node(v).op == Op::kReshape) v = g.node(v).args[0];
+    while (writer[static_cast<size_t>(v)] < 0 && (g.node(v).op == Op::kReshape || g.node(v).op == Op::kSlice))
+      v = g.node(v).args[0];
     if (writer[static_cast<size_t>(v)] >= 0) return "s" + std::to_string(writer[static_cast<size_t>(v)]);
     Op op = g.node(v).op;
     if (op == Op::kInput || op == Op::kParam) return "v" + std::to_string(v);
@@ -636,7 +868,7 @@ std::string plan_to_dot(const Plan& p) {
   }
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const Step& st = p.steps[s];
-    out += "  s" + std::to_string(s) + " [label=\"#" + std::to_string(s) + " " + step_ops(p, st) + "\\n" +
+    out += "  s" + std::to_string(s) + " [label=\"#" + std::to_string(s) + " " + step_summary(p, st) + "\\n" +
            dot_escape(type_to_string(g.node(st.result).type, g.dims)) + "\"];\n";
   }
   for (size_t i = 0; i < g.outputs.size(); ++i)

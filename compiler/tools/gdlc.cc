@@ -2,6 +2,7 @@
 //
 //   gdlc check FILE.gdl                      check only; diagnostics on stderr
 //   gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph   print one stage on stdout
+//                                            (--no-fuse: plan one kernel per IR value)
 //   gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR]
 //
 // Exit codes: 0 ok, 1 the program is wrong, 2 usage or internal error.
@@ -24,7 +25,7 @@ constexpr int kExitUsage = 2;
 
 const char* kUsage =
     "usage: gdlc check FILE.gdl\n"
-    "       gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph [--no-opt]\n"
+    "       gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph [--no-opt] [--no-fuse]\n"
     "       gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR] [--no-opt]\n";
 
 struct Args {
@@ -33,6 +34,7 @@ struct Args {
   std::string emit;    // "" when writing an artifact
   std::string output;  // -o
   gdl::PipelineOptions pipeline;
+  gdl::plan::PlanOptions plan;  // --no-fuse: for the --emit stages
 };
 
 std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
@@ -60,6 +62,8 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
       args.pipeline.codegen.cache_dir = a.substr(12);
     } else if (a == "--no-opt") {
       args.pipeline.optimize = false;
+    } else if (a == "--no-fuse") {
+      args.plan.fuse_elementwise = args.plan.fuse_epilogues = false;
     } else if (a == "-h" || a == "--help") {
       *error = "";
       return std::nullopt;
@@ -74,6 +78,10 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
     }
   }
   if (args.input.empty()) { *error = "no input file"; return std::nullopt; }
+  if (!args.plan.fuse_elementwise && args.emit != "plan" && args.emit != "cuda" && args.emit != "graph") {
+    *error = "--no-fuse applies to --emit=plan, cuda and graph only";
+    return std::nullopt;
+  }
   if (!args.check_only && args.emit.empty() && args.output.empty()) {
     *error = "nothing to do: give --emit=STAGE or -o FILE.gdlx (or use `gdlc check FILE`)";
     return std::nullopt;
@@ -107,7 +115,7 @@ int run(const Args& args) {
     return kExitOk;
   }
   if (args.emit == "plan" || args.emit == "graph") {
-    gdl::plan::Plan plan = gdl::plan::make_plan(std::move(*graph));
+    gdl::plan::Plan plan = gdl::plan::make_plan(std::move(*graph), args.plan);
     std::string unsound = gdl::plan::check_plan(plan);
     if (!unsound.empty()) {
       std::fprintf(stderr, "gdlc: internal error: unsound plan: %s\n", unsound.c_str());
@@ -117,7 +125,7 @@ int run(const Args& args) {
     return kExitOk;
   }
   if (args.emit == "cuda") {
-    gdl::plan::Plan plan = gdl::plan::make_plan(std::move(*graph));
+    gdl::plan::Plan plan = gdl::plan::make_plan(std::move(*graph), args.plan);
     std::fputs(gdl::generate_cuda(plan).source.c_str(), stdout);
     return kExitOk;
   }

@@ -5,6 +5,14 @@
 //   gdlrun PROGRAM [--dim B=8] [--seed N] [--input NAME=FILE] [--param NAME=FILE]
 //                  [--set NAME=VALUE] [--scalar NAME=VALUE] [--out DIR]
 //                  [--print N] [--cpu | --gpu] [--check]
+//                  [--policy buckets|update] [--fallback] [--explain] [--stats]
+//
+// --policy serves every run-time dim by buckets or by node updates (default:
+// each dim's policy(...)); --fallback lets a dim above its bound run on the
+// eager fallback. --explain prints the timeline model's prediction of an
+// eager and a graph run from measured per-node times beside the measured
+// runs; --stats prints the session's stats (buckets, padding, node updates,
+// re-instantiations, fallbacks, arena). Both need the GPU.
 //
 // FILE holds the raw little-endian elements of the tensor's dtype (f16/bf16
 // as their 16-bit patterns), row-major. --set fills a tensor with one value
@@ -41,6 +49,7 @@ struct Args {
   int print_count = 8;
   enum class Device { kAuto, kCpu, kGpu } device = Device::kAuto;
   bool check = false;
+  gdl::tools::GpuRunOptions gpu;
 };
 
 bool split_assignment(const std::string& text, std::string* name, std::string* value) {
@@ -84,6 +93,17 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
         args.device = Args::Device::kGpu;
       } else if (a == "--check") {
         args.check = true;
+      } else if (a == "--explain") {
+        args.gpu.explain = true;
+      } else if (a == "--stats") {
+        args.gpu.stats = true;
+      } else if (a == "--fallback") {
+        args.gpu.eager_fallback = true;
+      } else if (a == "--policy") {
+        auto v = value_of("--policy"); if (!v) return std::nullopt;
+        if (*v == "buckets") args.gpu.policy = gdl::DimPolicyChoice::kBuckets;
+        else if (*v == "update") args.gpu.policy = gdl::DimPolicyChoice::kUpdate;
+        else { *error = "--policy takes buckets or update, got '" + *v + "'"; return std::nullopt; }
       } else if (!a.empty() && a[0] == '-') {
         *error = "unknown option '" + a + "'";
         return std::nullopt;
@@ -259,9 +279,10 @@ int run(const Args& args) {
 
   std::map<std::string, gdl::HostTensor> outputs;
   std::optional<std::map<std::string, gdl::HostTensor>> gpu_outputs;
+  std::string gpu_report;  // --explain, --stats
   if (args.device != Args::Device::kCpu) {
     std::string why_not;
-    gpu_outputs = gdl::tools::run_on_gpu(args.program, *bindings, &why_not);
+    gpu_outputs = gdl::tools::run_on_gpu(args.program, *bindings, &why_not, args.gpu, &gpu_report);
     if (!gpu_outputs) {
       if (args.device == Args::Device::kGpu) {
         std::fprintf(stderr, "gdlrun: error: --gpu: %s\n", why_not.c_str());
@@ -299,6 +320,9 @@ int run(const Args& args) {
       return kExitUsage;
     }
   }
+  if ((args.gpu.explain || args.gpu.stats) && !gpu_outputs)
+    std::fprintf(stderr, "gdlrun: --explain and --stats need the GPU run\n");
+  std::fputs(gpu_report.c_str(), stdout);
   return status;
 }
 
@@ -311,7 +335,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "gdlrun: error: %s\nusage: gdlrun PROGRAM.gdl|PROGRAM.gdlx [--dim NAME=N] [--seed N] "
                  "[--input NAME=FILE] [--param NAME=FILE] [--set NAME=VALUE] [--scalar NAME=VALUE] "
-                 "[--out DIR] [--print N] [--cpu|--gpu] [--check]\n",
+                 "[--out DIR] [--print N] [--cpu|--gpu] [--check] [--policy buckets|update] [--fallback] "
+                 "[--explain] [--stats]\n",
                  error.c_str());
     return kExitUsage;
   }

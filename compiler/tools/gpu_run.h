@@ -1,6 +1,8 @@
 // gdlrun's GPU path, through the public runtime API only: compile or load the
-// program, create a session, set params, bind inputs, set scalars, replay the
-// graph once and read the outputs back.
+// program, create a session (with the chosen dim policy and fallback), set
+// params, bind inputs, set scalars, replay the graph once and read the
+// outputs back; then, if asked, explain what the graph saves (predicted
+// beside measured, explain_graph) and report the session's stats.
 #pragma once
 
 #include <map>
@@ -12,12 +14,26 @@
 
 namespace gdl::tools {
 
+struct GpuRunOptions {
+  DimPolicyChoice policy = DimPolicyChoice::kAsDeclared;
+  bool eager_fallback = false;
+  bool explain = false;  // per-node times, timeline prediction beside measured runs
+  bool stats = false;    // format_stats after everything
+  int repeats = 20;      // runs measured by explain
+};
+
+// `report` (when given) receives the explanation and stats text.
 inline std::optional<std::map<std::string, HostTensor>> run_on_gpu(const std::string& program_path,
-                                                                  const Bindings& bindings, std::string* why_not) {
+                                                                  const Bindings& bindings, std::string* why_not,
+                                                                  const GpuRunOptions& options = {},
+                                                                  std::string* report = nullptr) {
   bool is_artifact = program_path.size() > 5 && program_path.substr(program_path.size() - 5) == ".gdlx";
   Expected<Program> program = is_artifact ? Program::load(program_path) : Program::compile(program_path);
   if (!program.ok()) { *why_not = program.status().ToString(); return std::nullopt; }
-  Expected<std::unique_ptr<Session>> session = Session::create(*program);
+  SessionOptions session_options;
+  session_options.dim_policy = options.policy;
+  session_options.eager_fallback = options.eager_fallback;
+  Expected<std::unique_ptr<Session>> session = Session::create(*program, session_options);
   if (!session.ok()) { *why_not = session.status().ToString(); return std::nullopt; }
   Session& s = **session;
   auto element_type = [](DType t) { return static_cast<ElementType>(static_cast<uint8_t>(t)); };
@@ -51,6 +67,11 @@ inline std::optional<std::map<std::string, HostTensor>> run_on_gpu(const std::st
     t.data = decode_elements(out.dtype, bytes.data(), count);
     outputs[out.name] = std::move(t);
   }
+  if (options.explain && report) {
+    Expected<GraphExplanation> e = explain_graph(s, options.repeats);
+    *report += e ? e->table : "explain: " + e.status().ToString() + "\n";
+  }
+  if (options.stats && report) *report += "session stats:\n" + format_stats(s.stats());
   return outputs;
 }
 

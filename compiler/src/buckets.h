@@ -1,0 +1,62 @@
+// Buckets and padding of bounded run-time dims: which capacity serves a
+// value, what padding costs, which programs padding cannot serve, and how
+// to copy the valid part of a tensor between a packed and a padded layout.
+//
+// Under the buckets policy a run with value v of dim d uses the graph built
+// for the smallest bucket >= v: every value is laid out with that capacity
+// as d's extent and positions past v along d are padding. Ops that treat
+// positions independently compute the padding too (the padding waste); ops
+// that combine elements along a padded axis (sum/mean/max, softmax, norms
+// over it, a matmul contracting over it, attention over padded positions)
+// read the valid count and ignore the padding. Nothing else changes, so the
+// valid part of every value equals the unpadded run (docs/dynamic.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir.h"
+
+namespace gdl {
+
+// The smallest bucket of `d` that holds `value`; -1 when value is outside [lo, hi].
+int64_t bucket_for(const DimInfo& d, int64_t value);
+
+// Rows computed against rows wanted by d's buckets when every value in
+// [lo, hi] is equally likely (pure arithmetic: sum of bucket_for(v) and sum of v).
+struct PaddingWaste {
+  double rows_computed = 0, rows_valid = 0;
+  // The share of computed rows that are padding.
+  double waste() const { return rows_computed > 0 ? 1.0 - rows_valid / rows_computed : 0.0; }
+};
+PaddingWaste uniform_padding_waste(const DimInfo& d);
+
+// Why padding run-time dim d (capacity > value) could change a valid result,
+// per dim ("" when it cannot): ops whose valid result is not a function of
+// the valid positions of a padded layout (a reshape that moves the dim
+// across other axes, a gather from a table padded along its rows, attention
+// whose head dim is run-time). Every op that combines elements along a
+// padded axis masks it, on the GPU (the valid-dims block) and in the
+// interpreter's capacity mode alike. A dim with a reason is served by node
+// updates instead of buckets.
+std::vector<std::string> padding_blockers(const ir::Graph& g);
+
+// One rectangle of a strided copy: `height` rows of `width` units, the rows
+// `src_pitch` / `dst_pitch` units apart, starting at `src` / `dst` (what
+// cudaMemcpy2D takes, in units of `unit` bytes as given below).
+struct CopyPiece {
+  uint64_t src = 0, dst = 0, width = 0, height = 1, src_pitch = 0, dst_pitch = 0;
+};
+
+// The pieces that copy the leading `count` block of a row-major tensor
+// stored with extents `src_extents` into one stored with `dst_extents`
+// (same rank; count[a] <= both extents). Offsets and sizes are in units of
+// `unit` (an element size in bytes, or 1 for element counts). Axes after
+// the innermost padded one merge into each row; axes before it that are not
+// padded merge into the height, so a padded leading dim is one piece and a
+// padded inner dim one 2D piece per index of the outer padded axes.
+std::vector<CopyPiece> strided_copy_pieces(const std::vector<int64_t>& count, const std::vector<int64_t>& src_extents,
+                                           const std::vector<int64_t>& dst_extents, uint64_t unit);
+
+}  // namespace gdl

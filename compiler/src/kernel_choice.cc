@@ -1,0 +1,180 @@
+// Kernel choice for matmul and attention steps.
+//
+// choose_matmul:
+// 1. Rows: when every batch dim of b is 1, b is shared and the batch of a
+//    folds into its rows; rows_min / rows_max are the row count at every
+//    run-time dim's lower / upper bound.
+// 2. Kernels: non-float dtypes take the general kernel. Floats take the
+//    rows kernel when b is shared and some binding has at most
+//    kMatmulRowsLimit rows, and the tiled kernel (tensor cores for f16 and
+//    bf16, FMA for f32) when some binding has more, or when b is batched.
+// 3. Splits: a kernel's output tiles (rows kernel: 128-byte column strips
+//    of b; tiled kernels: 64 x 128 tiles at the largest binding) are
+//    multiplied by a K split count so that the launch has about
+//    kTargetMultiprocessors * kMatmulBlocksPerSM blocks, at most
+//    kMaxSplits, and each split keeps at least 64 positions of K (rows) or
+//    two K steps (tiled). Then the count drops until the partial tiles fit
+//    kMaxScratchBytes.
+// 4. Scratch: one ticket per tile and splits partial tiles, for whichever
+//    kernel needs more (only one runs per launch).
+//
+// choose_attention: positions split into about
+// kTargetMultiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
+// parts, at most kAttentionMaxSplits, each at least 64 positions long at the
+// largest T; scratch is one ticket per row and, per row and split, (max,
+// sum) and DV partial sums, for the largest binding.
+#include "kernel_choice.h"
+
+#include <algorithm>
+
+#include "diagnostics.h"
+
+namespace gdl {
+namespace {
+
+constexpr int64_t kRowsLanes = 8;  // gdl_matmul.cuh: mm::kRowLanes
+constexpr int64_t kTileRows = kMatmulTileRows, kTileCols = kMatmulTileCols;
+constexpr int64_t kMmaStepK = 32, kSimtStepK = 16;
+constexpr int64_t kMinRowsPerSplit = 64;
+constexpr int64_t kMinPositionsPerSplit = 64;
+
+uint64_t align256(uint64_t n) { return (n + 255) / 256 * 256; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t extent_at(const Dim& d, const ir::Graph& g, bool upper) {
+  if (!d.is_runtime()) return d.extent;
+  const DimInfo& info = g.dims.at(static_cast<size_t>(d.symbol));
+  return upper ? info.hi : info.lo;
+}
+
+int64_t product_at(const Shape& s, size_t from, size_t to, const ir::Graph& g, bool upper) {
+  int64_t n = 1;
+  for (size_t i = from; i < to && i < s.size(); ++i) n *= std::max<int64_t>(0, extent_at(s[i], g, upper));
+  return n;
+}
+
+int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Splits of `tiles` output tiles: about the blocks that fill the GPU, at
+// most `most`, at least one.
+int split_count(int64_t tiles, int64_t blocks_wanted, int64_t most) {
+  int64_t s = blocks_wanted / std::max<int64_t>(1, tiles);
+  return static_cast<int>(std::clamp<int64_t>(std::min(s, most), 1, kMaxSplits));
+}
+
+}  // namespace
+
+int64_t matmul_strip_columns(DType t) { return kRowsLanes * (16 / static_cast<int64_t>(dtype_size(t))); }
+
+const char* matmul_kernel_name(MatmulKernel k) {
+  switch (k) {
+    case MatmulKernel::kGeneral: return "general";
+    case MatmulKernel::kRows: return "rows";
+    case MatmulKernel::kMma: return "mma";
+    case MatmulKernel::kSimt: return "simt";
+  }
+  return "general";
+}
+
+uint64_t SplitScratchSize::ticket_bytes() const { return align256(static_cast<uint64_t>(tickets) * 4); }
+uint64_t SplitScratchSize::partial_bytes() const { return align256(static_cast<uint64_t>(partial_floats) * 4); }
+
+MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
+  GDL_INTERNAL_ASSERT(n.op == ir::Op::kMatMul && n.args.size() == 2, "choose_matmul on a node that is not a matmul");
+  const Shape& as = g.node(n.args[0]).type.shape;
+  const Shape& bs = g.node(n.args[1]).type.shape;
+  const Shape& rs = n.type.shape;
+  GDL_INTERNAL_ASSERT(as.size() >= 2 && bs.size() >= 2 && rs.size() >= 2, "matmul operands of rank < 2");
+  MatmulChoice c;
+  // 1. rows
+  c.fold_batch = std::all_of(bs.begin(), bs.end() - 2, [](const Dim& d) { return !d.is_runtime() && d.extent == 1; });
+  const size_t batch_rank = rs.size() - 2;
+  const Dim& m = rs[batch_rank];
+  const int64_t batch_max = product_at(rs, 0, batch_rank, g, true);
+  c.rows_min = extent_at(m, g, false) * (c.fold_batch ? product_at(rs, 0, batch_rank, g, false) : 1);
+  c.rows_max = extent_at(m, g, true) * (c.fold_batch ? batch_max : 1);
+  const int64_t n_max = extent_at(rs.back(), g, true);
+  const int64_t k_max = extent_at(as.back(), g, true);
+  const DType t = n.type.dtype;
+
+  // 2. kernels
+  if (!is_float(t)) {
+    c.use_rows = false;
+    c.use_tiles = true;
+    c.tiles = MatmulKernel::kGeneral;
+    return c;
+  }
+  c.use_rows = c.fold_batch && c.rows_min <= kMatmulRowsLimit;
+  c.use_tiles = !c.use_rows || c.rows_max > kMatmulRowsLimit;
+  c.tiles = t == DType::kF32 ? MatmulKernel::kSimt : MatmulKernel::kMma;
+
+  // 3. splits
+  const int64_t blocks_wanted = kTargetMultiprocessors * kMatmulBlocksPerSM;
+  const int64_t strip_cols = matmul_strip_columns(t);
+  const int64_t strips = ceil_div(std::max<int64_t>(1, n_max), strip_cols);
+  const int64_t rows_held = std::min(std::max<int64_t>(1, c.rows_max), kMatmulRowsLimit);
+  const int64_t tile_rows = std::max<int64_t>(1, c.fold_batch ? c.rows_max : extent_at(m, g, true));
+  const int64_t tiles = (c.fold_batch ? 1 : batch_max) * ceil_div(tile_rows, kTileRows) *
+                        ceil_div(std::max<int64_t>(1, n_max), kTileCols);
+  const int64_t step_k = c.tiles == MatmulKernel::kSimt ? kSimtStepK : kMmaStepK;
+  if (c.use_rows) {
+    c.row_tile = static_cast<int>(std::min<int64_t>(pow2_at_least(rows_held), t == DType::kF32 ? 16 : 8));
+    c.rows_splits = split_count(strips, blocks_wanted, std::max<int64_t>(1, k_max / kMinRowsPerSplit));
+    while (c.rows_splits > 1 &&
+           static_cast<uint64_t>(c.rows_splits * strips * rows_held * strip_cols) * 4 > kMaxScratchBytes)
+      --c.rows_splits;
+  }
+  if (c.use_tiles && c.tiles != MatmulKernel::kGeneral) {
+    c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / (2 * step_k)));
+    while (c.tile_splits > 1 &&
+           static_cast<uint64_t>(c.tile_splits * tiles * kTileRows * kTileCols) * 4 > kMaxScratchBytes)
+      --c.tile_splits;
+  }
+
+  // 4. scratch
+  if (c.use_rows && c.rows_splits > 1) {
+    c.scratch.tickets = std::max(c.scratch.tickets, strips);
+    c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.rows_splits * strips * rows_held * strip_cols);
+  }
+  if (c.use_tiles && c.tile_splits > 1) {
+    c.scratch.tickets = std::max(c.scratch.tickets, tiles);
+    c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.tile_splits * tiles * kTileRows * kTileCols);
+  }
+  return c;
+}
+
+AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
+  GDL_INTERNAL_ASSERT(n.op == ir::Op::kAttention && n.args.size() == 4, "choose_attention on a node that is not attention");
+  const Shape& qs = g.node(n.args[0]).type.shape;
+  const Shape& ks = g.node(n.args[1]).type.shape;
+  const Shape& vs = g.node(n.args[2]).type.shape;
+  GDL_INTERNAL_ASSERT(qs.size() >= 2 && ks.size() >= 3 && vs.size() >= 3, "attention operand ranks");
+  const int64_t rows_min = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, false));
+  const int64_t rows_max = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, true));
+  const int64_t t_max = std::max<int64_t>(1, extent_at(ks[ks.size() - 2], g, true));
+  const int64_t dv_max = std::max<int64_t>(1, extent_at(vs.back(), g, true));
+  AttentionChoice c;
+  const int64_t wanted = kTargetMultiprocessors * kAttentionBlocksPerSM / rows_min;
+  const int64_t most = std::min<int64_t>(kAttentionMaxSplits, ceil_div(t_max, kMinPositionsPerSplit));
+  c.splits = static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, most)));
+  while (c.splits > 1 && static_cast<uint64_t>(rows_max * c.splits * (2 + dv_max)) * 4 > kMaxScratchBytes) --c.splits;
+  if (c.splits > 1) {
+    c.scratch.tickets = rows_max;
+    c.scratch.partial_floats = rows_max * c.splits * (2 + dv_max);
+  }
+  return c;
+}
+
+SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
+  if (values.empty()) return {};
+  const ir::Node& anchor = g.node(values.front());
+  if (anchor.op == ir::Op::kMatMul) return choose_matmul(g, anchor).scratch;
+  if (anchor.op == ir::Op::kAttention) return choose_attention(g, anchor).scratch;
+  return {};
+}
+
+}  // namespace gdl

@@ -1,0 +1,77 @@
+// Which stdlib kernel computes a matmul or an attention step, how it splits
+// its work across blocks, and the scratch memory that split needs. The
+// planner reserves the scratch (plan::Step::scratch) and codegen emits the
+// call; both ask here, so they always agree.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir.h"
+
+namespace gdl {
+
+// The GPU the split counts aim at: an H100/H200 (sm_90) has 132
+// multiprocessors. Any count is correct on any GPU; this one fills that one.
+inline constexpr int64_t kTargetMultiprocessors = 132;
+// Blocks of the matmul kernels (256 threads, about 128 registers) that
+// reside on one multiprocessor, and of the attention kernel.
+inline constexpr int64_t kMatmulBlocksPerSM = 2;
+inline constexpr int64_t kAttentionBlocksPerSM = 3;
+// Row counts up to this take the memory-bound rows kernel (gdl::matmul_rows).
+inline constexpr int64_t kMatmulRowsLimit = 16;
+inline constexpr int kMaxSplits = 16;           // K splits of one matmul output tile
+inline constexpr int kAttentionMaxSplits = 64;  // == gdl::kAttentionMaxSplits (gdl_attention.cuh)
+inline constexpr uint64_t kMaxScratchBytes = uint64_t{64} << 20;  // fewer splits rather than more scratch
+
+// Output tiles of gdl::matmul_mma and gdl::matmul_simt (gdl_matmul.cuh).
+inline constexpr int64_t kMatmulTileRows = 64, kMatmulTileCols = 128;
+// Columns of b per block of gdl::matmul_rows: 128 bytes (8 threads x 16 bytes).
+int64_t matmul_strip_columns(DType t);
+
+enum class MatmulKernel : uint8_t {
+  kGeneral,  // gdl::matmul: any dtype; the only one for i32 and bool
+  kRows,     // gdl::matmul_rows: few rows against a shared b (f32, f16, bf16)
+  kMma,      // gdl::matmul_mma: tensor cores (f16, bf16)
+  kSimt,     // gdl::matmul_simt: f32 FMA
+};
+const char* matmul_kernel_name(MatmulKernel k);  // "general", "rows", "mma", "simt"
+
+// Scratch of a kernel that splits output tiles across blocks: `tickets`
+// counters (zero between launches, never shared with another step) and
+// `partial_floats` floats of partial tiles (written before they are read in
+// every launch, so steps that never run at the same time may share them).
+struct SplitScratchSize {
+  int64_t tickets = 0;
+  int64_t partial_floats = 0;
+  uint64_t ticket_bytes() const;   // rounded up to 256; 0 when nothing is split
+  uint64_t partial_bytes() const;  // rounded up to 256; 0 when nothing is split
+};
+
+struct MatmulChoice {
+  // b has no batch extents of its own (every batch dim of b is 1): the batch
+  // of a folds into its rows, a [rows, K] @ b [K, N].
+  bool fold_batch = false;
+  int64_t rows_min = 0, rows_max = 0;  // M, times the batch when folded, over every binding
+  // The rows kernel serves bindings with at most kMatmulRowsLimit rows, the
+  // tiled kernel the others; with both, the kernel chooses at run time.
+  bool use_rows = false, use_tiles = true;
+  MatmulKernel tiles = MatmulKernel::kGeneral;
+  int row_tile = 1;        // rows held in registers by the rows kernel (MR)
+  int rows_splits = 1;     // K splits of the rows kernel
+  int tile_splits = 1;     // K splits of the tiled kernel (kMma, kSimt)
+  SplitScratchSize scratch;  // shared by both kernels: only one runs per launch
+};
+MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul);
+
+struct AttentionChoice {
+  int splits = 1;  // blocks per row of q, each taking a range of positions
+  SplitScratchSize scratch;
+};
+AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
+
+// The scratch of the kernel of a step computing `values` (its anchor, a
+// matmul or an attention, comes first); all zero when it needs none.
+SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values);
+
+}  // namespace gdl

@@ -1,0 +1,105 @@
+// Pieces shared by the memory-bound kernels (matmul, attention):
+//
+// 1. Vec16<T> / load16: 16 bytes of storage elements (8 f16 or bf16, 4 f32)
+//    as four 32-bit words, widened to float at use. load16 issues one
+//    16-byte load when the caller vouches for the alignment and the vector
+//    is whole; otherwise (an unaligned operand, a ragged edge) it loads the
+//    valid elements one by one and zero-fills the rest, so every caller is
+//    correct for any shape and only faster where the shape allows.
+// 2. SplitScratch / split_arrive: one output tile computed in `splits`
+//    parts by different blocks of one launch. Each block writes its part to
+//    the step's scratch (a partial tile), then takes a ticket; the block
+//    that takes the last ticket combines the parts and resets the ticket to
+//    zero, so the next launch (a graph replay) starts from zero again. The
+//    tickets start at zero because the runtime zeroes every step's scratch
+//    once when a session starts (plan::Step::scratch). No block ever waits
+//    for another, so any grid size and any block order is correct.
+#pragma once
+
+#include "gdl_types.cuh"
+
+namespace gdl {
+
+// ------------------------------------------------------------ 16-byte vectors
+template <typename T> struct Vec16;
+template <> struct Vec16<float> {
+  static constexpr int n = 4;
+  static GDL_DEV unsigned bits(float x) { return __float_as_uint(x); }
+  static GDL_DEV float elem(unsigned w, int) { return __uint_as_float(w); }
+};
+template <> struct Vec16<__half> {
+  static constexpr int n = 8;
+  static GDL_DEV unsigned bits(__half x) { return __half_as_ushort(x); }
+  static GDL_DEV float elem(unsigned w, int half) {
+    return __half2float(__ushort_as_half((unsigned short)(half ? w >> 16 : w & 0xffffu)));
+  }
+};
+template <> struct Vec16<__nv_bfloat16> {
+  static constexpr int n = 8;
+  static GDL_DEV unsigned bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+  // A bf16 is the upper half of the float with the same bits.
+  static GDL_DEV float elem(unsigned w, int half) { return __uint_as_float(half ? w & 0xffff0000u : w << 16); }
+};
+
+// Element j of a vector (j a compile-time constant after unrolling).
+template <typename T> GDL_DEV float vec_elem(const uint4& r, int j) {
+  constexpr int per_word = Vec16<T>::n / 4;  // 1 or 2
+  const int word = j / per_word;
+  const unsigned w = word == 0 ? r.x : word == 1 ? r.y : word == 2 ? r.z : r.w;
+  return Vec16<T>::elem(w, j % per_word);
+}
+
+template <typename T> GDL_DEV void widen(const uint4& r, float (&f)[Vec16<T>::n]) {
+#pragma unroll
+  for (int j = 0; j < Vec16<T>::n; ++j) f[j] = vec_elem<T>(r, j);
+}
+
+GDL_DEV uint4 zero16() { return make_uint4(0u, 0u, 0u, 0u); }
+
+// p[0, n) as one vector, zeros at j >= valid (valid may be <= 0 or > n).
+// `vector`: p is 16-byte aligned whenever valid >= n.
+template <typename T> GDL_DEV uint4 load16(const T* p, int valid, bool vector) {
+  constexpr int n = Vec16<T>::n, per_word = n / 4;
+  if (vector && valid >= n) return __ldg(reinterpret_cast<const uint4*>(p));
+  unsigned w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int j = 0; j < n; ++j)
+    if (j < valid) w[j / per_word] |= Vec16<T>::bits(p[j]) << (16 * (j % per_word));
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// How many of the n elements of a vector starting at `offset` lie before `end` (0..n).
+template <int n, typename I> GDL_DEV int vec_valid(I offset, I end) {
+  const I left = end - offset;
+  return left >= (I)n ? n : (left > 0 ? (int)left : 0);
+}
+
+template <typename T> GDL_DEV bool aligned16(const T* p) { return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0; }
+
+// ------------------------------------------------------------ split tiles
+struct SplitScratch {
+  unsigned* tickets;  // one per output tile; zero between launches
+  float* partials;    // [splits][tiles][tile elements], written before the ticket is taken
+  int splits;         // 1: no scratch, the block writes its tile directly
+};
+
+// Called by every thread of the block once its part of the tile is stored
+// (with __stcg). True in every thread of the block that arrived last; that
+// block may then read every part (with __ldcg) and has already reset the
+// ticket for the next launch.
+GDL_DEV bool split_arrive(unsigned* ticket, int splits) {
+  __shared__ int last;
+  __threadfence();  // this thread's part is visible device-wide before the ticket is taken
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned arrived = atomicAdd(ticket, 1u);
+    last = arrived + 1u == (unsigned)splits;
+    if (last) atomicExch(ticket, 0u);  // every part has arrived: nobody else touches it in this launch
+  }
+  __syncthreads();
+  const bool is_last = last != 0;
+  if (is_last) __threadfence();  // order the reads of the other parts after the ticket
+  return is_last;
+}
+
+}  // namespace gdl
