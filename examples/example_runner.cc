@@ -14,6 +14,9 @@
 //    iterations (after a warm-up; 1 with GDL_EXAMPLE_QUICK=1) of: graph replay, eager launch (each to
 //    completion), the host submit time of each, the input copy, and a whole
 //    request (bind + run + read).
+// 6. Explain what the graph saves: the timeline model's prediction from
+//    measured per-node device and submit times beside the measured runs
+//    (explain_graph), then the session's stats (format_stats).
 #include "example_runner.h"
 
 #include <algorithm>
@@ -278,6 +281,16 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
   std::printf("  eager launch %.1f us (median of %d; host submit %.1f us, device %.1f us); graph/eager = %.2fx faster\n",
               e, kTimed, eager_submit_sum / kTimed, eager_device_sum / kTimed, r > 0 ? e / r : 0);
   std::printf("  input copy (bind every input + wait) %.1f us, whole request (bind + run + read) %.1f us (medians)\n", median(copy), median(request));
+
+  // 6. Prediction beside measurement, and the stats.
+  EXAMPLE_TRY(bind_inputs());
+  Expected<GraphExplanation> explained = explain_graph(s, quick ? 1 : 50);
+  if (!explained) {
+    std::fprintf(stderr, "error: explain_graph: %s\n", explained.status().ToString().c_str());
+    return 2;
+  }
+  std::printf("%s", explained->table.c_str());
+  std::printf("session stats:\n%s", format_stats(s.stats()).c_str());
   std::printf("%s: %s\n", program.name().c_str(), ok ? "all outputs match the CPU reference" : "MISMATCH");
   return ok ? 0 : 1;
 }

@@ -6,8 +6,13 @@
 //   (*s)->set_param("W", w.data(), w.size() * 2);               // once; persists
 //   (*s)->bind("x", x.data(), x.size() * 2, gdl::ElementType::kF16, {B, H});
 //   (*s)->set_scalar("alpha", 0.5);                             // node-parameter update
-//   (*s)->run();                                                // graph replay
+//   (*s)->run();                                                // graph replay (B's bucket)
 //   (*s)->read("y", y.data(), y.size() * 2);                    // a copy, safe across runs
+//
+// Run-time dims (docs/dynamic.md): a dim such as B in [1, 64] is served by
+// buckets (one graph per capacity over one arena, rows past B padded and
+// masked) or by node updates (one graph whose launch dims follow B). Either
+// way read() returns exactly B rows and both give the same results.
 //
 // Every call reports failure as a Status (gdl/status.h); no exception leaves
 // this API. This header includes no compiler internals.
@@ -40,8 +45,14 @@ std::vector<double> decode_elements(ElementType t, const void* data, size_t coun
 struct RuntimeDimInfo {
   std::string name;
   int64_t lo = 1, hi = 1;
-  std::vector<int64_t> buckets;
-  bool update_policy = false;  // policy(update) rather than policy(buckets)
+  std::vector<int64_t> buckets;  // ascending, the last one is hi
+  bool update_policy = false;    // policy(update) rather than policy(buckets)
+  // Why padded buckets cannot serve this dim exactly (e.g. a reshape that
+  // moves it across other axes, a gather from a table padded along it); such
+  // a dim is always served by node updates. "" when buckets can serve it.
+  std::string padding_blocker;
+  // The smallest bucket that holds `value`; -1 when value is outside [lo, hi].
+  int64_t bucket_for(int64_t value) const;
 };
 
 // One axis of a declared shape: a constant extent, or run-time dim `dim`
@@ -80,6 +91,51 @@ struct CompileSettings {
   std::string cache_dir;  // "" = $GDL_CACHE_DIR or ~/.cache/gdl; "-" = no cache
 };
 
+enum class MemoryKind : uint8_t { kHost, kDevice };
+
+// How a session serves a run-time dim (docs/dynamic.md).
+//  kBuckets: one graph per bucket, all over the same arena; a run with value
+//    v uses the smallest bucket >= v, values are laid out at the bucket's
+//    capacity and rows past v are padding that never reaches a valid result.
+//  kUpdate: one graph; its launch dims follow v through
+//    cudaGraphExecKernelNodeSetParams on the nodes that depend on the dim.
+//  kAsDeclared: the program's policy(...) for that dim (default buckets).
+// A dim whose RuntimeDimInfo::padding_blocker is set is served by updates
+// whatever is asked.
+enum class DimPolicyChoice : uint8_t { kAsDeclared, kBuckets, kUpdate };
+
+struct SessionOptions {
+  int device = 0;
+  // Records CUDA events around each run so stats() can report device time.
+  bool record_device_time = false;
+  // The policy of every run-time dim, and overrides for single dims by name
+  // (an unknown name: Session::create fails with NotFound).
+  DimPolicyChoice dim_policy = DimPolicyChoice::kAsDeclared;
+  std::map<std::string, DimPolicyChoice> dim_policies = {};
+  // Build, instantiate and upload the graph of every bucket (every
+  // combination of the buckets of bucket-served dims) in Session::create;
+  // otherwise each is built at its first run.
+  bool build_buckets_at_create = false;
+  // A run-time dim above its upper bound: bind accepts it and the run goes
+  // to the eager path instead (the program re-planned and compiled with the
+  // bound raised to the next power of two >= the value, cached per bound; a
+  // temporary arena; kernels launched one by one; outputs copied out; counted
+  // in SessionStats::fallback_runs). Without this, such a bind is OutOfRange.
+  // A value below the lower bound is always OutOfRange (slices rely on it).
+  bool eager_fallback = false;
+  // Test hook: a bind that pads an input first fills its whole buffer with
+  // 0xFF bytes (NaN in every float dtype), so padding that leaks shows.
+  bool poison_padding_for_testing = false;
+};
+
+// How Session::create would serve each run-time dim of a program.
+struct DimServing {
+  std::string name;
+  bool update = false;        // node updates (else buckets)
+  std::string why_update;     // set when buckets were asked for but cannot serve the dim
+  std::vector<int64_t> buckets;
+};
+
 // A compiled program: its declarations, plan and kernels. Cheap to copy (the
 // contents are shared and immutable). Sessions keep what they need alive.
 class Program {
@@ -113,6 +169,10 @@ class Program {
   const std::string& kernel_arch() const;  // the CUBIN's arch; PTX is always there too
   const std::string& cuda_source() const;
 
+  // The policy each run-time dim gets in a session created with `options`
+  // (NotFound for an unknown dim name in options.dim_policies).
+  Expected<std::vector<DimServing>> dim_serving(const SessionOptions& options = {}) const;
+
   // Runs the program on the CPU reference interpreter. `tensors` holds every
   // input and param by name; run-time dims are read from the inputs' shapes;
   // scalars not given take their defaults. Returns every output by name.
@@ -128,22 +188,20 @@ class Program {
   std::shared_ptr<const Impl> impl_;
 };
 
-enum class MemoryKind : uint8_t { kHost, kDevice };
-
-struct SessionOptions {
-  int device = 0;
-  // Records CUDA events around each run so stats() can report device time.
-  bool record_device_time = false;
-};
 
 struct SessionStats {
   size_t node_count = 0;
   uint64_t arena_bytes = 0;
   uint64_t params_bytes = 0;
-  // One-time graph costs (host wall time), paid at the first run().
+  // One-time graph costs (host wall time), summed over every graph built
+  // (one per bucket; each paid at its first run or in Session::create).
   double graph_build_us = 0;       // cudaGraphCreate + every cudaGraphAddKernelNode
   double instantiate_us = 0;       // cudaGraphInstantiate
   double upload_us = 0;            // cudaGraphUpload (enqueue; the upload itself is ordered on the stream)
+  uint64_t graphs_built = 0;
+  // Instantiations of a graph that was built before (no path does this: it
+  // stays 0; buckets and node updates never re-instantiate).
+  uint64_t reinstantiations = 0;
   double library_load_us = 0;      // cudaLibraryLoadData + cudaLibraryGetKernel
   std::string module_image;        // what was loaded: "cubin sm_90", or "ptx (...)" when the arch differs
   // Host time of one run(): pending node updates + cudaGraphLaunch.
@@ -161,6 +219,70 @@ struct SessionStats {
   double node_update_us = 0;
   uint64_t runs = 0;
   uint64_t eager_runs = 0;
+
+  // Run-time dims: how each is served, and rows computed against rows valid
+  // over every run (graph and eager, not fallbacks). rows_computed -
+  // rows_valid is the padding waste of buckets (zero under updates).
+  struct DimStats {
+    std::string name;
+    bool update = false;
+    std::string why_update;  // buckets were asked for but cannot serve this dim
+    uint64_t rows_computed = 0, rows_valid = 0;
+  };
+  std::vector<DimStats> dims;
+  // One entry per bucket combination used or built ("B=8"; dims served by
+  // updates are not part of it), in order of first use.
+  struct BucketStats {
+    std::string label;
+    std::vector<int64_t> capacities;  // per run-time dim; -1 for dims served by updates
+    uint64_t hits = 0;                // runs (graph and eager) that used it
+    bool built = false;               // its graph is instantiated
+    double build_us = 0, instantiate_us = 0, upload_us = 0;
+  };
+  std::vector<BucketStats> buckets;
+  // Writes of the valid-dims block (only when a dim's value changed).
+  uint64_t valid_block_writes = 0;
+  // Runs on the eager fallback path (a dim above its upper bound; run() and
+  // run_eager() alike, counted here only, not in runs / eager_runs), and
+  // their total host time (re-plan and compile when not cached, copies,
+  // launches, the wait).
+  uint64_t fallback_runs = 0;
+  double fallback_us = 0;
+};
+
+// A readable multi-line report of the stats (gdlrun --stats, the examples).
+std::string format_stats(const SessionStats& stats);
+
+// One kernel node as profile_nodes measured it.
+struct NodeTime {
+  std::string kernel;     // the kernel's symbol
+  double submit_us = 0;   // host time of its cudaLaunchKernel (median)
+  double device_us = 0;   // device time between events recorded around it (median)
+  std::vector<int> deps;  // the nodes it waits for in the graph
+};
+
+// What a graph saves on one session's program and bindings (explain_graph):
+// the timeline model (seed 000, section 02: submit cost overlaps with device
+// work) fed with measured per-node times, beside measured runs.
+struct GraphExplanation {
+  size_t nodes = 0;
+  double eager_submit_us = 0;     // host time of one eager launch (median over the nodes' medians)
+  double device_busy_us = 0;      // sum of the nodes' device times (profile_nodes)
+  double graph_submit_us = 0;     // host time of run(): node updates + cudaGraphLaunch (mean)
+  double predicted_eager_us = 0;  // the model: when the last eager task ends
+  double predicted_graph_us = 0;  // the model: when the last graph node ends (parallel branches overlap)
+  double measured_eager_us = 0;   // wall time of run_eager() + synchronize() (median)
+  double measured_graph_us = 0;   // wall time of run() + synchronize() (median)
+  std::string table;              // all of it, readable, with the slowest nodes
+};
+
+
+// What changing an instantiated graph costs, measured on one session's graph.
+struct GraphUpdateCosts {
+  size_t nodes = 0;
+  double set_params_us_per_node = 0;  // cudaGraphExecKernelNodeSetParams (mean over every node)
+  double exec_update_us = 0;          // cudaGraphExecUpdate from the same graph (mean)
+  double reinstantiate_us = 0;        // cudaGraphInstantiate of the same graph (mean)
 };
 
 // One execution context on one GPU: its own stream, its own arena (inputs,
@@ -194,7 +316,11 @@ class Session {
   // The copy is ordered after every run already submitted, so it never
   // overwrites an input that an earlier run still reads. A bind that changes
   // a run-time dim's value sets it for the next run; every input that uses
-  // that dim must then be bound with the same value before run().
+  // that dim must then be bound with the same value before run(). Under
+  // buckets the rows go into the buffer laid out at the bucket's capacity (a
+  // strided copy when the dim is not the leading axis). A dim outside its
+  // bounds is OutOfRange; above the upper bound with eager_fallback the
+  // contents are kept on the host for the fallback run instead.
   Status bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
               const std::vector<int64_t>& shape, MemoryKind kind = MemoryKind::kHost);
 
@@ -202,21 +328,41 @@ class Session {
   Status set_dim(const std::string& name, int64_t value);
 
   // Sets a run-time scalar for the following runs (an i32 scalar takes the
-  // value truncated toward zero). Only the graph nodes that read it are updated.
+  // value truncated toward zero). Only the graph nodes that read it are
+  // updated: at once in the graph of the last run, at their next use in the
+  // other buckets' graphs. A run already submitted keeps the old value.
   Status set_scalar(const std::string& name, double value);
 
-  // Replays the graph on the session's stream and returns without waiting.
-  // The graph is built, instantiated and uploaded at the first run() with the
-  // run-time dims bound then; later dim changes update the launch dims of the
-  // nodes that depend on them. FailedPrecondition if an input (or a param) was
-  // not bound, or inputs disagree on a run-time dim.
+  // Replays a graph on the session's stream and returns without waiting:
+  // under buckets the graph of the smallest bucket holding each dim's value
+  // (built, instantiated and uploaded at its first use unless
+  // build_buckets_at_create), under updates the one graph, whose nodes that
+  // depend on a changed dim are updated first. The valid counts are copied to
+  // the device first when they changed. FailedPrecondition if an input (or a
+  // param) was not bound, or inputs disagree on a run-time dim. A dim above
+  // its bound (eager_fallback) runs on the fallback path and waits.
   Status run();
   // Launches the same kernels one by one, without a graph.
   Status run_eager();
 
+  // Launches the kernels eagerly `repeats` times with a CUDA event before and
+  // after each, waits, and returns per node the median device time between
+  // its events and the median host time of its launch (for the timeline
+  // model: what a graph saves). Needs what run_eager needs; afterwards the
+  // outputs are those of an eager run. Dims above their bounds:
+  // FailedPrecondition.
+  Expected<std::vector<NodeTime>> profile_nodes(int repeats = 20);
+
+  // Measures, on the graph of the current dims (built if needed), the host
+  // cost of cudaGraphExecKernelNodeSetParams per node, of cudaGraphExecUpdate
+  // and of instantiating the same graph again, `repeats` times each. Waits
+  // for the stream first; leaves the graph as it was (not counted in stats).
+  Expected<GraphUpdateCosts> measure_graph_update_costs(int repeats = 20);
+
   // Waits for the last run, then copies output `name` into `host` (`bytes` must
-  // equal the output's size for the current run-time dims). Output buffers are
-  // overwritten by the next run: read() returns a copy that stays valid.
+  // equal the output's size for the last run's dims: only the valid rows,
+  // never padding). Output buffers are overwritten by the next run: read()
+  // returns a copy that stays valid.
   Status read(const std::string& name, void* host, size_t bytes);
   // The concrete shape of an output (or input) for the current run-time dims.
   Expected<std::vector<int64_t>> shape_of(const std::string& name) const;
@@ -228,8 +374,9 @@ class Session {
   const Program& program() const;
   int device() const;
 
-  // Test hook: fills every arena byte that does not belong to an input with
-  // `byte` (ordered on the stream), so that elements a run fails to write show up.
+  // Test hook: fills every arena byte that does not belong to an input (or to
+  // the valid-dims block) with `byte` (ordered on the stream), so that
+  // elements a run fails to write show up.
   Status poison_arena_for_testing(uint8_t byte = 0xFF);
 
   struct Impl;
@@ -238,5 +385,10 @@ class Session {
   explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Profiles the nodes, times `repeats` graph and eager runs to completion and
+// predicts both from the profile (GraphExplanation). Needs what run() needs;
+// waits; afterwards the outputs are those of an eager run.
+Expected<GraphExplanation> explain_graph(Session& session, int repeats = 20);
 
 }  // namespace gdl

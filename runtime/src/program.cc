@@ -6,16 +6,21 @@
 //    bounds that fit an int (gdl_args holds ints), scalars f32 or i32.
 // 2. Check the plan against the graph: one buffer per value, every buffer
 //    inside its region, every input / param / output buffer large enough for
-//    its value at the dims' upper bounds, steps' values and deps in range.
+//    its value at the dims' upper bounds, no arena buffer over the valid-dims
+//    block of a program with run-time dims, steps' values and deps in range.
 // 3. Check the kernel table against the plan: one kernel per step, a symbol,
 //    a launch rule with sane block / grid_y / items_per_block, scalar indexes
 //    in range; and a module image (CUBIN or PTX) to load.
-// 4. Build the public tables (dims, inputs, params, outputs, scalars) and the
-//    name -> index maps, and mark inputs whose buffer a step's result overlaps.
+// 4. Build the public tables (dims with what keeps padding from serving
+//    them, inputs, params, outputs, scalars) and the name -> index maps, and
+//    mark inputs whose buffer a step's result overlaps.
+// resolve_dim_serving: each dim's policy from the session options, the
+// program's declaration and its padding blocker.
 // Any failure is DataLoss: the file passed its checksum, so the writer (or
 // whoever made the file) is at fault, not the caller.
 #include <cstring>
 
+#include "buckets.h"
 #include "cuda_util.h"
 #include "interp.h"
 #include "program_impl.h"
@@ -76,6 +81,16 @@ Status check_plan_tables(const plan::Plan& p) {
   for (const ir::Output& o : g.outputs)
     if (p.buffers[static_cast<size_t>(o.value)].region == plan::Region::kNone)
       return Status::DataLoss("artifact output '" + o.name + "' has no buffer");
+  if (!g.dims.empty()) {
+    const uint64_t block_end = plan::kValidDimsOffset + plan::kValidDimsBytes;
+    bool overlapped = p.arena_bytes < block_end;
+    for (const plan::Buffer& b : p.buffers)
+      overlapped |= b.region == plan::Region::kArena && b.bytes > 0 && b.offset < block_end &&
+                    plan::kValidDimsOffset < b.offset + b.bytes;
+    if (overlapped)
+      return Status::DataLoss("artifact plan has no valid-dims block for its run-time dims (made by an older gdlc?): "
+                              "recompile the program");
+  }
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const plan::Step& s = p.steps[i];
     if (s.result < 0 || static_cast<size_t>(s.result) >= g.nodes.size())
@@ -138,8 +153,11 @@ Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact) {
   auto impl = std::make_shared<Program::Impl>();
   impl->artifact = std::move(artifact);
   const ir::Graph& g = impl->graph();
-  for (const DimInfo& d : g.dims)
-    impl->dims.push_back({d.name, d.lo, d.hi, d.buckets, d.policy == DimPolicy::kUpdate});
+  std::vector<std::string> blockers = padding_blockers(g);
+  for (size_t i = 0; i < g.dims.size(); ++i) {
+    const DimInfo& d = g.dims[i];
+    impl->dims.push_back({d.name, d.lo, d.hi, d.buckets, d.policy == DimPolicy::kUpdate, blockers[i]});
+  }
   for (ir::ValueId v : g.leaves(ir::Op::kInput)) {
     impl->input_index[g.node(v).name] = impl->inputs.size();
     impl->inputs.push_back(describe(g.node(v), g.node(v).name, g));
@@ -167,6 +185,29 @@ Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact) {
     impl->input_clobbered_by_run.push_back(clobbered);
   }
   return impl;
+}
+
+Expected<std::vector<DimServing>> resolve_dim_serving(const Program::Impl& program, const SessionOptions& options) {
+  for (const auto& [name, choice] : options.dim_policies) {
+    bool known = false;
+    for (const RuntimeDimInfo& d : program.dims) known |= d.name == name;
+    if (!known)
+      return Status::NotFound("SessionOptions::dim_policies names '" + name + "', but program " +
+                              program.graph().program_name + " has no run-time dim of that name");
+  }
+  std::vector<DimServing> out;
+  for (const RuntimeDimInfo& d : program.dims) {
+    DimPolicyChoice choice = options.dim_policy;
+    if (auto it = options.dim_policies.find(d.name); it != options.dim_policies.end()) choice = it->second;
+    bool update = choice == DimPolicyChoice::kUpdate || (choice == DimPolicyChoice::kAsDeclared && d.update_policy);
+    DimServing serving{d.name, update, "", d.buckets};
+    if (!update && !d.padding_blocker.empty()) {
+      serving.update = true;
+      serving.why_update = d.padding_blocker;
+    }
+    out.push_back(std::move(serving));
+  }
+  return out;
 }
 
 namespace {
@@ -215,6 +256,17 @@ uint64_t Program::naive_bytes() const { return impl_->plan().naive_bytes; }
 uint64_t Program::live_lower_bound() const { return impl_->plan().live_lower_bound; }
 const std::string& Program::kernel_arch() const { return impl_->artifact.module.arch; }
 const std::string& Program::cuda_source() const { return impl_->artifact.cuda_source; }
+
+Expected<std::vector<DimServing>> Program::dim_serving(const SessionOptions& options) const {
+  return rt::guarded("Program::dim_serving", [&] { return rt::resolve_dim_serving(*impl_, options); });
+}
+
+int64_t RuntimeDimInfo::bucket_for(int64_t value) const {
+  if (value < lo || value > hi) return -1;
+  for (int64_t b : buckets)
+    if (b >= value) return b;
+  return hi;
+}
 
 Expected<std::map<std::string, TensorData>> Program::run_reference(const std::map<std::string, TensorData>& tensors,
                                                                    const std::map<std::string, double>& scalars) const {

@@ -50,6 +50,10 @@ namespace rt {
 // Any inconsistency is a DataLoss status naming it.
 Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact);
 
+// How a session created with `options` serves each run-time dim
+// (Program::dim_serving). NotFound for an unknown dim name in the options.
+Expected<std::vector<DimServing>> resolve_dim_serving(const Program::Impl& program, const SessionOptions& options);
+
 inline ElementType to_public(DType t) { return static_cast<ElementType>(t); }
 inline DType to_internal(ElementType t) { return static_cast<DType>(t); }
 

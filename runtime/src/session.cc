@@ -1,22 +1,37 @@
-// Session: device memory, binding by copy, params, scalars and reading outputs.
+// Session: device memory, binding by copy, params, scalars, the valid-dims
+// block and reading outputs.
 //
 // Session::create:
 // 1. Find a usable GPU (none: Unavailable with CUDA's reason), make the
 //    device current, create the session's stream.
-// 2. One cudaMalloc for the arena (plan.arena_bytes); the params region is
+// 2. One cudaMalloc for the arena (plan.arena_bytes) and the kernels'
+//    scratch behind it, zeroed once (arena_scratch.h); the params region is
 //    shared with the program's other sessions on the device.
 // 3. Load the kernel module and find every step's kernel.
-// 4. A pinned staging buffer and an upload event per input.
-// 5. Run-time dims start at their upper bounds, scalars at their defaults.
-// The graph itself is built by the first run() (session_run.cc).
+// 4. A pinned staging buffer and an upload event per input; a ring of
+//    pinned slots for the valid-dims block.
+// 5. Each run-time dim's policy (Program::dim_serving); dims start at their
+//    upper bounds, scalars at their defaults; per step, the dims and scalars
+//    its kernel node depends on.
+// 6. With build_buckets_at_create, every bucket's graph (session_run.cc);
+//    otherwise each is built at its first run.
 //
 // bind: validate everything (name, role, dtype, shape, bounds, byte count)
 // before touching any state; then copy the caller's bytes into the staging
 // buffer (after the previous upload from it has finished) and enqueue the
 // upload on the stream, so it is ordered after every run already submitted.
+// Under buckets the buffer is laid out at the bucket's capacity: the valid
+// rows go in by strided copies (buckets.h strided_copy_pieces; one piece when
+// the dim leads). A bind above a dim's bound (eager_fallback) keeps the
+// contents on the host for the fallback run.
+// read: the valid rows of the last run's layout, by the same pieces reversed.
+// write_valid_block: before a run, when the dims differ from what the block
+// holds, copy them from a pinned ring slot on the stream.
 #include <algorithm>
 #include <cstring>
 
+#include "arena_scratch.h"
+#include "buckets.h"
 #include "cuda_util.h"
 #include "session_impl.h"
 
@@ -30,12 +45,17 @@ Session::Impl::Impl(Program p, std::shared_ptr<const Program::Impl> pi, const Se
 Session::Impl::~Impl() {
   if (cudaSetDevice(device) != cudaSuccess) return;
   if (stream) (void)cudaStreamSynchronize(stream);
-  if (exec) (void)cudaGraphExecDestroy(exec);
-  if (graph) (void)cudaGraphDestroy(graph);
+  for (auto& [key, g] : graphs) {
+    if (g->exec) (void)cudaGraphExecDestroy(g->exec);
+    if (g->graph) (void)cudaGraphDestroy(g->graph);
+  }
   for (InputSlot& in : inputs) {
     if (in.uploaded) (void)cudaEventDestroy(in.uploaded);
     if (in.staging) (void)cudaFreeHost(in.staging);
   }
+  for (cudaEvent_t e : valid_copied)
+    if (e) (void)cudaEventDestroy(e);
+  if (valid_staging) (void)cudaFreeHost(valid_staging);
   if (run_start) (void)cudaEventDestroy(run_start);
   if (run_end) (void)cudaEventDestroy(run_end);
   if (arena) (void)cudaFree(arena);
@@ -49,12 +69,38 @@ Status Session::Impl::make_current() const {
   return Status::Ok();
 }
 
-static float scalar_bits(DType dtype, double value) {
+static float scalar_as_bits(DType dtype, double value) {
   if (dtype != DType::kI32) return static_cast<float>(value);
   int32_t i = static_cast<int32_t>(round_to_dtype(value, DType::kI32));
   float f;
   std::memcpy(&f, &i, sizeof f);  // an i32 scalar travels as its bit pattern
   return f;
+}
+
+// The run-time dims and scalars that each step's kernel node depends on:
+// every run-time dim in the shapes it computes or reads and in its launch
+// rule's work shape, every scalar its kernel reads.
+static void step_dependencies(const Program::Impl& prog, std::vector<uint32_t>& dims_out,
+                              std::vector<uint32_t>& scalars_out) {
+  const plan::Plan& p = prog.plan();
+  const ir::Graph& g = p.graph;
+  auto add_shape = [](uint32_t& mask, const Shape& s) {
+    for (const Dim& d : s)
+      if (d.is_runtime()) mask |= 1u << d.symbol;
+  };
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    uint32_t dims_mask = 0, scalars_mask = 0;
+    for (ir::ValueId v : p.steps[i].values) {
+      add_shape(dims_mask, g.node(v).type.shape);
+      for (ir::ValueId a : g.node(v).args) add_shape(dims_mask, g.node(a).type.shape);
+    }
+    const KernelInfo& k = prog.artifact.kernels[i];
+    add_shape(dims_mask, k.launch.work);
+    if (k.depends_on_dims && dims_mask == 0) dims_mask = ~0u;  // says it depends on some dim, not which: every one
+    for (int s : k.scalars_used) scalars_mask |= 1u << s;
+    dims_out.push_back(dims_mask);
+    scalars_out.push_back(scalars_mask);
+  }
 }
 
 Status Session::Impl::init() {
@@ -65,11 +111,18 @@ Status Session::Impl::init() {
     return Status::InvalidArgument("device " + std::to_string(device) + " does not exist; there are " +
                                    std::to_string(count) + " devices");
   GDL_RETURN_IF_ERROR(make_current());
+  Expected<std::vector<DimServing>> serving = rt::resolve_dim_serving(prog, options);
+  if (!serving) return serving.status();
+  int major = 0, minor = 0;
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "reading the compute capability");
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
+  device_arch = "sm_" + std::to_string(major * 10 + minor);
   GDL_CUDA_TRY(cudaStreamCreate(&stream), "creating the session stream");
 
-  uint64_t arena_bytes = std::max<uint64_t>(prog.plan().arena_bytes, plan::kAlignment);
+  uint64_t arena_bytes = rt::arena_allocation_bytes(prog.plan());  // the arena and the kernels' scratch behind it
   GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&arena), arena_bytes),
                "allocating the arena (" + std::to_string(arena_bytes) + " bytes)");
+  GDL_RETURN_IF_ERROR(rt::zero_scratch(arena, prog.plan(), stream));
   Expected<std::shared_ptr<rt::DeviceParams>> shared = rt::acquire_device_params(prog, device);
   if (!shared) return shared.status();
   params = std::move(shared).value();
@@ -91,14 +144,80 @@ Status Session::Impl::init() {
     GDL_CUDA_TRY(cudaEventCreate(&run_start), "creating an event");
     GDL_CUDA_TRY(cudaEventCreate(&run_end), "creating an event");
   }
+  valid_on_device.fill(-1);
+  if (!prog.dims.empty()) {
+    GDL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&valid_staging), sizeof(int32_t) * kMaxRuntimeDims * kValidRing),
+                 "allocating the staging of the valid-dims block");
+    for (cudaEvent_t& e : valid_copied)
+      GDL_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+  }
 
+  for (const DimServing& d : *serving) {
+    update_dim.push_back(d.update);
+    stats.dims.push_back({d.name, d.update, d.why_update, 0, 0});
+  }
   for (const RuntimeDimInfo& d : prog.dims) dims.push_back(d.hi);
-  for (size_t d = 0; d < dims.size(); ++d) args.dims[d] = static_cast<int32_t>(dims[d]);
   for (size_t s = 0; s < prog.scalars.size(); ++s)
-    args.scalars[s] = scalar_bits(rt::to_internal(prog.scalars[s].dtype), prog.scalars[s].default_value);
+    scalar_bits[s] = scalar_as_bits(rt::to_internal(prog.scalars[s].dtype), prog.scalars[s].default_value);
+  step_dependencies(prog, step_dims, step_scalars);
   stats.node_count = prog.plan().steps.size();
   stats.arena_bytes = prog.plan().arena_bytes;
   stats.params_bytes = prog.plan().params_bytes;
+  if (options.build_buckets_at_create) GDL_RETURN_IF_ERROR(build_every_bucket());
+  return Status::Ok();
+}
+
+bool Session::Impl::above_bounds() const {
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (dims[d] > prog.dims[d].hi) return true;
+  return false;
+}
+
+int64_t Session::Impl::layout_extent(size_t dim, int64_t value) const {
+  if (update_dim[dim] || value > prog.dims[dim].hi) return value;
+  int64_t bucket = prog.dims[dim].bucket_for(value);
+  return bucket < 0 ? value : bucket;
+}
+
+std::vector<int64_t> Session::Impl::layout(const std::vector<int64_t>& values) const {
+  std::vector<int64_t> out(values.size());
+  for (size_t d = 0; d < values.size(); ++d) out[d] = layout_extent(d, values[d]);
+  return out;
+}
+
+std::vector<int64_t> Session::Impl::bucket_key(const std::vector<int64_t>& values) const {
+  std::vector<int64_t> key(values.size());
+  for (size_t d = 0; d < values.size(); ++d) key[d] = update_dim[d] ? -1 : layout_extent(d, values[d]);
+  return key;
+}
+
+rt::KernelArgs Session::Impl::kernel_args(const std::vector<int64_t>& layout_dims) const {
+  rt::KernelArgs a;
+  for (size_t d = 0; d < layout_dims.size(); ++d) a.dims[d] = static_cast<int32_t>(layout_dims[d]);
+  std::memcpy(a.scalars, scalar_bits, sizeof a.scalars);
+  return a;
+}
+
+Status Session::Impl::write_valid_block() {
+  if (prog.dims.empty()) return Status::Ok();
+  std::array<int32_t, kMaxRuntimeDims> wanted{};
+  for (size_t d = 0; d < dims.size(); ++d) wanted[d] = static_cast<int32_t>(dims[d]);
+  if (wanted == valid_on_device) return Status::Ok();
+  int slot = valid_next;
+  valid_next = (valid_next + 1) % kValidRing;
+  if (valid_copy_pending[slot]) {
+    GDL_CUDA_TRY(cudaEventSynchronize(valid_copied[slot]), "waiting for an earlier copy of the valid dims");
+    valid_copy_pending[slot] = false;
+  }
+  int32_t* staging = valid_staging + slot * kMaxRuntimeDims;
+  std::memcpy(staging, wanted.data(), sizeof(int32_t) * kMaxRuntimeDims);
+  GDL_CUDA_TRY(cudaMemcpyAsync(arena + plan::kValidDimsOffset, staging, sizeof(int32_t) * kMaxRuntimeDims,
+                               cudaMemcpyHostToDevice, stream),
+               "copying the valid dims to the device");
+  GDL_CUDA_TRY(cudaEventRecord(valid_copied[slot], stream), "recording the copy of the valid dims");
+  valid_copy_pending[slot] = true;
+  valid_on_device = wanted;
+  stats.valid_block_writes += 1;
   return Status::Ok();
 }
 
@@ -111,9 +230,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 // Checks a concrete shape against a declared one; on success `dims_out`
-// holds the value each run-time dim takes (-1 where the shape does not use it).
+// holds the value each run-time dim takes (-1 where the shape does not use
+// it). `above_hi_ok`: a value above a dim's upper bound is accepted (eager fallback).
 Status match_shape(const TensorInfo& info, const std::vector<RuntimeDimInfo>& dims, const std::vector<int64_t>& shape,
-                   std::vector<int64_t>& dims_out) {
+                   std::vector<int64_t>& dims_out, bool above_hi_ok) {
   // Built only on failure: bind is on the per-request path.
   auto what = [&] { return "'" + info.name + "' is " + info.type_text + ", got shape " + shape_text(shape); };
   if (shape.size() != info.shape.size()) return Status::InvalidArgument(what() + " (rank differs)");
@@ -126,9 +246,11 @@ Status match_shape(const TensorInfo& info, const std::vector<RuntimeDimInfo>& di
       continue;
     }
     const RuntimeDimInfo& d = dims[static_cast<size_t>(axis.dim)];
-    if (shape[a] < d.lo || shape[a] > d.hi)
+    if (shape[a] < d.lo || (shape[a] > d.hi && !(above_hi_ok && shape[a] <= INT32_MAX)))
       return Status::OutOfRange(what() + " (dim " + d.name + " = " + std::to_string(shape[a]) + " is outside [" +
-                                std::to_string(d.lo) + ", " + std::to_string(d.hi) + "])");
+                                std::to_string(d.lo) + ", " + std::to_string(d.hi) + "]" +
+                                (shape[a] > d.hi ? "; SessionOptions::eager_fallback runs such values eagerly" : "") +
+                                ")");
     int64_t& value = dims_out[static_cast<size_t>(axis.dim)];
     if (value >= 0 && value != shape[a])
       return Status::InvalidArgument(what() + " (dim " + d.name + " takes two different values)");
@@ -153,6 +275,32 @@ Status wrong_role(const Program::Impl& p, const std::string& name, const char* w
 
 }  // namespace
 
+// Copies `pieces` (buckets.h, in bytes) from `src` to `dst` on the stream:
+// cudaMemcpy2DAsync per piece, or row by row where a pitch exceeds what
+// cudaMemcpy2D takes.
+static Status copy_pieces(unsigned char* dst, const unsigned char* src, const std::vector<CopyPiece>& pieces,
+                          cudaMemcpyKind kind, cudaStream_t stream, const std::string& what) {
+  constexpr uint64_t kMaxPitch = uint64_t{1} << 30;
+  for (const CopyPiece& p : pieces) {
+    if (p.height == 1 || (p.src_pitch < kMaxPitch && p.dst_pitch < kMaxPitch)) {
+      GDL_CUDA_TRY(cudaMemcpy2DAsync(dst + p.dst, p.dst_pitch, src + p.src, p.src_pitch, p.width, p.height, kind, stream),
+                   what);
+      continue;
+    }
+    for (uint64_t row = 0; row < p.height; ++row)
+      GDL_CUDA_TRY(cudaMemcpyAsync(dst + p.dst + row * p.dst_pitch, src + p.src + row * p.src_pitch, p.width, kind, stream),
+                   what);
+  }
+  return Status::Ok();
+}
+
+// The extents of a declared shape for dims `values` (constant axes as declared).
+static std::vector<int64_t> extents(const TensorInfo& info, const std::vector<int64_t>& values) {
+  std::vector<int64_t> out;
+  for (const AxisInfo& a : info.shape) out.push_back(a.is_runtime() ? values[static_cast<size_t>(a.dim)] : a.extent);
+  return out;
+}
+
 Status Session::Impl::bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
                            const std::vector<int64_t>& shape, MemoryKind kind) {
   auto it = prog.input_index.find(name);
@@ -165,7 +313,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   if (dtype != info.dtype)
     return Status::InvalidArgument("input '" + name + "' is " + info.type_text + ", got " + element_type_name(dtype) + " data");
   std::vector<int64_t> shape_dims;
-  GDL_RETURN_IF_ERROR(match_shape(info, prog.dims, shape, shape_dims));
+  GDL_RETURN_IF_ERROR(match_shape(info, prog.dims, shape, shape_dims, options.eager_fallback));
   size_t count = 1;
   for (int64_t e : shape) count *= static_cast<size_t>(e);
   size_t expected = count * element_size(dtype);
@@ -180,23 +328,53 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
     if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
       return Status::InvalidArgument("input '" + name + "' was bound as device memory, but the pointer is not device memory");
   }
+  bool above_bound = false;
+  std::vector<int64_t> values = dims;  // the dims with this bind's values
+  for (size_t d = 0; d < shape_dims.size(); ++d)
+    if (shape_dims[d] >= 0) {
+      values[d] = shape_dims[d];
+      above_bound |= shape_dims[d] > prog.dims[d].hi;
+    }
 
   // Everything is valid: from here on the bind takes effect.
   InputSlot& slot = inputs[index];
-  if (buffer.region != plan::Region::kNone && bytes > 0) {
+  slot.fallback_bytes.clear();
+  if (above_bound) {
+    // The arena slot is too small: keep the contents for the fallback run.
+    slot.fallback_bytes.resize(bytes);
+    if (kind == MemoryKind::kHost) {
+      std::memcpy(slot.fallback_bytes.data(), data, bytes);
+    } else {
+      GDL_CUDA_TRY(cudaMemcpyAsync(slot.fallback_bytes.data(), data, bytes, cudaMemcpyDefault, stream),
+                   "copying input '" + name + "' from device memory");
+      GDL_CUDA_TRY(cudaStreamSynchronize(stream), "copying input '" + name + "' from device memory");
+    }
+  } else if (buffer.region != plan::Region::kNone && bytes > 0) {
     Stopwatch copy_time;
     unsigned char* target = arena + buffer.offset;
+    const std::vector<int64_t> padded = extents(info, layout(values));
+    const bool is_padded = padded != shape;
+    const size_t unit = element_size(dtype);
+    const void* source = data;
     if (kind == MemoryKind::kHost) {
       if (slot.upload_pending) {
         GDL_CUDA_TRY(cudaEventSynchronize(slot.uploaded), "waiting for the previous upload of '" + name + "'");
         slot.upload_pending = false;
       }
       std::memcpy(slot.staging, data, bytes);
-      GDL_CUDA_TRY(cudaMemcpyAsync(target, slot.staging, bytes, cudaMemcpyHostToDevice, stream),
-                   "copying input '" + name + "' to the device");
+      source = slot.staging;
+    }
+    if (is_padded && options.poison_padding_for_testing) {
+      size_t padded_count = 1;
+      for (int64_t e : padded) padded_count *= static_cast<size_t>(e);
+      GDL_CUDA_TRY(cudaMemsetAsync(target, 0xFF, padded_count * unit, stream), "poisoning the padding of '" + name + "'");
+    }
+    if (!is_padded) {
+      GDL_CUDA_TRY(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDefault, stream), "copying input '" + name + "' to the device");
     } else {
-      GDL_CUDA_TRY(cudaMemcpyAsync(target, data, bytes, cudaMemcpyDefault, stream),
-                   "copying input '" + name + "' from device memory");
+      GDL_RETURN_IF_ERROR(copy_pieces(target, static_cast<const unsigned char*>(source),
+                                      strided_copy_pieces(shape, shape, padded, unit), cudaMemcpyDefault, stream,
+                                      "copying input '" + name + "' into its padded buffer"));
     }
     GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + name + "'");
     slot.upload_pending = true;  // the event also covers any earlier upload from the staging buffer
@@ -206,22 +384,18 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   }
   slot.bound = true;
   slot.bound_dims = shape_dims;
-  for (size_t d = 0; d < shape_dims.size(); ++d)
-    if (shape_dims[d] >= 0) {
-      dims[d] = shape_dims[d];
-      args.dims[d] = static_cast<int32_t>(shape_dims[d]);
-    }
+  dims = values;
   return Status::Ok();
 }
 
 Status Session::Impl::set_dim(const std::string& name, int64_t value) {
   for (size_t d = 0; d < prog.dims.size(); ++d) {
     if (prog.dims[d].name != name) continue;
-    if (value < prog.dims[d].lo || value > prog.dims[d].hi)
+    bool above_ok = options.eager_fallback && value <= INT32_MAX;
+    if (value < prog.dims[d].lo || (value > prog.dims[d].hi && !above_ok))
       return Status::OutOfRange("dim " + name + " = " + std::to_string(value) + " is outside [" +
                                 std::to_string(prog.dims[d].lo) + ", " + std::to_string(prog.dims[d].hi) + "]");
     dims[d] = value;
-    args.dims[d] = static_cast<int32_t>(value);
     return Status::Ok();
   }
   return Status::NotFound("program " + prog.graph().program_name + " has no run-time dim '" + name + "'");
@@ -250,16 +424,10 @@ Status Session::Impl::set_param(const std::string& name, const void* data, size_
 Status Session::Impl::set_scalar(const std::string& name, double value) {
   auto it = prog.scalar_index.find(name);
   if (it == prog.scalar_index.end()) return wrong_role(prog, name, "run-time scalar", "");
-  int index = static_cast<int>(it->second);
-  args.scalars[index] = scalar_bits(rt::to_internal(prog.scalars[it->second].dtype), value);
-  if (!exec) return Status::Ok();  // the graph will be built with the new value
-  const std::vector<KernelInfo>& kernels = prog.artifact.kernels;
-  for (size_t step = 0; step < kernels.size(); ++step)
-    for (int used : kernels[step].scalars_used)
-      if (used == index) {
-        GDL_RETURN_IF_ERROR(update_node(step));
-        break;
-      }
+  scalar_bits[it->second] = scalar_as_bits(rt::to_internal(prog.scalars[it->second].dtype), value);
+  // The graph of the last run takes the new value now; the other buckets'
+  // graphs at their next use (sync_nodes compares what their nodes hold).
+  if (last_graph) GDL_RETURN_IF_ERROR(sync_nodes(*last_graph, last_graph->applied_layout));
   return Status::Ok();
 }
 
@@ -269,26 +437,42 @@ Status Session::Impl::read(const std::string& name, void* host, size_t bytes) {
   if (!has_run) return Status::FailedPrecondition("read('" + name + "') before any run: call run() or run_eager() first");
   const TensorInfo& info = prog.outputs[it->second];
   ir::ValueId value = prog.output_values[it->second];
+  const std::vector<int64_t> shape = extents(info, last_run_dims);
   size_t expected = static_cast<size_t>(element_count(prog.graph().node(value).type.shape, last_run_dims)) *
                     element_size(info.dtype);
   if (bytes != expected)
     return Status::InvalidArgument("output '" + name + "' of the last run is " + std::to_string(expected) + " bytes, got " +
                                    std::to_string(bytes));
   if (!host && bytes > 0) return Status::InvalidArgument("read('" + name + "'): destination is null");
+  if (last_run_fallback) {
+    GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting for the session stream");
+    const std::vector<uint8_t>& kept = fallback_outputs.at(it->second);
+    if (kept.size() != bytes) return Status::Internal("the fallback run kept " + std::to_string(kept.size()) + " bytes of '" + name + "'");
+    std::memcpy(host, kept.data(), bytes);
+    return Status::Ok();
+  }
   const plan::Buffer& buffer = prog.buffer_of(value);
   const unsigned char* source = (buffer.region == plan::Region::kParams ? params->base() : arena) + buffer.offset;
-  GDL_CUDA_TRY(cudaMemcpyAsync(host, source, bytes, cudaMemcpyDeviceToHost, stream), "copying output '" + name + "' out");
+  const std::vector<int64_t> padded = extents(info, last_run_layout);
+  if (padded == shape) {
+    GDL_CUDA_TRY(cudaMemcpyAsync(host, source, bytes, cudaMemcpyDeviceToHost, stream), "copying output '" + name + "' out");
+  } else {
+    GDL_RETURN_IF_ERROR(copy_pieces(static_cast<unsigned char*>(host), source,
+                                    strided_copy_pieces(shape, padded, shape, element_size(info.dtype)),
+                                    cudaMemcpyDeviceToHost, stream, "copying the valid rows of output '" + name + "' out"));
+  }
   GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting for the run and the copy of output '" + name + "'");
   return Status::Ok();
 }
 
 Status Session::Impl::poison(uint8_t byte) {
-  // Arena bytes outside every input slot, as [begin, end) gaps.
+  // Arena bytes outside every input slot and the valid-dims block, as [begin, end) gaps.
   std::vector<std::pair<uint64_t, uint64_t>> kept;
   for (ir::ValueId v : prog.input_values) {
     const plan::Buffer& b = prog.buffer_of(v);
     if (b.region == plan::Region::kArena && b.bytes > 0) kept.push_back({b.offset, b.offset + b.bytes});
   }
+  if (!prog.dims.empty()) kept.push_back({plan::kValidDimsOffset, plan::kValidDimsOffset + plan::kValidDimsBytes});
   std::sort(kept.begin(), kept.end());
   uint64_t cursor = 0, end = prog.plan().arena_bytes;
   kept.push_back({end, end});
@@ -350,6 +534,20 @@ Status Session::run_eager() {
   return rt::guarded("Session::run_eager", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->run_eager();
+  });
+}
+
+Expected<std::vector<NodeTime>> Session::profile_nodes(int repeats) {
+  return rt::guarded("Session::profile_nodes", [&]() -> Expected<std::vector<NodeTime>> {
+    GDL_RETURN_IF_ERROR(impl_->make_current());
+    return impl_->profile_nodes(repeats);
+  });
+}
+
+Expected<GraphUpdateCosts> Session::measure_graph_update_costs(int repeats) {
+  return rt::guarded("Session::measure_graph_update_costs", [&]() -> Expected<GraphUpdateCosts> {
+    GDL_RETURN_IF_ERROR(impl_->make_current());
+    return impl_->measure_graph_update_costs(repeats);
   });
 }
 

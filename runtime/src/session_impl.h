@@ -1,9 +1,12 @@
-// A session's state: device memory, stream, kernels, the instantiated graph,
-// the current run-time dims and scalars, and what has been bound.
+// A session's state: device memory, stream, kernels, one instantiated graph
+// per bucket, the current run-time dims and scalars, what has been bound,
+// and the programs the eager fallback compiled.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -20,36 +23,80 @@ struct Session::Impl {
   const Program::Impl& prog;  // == *prog_ptr
   SessionOptions options;
   int device = 0;
+  std::string device_arch;  // "sm_90"
 
   cudaStream_t stream = nullptr;
   unsigned char* arena = nullptr;
   std::shared_ptr<rt::DeviceParams> params;
   rt::KernelLibrary library;
 
-  // What the kernels are given: the current run-time dims and scalars.
-  std::vector<int64_t> dims;      // current value of each run-time dim
-  rt::KernelArgs args;            // dims and scalars as the kernels see them
-  std::vector<int64_t> last_run_dims;
+  // Run-time dims: how each is served (update: node updates; else buckets),
+  // and the current value of each (what the run is for).
+  std::vector<bool> update_dim;
+  std::vector<int64_t> dims;
+  // The current run-time scalars as the kernels see them (gdl_args::scalars).
+  float scalar_bits[kMaxScalars] = {};
+
+  // Per plan step: the run-time dims its indexing or launch uses, and the
+  // scalars it reads (bit masks): the nodes a change of either must update.
+  std::vector<uint32_t> step_dims, step_scalars;
+
+  std::vector<int64_t> last_run_dims, last_run_layout;
   bool has_run = false;
 
   // Per input: a pinned staging buffer (host binds copy through it), the
   // event after its last upload (the staging buffer is reused only after it),
-  // and the dims it was bound with (-1: not bound).
+  // the dims it was bound with (-1 where it does not use one), and for a
+  // bind above a dim's bound (eager fallback) its contents kept on the host.
   struct InputSlot {
     void* staging = nullptr;
     cudaEvent_t uploaded = nullptr;
     bool upload_pending = false;
     bool bound = false;
-    std::vector<int64_t> bound_dims;  // per run-time dim; -1 where the input does not use it
+    std::vector<int64_t> bound_dims;
+    std::vector<uint8_t> fallback_bytes;  // non-empty: the contents are here, not in the arena
   };
   std::vector<InputSlot> inputs;
 
-  // The graph, built at the first run() for the dims current then.
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  std::vector<cudaGraphNode_t> nodes;          // one per plan step
-  std::vector<rt::LaunchDims> node_launch;     // what each exec node was last given
-  std::vector<int64_t> graph_dims;             // dims the exec's nodes are set for
+  // The valid-dims block (plan::kValidDimsOffset): what was last copied
+  // there (-1: nothing yet), and a ring of pinned staging slots, each reused
+  // only after the copy from it has run.
+  std::array<int32_t, kMaxRuntimeDims> valid_on_device;
+  static constexpr int kValidRing = 8;
+  int32_t* valid_staging = nullptr;  // kValidRing blocks of kMaxRuntimeDims ints
+  std::array<cudaEvent_t, kValidRing> valid_copied{};
+  std::array<bool, kValidRing> valid_copy_pending{};
+  int valid_next = 0;
+
+  // One instantiated graph per bucket combination, keyed by the capacity of
+  // every bucket-served dim (-1 for dims served by updates). What its nodes
+  // were last given for the dims and scalars is `applied_*` (a node holds
+  // the current values of every dim and scalar it uses); `built_*` is what
+  // the cudaGraph_t's nodes hold (cudaGraphExecUpdate restores that).
+  struct GraphInstance {
+    std::vector<int64_t> key;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::vector<cudaGraphNode_t> nodes;  // one per plan step
+    std::vector<int64_t> applied_layout, built_layout;
+    std::array<float, kMaxScalars> applied_scalars{}, built_scalars{};
+    size_t stats_index = 0;  // into stats.buckets
+  };
+  std::map<std::vector<int64_t>, std::unique_ptr<GraphInstance>> graphs;
+  GraphInstance* last_graph = nullptr;  // the graph of the last run()
+  std::map<std::vector<int64_t>, size_t> bucket_stats_index;
+  std::map<std::vector<int64_t>, int> times_instantiated;
+
+  // The eager fallback: one program per raised set of bounds, and the
+  // outputs of a fallback run (read() serves them).
+  struct FallbackProgram {
+    std::shared_ptr<const Program::Impl> impl;
+    rt::KernelLibrary library;
+  };
+  std::map<std::vector<int64_t>, std::unique_ptr<FallbackProgram>> fallbacks;
+  bool last_run_fallback = false;
+  std::vector<std::vector<uint8_t>> fallback_outputs;  // per output, packed at last_run_dims
+  std::array<int32_t, kMaxRuntimeDims> fallback_valid{};  // host source of the fallback's valid block
 
   cudaEvent_t run_start = nullptr, run_end = nullptr;  // record_device_time only
   bool timed_run_pending = false;
@@ -59,6 +106,7 @@ struct Session::Impl {
   Impl(Program p, std::shared_ptr<const Program::Impl> pi, const SessionOptions& o);
   ~Impl();
 
+  // session.cc
   Status init();
   Status bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
               const std::vector<int64_t>& shape, MemoryKind kind);
@@ -67,16 +115,31 @@ struct Session::Impl {
   Status set_scalar(const std::string& name, double value);
   Status read(const std::string& name, void* host, size_t bytes);
   Status poison(uint8_t byte);
+  bool above_bounds() const;                 // some dim above its upper bound (eager fallback)
+  int64_t layout_extent(size_t dim, int64_t value) const;  // the bucket's capacity, or the value
+  std::vector<int64_t> layout(const std::vector<int64_t>& values) const;
+  std::vector<int64_t> bucket_key(const std::vector<int64_t>& values) const;
+  Status write_valid_block();                // copies the current dims when they changed
+  rt::KernelArgs kernel_args(const std::vector<int64_t>& layout_dims) const;
 
   // session_run.cc
   Status ready_to_run() const;       // inputs bound with the current dims, params set
-  Status build_graph();              // create, add nodes, instantiate, upload
-  Status update_node(size_t step);   // cudaGraphExecKernelNodeSetParams with current dims and args
-  Status apply_dim_changes();        // update the dim-dependent nodes if dims changed
+  Expected<GraphInstance*> graph_for(const std::vector<int64_t>& key, const std::vector<int64_t>& layout_dims);
+  Status build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims);
+  Status build_every_bucket();
+  Status update_node(GraphInstance& g, size_t step, const std::vector<int64_t>& layout_dims);
+  Status sync_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims);  // node updates for changed dims/scalars
+  void count_run(const std::vector<int64_t>& layout_dims);
+  size_t bucket_stats_for(const std::vector<int64_t>& key);
   Status run();
   Status run_eager();
-  void after_run();
+  void after_run(const std::vector<int64_t>& layout_dims, bool fallback);
   Status make_current() const;
+  Expected<std::vector<NodeTime>> profile_nodes(int repeats);
+  Expected<GraphUpdateCosts> measure_graph_update_costs(int repeats);
+
+  // session_fallback.cc
+  Status run_fallback();
 };
 
 }  // namespace gdl

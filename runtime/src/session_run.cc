@@ -1,20 +1,37 @@
-// Running a session: the explicit CUDA graph, node updates, eager launches.
+// Running a session: one graph per bucket, node updates, eager launches,
+// and the measurements behind --explain and the dynamic bench.
 //
 // Session::run:
 // 1. Check that every param was set and every input bound with the current
 //    run-time dims (inputs that disagree on a dim cannot run together).
-// 2. First run: build the graph node by node (cudaGraphAddKernelNode with
-//    the arena pointer, the params pointer and gdl_args by value; edges from
-//    the plan steps' deps), instantiate it and upload it, once.
-//    Later runs: if a run-time dim changed since the nodes were set, update
-//    the nodes whose launch or indexing depends on dims
-//    (cudaGraphExecKernelNodeSetParams: new grid and args, no re-instantiation).
-// 3. cudaGraphLaunch on the session stream; return without waiting.
-// 4. Remember the dims of this run (for read), and mark inputs that the run
-//    overwrote as unbound.
+// 2. A dim above its upper bound (eager_fallback): session_fallback.cc.
+// 3. The layout: each bucket-served dim at the capacity of the smallest
+//    bucket that holds its value, each update-served dim at its value. The
+//    bucket key (the capacities of the bucket-served dims) picks the graph;
+//    a key's graph is built at its first use (or in Session::create): a
+//    cudaGraphAddKernelNode per plan step with the arena pointer, the params
+//    pointer and gdl_args (layout dims, scalars) by value, edges from the
+//    steps' deps; instantiate; upload. Every graph shares the one arena.
+// 4. sync_nodes: the nodes that depend on a dim or scalar whose value
+//    differs from what the graph's nodes were last given are updated with
+//    cudaGraphExecKernelNodeSetParams (new grid and args; no
+//    re-instantiation). Under buckets a dim changing inside its bucket
+//    changes no node: only the valid-dims block.
+// 5. The valid-dims block when it changed (session.cc), then cudaGraphLaunch
+//    on the session stream; return without waiting.
+// 6. Remember the dims and layout of this run (read), count the bucket's
+//    hit and the rows computed and valid, mark inputs that the run overwrote
+//    as unbound.
 // run_eager launches the same kernels in plan order on the same stream
-// (stream order satisfies every dep), with launch dims for the current dims.
-// set_scalar (session.cc) updates only the nodes whose kernel reads the scalar.
+// (stream order satisfies every dep) with the same layout and valid block.
+// set_scalar (session.cc) syncs the graph of the last run at once; other
+// buckets' graphs are synced at their next use.
+// profile_nodes: eager launches with an event before and after each.
+// measure_graph_update_costs: SetParams on every node, cudaGraphExecUpdate
+// and cudaGraphInstantiate of the same graph, timed on the host.
+#include <algorithm>
+#include <cstring>
+
 #include "cuda_util.h"
 #include "session_impl.h"
 
@@ -23,13 +40,6 @@ namespace gdl {
 using rt::Stopwatch;
 
 namespace {
-
-bool depends_on_dims(const KernelInfo& k) {
-  if (k.depends_on_dims) return true;
-  for (const Dim& d : k.launch.work)
-    if (d.is_runtime()) return true;
-  return false;
-}
 
 struct NodeParams {
   unsigned char* arena;
@@ -55,6 +65,21 @@ std::string step_name(const Program::Impl& p, size_t step) {
   return "step " + std::to_string(step) + " (kernel '" + p.artifact.kernels[step].symbol + "')";
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Destroys the events it holds when it goes.
+struct EventSet {
+  std::vector<cudaEvent_t> events;
+  ~EventSet() {
+    for (cudaEvent_t e : events)
+      if (e) (void)cudaEventDestroy(e);
+  }
+};
+
 }  // namespace
 
 Status Session::Impl::ready_to_run() const {
@@ -74,85 +99,161 @@ Status Session::Impl::ready_to_run() const {
   return Status::Ok();
 }
 
-Status Session::Impl::build_graph() {
+size_t Session::Impl::bucket_stats_for(const std::vector<int64_t>& key) {
+  auto it = bucket_stats_index.find(key);
+  if (it != bucket_stats_index.end()) return it->second;
+  SessionStats::BucketStats b;
+  b.capacities = key;
+  for (size_t d = 0; d < key.size(); ++d)
+    if (key[d] >= 0) b.label += (b.label.empty() ? "" : ", ") + prog.dims[d].name + "=" + std::to_string(key[d]);
+  if (b.label.empty()) b.label = prog.dims.empty() ? "no run-time dims" : "one graph (dims updated)";
+  stats.buckets.push_back(std::move(b));
+  bucket_stats_index.emplace(key, stats.buckets.size() - 1);
+  return stats.buckets.size() - 1;
+}
+
+Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
   const plan::Plan& p = prog.plan();
   const std::vector<cudaKernel_t>& kernels = library.kernels();
+  const rt::KernelArgs args = kernel_args(layout_dims);
   Stopwatch build_time;
-  GDL_CUDA_TRY(cudaGraphCreate(&graph, 0), "creating the graph");
-  nodes.assign(p.steps.size(), nullptr);
-  node_launch.assign(p.steps.size(), {});
+  GDL_CUDA_TRY(cudaGraphCreate(&g.graph, 0), "creating the graph");
+  g.nodes.assign(p.steps.size(), nullptr);
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, dims);
+    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, layout_dims);
     if (!launch) return launch.status();
     std::vector<cudaGraphNode_t> deps;
-    for (int d : p.steps[i].deps) deps.push_back(nodes[static_cast<size_t>(d)]);
+    for (int d : p.steps[i].deps) deps.push_back(g.nodes[static_cast<size_t>(d)]);
     NodeParams node(arena, params->base(), args, kernels[i], *launch);
-    GDL_CUDA_TRY(cudaGraphAddKernelNode(&nodes[i], graph, deps.data(), deps.size(), &node.cuda),
+    GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, deps.data(), deps.size(), &node.cuda),
                  "adding the graph node of " + step_name(prog, i));
-    node_launch[i] = *launch;
   }
-  stats.graph_build_us = build_time.elapsed_us();
+  double build_us = build_time.elapsed_us();
 
   Stopwatch instantiate_time;
-  GDL_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0), "instantiating the graph");
-  stats.instantiate_us = instantiate_time.elapsed_us();
+  GDL_CUDA_TRY(cudaGraphInstantiate(&g.exec, g.graph, 0), "instantiating the graph");
+  double instantiate_us = instantiate_time.elapsed_us();
+  if (++times_instantiated[g.key] > 1) stats.reinstantiations += 1;
   Stopwatch upload_time;
-  GDL_CUDA_TRY(cudaGraphUpload(exec, stream), "uploading the graph");
-  stats.upload_us = upload_time.elapsed_us();
-  graph_dims = dims;
+  GDL_CUDA_TRY(cudaGraphUpload(g.exec, stream), "uploading the graph");
+  double upload_us = upload_time.elapsed_us();
+
+  g.applied_layout = g.built_layout = layout_dims;
+  std::copy(std::begin(scalar_bits), std::end(scalar_bits), g.applied_scalars.begin());
+  g.built_scalars = g.applied_scalars;
+  stats.graph_build_us += build_us;
+  stats.instantiate_us += instantiate_us;
+  stats.upload_us += upload_us;
+  stats.graphs_built += 1;
+  g.stats_index = bucket_stats_for(g.key);
+  SessionStats::BucketStats& b = stats.buckets[g.stats_index];
+  b.built = true;
+  b.build_us = build_us;
+  b.instantiate_us = instantiate_us;
+  b.upload_us = upload_us;
   return Status::Ok();
 }
 
-Status Session::Impl::update_node(size_t step) {
+Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vector<int64_t>& key,
+                                                                 const std::vector<int64_t>& layout_dims) {
+  auto it = graphs.find(key);
+  if (it != graphs.end()) return it->second.get();
+  auto g = std::make_unique<GraphInstance>();
+  g->key = key;
+  Status built = build_graph(*g, layout_dims);
+  if (!built.ok()) {  // start over at the next use rather than keep half a graph
+    if (g->exec) (void)cudaGraphExecDestroy(g->exec);
+    if (g->graph) (void)cudaGraphDestroy(g->graph);
+    return built;
+  }
+  GraphInstance* raw = g.get();
+  graphs.emplace(key, std::move(g));
+  return raw;
+}
+
+Status Session::Impl::build_every_bucket() {
+  if (prog.plan().steps.empty()) return Status::Ok();
+  // Every combination of the bucket-served dims' buckets; update-served dims at their current value.
+  std::vector<int64_t> values = dims;
+  std::vector<size_t> pick(dims.size(), 0);
+  while (true) {
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (!update_dim[d]) values[d] = prog.dims[d].buckets[pick[d]];
+    Expected<GraphInstance*> g = graph_for(bucket_key(values), layout(values));
+    if (!g) return g.status();
+    size_t d = 0;
+    for (; d < dims.size(); ++d) {
+      if (update_dim[d]) continue;
+      if (++pick[d] < prog.dims[d].buckets.size()) break;
+      pick[d] = 0;
+    }
+    if (d == dims.size()) break;
+  }
+  return Status::Ok();
+}
+
+Status Session::Impl::update_node(GraphInstance& g, size_t step, const std::vector<int64_t>& layout_dims) {
   Stopwatch update_time;
-  Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[step].launch, dims);
+  Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[step].launch, layout_dims);
   if (!launch) return launch.status();
-  NodeParams node(arena, params->base(), args, library.kernels()[step], *launch);
-  GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(exec, nodes[step], &node.cuda),
+  NodeParams node(arena, params->base(), kernel_args(layout_dims), library.kernels()[step], *launch);
+  GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[step], &node.cuda),
                "updating the graph node of " + step_name(prog, step));
-  node_launch[step] = *launch;
   stats.node_updates += 1;
   stats.node_update_us += update_time.elapsed_us();
   return Status::Ok();
 }
 
-Status Session::Impl::apply_dim_changes() {
-  if (graph_dims == dims) return Status::Ok();
-  const std::vector<KernelInfo>& kernels = prog.artifact.kernels;
-  for (size_t step = 0; step < kernels.size(); ++step)
-    if (depends_on_dims(kernels[step])) GDL_RETURN_IF_ERROR(update_node(step));
-  graph_dims = dims;
+Status Session::Impl::sync_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
+  uint32_t changed_dims = 0, changed_scalars = 0;
+  for (size_t d = 0; d < layout_dims.size(); ++d)
+    if (g.applied_layout[d] != layout_dims[d]) changed_dims |= 1u << d;
+  for (size_t s = 0; s < prog.scalars.size(); ++s)
+    if (std::memcmp(&g.applied_scalars[s], &scalar_bits[s], sizeof(float)) != 0) changed_scalars |= 1u << s;
+  if (changed_dims == 0 && changed_scalars == 0) return Status::Ok();
+  for (size_t step = 0; step < step_dims.size(); ++step)
+    if ((step_dims[step] & changed_dims) || (step_scalars[step] & changed_scalars))
+      GDL_RETURN_IF_ERROR(update_node(g, step, layout_dims));
+  g.applied_layout = layout_dims;
+  std::copy(std::begin(scalar_bits), std::end(scalar_bits), g.applied_scalars.begin());
   return Status::Ok();
 }
 
-void Session::Impl::after_run() {
+void Session::Impl::count_run(const std::vector<int64_t>& layout_dims) {
+  for (size_t d = 0; d < dims.size(); ++d) {
+    stats.dims[d].rows_computed += static_cast<uint64_t>(layout_dims[d]);
+    stats.dims[d].rows_valid += static_cast<uint64_t>(dims[d]);
+  }
+  stats.buckets[bucket_stats_for(bucket_key(dims))].hits += 1;
+}
+
+void Session::Impl::after_run(const std::vector<int64_t>& layout_dims, bool fallback) {
   has_run = true;
   last_run_dims = dims;
+  last_run_layout = layout_dims;
+  last_run_fallback = fallback;
+  if (fallback) return;  // the fallback ran in an arena of its own: the inputs are intact
   for (size_t i = 0; i < inputs.size(); ++i)
     if (prog.input_clobbered_by_run[i]) inputs[i].bound = false;
 }
 
 Status Session::Impl::run() {
   GDL_RETURN_IF_ERROR(ready_to_run());
+  if (above_bounds()) return run_fallback();  // counted in fallback_runs, not as a graph or eager run
+  const std::vector<int64_t> layout_dims = layout(dims);
   if (prog.plan().steps.empty()) {
-    after_run();
+    after_run(layout_dims, false);
     stats.runs += 1;
     return Status::Ok();
   }
-  if (!exec) {
-    Status built = build_graph();
-    if (!built.ok()) {  // start over at the next run rather than keep half a graph
-      if (exec) (void)cudaGraphExecDestroy(exec);
-      if (graph) (void)cudaGraphDestroy(graph);
-      exec = nullptr;
-      graph = nullptr;
-      return built;
-    }
-  }
+  Expected<GraphInstance*> found = graph_for(bucket_key(dims), layout_dims);
+  if (!found) return found.status();
+  GraphInstance& g = **found;
   Stopwatch submit;
-  GDL_RETURN_IF_ERROR(apply_dim_changes());
+  GDL_RETURN_IF_ERROR(sync_nodes(g, layout_dims));
+  GDL_RETURN_IF_ERROR(write_valid_block());
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
-  GDL_CUDA_TRY(cudaGraphLaunch(exec, stream), "launching the graph");
+  GDL_CUDA_TRY(cudaGraphLaunch(g.exec, stream), "launching the graph");
   if (options.record_device_time) {
     GDL_CUDA_TRY(cudaEventRecord(run_end, stream), "recording the run end");
     timed_run_pending = true;
@@ -161,21 +262,26 @@ Status Session::Impl::run() {
   submit_us_total += stats.last_submit_us;
   stats.runs += 1;
   stats.mean_submit_us = submit_us_total / static_cast<double>(stats.runs);
-  after_run();
+  last_graph = &g;
+  count_run(layout_dims);
+  after_run(layout_dims, false);
   return Status::Ok();
 }
 
 Status Session::Impl::run_eager() {
   GDL_RETURN_IF_ERROR(ready_to_run());
+  if (above_bounds()) return run_fallback();  // counted in fallback_runs, not as a graph or eager run
   const std::vector<cudaKernel_t>& kernels = library.kernels();
+  const std::vector<int64_t> layout_dims = layout(dims);
   Stopwatch submit;
+  GDL_RETURN_IF_ERROR(write_valid_block());
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   unsigned char* arena_arg = arena;
   const unsigned char* params_arg = params->base();
-  rt::KernelArgs kernel_args = args;
-  void* pointers[3] = {&arena_arg, &params_arg, &kernel_args};
+  rt::KernelArgs args = kernel_args(layout_dims);
+  void* pointers[3] = {&arena_arg, &params_arg, &args};
   for (size_t i = 0; i < kernels.size(); ++i) {
-    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, dims);
+    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, layout_dims);
     if (!launch) return launch.status();
     GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[i]), launch->grid, launch->block, pointers,
                                   launch->shared_bytes, stream),
@@ -189,8 +295,108 @@ Status Session::Impl::run_eager() {
   eager_submit_us_total += stats.last_eager_submit_us;
   stats.eager_runs += 1;
   stats.mean_eager_submit_us = eager_submit_us_total / static_cast<double>(stats.eager_runs);
-  after_run();
+  if (!kernels.empty()) count_run(layout_dims);
+  after_run(layout_dims, false);
   return Status::Ok();
+}
+
+Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
+  GDL_RETURN_IF_ERROR(ready_to_run());
+  if (above_bounds())
+    return Status::FailedPrecondition("profile_nodes: a run-time dim is above its upper bound; profile inside the bounds");
+  repeats = std::max(repeats, 1);
+  const std::vector<cudaKernel_t>& kernels = library.kernels();
+  const size_t n = kernels.size();
+  const std::vector<int64_t> layout_dims = layout(dims);
+  std::vector<rt::LaunchDims> launches;
+  for (size_t i = 0; i < n; ++i) {
+    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, layout_dims);
+    if (!launch) return launch.status();
+    launches.push_back(*launch);
+  }
+  EventSet events;
+  events.events.assign(2 * n, nullptr);
+  for (cudaEvent_t& e : events.events) GDL_CUDA_TRY(cudaEventCreate(&e), "creating an event");
+  GDL_RETURN_IF_ERROR(write_valid_block());
+  unsigned char* arena_arg = arena;
+  const unsigned char* params_arg = params->base();
+  rt::KernelArgs args = kernel_args(layout_dims);
+  void* pointers[3] = {&arena_arg, &params_arg, &args};
+  std::vector<std::vector<double>> submit(n), device(n);
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i], stream), "recording an event");
+      Stopwatch launch_time;
+      GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[i]), launches[i].grid, launches[i].block,
+                                    pointers, launches[i].shared_bytes, stream),
+                   "launching " + step_name(prog, i));
+      submit[i].push_back(launch_time.elapsed_us());
+      GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i + 1], stream), "recording an event");
+    }
+    GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting for the profiled launches");
+    for (size_t i = 0; i < n; ++i) {
+      float ms = 0;
+      GDL_CUDA_TRY(cudaEventElapsedTime(&ms, events.events[2 * i], events.events[2 * i + 1]), "reading an event");
+      device[i].push_back(ms * 1000.0);
+    }
+  }
+  after_run(layout_dims, false);
+  std::vector<NodeTime> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back({prog.artifact.kernels[i].symbol, median(submit[i]), median(device[i]), prog.plan().steps[i].deps});
+  return out;
+}
+
+Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats) {
+  if (above_bounds())
+    return Status::FailedPrecondition("measure_graph_update_costs: a run-time dim is above its upper bound");
+  repeats = std::max(repeats, 1);
+  GraphUpdateCosts costs;
+  costs.nodes = prog.plan().steps.size();
+  if (costs.nodes == 0) return costs;
+  Expected<GraphInstance*> found = graph_for(bucket_key(dims), layout(dims));
+  if (!found) return found.status();
+  GraphInstance& g = **found;
+  GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting for the session stream");
+
+  // 1. Each node given what it already holds.
+  rt::KernelArgs args = kernel_args(g.applied_layout);
+  std::memcpy(args.scalars, g.applied_scalars.data(), sizeof args.scalars);
+  std::vector<rt::LaunchDims> launches;
+  for (size_t i = 0; i < costs.nodes; ++i) {
+    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, g.applied_layout);
+    if (!launch) return launch.status();
+    launches.push_back(*launch);
+  }
+  Stopwatch set_params_time;
+  for (int r = 0; r < repeats; ++r)
+    for (size_t i = 0; i < costs.nodes; ++i) {
+      NodeParams node(arena, params->base(), args, library.kernels()[i], launches[i]);
+      GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[i], &node.cuda), "updating a graph node");
+    }
+  costs.set_params_us_per_node = set_params_time.elapsed_us() / (static_cast<double>(repeats) * costs.nodes);
+
+  // 2. The whole exec from the same graph: its nodes then hold what the graph was built with.
+  Stopwatch update_time;
+  for (int r = 0; r < repeats; ++r) {
+    cudaGraphExecUpdateResultInfo info{};
+    GDL_CUDA_TRY(cudaGraphExecUpdate(g.exec, g.graph, &info), "updating the graph exec from its graph");
+  }
+  costs.exec_update_us = update_time.elapsed_us() / repeats;
+  g.applied_layout = g.built_layout;
+  g.applied_scalars = g.built_scalars;
+
+  // 3. A second exec of the same graph, destroyed at once (not timed).
+  double instantiate_total = 0;
+  for (int r = 0; r < repeats; ++r) {
+    cudaGraphExec_t copy = nullptr;
+    Stopwatch instantiate_time;
+    GDL_CUDA_TRY(cudaGraphInstantiate(&copy, g.graph, 0), "instantiating the graph again");
+    instantiate_total += instantiate_time.elapsed_us();
+    (void)cudaGraphExecDestroy(copy);
+  }
+  costs.reinstantiate_us = instantiate_total / repeats;
+  return costs;
 }
 
 }  // namespace gdl

@@ -153,24 +153,38 @@ TEST_CASE("semantics: set_scalar before the first run is used by the graph built
 }
 
 TEST_CASE("semantics: a run-time dim bound to different values gives correct results each time") {
-  Fixture f("dims", 17);
-  SessionStats st0{};
-  bool first = true;
-  for (int64_t batch : {17, 1, 64, 5, 17}) {
-    INFO("B = " << batch);
-    TensorData x = f.new_x(batch);
-    GDL_REQUIRE_OK(f.bind_x(x));
-    CHECK(expect_match(run_and_read(*f.session, false), f.want(x), "graph"));
-    CHECK(expect_match(run_and_read(*f.session, true), f.want(x), "eager"));
-    Expected<std::vector<int64_t>> shape = f.session->shape_of("y");
-    REQUIRE(shape.ok());
-    CHECK((*shape)[0] == batch);
-    if (first) st0 = f.session->stats(), first = false;
+  // Under update one graph follows B by node updates; under buckets (the
+  // default) each bucket has its graph and B changes no node. Neither
+  // instantiates a graph twice.
+  for (DimPolicyChoice policy : {DimPolicyChoice::kUpdate, DimPolicyChoice::kAsDeclared}) {
+    const bool update = policy == DimPolicyChoice::kUpdate;
+    INFO("policy " << (update ? "update" : "buckets"));
+    Fixture f(update ? "dims/update" : "dims/buckets", 17, SessionOptions{.dim_policy = policy});
+    SessionStats st0{};
+    bool first = true;
+    for (int64_t batch : {17, 1, 64, 5, 17}) {
+      INFO("B = " << batch);
+      TensorData x = f.new_x(batch);
+      GDL_REQUIRE_OK(f.bind_x(x));
+      CHECK(expect_match(run_and_read(*f.session, false), f.want(x), "graph"));
+      CHECK(expect_match(run_and_read(*f.session, true), f.want(x), "eager"));
+      Expected<std::vector<int64_t>> shape = f.session->shape_of("y");
+      REQUIRE(shape.ok());
+      CHECK((*shape)[0] == batch);
+      if (first) st0 = f.session->stats(), first = false;
+    }
+    SessionStats st = f.session->stats();
+    CHECK(st.reinstantiations == 0);
+    if (update) {
+      CHECK(st.node_updates > st0.node_updates);        // launch dims were updated ...
+      CHECK(st.instantiate_us == st0.instantiate_us);   // ... without instantiating again
+      CHECK(st.graph_build_us == st0.graph_build_us);
+      CHECK(st.graphs_built == 1);
+    } else {
+      CHECK(st.node_updates == 0);
+      CHECK(st.graphs_built == 4);  // buckets 32, 1, 64 and 8 of the default powers of two
+    }
   }
-  SessionStats st = f.session->stats();
-  CHECK(st.node_updates > st0.node_updates);        // launch dims were updated ...
-  CHECK(st.instantiate_us == st0.instantiate_us);   // ... without instantiating again
-  CHECK(st.graph_build_us == st0.graph_build_us);
 }
 
 TEST_CASE("semantics: bad binds return an error and change nothing") {

@@ -1,0 +1,278 @@
+// The fast matmul and attention kernels (stdlib-kernels/gdl_matmul.cuh,
+// gdl_attention.cuh) against the CPU reference, on a poisoned arena, in every
+// float dtype: each kernel at shapes that select it (compiler/src/
+// kernel_choice.h) and at ragged ones; K split across blocks (partial tiles
+// and tickets in the step's scratch) through graph replays, eager runs and
+// changing run-time dims in one session, where a ticket left non-zero by one
+// launch would leave the next one's output unwritten (poison) or wrong.
+// The last case prints kernel times for the bench shapes (not checked).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+const std::vector<std::string> kFloats = {"f32", "f16", "bf16"};
+
+std::string substitute(std::string text, const std::string& key, const std::string& value) {
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+    text.replace(at, key.size(), value);
+  return text;
+}
+
+std::string with_dtype(const std::string& text, const std::string& t) { return substitute(text, "{T}", t); }
+
+// One session; for each entry of `dims_sequence`, fresh random inputs (params
+// bound once), `replays` graph runs and one eager run, each on a poisoned
+// arena and compared with the CPU reference.
+void check_sequence(const Program& program, const std::string& what, const std::vector<std::vector<int64_t>>& dims_sequence,
+                    int replays, const SessionOptions& options = {}, const RangeFor& range = {}) {
+  std::mt19937_64 rng(seed_for(what));
+  std::map<std::string, TensorData> params = random_bindings(program, dims_sequence.front(), rng, range);
+  if (cpu_only) {
+    CHECK(!reference(program, params).empty());
+    return;
+  }
+  std::unique_ptr<Session> s = make_session(program, options);
+  bind_all(*s, params);
+  for (const std::vector<int64_t>& dims : dims_sequence) {
+    std::map<std::string, TensorData> tensors = random_bindings(program, dims, rng, range);
+    for (const TensorInfo& p : program.params()) tensors[p.name] = params[p.name];  // params stay bound
+    bind_inputs(*s, tensors);
+    std::map<std::string, TensorData> want = reference(program, tensors);
+    std::string at = what + " dims";
+    for (int64_t d : dims) at += " " + std::to_string(d);
+    for (int r = 0; r < replays; ++r) CHECK(expect_match(run_and_read(*s, false), want, at + ", graph run " + std::to_string(r)));
+    CHECK(expect_match(run_and_read(*s, true), want, at + ", eager run"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("kernels: matmul, rows kernel or tiled kernel chosen at run time, every row count") {
+  // K = 1000 splits into 15 parts of 96 (the last four empty); N = 1000 is
+  // 15 strips and a ragged one (rows) or 7 tiles and a ragged one (tiled).
+  const std::string aligned =
+      "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 1000];\nparam w : {T}[1000, 1000];\n"
+      "output y : {T}[B, 1000];\ny = x @ w;\n";
+  // K and N not multiples of 8: element-by-element loads of w.
+  const std::string ragged =
+      "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 333];\nparam w : {T}[333, 77];\n"
+      "output y : {T}[B, 77];\ny = x @ w;\n";
+  for (const std::string& t : kFloats)
+    for (const std::string* text : {&aligned, &ragged}) {
+      Program program = compile_text(with_dtype(*text, t));
+      for (int64_t b : {1, 3, 8, 17, 64}) {
+        INFO("matmul " << t << (text == &aligned ? " aligned" : " ragged") << " B = " << b);
+        CHECK(check_program(program, seed_for("mm/" + t + std::to_string(b) + (text == &aligned ? "a" : "r")), {b}));
+      }
+    }
+}
+
+TEST_CASE("kernels: matmul, rows kernel only (at most 8 rows), batch folded into the rows") {
+  const std::string rows =
+      "program mm;\ndim B in [1, 8];\ninput x : {T}[B, 2048];\nparam w : {T}[2048, 1536];\n"
+      "output y : {T}[B, 1536];\ny = x @ w;\n";
+  const std::string folded =
+      "program mm;\ndim B in [1, 4];\ninput x : {T}[B, 2, 96];\nparam w : {T}[96, 200];\n"
+      "output y : {T}[B, 2, 200];\ny = x @ w;\n";
+  for (const std::string& t : kFloats) {
+    Program p1 = compile_text(with_dtype(rows, t));
+    for (int64_t b : {1, 3, 8}) {
+      INFO("rows " << t << " B = " << b);
+      CHECK(check_program(p1, seed_for("rows/" + t + std::to_string(b)), {b}));
+    }
+    Program p2 = compile_text(with_dtype(folded, t));
+    for (int64_t b : {1, 3, 4}) {
+      INFO("folded " << t << " B = " << b);
+      CHECK(check_program(p2, seed_for("folded/" + t + std::to_string(b)), {b}));
+    }
+  }
+}
+
+TEST_CASE("kernels: matmul, tiled kernels (tensor cores, f32 FMA) aligned, ragged and batch-broadcast") {
+  const std::vector<std::string> texts = {
+      // 8 tiles, K split 8 (mma) or 16 (simt), every load 16 bytes wide
+      "program mm;\ninput a : {T}[128, 512];\nparam b : {T}[512, 256];\noutput y : {T}[128, 256];\ny = a @ b;\n",
+      // ragged everywhere: M = 200, K = 300 (split 4 or 9), N = 130
+      "program mm;\ninput a : {T}[200, 300];\nparam b : {T}[300, 130];\noutput y : {T}[200, 130];\ny = a @ b;\n",
+      // 3 x 17 rows folded against a shared b, K = 33, N = 9
+      "program mm;\ninput a : {T}[3, 17, 33];\nparam b : {T}[33, 9];\noutput y : {T}[3, 17, 9];\ny = a @ b;\n",
+      // b batched: one tile per batch entry
+      "program mm;\ninput a : {T}[2, 5, 64];\ninput b : {T}[2, 64, 40];\noutput y : {T}[2, 5, 40];\ny = a @ b;\n",
+      // a broadcast over b's batch
+      "program mm;\ninput a : {T}[5, 40];\ninput b : {T}[3, 40, 24];\noutput y : {T}[3, 5, 24];\ny = a @ b;\n",
+      // both broadcast, rank 4
+      "program mm;\ninput a : {T}[2, 1, 4, 16];\ninput b : {T}[3, 16, 8];\noutput y : {T}[2, 3, 4, 8];\ny = a @ b;\n",
+      // one row of a tiled matmul (b batched), K = 1
+      "program mm;\ninput a : {T}[4, 1, 1];\ninput b : {T}[4, 1, 70];\noutput y : {T}[4, 1, 70];\ny = a @ b;\n",
+  };
+  for (const std::string& t : kFloats)
+    for (size_t i = 0; i < texts.size(); ++i) {
+      INFO("tiled " << t << " case " << i << ":\n" << with_dtype(texts[i], t));
+      Program program = compile_text(with_dtype(texts[i], t));
+      CHECK(check_program(program, seed_for("tiled/" + t + std::to_string(i)), {}));
+    }
+}
+
+TEST_CASE("kernels: matmul epilogues run once per element after the split parts are added") {
+  const std::string residual =
+      "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 512];\nparam w : {T}[512, 512];\nparam bias : {T}[512];\n"
+      "output y : {T}[B, 512];\ny = x + gelu(x @ w + bias);\n";
+  const std::string widened =
+      "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 512];\nparam w : {T}[512, 300];\n"
+      "output y : f32[B, 300];\ny = cast(x @ w, f32) * 2.0 - 1.0;\n";
+  for (const std::string& t : kFloats)
+    for (const std::string* text : {&residual, &widened}) {
+      Program program = compile_text(with_dtype(*text, t));
+      for (int64_t b : {1, 8, 17, 64}) {
+        INFO("epilogue " << t << " B = " << b << ":\n" << with_dtype(*text, t));
+        CHECK(check_program(program, seed_for("epi/" + t + std::to_string(b) + (text == &residual ? "r" : "w")), {b}));
+      }
+    }
+}
+
+TEST_CASE("kernels: split matmuls replay correctly while the row count changes in one session") {
+  const std::string text =
+      "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 1000];\nparam w : {T}[1000, 700];\nparam bias : {T}[700];\n"
+      "output y : {T}[B, 700];\ny = relu(x @ w + bias);\n";
+  for (const std::string& t : kFloats) {
+    Program program = compile_text(with_dtype(text, t));
+    for (DimPolicyChoice policy : {DimPolicyChoice::kBuckets, DimPolicyChoice::kUpdate}) {
+      SessionOptions options;
+      options.dim_policy = policy;
+      INFO("replays " << t << (policy == DimPolicyChoice::kUpdate ? " update" : " buckets"));
+      check_sequence(program, "replay/" + t, {{3}, {17}, {1}, {64}, {3}, {8}}, 3, options);
+    }
+  }
+}
+
+TEST_CASE("kernels: a matmul over a run-time K sums its valid positions only") {
+  const std::string text =
+      "program mm;\ndim T in [1, 64];\ninput a : {T}[8, T];\ninput b : {T}[T, 24];\noutput y : {T}[8, 24];\ny = a @ b;\n";
+  for (const std::string& t : kFloats) {
+    Program program = compile_text(with_dtype(text, t));
+    SessionOptions options;
+    options.dim_policy = DimPolicyChoice::kBuckets;  // served by updates if buckets cannot serve it
+    options.poison_padding_for_testing = true;       // padding past the valid K is NaN
+    INFO("run-time K " << t);
+    check_sequence(program, "runtime-k/" + t, {{37}, {64}, {1}, {33}}, 2, options);
+  }
+}
+
+TEST_CASE("kernels: attention split over the positions, every length, every dtype") {
+  const std::string text =
+      "program att;\ninput q : {T}[32, 128];\nparam k : {T}[32, {P}, 128];\nparam v : {T}[32, {P}, 128];\n"
+      "input len : i32;\noutput o : {T}[32, 128];\no = attention(q, k, v, len);\n";
+  for (const std::string& t : kFloats)
+    for (int64_t positions : {1, 100, 4096}) {
+      Program program = compile_text(substitute(with_dtype(text, t), "{P}", std::to_string(positions)));
+      for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{37}, positions, positions + 5}) {
+        INFO("attention " << t << " T = " << positions << " len = " << len);
+        RangeFor range = [len](const TensorInfo& info) {
+          ValueRange r;
+          if (info.name == "len") r.int_lo = r.int_hi = len;
+          return r;
+        };
+        CHECK(check_program(program, seed_for("att/" + t + std::to_string(positions) + "/" + std::to_string(len)), {},
+                            range));
+      }
+    }
+}
+
+TEST_CASE("kernels: attention with head dims that are not whole 16-byte vectors") {
+  const std::string text =
+      "program att;\ninput q : {T}[2, 3, 36];\nparam k : {T}[2, 3, 100, 36];\nparam v : {T}[2, 3, 100, 20];\n"
+      "input len : i32;\noutput o : {T}[2, 3, 20];\no = attention(q, k, v, len, scale = 0.3);\n";
+  for (const std::string& t : kFloats) {
+    Program program = compile_text(with_dtype(text, t));
+    for (int64_t len : {1, 37, 100}) {
+      INFO("attention odd dims " << t << " len = " << len);
+      RangeFor range = [len](const TensorInfo& info) {
+        ValueRange r;
+        if (info.name == "len") r.int_lo = r.int_hi = len;
+        return r;
+      };
+      CHECK(check_program(program, seed_for("att-odd/" + t + std::to_string(len)), {}, range));
+    }
+  }
+}
+
+TEST_CASE("kernels: attention replays with lengths changing between runs in one session") {
+  const std::string text =
+      "program att;\ninput q : {T}[32, 128];\nparam k : {T}[32, 4096, 128];\nparam v : {T}[32, 4096, 128];\n"
+      "input len : i32;\noutput o : {T}[32, 128];\no = attention(q, k, v, len);\n";
+  for (const std::string& t : kFloats) {
+    Program program = compile_text(with_dtype(text, t));
+    std::mt19937_64 rng(seed_for("att-replay/" + t));
+    std::map<std::string, TensorData> tensors = random_bindings(program, {}, rng);
+    if (cpu_only) {
+      CHECK(!reference(program, tensors).empty());
+      continue;
+    }
+    std::unique_ptr<Session> s = make_session(program);
+    bind_all(*s, tensors);
+    const TensorInfo* q_info = program.find_input("q");
+    REQUIRE(q_info != nullptr);
+    for (int len : {37, 4096, 37, 1, 4101, 0, 2000, 2000}) {
+      tensors["q"] = random_tensor(*q_info, {}, rng, {});
+      tensors["len"] = TensorData{ElementType::kI32, {}, encode_elements(ElementType::kI32, std::vector<double>{double(len)})};
+      bind_inputs(*s, tensors);
+      std::map<std::string, TensorData> want = reference(program, tensors);
+      for (int r = 0; r < 3; ++r)
+        CHECK(expect_match(run_and_read(*s, false), want, "attention " + t + " len " + std::to_string(len) + " replay " +
+                                                              std::to_string(r)));
+      CHECK(expect_match(run_and_read(*s, true), want, "attention " + t + " len " + std::to_string(len) + " eager"));
+    }
+  }
+}
+
+TEST_CASE("kernels: device time of the bench shapes (printed for the record, not checked)") {
+  if (cpu_only) return;
+  struct Case {
+    std::string name, text;
+    std::vector<int64_t> dims;
+    double bytes;  // the fewest bytes the step must move (weights or K and V)
+  };
+  const double weights16 = 4096.0 * 4096 * 2;
+  std::vector<Case> cases = {
+      {"attention nh=32 T=4096 D=128 f16, len 4096",
+       "program att;\ninput q : f16[32, 128];\nparam k : f16[32, 4096, 128];\nparam v : f16[32, 4096, 128];\n"
+       "input len : i32;\noutput o : f16[32, 128];\no = attention(q, k, v, len);\n",
+       {}, 2.0 * 32 * 4096 * 128 * 2},
+  };
+  for (const char* t : {"f16", "bf16", "f32"})
+    for (int64_t b : {1, 8, 64})
+      cases.push_back({std::string("matmul [") + std::to_string(b) + ", 4096] @ [4096, 4096] " + t + " (B in [1, 64])",
+                       std::string("program mm;\ndim B in [1, 64];\ninput x : ") + t + "[B, 4096];\nparam w : " + t +
+                           "[4096, 4096];\noutput y : " + t + "[B, 4096];\ny = x @ w;\n",
+                       {b}, std::string(t) == "f32" ? 2 * weights16 : weights16});
+  for (const char* t : {"f16", "f32"})
+    cases.push_back({std::string("matmul [1, 1024] @ [1024, 1024] ") + t,
+                     std::string("program mm;\ndim B in [1, 64];\ninput x : ") + t + "[B, 1024];\nparam w : " + t +
+                         "[1024, 1024];\noutput y : " + t + "[B, 1024];\ny = x @ w;\n",
+                     {1}, 1024.0 * 1024 * (std::string(t) == "f32" ? 4 : 2)});
+  for (const Case& c : cases) {
+    Program program = compile_text(c.text);
+    std::mt19937_64 rng(seed_for(c.name));
+    RangeFor range = [](const TensorInfo& info) {
+      ValueRange r;
+      if (info.name == "len") r.int_lo = r.int_hi = 4096;
+      return r;
+    };
+    std::map<std::string, TensorData> tensors = random_bindings(program, c.dims, rng, range);
+    std::unique_ptr<Session> s = make_session(program);
+    bind_all(*s, tensors);
+    GDL_REQUIRE_OK(s->run());
+    Expected<std::vector<NodeTime>> times = s->profile_nodes(30);
+    REQUIRE(times.ok());
+    for (const NodeTime& n : *times)
+      MESSAGE(c.name << ": " << n.kernel << " " << n.device_us << " us, " << c.bytes / (n.device_us * 1e-6) / 1e12
+                     << " TB/s over the fewest bytes");
+  }
+}
