@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "buckets.h"  // default_buckets: the powers of two that the compiler gives a dim without buckets
 #include "gdl/gdl.h"
 
 namespace {
@@ -74,15 +75,6 @@ double uniform_waste(int64_t lo, int64_t hi, const std::vector<int64_t>& b) {
     valid += static_cast<double>(v);
   }
   return computed > 0 ? 1.0 - valid / computed : 0;
-}
-
-std::vector<int64_t> powers_of_two(int64_t lo, int64_t hi) {
-  std::vector<int64_t> out;
-  int64_t p = 1;
-  while (p < lo) p *= 2;
-  for (; p < hi; p *= 2) out.push_back(p);
-  out.push_back(hi);
-  return out;
 }
 
 gdl::TensorData random_tensor(const gdl::TensorInfo& info, const std::vector<int64_t>& dims, std::mt19937_64& rng) {
@@ -166,7 +158,8 @@ int main(int argc, char** argv) {
     for (const gdl::RuntimeDimInfo& d : l.program.dims())
       std::printf("| %s | %s | [%lld, %lld] | %s | %.1f%% | %.1f%% | %.1f%% |\n", l.name.c_str(), d.name.c_str(),
                   static_cast<long long>(d.lo), static_cast<long long>(d.hi), buckets_text(d.buckets).c_str(),
-                  100 * uniform_waste(d.lo, d.hi, d.buckets), 100 * uniform_waste(d.lo, d.hi, powers_of_two(d.lo, d.hi)),
+                  100 * uniform_waste(d.lo, d.hi, d.buckets),
+                  100 * uniform_waste(d.lo, d.hi, gdl::default_buckets(d.lo, d.hi)),
                   100 * uniform_waste(d.lo, d.hi, {d.hi}));
   std::printf("\n");
 

@@ -14,6 +14,7 @@
 #include "artifact.h"
 #include "buckets.h"
 #include "codegen.h"
+#include "dynamic_program.h"
 #include "gdl/gdl.h"
 #include "interp.h"
 #include "pipeline.h"
@@ -278,29 +279,7 @@ o = attention(q, k, v, len);
 }
 
 TEST_CASE("buckets: capacity mode on the dynamic test's program (layernorm, matmul, gelu, reductions, softmax)") {
-  ir::Graph g = graph_of(R"(program dyn;
-dim B in [1, 48] buckets(4, 16, 48);
-param w : f32[64, 32];
-param bias : f32[32];
-input x : f32[B, 64];
-input m : f32[8, B];
-scalar alpha : f32 = 1.0;
-output y : f32[B, 32];
-output colsum : f32[32];
-output colmean : f32[32];
-output colmax : f32[32];
-output probs : f32[B, 32];
-output msum : f32[8];
-output mscaled : f32[8, B];
-let h = gelu(layernorm(x) @ w + bias) * alpha;
-y = h;
-colsum = sum(h, axis = 0);
-colmean = mean(h, axis = 0);
-colmax = max(h, axis = 0);
-probs = softmax(h, axis = 0);
-msum = sum(m, axis = 1);
-mscaled = m * 2.0 + 1.0;
-)");
+  ir::Graph g = graph_of(testing::kDynamicProgram);
   for (int64_t valid : {1, 3, 4, 5, 16, 17, 33, 48}) expect_capacity_mode_matches(g, {valid}, {bucket_for(g.dims[0], valid)}, valid);
 }
 

@@ -20,6 +20,17 @@
 
 namespace gdl {
 
+// The buckets a dim [lo, hi] gets when it names none: the powers of two
+// from the first >= lo up to below hi, then hi itself.
+inline std::vector<int64_t> default_buckets(int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  int64_t p = 1;
+  while (p < lo) p *= 2;
+  for (; p < hi; p *= 2) out.push_back(p);
+  out.push_back(hi);
+  return out;
+}
+
 // The smallest bucket of `d` that holds `value`; -1 when value is outside [lo, hi].
 int64_t bucket_for(const DimInfo& d, int64_t value);
 

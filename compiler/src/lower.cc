@@ -34,6 +34,7 @@
 #include <limits>
 #include <map>
 
+#include "buckets.h"
 #include "check.h"
 #include "codegen.h"  // kMaxRuntimeDims, kMaxScalars: what the kernel ABI's gdl_args holds
 
@@ -177,26 +178,6 @@ std::string signature_text(const std::string& name, const std::vector<std::strin
   std::string s = name + "(";
   for (size_t i = 0; i < params.size(); ++i) s += (i ? ", " : "") + params[i];
   return s + ")";
-}
-
-const char* binary_spelling(ast::BinaryOp op) {
-  switch (op) {
-    case ast::BinaryOp::kAdd: return "+";
-    case ast::BinaryOp::kSub: return "-";
-    case ast::BinaryOp::kMul: return "*";
-    case ast::BinaryOp::kDiv: return "/";
-    case ast::BinaryOp::kMod: return "%";
-    case ast::BinaryOp::kMatMul: return "@";
-    case ast::BinaryOp::kLt: return "<";
-    case ast::BinaryOp::kLe: return "<=";
-    case ast::BinaryOp::kGt: return ">";
-    case ast::BinaryOp::kGe: return ">=";
-    case ast::BinaryOp::kEq: return "==";
-    case ast::BinaryOp::kNe: return "!=";
-    case ast::BinaryOp::kAnd: return "&&";
-    case ast::BinaryOp::kOr: return "||";
-  }
-  return "?";
 }
 
 ir::Op binary_ir_op(ast::BinaryOp op) {
@@ -586,15 +567,6 @@ class Lowerer {
                      static_cast<uint32_t>(d.name.size()));
       graph_.dims.push_back(std::move(info));
     }
-  }
-
-  static std::vector<int64_t> default_buckets(int64_t lo, int64_t hi) {
-    std::vector<int64_t> out;
-    int64_t p = 1;
-    while (p < lo) p *= 2;
-    for (; p < hi; p *= 2) out.push_back(p);
-    out.push_back(hi);
-    return out;
   }
 
   // ------------------------------------------------------------------- consts
@@ -1041,7 +1013,7 @@ class Lowerer {
   }
 
   Value binary(ast::BinaryOp op, Value a, Value b, SourceLoc loc) {
-    std::string what = std::string("'") + binary_spelling(op) + "'";
+    std::string what = std::string("'") + ast::binary_op_spelling(op) + "'";
     if (!a.ok() || !b.ok()) return Value::error();
     if (!operand_ok(a, what) || !operand_ok(b, what)) return Value::error();
     if (op == ast::BinaryOp::kMatMul) return matmul(a, b, loc, 1);
@@ -1077,7 +1049,7 @@ class Lowerer {
   // Arithmetic on two compile-time values.
   Value fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc loc) {
     using K = Value::Kind;
-    std::string sp = binary_spelling(op);
+    std::string sp = ast::binary_op_spelling(op);
     switch (op) {
       case ast::BinaryOp::kAnd:
       case ast::BinaryOp::kOr:
