@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   }
   gdl::Session& s = **session;
   for (const gdl::TensorInfo& p : program->params()) {  // weights: bound once, persist
-    std::vector<float> w(p.max_bytes / 4, 0.5f);
+    std::vector<float> w(p.max_bytes / 4, 1.0f);  // chain.gdl: y = x + 100
     if (gdl::Status st = s.set_param(p.name, w.data(), p.max_bytes); !st.ok()) return fail(st);
   }
   std::vector<int64_t> shape;

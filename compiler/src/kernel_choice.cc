@@ -26,6 +26,7 @@
 #include "kernel_choice.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "diagnostics.h"
 
@@ -59,11 +60,23 @@ int64_t pow2_at_least(int64_t n) {
   return p;
 }
 
+// GDL_MAX_SPLITS=N caps every split count (matmul K, attention positions)
+// at N. An experiment knob, for measuring what the splits cost
+// (docs/performance.md); unset, the choice below stands.
+int64_t split_cap() {
+  static const int64_t cap = [] {
+    const char* text = std::getenv("GDL_MAX_SPLITS");
+    long long v = text ? std::atoll(text) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t{kMaxSplits};
+  }();
+  return cap;
+}
+
 // Splits of `tiles` output tiles: about the blocks that fill the GPU, at
 // most `most`, at least one.
 int split_count(int64_t tiles, int64_t blocks_wanted, int64_t most) {
   int64_t s = blocks_wanted / std::max<int64_t>(1, tiles);
-  return static_cast<int>(std::clamp<int64_t>(std::min(s, most), 1, kMaxSplits));
+  return static_cast<int>(std::clamp<int64_t>(std::min({s, most, split_cap()}), 1, kMaxSplits));
 }
 
 }  // namespace
@@ -159,7 +172,8 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   const int64_t dv_max = std::max<int64_t>(1, extent_at(vs.back(), g, true));
   AttentionChoice c;
   const int64_t wanted = kTargetMultiprocessors * kAttentionBlocksPerSM / rows_min;
-  const int64_t most = std::min<int64_t>(kAttentionMaxSplits, ceil_div(t_max, kMinPositionsPerSplit));
+  const int64_t most =
+      std::min({int64_t{kAttentionMaxSplits}, ceil_div(t_max, kMinPositionsPerSplit), split_cap()});
   c.splits = static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, most)));
   while (c.splits > 1 && static_cast<uint64_t>(rows_max * c.splits * (2 + dv_max)) * 4 > kMaxScratchBytes) --c.splits;
   if (c.splits > 1) {
