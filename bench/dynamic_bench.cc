@@ -66,15 +66,14 @@ std::string buckets_text(const std::vector<int64_t>& b) {
   return out;
 }
 
-// Rows computed / rows valid over v in [lo, hi] for buckets `b` (ascending, last == hi).
+// Padding share over v uniform in [lo, hi] for buckets `b`: the compiler's
+// own arithmetic (buckets.h), so the table and the stats agree.
 double uniform_waste(int64_t lo, int64_t hi, const std::vector<int64_t>& b) {
-  gdl::RuntimeDimInfo d{"", lo, hi, b, false, ""};
-  double computed = 0, valid = 0;
-  for (int64_t v = lo; v <= hi; ++v) {
-    computed += static_cast<double>(d.bucket_for(v));
-    valid += static_cast<double>(v);
-  }
-  return computed > 0 ? 1.0 - valid / computed : 0;
+  gdl::DimInfo d;
+  d.lo = lo;
+  d.hi = hi;
+  d.buckets = b;
+  return gdl::uniform_padding_waste(d).waste();
 }
 
 gdl::TensorData random_tensor(const gdl::TensorInfo& info, const std::vector<int64_t>& dims, std::mt19937_64& rng) {
