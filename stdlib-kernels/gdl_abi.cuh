@@ -31,6 +31,29 @@ struct gdl_args {
 
 namespace gdl {
 
+// Launch overlap (programmatic dependent launch; the runtime makes every
+// graph edge between two kernels programmatic): a kernel may start while
+// the kernels it depends on still run. Every generated kernel therefore
+// calls wait_for_producers() before it touches the arena; before that call
+// it may only read params, which no kernel writes (the matmul prefetches
+// its weights into L2 there). allow_dependents() lets the kernels after
+// this one launch; a kernel that prefetches calls it only after its wait,
+// so at most one prefetching kernel runs ahead of the one computing.
+// Without a programmatic edge (eager launches) both are no-ops.
+GDL_DEV void wait_for_producers() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+GDL_DEV void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Pulls the 128-byte line holding p into L2 (a hint: no fault, no result).
+GDL_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // The valid count of run-time dim d for this run, from the block at
 // `block_offset` in the arena.
 GDL_DEV int valid_dim(const unsigned char* arena, unsigned long long block_offset, int d) {

@@ -94,6 +94,44 @@ template <typename T> struct RowsTile {
   static constexpr int BN = mm::kRowLanes * V;     // columns per block: 64 (f16, bf16), 32 (f32)
 };
 
+// ------------------------------------------------------------ prefetch
+// Before wait_for_producers (gdl_abi.cuh) a matmul whose b is a param pulls
+// the part of b that its block's first task reads into L2, while the
+// kernels before it still run: rows [k_lo, k_hi) x columns [n0, n0 + cols)
+// of b [K, N]. The split of K mirrors the kernels' own (K in place of
+// k_valid, so it may fetch a little more); only a hint, never a fault.
+template <typename T, typename I> GDL_DEV void prefetch_b_part(const T* b, I N, I k_lo, I k_hi, I n0, int cols) {
+  constexpr int per_line = 128 / (int)sizeof(T);
+  const int lines = (cols + per_line - 1) / per_line;
+  const I total = k_hi > k_lo ? (k_hi - k_lo) * (I)lines : (I)0;
+  for (I i = threadIdx.x; i < total; i += blockDim.x) {
+    const I k = k_lo + i / lines, n = n0 + (I)(i % lines) * per_line;
+    if (n < N) prefetch_l2(b + k * N + n);
+  }
+}
+
+// The first task of this block in matmul_rows (below).
+template <typename T, typename I> GDL_DEV void matmul_rows_prefetch(const T* b, I N, I K, int splits) {
+  constexpr int BN = RowsTile<T>::BN;
+  const I tiles = ceil_div(N, (I)BN), task = task_first<I>();
+  if (task >= tiles * (I)splits) return;
+  const I chunk = ceil_div(ceil_div(K, (I)splits), (I)mm::kKGroups) * mm::kKGroups;
+  const I k_lo = (task / tiles) * chunk, k_hi = K < k_lo + chunk ? K : k_lo + chunk;
+  prefetch_b_part(b, N, k_lo, k_hi, (task % tiles) * BN, BN);
+}
+
+// The first task of this block in matmul_mma (BK = mm::kMmaBK) or
+// matmul_simt (BK = mm::kSimtBK) with b shared by every row (one batch).
+template <int BK, typename T, typename I> GDL_DEV void matmul_tiles_prefetch(const T* b, I M, I N, I K, int splits) {
+  constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN;
+  static_assert(BM == mm::kSimtBM && BN == mm::kSimtBN, "one tiling for both tiled kernels");
+  const I mt = ceil_div(M, (I)BM), tiles = mt * ceil_div(N, (I)BN), task = task_first<I>();
+  if (task >= tiles * (I)splits) return;
+  const I chunk = ceil_div(ceil_div(K, (I)splits), (I)BK) * BK;
+  const I k_lo = (task / tiles) * chunk, k_hi = K < k_lo + chunk ? K : k_lo + chunk;
+  prefetch_b_part(b, N, k_lo, k_hi, ((task % tiles) / mt) * BN, BN);
+}
+
 // ------------------------------------------------------------ matmul_rows
 
 // One pass of matmul_rows: rows [m0, m0 + R) of a (those < M) against the

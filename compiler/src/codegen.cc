@@ -9,6 +9,9 @@
 //    a. a prologue: the run-time dims it uses (from args.dims), the run-time
 //       scalars (from args.scalars), and typed pointers to the buffers of
 //       its operands and result (arena or params + the planned offset);
+//       then gdl::allow_dependents and gdl::wait_for_producers (launch
+//       overlap, gdl_abi.cuh), which a matmul with weights in params calls
+//       itself after pulling its part of them into L2 (weights_prefetch);
 //    b. the computation. Elementwise values (a fused step's chain or tree
 //       of them, fuse.cc) and the data-movement ops (reshape, transpose,
 //       slice, concat, gather; alone in their step) become one lambda over
@@ -312,6 +315,8 @@ class StepEmitter {
              one_line(n.name) + "\"\n";
     }
     for (const std::string& line : pointer_lines_) out += "  " + line + "\n";
+    if (!waits_in_body_)  // gdl_abi.cuh: let the next kernels launch, wait for the previous ones
+      out += "  gdl::allow_dependents();\n  gdl::wait_for_producers();\n";
     out += body;
     out += "}\n";
     return out;
@@ -742,6 +747,7 @@ class StepEmitter {
                    ", N, K, k_valid, " + map + ", " + split_scratch(choice.tile_splits, choice.scratch, body) + ", " +
                    epi + ", smem);";
     }
+    body += weights_prefetch(n, choice, args[1]);
     if (choice.use_rows && choice.use_tiles) {
       body += "  if (rows <= " + std::to_string(kMatmulRowsLimit) + ")\n    " + rows_call + "\n  else\n    " + tiles_call + "\n";
     } else {
@@ -768,6 +774,27 @@ class StepEmitter {
     return body;
   }
 
+
+  // A matmul whose b is a param (weights, which no kernel writes) pulls its
+  // block's part of b into L2 before it waits for the kernels it depends on
+  // (gdl_abi.cuh), then lets its own dependents launch. Everything emitted
+  // before this point is pointer and dim arithmetic. Other kernels wait
+  // first (emit()).
+  std::string weights_prefetch(const Node& n, const MatmulChoice& choice, const std::string& b) {
+    const plan::Buffer& buffer = plan_.buffers.at(static_cast<size_t>(n.args.at(1)));
+    if (!choice.fold_batch || buffer.region != plan::Region::kParams) return "";
+    waits_in_body_ = true;
+    const std::string bk = choice.tiles == MatmulKernel::kSimt ? "gdl::mm::kSimtBK" : "gdl::mm::kMmaBK";
+    const std::string rows = "gdl::matmul_rows_prefetch(" + b + ", N, K, " + std::to_string(choice.rows_splits) + ");";
+    const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + ">(" + b + ", rows, N, K, " +
+                              std::to_string(choice.tile_splits) + ");";
+    std::string out = "  // before the kernels this one depends on finish: its part of the weights into L2\n";
+    if (choice.use_rows && choice.use_tiles)
+      out += "  if (rows <= " + std::to_string(kMatmulRowsLimit) + ")\n    " + rows + "\n  else\n    " + tiles + "\n";
+    else
+      out += "  " + (choice.use_rows ? rows : tiles) + "\n";
+    return out + "  gdl::wait_for_producers();\n  gdl::allow_dependents();\n";
+  }
 
   // Argument `arg` of a structured op as its stdlib template takes it: a
   // typed pointer, or for a norm's weight/bias and attention's length a
@@ -916,6 +943,7 @@ class StepEmitter {
   int rank_ = 1;
   bool needs_coords_ = false;
   int min_blocks_ = 0;  // blocks per multiprocessor the kernel's registers must allow (0: no bound)
+  bool waits_in_body_ = false;  // the body calls wait_for_producers itself, after its prefetch
 };
 
 }  // namespace

@@ -126,6 +126,12 @@ struct SessionOptions {
   // Test hook: a bind that pads an input first fills its whole buffer with
   // 0xFF bytes (NaN in every float dtype), so padding that leaks shows.
   bool poison_padding_for_testing = false;
+  // Graph edges between kernels are programmatic (programmatic dependent
+  // launch, sm_90): a kernel launches while the kernels before it finish,
+  // waits for them inside (griddepcontrol.wait) and meanwhile pulls its
+  // weights into L2. Off: ordinary edges, each kernel launched after the
+  // previous one completed. The results are the same either way.
+  bool overlap_launches = true;
 };
 
 // How Session::create would serve each run-time dim of a program.

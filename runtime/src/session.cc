@@ -376,8 +376,10 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
                                       strided_copy_pieces(shape, shape, padded, unit), cudaMemcpyDefault, stream,
                                       "copying input '" + name + "' into its padded buffer"));
     }
-    GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + name + "'");
-    slot.upload_pending = true;  // the event also covers any earlier upload from the staging buffer
+    if (kind == MemoryKind::kHost) {  // the staging buffer is free again once this copy is done
+      GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + name + "'");
+      slot.upload_pending = true;  // the event also covers any earlier upload from the staging buffer
+    }
     stats.input_copies += 1;
     stats.input_copy_bytes += bytes;
     stats.input_copy_us += copy_time.elapsed_us();

@@ -11,7 +11,9 @@
 //    a key's graph is built at its first use (or in Session::create): a
 //    cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
-//    steps' deps; instantiate; upload. Every graph shares the one arena.
+//    steps' deps (programmatic unless SessionOptions::overlap_launches is
+//    off: each kernel waits for its producers itself, gdl_abi.cuh);
+//    instantiate; upload. Every graph shares the one arena.
 // 4. sync_nodes: the nodes that depend on a dim or scalar whose value
 //    differs from what the graph's nodes were last given are updated with
 //    cudaGraphExecKernelNodeSetParams (new grid and args; no
@@ -125,8 +127,20 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
     std::vector<cudaGraphNode_t> deps;
     for (int d : p.steps[i].deps) deps.push_back(g.nodes[static_cast<size_t>(d)]);
     NodeParams node(arena, params->base(), args, kernels[i], *launch);
-    GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, deps.data(), deps.size(), &node.cuda),
+    const bool programmatic = options.overlap_launches && !deps.empty();
+    GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
+                                        programmatic ? 0 : deps.size(), &node.cuda),
                  "adding the graph node of " + step_name(prog, i));
+    if (programmatic) {
+      // Every node is a kernel that waits for its producers itself (gdl_abi.cuh).
+      cudaGraphEdgeData edge{};
+      edge.from_port = cudaGraphKernelNodePortProgrammatic;
+      edge.type = cudaGraphDependencyTypeProgrammatic;
+      const std::vector<cudaGraphEdgeData> edges(deps.size(), edge);
+      const std::vector<cudaGraphNode_t> to(deps.size(), g.nodes[i]);
+      GDL_CUDA_TRY(cudaGraphAddDependencies(g.graph, deps.data(), to.data(), edges.data(), deps.size()),
+                   "adding the programmatic edges of " + step_name(prog, i));
+    }
   }
   double build_us = build_time.elapsed_us();
 
