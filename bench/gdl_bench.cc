@@ -30,7 +30,10 @@
 //    timed sets. A batch of runs timed on the host would instead report
 //    max(host submit, device time) whenever a run is shorter than its
 //    submission (W1, small batches); that figure is step 7.
-// 6. Host time of one run: synchronize (untimed), then bind every input +
+//    The same for the graph with ordinary edges (a second session with
+//    overlap_launches off), after one correctness check of its output.
+// 6. Host time of one run, in a third session with default options (no
+//    device-time events): synchronize (untimed), then bind every input +
 //    run() on the host clock, no sync inside; from host memory (bind's
 //    staging copy) and from device memory.
 // 7. Loop: --loop-runs of (bind from device + run) between two synchronizes,
@@ -573,22 +576,51 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   int loop_runs = std::clamp(static_cast<int>(opt.max_mode_s * 1e6 / 3 / per_run_us), std::min(50, opt.loop_runs),
                              opt.loop_runs);
 
-  // 5. Device time per run, graph and eager.
+  // The same graph with ordinary edges (SessionOptions::overlap_launches
+  // off), checked on the first set, to show what launch overlap is worth;
+  // and a session with default options, whose run() records no events,
+  // for the host time.
+  gdl::Expected<std::unique_ptr<gdl::Session>> serial_created = gdl::Session::create(
+      program, gdl::SessionOptions{.device = 0, .record_device_time = true, .overlap_launches = false});
+  if (!serial_created.ok()) return serial_created.status();
+  gdl::Session& serial = **serial_created;
+  gdl::Expected<std::unique_ptr<gdl::Session>> plain_created =
+      gdl::Session::create(program, gdl::SessionOptions{.device = 0});
+  if (!plain_created.ok()) return plain_created.status();
+  gdl::Session& plain = **plain_created;
+  {
+    std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[0].torch_out, false, v.output.count());
+    std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[0].ref64, true, v.output.count());
+    CheckResult serial_check;
+    BENCH_TRY(serial.poison_arena_for_testing(0xFF));
+    BENCH_TRY(bind_set(serial, v.sets[0], sets[0], false));
+    BENCH_TRY(serial.run());
+    std::vector<double> got;
+    BENCH_TRY(read_output(serial, v.output, got));
+    serial_check.add(got, torch, ref64, v.tolerance, false);
+    if (!serial_check.passed) check.passed = false;
+    std::printf("  check without launch overlap: %s, error vs torch %.3g\n", serial_check.passed ? "ok" : "FAILED",
+                serial_check.err_vs_torch);
+  }
+
+  // 5. Device time per run: graph, eager, and graph with ordinary edges.
   std::map<std::string, double> medians;  // for the log line
-  for (bool eager : {false, true}) {
+  for (const char* mode : {"graph", "eager", "graph_serial"}) {
+    const bool eager = std::strcmp(mode, "eager") == 0;
+    gdl::Session& timed_session = std::strcmp(mode, "graph_serial") == 0 ? serial : s;
     std::vector<double> times;
     for (int i = 0; i < opt.warmup + runs; ++i) {
       size_t k = pick(i);
       BENCH_TRY(cuda_check(cudaMemsetAsync(flush.ptr, i & 0xFF, flush.bytes, cudaStreamLegacy), "flush memset"));
-      BENCH_TRY(bind_set(s, v.sets[k], sets[k], true));
-      BENCH_TRY(eager ? s.run_eager() : s.run());
-      double us = s.stats().last_device_us;
+      BENCH_TRY(bind_set(timed_session, v.sets[k], sets[k], true));
+      BENCH_TRY(eager ? timed_session.run_eager() : timed_session.run());
+      double us = timed_session.stats().last_device_us;
       if (us < 0) return Status::Internal("no device time recorded");
       if (i >= opt.warmup) times.push_back(us);
     }
     Summary sum = summarize(times);
-    medians[eager ? "eager" : "graph"] = sum.median;
-    json.add(eager ? "eager" : "graph", sum.json());
+    medians[mode] = sum.median;
+    json.add(mode, sum.json());
   }
 
   // 6. Host time of bind + run, from host and from device memory.
@@ -596,10 +628,10 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     std::vector<double> times;
     for (int i = 0; i < opt.warmup + runs; ++i) {
       size_t k = pick(i);
-      BENCH_TRY(s.synchronize());
+      BENCH_TRY(plain.synchronize());
       double begin = now_us();
-      BENCH_TRY(bind_set(s, v.sets[k], sets[k], from_device));
-      BENCH_TRY(s.run());
+      BENCH_TRY(bind_set(plain, v.sets[k], sets[k], from_device));
+      BENCH_TRY(plain.run());
       double end = now_us();
       if (i >= opt.warmup) times.push_back(end - begin);
     }
@@ -611,14 +643,14 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   // 7. Back-to-back loop.
   std::vector<double> loops;
   for (int rep = 0; rep < 3; ++rep) {
-    BENCH_TRY(s.synchronize());
+    BENCH_TRY(plain.synchronize());
     t0 = now_us();
     for (int i = 0; i < loop_runs; ++i) {
       size_t k = pick(i);
-      BENCH_TRY(bind_set(s, v.sets[k], sets[k], true));
-      BENCH_TRY(s.run());
+      BENCH_TRY(bind_set(plain, v.sets[k], sets[k], true));
+      BENCH_TRY(plain.run());
     }
-    BENCH_TRY(s.synchronize());
+    BENCH_TRY(plain.synchronize());
     loops.push_back((now_us() - t0) / loop_runs);
   }
   Summary loop = summarize(loops);
@@ -626,9 +658,10 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   loop.p90 = *std::max_element(loops.begin(), loops.end());
   loop.runs = static_cast<size_t>(3 * loop_runs);
   json.add("loop", loop.json());
-  std::printf("  device time (median of %d): graph %.2f us, eager %.2f us; host bind+run %.2f us (host memory), "
-              "%.2f us (device memory); loop %.2f us/run\n",
-              runs, medians["graph"], medians["eager"], medians["host"], medians["host_device_bind"], loop.median);
+  std::printf("  device time (median of %d): graph %.2f us, eager %.2f us, graph without overlap %.2f us; host "
+              "bind+run %.2f us (host memory), %.2f us (device memory); loop %.2f us/run\n",
+              runs, medians["graph"], medians["eager"], medians["graph_serial"], medians["host"],
+              medians["host_device_bind"], loop.median);
 
   gdl::SessionStats st = s.stats();
   json.add("session", JsonObject()

@@ -3,14 +3,15 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | sanitizer | sanitizer-examples | sanitizer-tests]
+#   scripts/gpu-check.sh [all | tests | examples | probes | sanitizer | sanitizer-examples | sanitizer-tests]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
 #
 # 1. tests:     build-release/tests/gdl_gpu_tests -s (every assertion logged)
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}
-# 3. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
+# 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
+# 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples
 # Then a short summary: one line per step with its exit code and time, and
 # the lines that matter from each log.
@@ -65,6 +66,17 @@ if [[ $what == all || $what == examples ]]; then
   step example_mlp_B64 120 "$BUILD/examples/run_mlp" B=64
 fi
 
+if [[ $what == all || $what == probes ]]; then
+  # bench/probes: single-kernel programs that take one W2 or W3 cost apart
+  # (gdlrun --explain: per-node device time of eager launches, warm L2).
+  for p in bench/probes/*.gdl; do
+    dims=()
+    grep -q '^dim B' "$p" && dims=(--dim B=1)
+    grep -q '^input len' "$p" && dims+=(--set len=4096)
+    step "probe_$(basename "$p" .gdl)" 60 "$BUILD/gdlrun" "$p" --gpu --explain "${dims[@]}"
+  done
+fi
+
 if [[ $what == all || $what == sanitizer || $what == sanitizer-examples ]]; then
   for ex in chain mlp attention; do
     step "memcheck_example_$ex" 240 env GDL_EXAMPLE_QUICK=1 \
@@ -99,6 +111,8 @@ for log in "$OUT"/*.log; do
     example_*)
       grep -E "^program|nodes|graph replay|eager launch|input copy|graph: build|MISMATCH|match the CPU|no GPU|error" "$log" |
         sed "s/^/$name: /" ;;
+    probe_*)
+      grep -E "gdl_s[0-9]+_|graph run|eager run|error" "$log" | sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;
