@@ -20,7 +20,9 @@
 #
 # Environment: GDL_BENCH_BIN (default build-release/bench/gdl_bench),
 # GDL_BENCH_RUNS (timed runs per mode, default 200), GDL_BENCH_ONLY (comma-
-# separated substrings of variant names), GDL_BENCH_DRY_RUN=1 (no GPU: the
+# separated substrings of variant names), GDL_BENCH_COMPILE_CACHE (an NVRTC
+# cache folder for the compiles; default none, so compile ms is a real
+# compile), GDL_BENCH_DRY_RUN=1 (no GPU: the
 # data, pure-Python references and fake torch times, gdl_bench --cpu-check).
 set -uo pipefail
 
@@ -36,6 +38,9 @@ gdl_args=(--runs "$RUNS" --time-budget-s 200)
 if [ -n "${GDL_BENCH_ONLY:-}" ]; then
   torch_args+=(--only "$GDL_BENCH_ONLY")
   gdl_args+=(--only "$GDL_BENCH_ONLY")
+fi
+if [ -n "${GDL_BENCH_COMPILE_CACHE:-}" ]; then
+  gdl_args+=(--compile-cache "$GDL_BENCH_COMPILE_CACHE")
 fi
 if [ "${GDL_BENCH_DRY_RUN:-0}" = 1 ]; then
   torch_args+=(--dry-run)
