@@ -51,15 +51,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-#define BENCH_TRY(expr)                                                       \
-  do {                                                                        \
-    ::gdl::Status st_ = (expr);                                               \
-    if (!st_.ok()) {                                                          \
-      std::fprintf(stderr, "error: %s: %s\n", #expr, st_.ToString().c_str()); \
-      return 2;                                                               \
-    }                                                                         \
-  } while (0)
-
 std::string buckets_text(const std::vector<int64_t>& b) {
   std::string out;
   for (size_t i = 0; i < b.size(); ++i) out += (i ? ", " : "") + std::to_string(b[i]);
@@ -188,7 +179,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     gdl::Session& s = **created;
-    BENCH_TRY(set_params(s, rng));
+    GDL_EXIT_ON_ERROR(set_params(s, rng), 2);
     struct Pattern {
       const char* what;
       int64_t a, b;
@@ -202,18 +193,18 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 3; ++k) {
       const Pattern& p = patterns[k];
       for (int w = 0; w < 10; ++w) {
-        BENCH_TRY(bind_inputs(s, {w % 2 ? p.b : p.a}, rng));
-        BENCH_TRY(s.run());
+        GDL_EXIT_ON_ERROR(bind_inputs(s, {w % 2 ? p.b : p.a}, rng), 2);
+        GDL_EXIT_ON_ERROR(s.run(), 2);
       }
-      BENCH_TRY(s.synchronize());
+      GDL_EXIT_ON_ERROR(s.synchronize(), 2);
       gdl::SessionStats before = s.stats();
       std::vector<double> submits, steps;
       for (int i = 0; i < runs; ++i) {
-        BENCH_TRY(bind_inputs(s, {i % 2 ? p.b : p.a}, rng));
+        GDL_EXIT_ON_ERROR(bind_inputs(s, {i % 2 ? p.b : p.a}, rng), 2);
         Clock::time_point t = Clock::now();
-        BENCH_TRY(s.run());
+        GDL_EXIT_ON_ERROR(s.run(), 2);
         submits.push_back(s.stats().last_submit_us);
-        BENCH_TRY(s.synchronize());
+        GDL_EXIT_ON_ERROR(s.synchronize(), 2);
         steps.push_back(us_since(t));
       }
       gdl::SessionStats after = s.stats();
@@ -236,18 +227,18 @@ int main(int argc, char** argv) {
     }
     gdl::Session& u = **updated;
     for (int w = 0; w < 10; ++w) {
-      BENCH_TRY(bind_inputs(u, {w % 2 ? 40 : 5}, rng));
-      BENCH_TRY(u.run());
+      GDL_EXIT_ON_ERROR(bind_inputs(u, {w % 2 ? 40 : 5}, rng), 2);
+      GDL_EXIT_ON_ERROR(u.run(), 2);
     }
-    BENCH_TRY(u.synchronize());
+    GDL_EXIT_ON_ERROR(u.synchronize(), 2);
     gdl::SessionStats before = u.stats();
     std::vector<double> submits, steps;
     for (int i = 0; i < runs; ++i) {
-      BENCH_TRY(bind_inputs(u, {i % 2 ? 40 : 5}, rng));
+      GDL_EXIT_ON_ERROR(bind_inputs(u, {i % 2 ? 40 : 5}, rng), 2);
       Clock::time_point t = Clock::now();
-      BENCH_TRY(u.run());
+      GDL_EXIT_ON_ERROR(u.run(), 2);
       submits.push_back(u.stats().last_submit_us);
-      BENCH_TRY(u.synchronize());
+      GDL_EXIT_ON_ERROR(u.synchronize(), 2);
       steps.push_back(us_since(t));
     }
     gdl::SessionStats after = u.stats();
@@ -264,10 +255,10 @@ int main(int argc, char** argv) {
     std::uniform_int_distribution<int64_t> batch(mlp->program.dims()[0].lo, mlp->program.dims()[0].hi);
     gdl::SessionStats pad_before = s.stats();
     for (int i = 0; i < runs; ++i) {
-      BENCH_TRY(bind_inputs(s, {batch(rng)}, rng));
-      BENCH_TRY(s.run());
+      GDL_EXIT_ON_ERROR(bind_inputs(s, {batch(rng)}, rng), 2);
+      GDL_EXIT_ON_ERROR(s.run(), 2);
     }
-    BENCH_TRY(s.synchronize());
+    GDL_EXIT_ON_ERROR(s.synchronize(), 2);
     gdl::SessionStats pad_after = s.stats();
     double computed = static_cast<double>(pad_after.dims[0].rows_computed - pad_before.dims[0].rows_computed);
     double valid = static_cast<double>(pad_after.dims[0].rows_valid - pad_before.dims[0].rows_valid);
@@ -290,9 +281,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     gdl::Session& s = **created;
-    BENCH_TRY(set_params(s, rng));
-    BENCH_TRY(bind_inputs(s, upper(l.program), rng));
-    BENCH_TRY(s.run());
+    GDL_EXIT_ON_ERROR(set_params(s, rng), 2);
+    GDL_EXIT_ON_ERROR(bind_inputs(s, upper(l.program), rng), 2);
+    GDL_EXIT_ON_ERROR(s.run(), 2);
     gdl::Expected<gdl::GraphUpdateCosts> c = s.measure_graph_update_costs(std::min(runs, 100));
     if (!c) {
       std::fprintf(stderr, "error: %s: %s\n", l.name.c_str(), c.status().ToString().c_str());

@@ -136,15 +136,6 @@ bool compare(const char* how, const std::map<std::string, TensorData>& got, cons
   return ok;
 }
 
-#define EXAMPLE_TRY(expr)                                                     \
-  do {                                                                        \
-    ::gdl::Status st_ = (expr);                                               \
-    if (!st_.ok()) {                                                          \
-      std::fprintf(stderr, "error: %s: %s\n", #expr, st_.ToString().c_str()); \
-      return 2;                                                               \
-    }                                                                         \
-  } while (0)
-
 }  // namespace
 
 int run_example(int argc, char** argv, ExampleSpec spec) {
@@ -210,7 +201,7 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
   }
   Session& s = **created;
   for (const TensorInfo& p : program.params())
-    EXAMPLE_TRY(s.set_param(p.name, tensors[p.name].bytes.data(), tensors[p.name].bytes.size()));
+    GDL_EXIT_ON_ERROR(s.set_param(p.name, tensors[p.name].bytes.data(), tensors[p.name].bytes.size()), 2);
   auto bind_inputs = [&]() -> Status {
     for (const TensorInfo& in : program.inputs()) {
       const TensorData& t = tensors[in.name];
@@ -219,13 +210,13 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
     }
     return Status::Ok();
   };
-  EXAMPLE_TRY(bind_inputs());
-  for (const auto& [name, value] : spec.scalars) EXAMPLE_TRY(s.set_scalar(name, value));
+  GDL_EXIT_ON_ERROR(bind_inputs(), 2);
+  for (const auto& [name, value] : spec.scalars) GDL_EXIT_ON_ERROR(s.set_scalar(name, value), 2);
 
   std::map<std::string, TensorData> by_graph, by_eager;
-  EXAMPLE_TRY(s.run());
+  GDL_EXIT_ON_ERROR(s.run(), 2);
   if (!read_all(s, by_graph)) return 2;
-  EXAMPLE_TRY(s.run_eager());
+  GDL_EXIT_ON_ERROR(s.run_eager(), 2);
   if (!read_all(s, by_eager)) return 2;
   bool ok = compare("graph", by_graph, *want);
   ok &= compare("eager", by_eager, *want);
@@ -239,15 +230,15 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
   const int kWarmup = quick ? 1 : 20, kTimed = quick ? 1 : 200;
   std::vector<double> replay, eager, request, copy;
   for (int i = 0; i < kWarmup; ++i) {
-    EXAMPLE_TRY(s.run());
-    EXAMPLE_TRY(s.run_eager());
+    GDL_EXIT_ON_ERROR(s.run(), 2);
+    GDL_EXIT_ON_ERROR(s.run_eager(), 2);
   }
-  EXAMPLE_TRY(s.synchronize());
+  GDL_EXIT_ON_ERROR(s.synchronize(), 2);
   double submit_sum = 0, eager_submit_sum = 0, device_sum = 0, eager_device_sum = 0;
   for (int i = 0; i < kTimed; ++i) {
     t0 = Clock::now();
-    EXAMPLE_TRY(s.run());
-    EXAMPLE_TRY(s.synchronize());
+    GDL_EXIT_ON_ERROR(s.run(), 2);
+    GDL_EXIT_ON_ERROR(s.synchronize(), 2);
     replay.push_back(us_since(t0));
     st = s.stats();
     submit_sum += st.last_submit_us;
@@ -255,8 +246,8 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
   }
   for (int i = 0; i < kTimed; ++i) {
     t0 = Clock::now();
-    EXAMPLE_TRY(s.run_eager());
-    EXAMPLE_TRY(s.synchronize());
+    GDL_EXIT_ON_ERROR(s.run_eager(), 2);
+    GDL_EXIT_ON_ERROR(s.synchronize(), 2);
     eager.push_back(us_since(t0));
     st = s.stats();
     eager_submit_sum += st.last_eager_submit_us;
@@ -265,12 +256,12 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
   std::map<std::string, TensorData> last;
   for (int i = 0; i < kTimed; ++i) {
     t0 = Clock::now();
-    EXAMPLE_TRY(bind_inputs());
-    EXAMPLE_TRY(s.synchronize());
+    GDL_EXIT_ON_ERROR(bind_inputs(), 2);
+    GDL_EXIT_ON_ERROR(s.synchronize(), 2);
     copy.push_back(us_since(t0));
     t0 = Clock::now();
-    EXAMPLE_TRY(bind_inputs());
-    EXAMPLE_TRY(s.run());
+    GDL_EXIT_ON_ERROR(bind_inputs(), 2);
+    GDL_EXIT_ON_ERROR(s.run(), 2);
     if (!read_all(s, last)) return 2;
     request.push_back(us_since(t0));
   }
@@ -283,7 +274,7 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
   std::printf("  input copy (bind every input + wait) %.1f us, whole request (bind + run + read) %.1f us (medians)\n", median(copy), median(request));
 
   // 6. Prediction beside measurement, and the stats.
-  EXAMPLE_TRY(bind_inputs());
+  GDL_EXIT_ON_ERROR(bind_inputs(), 2);
   Expected<GraphExplanation> explained = explain_graph(s, quick ? 1 : 50);
   if (!explained) {
     std::fprintf(stderr, "error: explain_graph: %s\n", explained.status().ToString().c_str());

@@ -155,6 +155,28 @@ GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner) {
   reduce_cols<P, I>(x, y, outer, len, inner, len);
 }
 
+// ------------------------------------------------------------ rows in registers
+// Softmax and the norms read a row of at most kRowRegs * blockDim.x elements
+// from memory once: thread t keeps elements t, t + blockDim.x, ... in
+// registers, all loads in flight together, and every later pass runs over
+// the registers. The passes visit the elements in the same order as the
+// loops over memory that longer rows take, so both give the same bits.
+constexpr int kRowRegs = 16;
+
+template <typename I> GDL_DEV bool row_fits_registers(I len) { return len <= (I)kRowRegs * (I)blockDim.x; }
+
+template <typename I> struct RowInRegisters {
+  float v[kRowRegs];
+  template <typename TX> GDL_DEV void load(const TX* xr, I len) {
+#pragma unroll
+    for (int i = 0; i < kRowRegs; ++i) {
+      const I j = at(i);
+      v[i] = j < len ? num(xr[j]) : 0.0f;
+    }
+  }
+  GDL_DEV I at(int i) const { return (I)threadIdx.x + (I)i * (I)blockDim.x; }  // the row index of v[i]
+};
+
 // ------------------------------------------------------------ softmax
 // x, y [rows, len]: y = exp(x - max) / sum(exp(x - max)) per row.
 template <typename I, typename TX, typename TY>
@@ -163,6 +185,24 @@ GDL_DEV void softmax_rows(const TX* x, TY* y, I rows, I len, I valid) {
   for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
     const TX* xr = x + row * len;
     TY* yr = y + row * len;
+    if (row_fits_registers(len)) {
+      RowInRegisters<I> r;
+      r.load(xr, len);
+      float peak = -inf_f32();
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < valid) peak = fmaxf(peak, r.v[i]);
+      peak = block_reduce<FloatPeak>(peak);
+      float total = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < valid) total += expf(r.v[i] - peak);
+      total = block_reduce<FloatSum>(total);
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < len) yr[r.at(i)] = cvt<TY>(expf(r.v[i] - peak) / total);
+      continue;
+    }
     float peak = -inf_f32();
     for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) peak = fmaxf(peak, num(xr[j]));
     peak = block_reduce<FloatPeak>(peak);
@@ -198,13 +238,35 @@ GDL_DEV void softmax_cols(const TX* x, TY* y, I outer, I len, I inner) {
 
 // ------------------------------------------------------------ norms
 // x, y [rows, len]; w, b: gdl::Column / First / Value / One / Zero.
-// layernorm: (x - mean) / sqrt(var + eps) * w + b, biased variance, two passes.
+// layernorm: (x - mean) / sqrt(var + eps) * w + b, biased variance, two
+// passes (over registers when the row fits them, else over memory).
 template <typename I, typename TX, typename W, typename B, typename TY>
 GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, I valid, float eps) {
   valid = min_of(valid, len);
   for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
     const TX* xr = x + row * len;
     TY* yr = y + row * len;
+    if (row_fits_registers(len)) {
+      RowInRegisters<I> r;
+      r.load(xr, len);
+      float total = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < valid) total += r.v[i];
+      const float mean = block_reduce<FloatSum>(total) / (float)valid;
+      float squares = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < valid) {
+          const float d = r.v[i] - mean;
+          squares += d * d;
+        }
+      const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < len) yr[r.at(i)] = cvt<TY>((r.v[i] - mean) * inv * w.at(r.at(i)) + b.at(r.at(i)));
+      continue;
+    }
     float total = 0.0f;
     for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) total += num(xr[j]);
     const float mean = block_reduce<FloatSum>(total) / (float)valid;
@@ -230,6 +292,19 @@ GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, I valid, float
   for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
     const TX* xr = x + row * len;
     TY* yr = y + row * len;
+    if (row_fits_registers(len)) {
+      RowInRegisters<I> r;
+      r.load(xr, len);
+      float squares = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < valid) squares += r.v[i] * r.v[i];
+      const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
+#pragma unroll
+      for (int i = 0; i < kRowRegs; ++i)
+        if (r.at(i) < len) yr[r.at(i)] = cvt<TY>(r.v[i] * inv * w.at(r.at(i)));
+      continue;
+    }
     float squares = 0.0f;
     for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) {
       const float v = num(xr[j]);

@@ -67,7 +67,7 @@ int64_t split_cap() {
   static const int64_t cap = [] {
     const char* text = std::getenv("GDL_MAX_SPLITS");
     long long v = text ? std::atoll(text) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) : int64_t{kMaxSplits};
+    return v >= 1 ? static_cast<int64_t>(v) : std::max<int64_t>(kMaxSplits, kAttentionMaxSplits);
   }();
   return cap;
 }

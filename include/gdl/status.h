@@ -3,6 +3,7 @@
 // message says what was wrong and, where it helps, what to do instead.
 #pragma once
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <utility>
@@ -73,3 +74,15 @@ class Expected {
 };
 
 }  // namespace gdl
+
+// For a host program's main-like function: evaluates an expression that
+// gives a gdl::Status and, when it failed, prints the expression and the
+// status to stderr and returns `exit_code` from the enclosing function.
+#define GDL_EXIT_ON_ERROR(expr, exit_code)                                             \
+  do {                                                                               \
+    ::gdl::Status gdl_exit_status_ = (expr);                                         \
+    if (!gdl_exit_status_.ok()) {                                                    \
+      std::fprintf(stderr, "error: %s: %s\n", #expr, gdl_exit_status_.ToString().c_str()); \
+      return exit_code;                                                              \
+    }                                                                                \
+  } while (0)
