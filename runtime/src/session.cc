@@ -53,6 +53,7 @@ Session::Impl::~Impl() {
     if (in.uploaded) (void)cudaEventDestroy(in.uploaded);
     if (in.staging) (void)cudaFreeHost(in.staging);
   }
+  if (graph_copies_done) (void)cudaEventDestroy(graph_copies_done);
   for (cudaEvent_t e : valid_copied)
     if (e) (void)cudaEventDestroy(e);
   if (valid_staging) (void)cudaFreeHost(valid_staging);
@@ -140,6 +141,7 @@ Status Session::Impl::init() {
                  "allocating the staging buffer of input '" + prog.inputs[i].name + "'");
     GDL_CUDA_TRY(cudaEventCreateWithFlags(&inputs[i].uploaded, cudaEventDisableTiming), "creating an event");
   }
+  GDL_CUDA_TRY(cudaEventCreateWithFlags(&graph_copies_done, cudaEventDisableTiming), "creating an event");
   if (options.record_device_time) {
     GDL_CUDA_TRY(cudaEventCreate(&run_start), "creating an event");
     GDL_CUDA_TRY(cudaEventCreate(&run_end), "creating an event");
@@ -339,6 +341,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   // Everything is valid: from here on the bind takes effect.
   InputSlot& slot = inputs[index];
   slot.fallback_bytes.clear();
+  slot.in_staging = false;
   if (above_bound) {
     // The arena slot is too small: keep the contents for the fallback run.
     slot.fallback_bytes.resize(bytes);
@@ -357,13 +360,22 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
     const size_t unit = element_size(dtype);
     const void* source = data;
     if (kind == MemoryKind::kHost) {
-      if (slot.upload_pending) {
-        GDL_CUDA_TRY(cudaEventSynchronize(slot.uploaded), "waiting for the previous upload of '" + name + "'");
-        slot.upload_pending = false;
-      }
+      GDL_RETURN_IF_ERROR(wait_staging_free(slot));
       std::memcpy(slot.staging, data, bytes);
       source = slot.staging;
+      if (!is_padded && copies_in_graph(index)) {  // the run's graph copies it (InputSlot)
+        slot.in_staging = true;
+        slot.staged_bytes = bytes;
+        stats.input_copies += 1;
+        stats.input_copy_bytes += bytes;
+        stats.input_copy_us += copy_time.elapsed_us();
+        slot.bound = true;
+        slot.bound_dims = shape_dims;
+        dims = values;
+        return Status::Ok();
+      }
     }
+    slot.in_staging = false;
     if (is_padded && options.poison_padding_for_testing) {
       size_t padded_count = 1;
       for (int64_t e : padded) padded_count *= static_cast<size_t>(e);
@@ -387,6 +399,43 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   slot.bound = true;
   slot.bound_dims = shape_dims;
   dims = values;
+  return Status::Ok();
+}
+
+bool Session::Impl::copies_in_graph(size_t input) const {
+  for (const AxisInfo& a : prog.inputs[input].shape)
+    if (a.is_runtime() && update_dim[static_cast<size_t>(a.dim)]) return false;
+  return inputs[input].staging != nullptr;
+}
+
+size_t Session::Impl::input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const {
+  size_t count = 1;
+  for (int64_t e : extents(prog.inputs[input], layout_dims)) count *= static_cast<size_t>(e);
+  return count * element_size(prog.inputs[input].dtype);
+}
+
+Status Session::Impl::wait_staging_free(InputSlot& slot) {
+  if (slot.upload_pending) {
+    GDL_CUDA_TRY(cudaEventSynchronize(slot.uploaded), "waiting for the previous upload of an input");
+    slot.upload_pending = false;
+  }
+  if (graph_copies_pending) {
+    GDL_CUDA_TRY(cudaEventSynchronize(graph_copies_done), "waiting for the input copies of the last graph run");
+    graph_copies_pending = false;
+  }
+  return Status::Ok();
+}
+
+Status Session::Impl::flush_staged_inputs() {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    InputSlot& slot = inputs[i];
+    if (!slot.in_staging) continue;
+    GDL_CUDA_TRY(cudaMemcpyAsync(arena + prog.buffer_of(prog.input_values[i]).offset, slot.staging, slot.staged_bytes,
+                                 cudaMemcpyHostToDevice, stream),
+                 "copying input '" + prog.inputs[i].name + "' to the device");
+    GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + prog.inputs[i].name + "'");
+    slot.upload_pending = true;
+  }
   return Status::Ok();
 }
 

@@ -67,6 +67,7 @@ struct Temporary {
 }  // namespace
 
 Status Session::Impl::run_fallback() {
+  GDL_RETURN_IF_ERROR(flush_staged_inputs());  // the fallback reads in-range inputs from the arena
   Stopwatch total;
   // 1. The program for the raised bounds.
   std::vector<int64_t> bounds;

@@ -48,10 +48,18 @@ struct Session::Impl {
   // event after its last upload (the staging buffer is reused only after it),
   // the dims it was bound with (-1 where it does not use one), and for a
   // bind above a dim's bound (eager fallback) its contents kept on the host.
+  // A host bind of an input whose layout no update-served dim changes, and
+  // that needs no padding, only fills the staging buffer (`in_staging`): the
+  // copy into the arena is a memcpy node of the run's graph, enabled for
+  // exactly those inputs, so bind + run is one host copy and one launch.
+  // run_eager, the fallback and profile_nodes copy such inputs themselves
+  // first (flush_staged_inputs).
   struct InputSlot {
     void* staging = nullptr;
     cudaEvent_t uploaded = nullptr;
     bool upload_pending = false;
+    bool in_staging = false;
+    size_t staged_bytes = 0;
     bool bound = false;
     std::vector<int64_t> bound_dims;
     std::vector<uint8_t> fallback_bytes;  // non-empty: the contents are here, not in the arena
@@ -78,6 +86,8 @@ struct Session::Impl {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     std::vector<cudaGraphNode_t> nodes;  // one per plan step
+    std::vector<cudaGraphNode_t> copy_nodes;  // per input: staging -> arena, or null
+    std::vector<int8_t> copy_enabled;         // per input: the node's state in `exec` (-1: not known)
     std::vector<int64_t> applied_layout, built_layout;
     std::array<float, kMaxScalars> applied_scalars{}, built_scalars{};
     size_t stats_index = 0;  // into stats.buckets
@@ -97,6 +107,11 @@ struct Session::Impl {
   bool last_run_fallback = false;
   std::vector<std::vector<uint8_t>> fallback_outputs;  // per output, packed at last_run_dims
   std::array<int32_t, kMaxRuntimeDims> fallback_valid{};  // host source of the fallback's valid block
+
+  // Recorded by every graph after its input copy nodes: a staging buffer
+  // that a launched graph copies from is rewritten only after it.
+  cudaEvent_t graph_copies_done = nullptr;
+  bool graph_copies_pending = false;
 
   cudaEvent_t run_start = nullptr, run_end = nullptr;  // record_device_time only
   bool timed_run_pending = false;
@@ -120,6 +135,10 @@ struct Session::Impl {
   std::vector<int64_t> layout(const std::vector<int64_t>& values) const;
   std::vector<int64_t> bucket_key(const std::vector<int64_t>& values) const;
   Status write_valid_block();                // copies the current dims when they changed
+  bool copies_in_graph(size_t input) const;  // no update-served dim in its shape
+  size_t input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const;
+  Status wait_staging_free(InputSlot& slot);  // no queued copy still reads the slot's staging buffer
+  Status flush_staged_inputs();              // copies the in_staging inputs now (paths without the graph)
   rt::KernelArgs kernel_args(const std::vector<int64_t>& layout_dims) const;
 
   // session_run.cc

@@ -9,7 +9,8 @@
 //    bucket that holds its value, each update-served dim at its value. The
 //    bucket key (the capacities of the bucket-served dims) picks the graph;
 //    a key's graph is built at its first use (or in Session::create): a
-//    cudaGraphAddKernelNode per plan step with the arena pointer, the params
+//    memcpy node per input from its staging buffer, an event record node
+//    after them, a cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
 //    steps' deps (programmatic unless SessionOptions::overlap_launches is
 //    off: each kernel waits for its producers itself, gdl_abi.cuh);
@@ -19,8 +20,11 @@
 //    cudaGraphExecKernelNodeSetParams (new grid and args; no
 //    re-instantiation). Under buckets a dim changing inside its bucket
 //    changes no node: only the valid-dims block.
-// 5. The valid-dims block when it changed (session.cc), then cudaGraphLaunch
-//    on the session stream; return without waiting.
+// 5. The copy node of each input switched on when the input waits in its
+//    staging buffer (a host bind, session_impl.h InputSlot) and off
+//    otherwise (bind already copied it); the valid-dims block when it
+//    changed (session.cc); then cudaGraphLaunch on the session stream;
+//    return without waiting.
 // 6. Remember the dims and layout of this run (read), count the bucket's
 //    hit and the rows computed and valid, mark inputs that the run overwrote
 //    as unbound.
@@ -120,6 +124,25 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   const rt::KernelArgs args = kernel_args(layout_dims);
   Stopwatch build_time;
   GDL_CUDA_TRY(cudaGraphCreate(&g.graph, 0), "creating the graph");
+  // The input copies (InputSlot), then an event after them; every kernel
+  // without a dep waits for the copies, so every kernel runs after them.
+  g.copy_nodes.assign(inputs.size(), nullptr);
+  g.copy_enabled.assign(inputs.size(), 1);  // a node starts enabled
+  std::vector<cudaGraphNode_t> copies;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const size_t bytes = copies_in_graph(i) ? input_layout_bytes(i, layout_dims) : 0;
+    if (bytes == 0) continue;
+    GDL_CUDA_TRY(cudaGraphAddMemcpyNode1D(&g.copy_nodes[i], g.graph, nullptr, 0,
+                                          arena + prog.buffer_of(prog.input_values[i]).offset, inputs[i].staging,
+                                          bytes, cudaMemcpyHostToDevice),
+                 "adding the copy node of input '" + prog.inputs[i].name + "'");
+    copies.push_back(g.copy_nodes[i]);
+  }
+  if (!copies.empty()) {
+    cudaGraphNode_t recorded = nullptr;
+    GDL_CUDA_TRY(cudaGraphAddEventRecordNode(&recorded, g.graph, copies.data(), copies.size(), graph_copies_done),
+                 "adding the event after the input copies");
+  }
   g.nodes.assign(p.steps.size(), nullptr);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, layout_dims);
@@ -127,6 +150,11 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
     std::vector<cudaGraphNode_t> deps;
     for (int d : p.steps[i].deps) deps.push_back(g.nodes[static_cast<size_t>(d)]);
     NodeParams node(arena, params->base(), args, kernels[i], *launch);
+    if (deps.empty() && !copies.empty()) {  // ordinary edges from the copies
+      GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, copies.data(), copies.size(), &node.cuda),
+                   "adding the graph node of " + step_name(prog, i));
+      continue;
+    }
     const bool programmatic = options.overlap_launches && !deps.empty();
     GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
                                         programmatic ? 0 : deps.size(), &node.cuda),
@@ -265,9 +293,21 @@ Status Session::Impl::run() {
   GraphInstance& g = **found;
   Stopwatch submit;
   GDL_RETURN_IF_ERROR(sync_nodes(g, layout_dims));
+  bool copies = false;  // the copy nodes of the inputs in staging on, the others off
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!g.copy_nodes[i]) continue;
+    const int8_t wanted = inputs[i].in_staging ? 1 : 0;
+    if (g.copy_enabled[i] != wanted) {
+      GDL_CUDA_TRY(cudaGraphNodeSetEnabled(g.exec, g.copy_nodes[i], wanted),
+                   "switching the copy node of input '" + prog.inputs[i].name + "'");
+      g.copy_enabled[i] = wanted;
+    }
+    copies |= wanted != 0;
+  }
   GDL_RETURN_IF_ERROR(write_valid_block());
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   GDL_CUDA_TRY(cudaGraphLaunch(g.exec, stream), "launching the graph");
+  if (copies) graph_copies_pending = true;
   if (options.record_device_time) {
     GDL_CUDA_TRY(cudaEventRecord(run_end, stream), "recording the run end");
     timed_run_pending = true;
@@ -288,6 +328,7 @@ Status Session::Impl::run_eager() {
   const std::vector<cudaKernel_t>& kernels = library.kernels();
   const std::vector<int64_t> layout_dims = layout(dims);
   Stopwatch submit;
+  GDL_RETURN_IF_ERROR(flush_staged_inputs());
   GDL_RETURN_IF_ERROR(write_valid_block());
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   unsigned char* arena_arg = arena;
@@ -318,6 +359,7 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
   GDL_RETURN_IF_ERROR(ready_to_run());
   if (above_bounds())
     return Status::FailedPrecondition("profile_nodes: a run-time dim is above its upper bound; profile inside the bounds");
+  GDL_RETURN_IF_ERROR(flush_staged_inputs());
   repeats = std::max(repeats, 1);
   const std::vector<cudaKernel_t>& kernels = library.kernels();
   const size_t n = kernels.size();
@@ -399,6 +441,7 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   costs.exec_update_us = update_time.elapsed_us() / repeats;
   g.applied_layout = g.built_layout;
   g.applied_scalars = g.built_scalars;
+  std::fill(g.copy_enabled.begin(), g.copy_enabled.end(), int8_t{-1});  // set again at the next run
 
   // 3. A second exec of the same graph, destroyed at once (not timed).
   double instantiate_total = 0;

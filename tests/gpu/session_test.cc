@@ -305,6 +305,33 @@ TEST_CASE("semantics: binding from device memory") {
   cudaFree(device);
 }
 
+// A host bind leaves the input in its staging buffer and the graph's copy
+// node moves it (session_impl.h, InputSlot); a device bind copies at once
+// and switches that node off. Alternating them, with graph and eager runs
+// and a bucket change in between, every run must see the last bind.
+TEST_CASE("semantics: host and device binds alternate; every run sees the last bind") {
+  Fixture f("alternating binds", 8);
+  void* device = nullptr;
+  REQUIRE(cudaMalloc(&device, 64 * 33 * sizeof(float)) == cudaSuccess);
+  const int64_t batches[] = {8, 8, 3, 64, 64, 8};
+  for (int i = 0; i < 12; ++i) {
+    const int64_t batch = batches[i % 6];
+    INFO("step " << i << ", B = " << batch);
+    TensorData x = f.new_x(batch);
+    const bool from_device = i % 3 == 1;
+    if (from_device) {
+      REQUIRE(cudaMemcpy(device, x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+      GDL_REQUIRE_OK(f.session->bind("x", device, x.bytes.size(), x.dtype, x.shape, MemoryKind::kDevice));
+    } else {
+      GDL_REQUIRE_OK(f.bind_x(x));
+    }
+    const bool eager = i % 4 == 3;
+    CHECK(expect_match(run_and_read(*f.session, eager), f.want(x),
+                       std::string(from_device ? "device" : "host") + " bind, " + (eager ? "eager" : "graph") + " run"));
+  }
+  cudaFree(device);
+}
+
 TEST_CASE("semantics: sessions run concurrently without interfering; params are shared") {
   const Program& program = semantics_program();
   std::mt19937_64 rng(seed_for("concurrent"));
