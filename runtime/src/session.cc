@@ -341,7 +341,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   // Everything is valid: from here on the bind takes effect.
   InputSlot& slot = inputs[index];
   slot.fallback_bytes.clear();
-  slot.in_staging = false;
+  slot.copy_pending = false;
   if (above_bound) {
     // The arena slot is too small: keep the contents for the fallback run.
     slot.fallback_bytes.resize(bytes);
@@ -364,7 +364,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
       std::memcpy(slot.staging, data, bytes);
       source = slot.staging;
       if (!is_padded && copies_in_graph(index)) {  // the run's graph copies it (InputSlot)
-        slot.in_staging = true;
+        slot.copy_pending = true;
         slot.staged_bytes = bytes;
         stats.input_copies += 1;
         stats.input_copy_bytes += bytes;
@@ -375,7 +375,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
         return Status::Ok();
       }
     }
-    slot.in_staging = false;
+    slot.copy_pending = false;
     if (is_padded && options.poison_padding_for_testing) {
       size_t padded_count = 1;
       for (int64_t e : padded) padded_count *= static_cast<size_t>(e);
@@ -429,14 +429,21 @@ Status Session::Impl::wait_staging_free(InputSlot& slot) {
 Status Session::Impl::flush_staged_inputs() {
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputSlot& slot = inputs[i];
-    if (!slot.in_staging) continue;
+    if (!slot.copy_pending) continue;
     GDL_CUDA_TRY(cudaMemcpyAsync(arena + prog.buffer_of(prog.input_values[i]).offset, slot.staging, slot.staged_bytes,
                                  cudaMemcpyHostToDevice, stream),
                  "copying input '" + prog.inputs[i].name + "' to the device");
     GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + prog.inputs[i].name + "'");
     slot.upload_pending = true;
+    slot.copy_pending = false;
   }
   return Status::Ok();
+}
+
+void Session::Impl::stream_idle() {
+  for (InputSlot& slot : inputs) slot.upload_pending = false;
+  graph_copies_pending = false;
+  valid_copy_pending.fill(false);
 }
 
 Status Session::Impl::set_dim(const std::string& name, int64_t value) {
@@ -628,6 +635,7 @@ Status Session::synchronize() {
   return rt::guarded("Session::synchronize", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     GDL_CUDA_TRY(cudaStreamSynchronize(impl_->stream), "waiting for the session stream");
+    impl_->stream_idle();
     return Status::Ok();
   });
 }

@@ -49,16 +49,17 @@ struct Session::Impl {
   // the dims it was bound with (-1 where it does not use one), and for a
   // bind above a dim's bound (eager fallback) its contents kept on the host.
   // A host bind of an input whose layout no update-served dim changes, and
-  // that needs no padding, only fills the staging buffer (`in_staging`): the
-  // copy into the arena is a memcpy node of the run's graph, enabled for
-  // exactly those inputs, so bind + run is one host copy and one launch.
-  // run_eager, the fallback and profile_nodes copy such inputs themselves
-  // first (flush_staged_inputs).
+  // that needs no padding, only fills the staging buffer (`copy_pending`):
+  // the copy into the arena is a memcpy node of the next run's graph,
+  // enabled for exactly those inputs, so bind + run is one host copy and one
+  // launch; runs without a new bind leave the node off. run_eager, the
+  // fallback and profile_nodes copy such inputs themselves first
+  // (flush_staged_inputs).
   struct InputSlot {
     void* staging = nullptr;
     cudaEvent_t uploaded = nullptr;
     bool upload_pending = false;
-    bool in_staging = false;
+    bool copy_pending = false;
     size_t staged_bytes = 0;
     bool bound = false;
     std::vector<int64_t> bound_dims;
@@ -138,7 +139,8 @@ struct Session::Impl {
   bool copies_in_graph(size_t input) const;  // no update-served dim in its shape
   size_t input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const;
   Status wait_staging_free(InputSlot& slot);  // no queued copy still reads the slot's staging buffer
-  Status flush_staged_inputs();              // copies the in_staging inputs now (paths without the graph)
+  Status flush_staged_inputs();              // copies the copy_pending inputs now (paths without the graph)
+  void stream_idle();                        // after a stream synchronize: no copy is pending
   rt::KernelArgs kernel_args(const std::vector<int64_t>& layout_dims) const;
 
   // session_run.cc

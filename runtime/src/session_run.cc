@@ -20,9 +20,9 @@
 //    cudaGraphExecKernelNodeSetParams (new grid and args; no
 //    re-instantiation). Under buckets a dim changing inside its bucket
 //    changes no node: only the valid-dims block.
-// 5. The copy node of each input switched on when the input waits in its
-//    staging buffer (a host bind, session_impl.h InputSlot) and off
-//    otherwise (bind already copied it); the valid-dims block when it
+// 5. The copy node of each input switched on when a host bind left it in
+//    its staging buffer since the last copy (session_impl.h InputSlot) and
+//    off otherwise (bind already copied it, or an earlier run did); the valid-dims block when it
 //    changed (session.cc); then cudaGraphLaunch on the session stream;
 //    return without waiting.
 // 6. Remember the dims and layout of this run (read), count the bucket's
@@ -293,10 +293,10 @@ Status Session::Impl::run() {
   GraphInstance& g = **found;
   Stopwatch submit;
   GDL_RETURN_IF_ERROR(sync_nodes(g, layout_dims));
-  bool copies = false;  // the copy nodes of the inputs in staging on, the others off
+  bool copies = false;  // the copy nodes of the inputs bound since the last copy on, the others off
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!g.copy_nodes[i]) continue;
-    const int8_t wanted = inputs[i].in_staging ? 1 : 0;
+    const int8_t wanted = inputs[i].copy_pending ? 1 : 0;
     if (g.copy_enabled[i] != wanted) {
       GDL_CUDA_TRY(cudaGraphNodeSetEnabled(g.exec, g.copy_nodes[i], wanted),
                    "switching the copy node of input '" + prog.inputs[i].name + "'");
@@ -308,6 +308,7 @@ Status Session::Impl::run() {
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   GDL_CUDA_TRY(cudaGraphLaunch(g.exec, stream), "launching the graph");
   if (copies) graph_copies_pending = true;
+  for (InputSlot& slot : inputs) slot.copy_pending = false;  // queued: later work on the stream sees the copies
   if (options.record_device_time) {
     GDL_CUDA_TRY(cudaEventRecord(run_end, stream), "recording the run end");
     timed_run_pending = true;
