@@ -216,7 +216,8 @@ struct SessionStats {
   double last_eager_submit_us = 0, mean_eager_submit_us = 0;
   // Device time of the last run() or run_eager() (record_device_time only; else -1).
   double last_device_us = -1;
-  // Input copies done by bind(): count, bytes, and host time (staging copy + enqueue).
+  // Input copies bound: count, bytes, and bind's host time (staging copy, plus
+  // the enqueue where bind copies itself).
   uint64_t input_copies = 0;
   uint64_t input_copy_bytes = 0;
   double input_copy_us = 0;
@@ -316,7 +317,11 @@ class Session {
   // `bytes` (== element count * element size) are checked before anything is
   // copied; a failed bind changes nothing. A host source is copied into a
   // staging buffer before bind returns, so the caller may change or free it
-  // at once. A device source is copied on the session's stream: it must stay
+  // at once; from there the next run's graph copies it into the device
+  // buffer (a memcpy node, so bind + run is one launch), or bind itself when
+  // the input needs padding or follows an update-served dim; a bind waits
+  // until no queued copy still reads that staging buffer. A device source
+  // is copied on the session's stream: it must stay
   // unchanged until the copy runs (work the caller puts on the legacy default
   // stream waits for it; on other streams, call synchronize() first).
   // The copy is ordered after every run already submitted, so it never
