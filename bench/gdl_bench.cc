@@ -598,6 +598,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     std::vector<double> got;
     BENCH_TRY(read_output(serial, v.output, got));
     serial_check.add(got, torch, ref64, v.tolerance, false);
+    json.add("check_no_overlap", serial_check.json(v.tolerance));
     if (!serial_check.passed) check.passed = false;
     std::printf("  check without launch overlap: %s, error vs torch %.3g\n", serial_check.passed ? "ok" : "FAILED",
                 serial_check.err_vs_torch);

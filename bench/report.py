@@ -82,6 +82,9 @@ def verdict(g):
     if not check.get("passed"):
         note = check.get("note") or (f"{err:.1e} > {tol:.0e}" if err is not None else "NaN or inf")
         return "FAIL " + note
+    serial = g.get("check_no_overlap")
+    if serial is not None and not serial.get("passed"):
+        return "FAIL without launch overlap"
     eager = check.get("eager_err_vs_torch")
     worst = max(x for x in (err, eager) if x is not None) if (err is not None or eager is not None) else 0.0
     text = f"ok {worst:.1e} <= {tol:.0e}"
