@@ -94,6 +94,111 @@ template <typename T> struct RowsTile {
   static constexpr int BN = mm::kRowLanes * V;     // columns per block: 64 (f16, bf16), 32 (f32)
 };
 
+// ------------------------------------------------------------ norm prologue
+// A layernorm or rmsnorm whose only use is this matmul's a (fuse.cc) runs
+// inside the matmul: the kernel reads the norm's input x as a; each block
+// computes the statistics of the rows it works on (norm_row_stats, two
+// passes over the row's first k_valid positions like gdl::layernorm_rows),
+// and every element of a is normalized and rounded to a's dtype as it is
+// staged, the same expression the norm's own kernel stores. The normalized
+// rows never go through memory and the norm's node is gone; the price is
+// that every block re-reads its rows of x, which fuse.cc bounds.
+struct NoPrologue {
+  static constexpr bool active = false;
+  template <typename I> GDL_DEV float apply(float x, I, const float2*, int) const { return x; }
+};
+
+// Center: layernorm ((x - mean) * inv * w + b); otherwise rmsnorm (x * inv * w).
+template <typename T, bool Center, typename W, typename B> struct NormPrologue {
+  static constexpr bool active = true;
+  static constexpr bool center = Center;
+  W w;
+  B b;
+  float eps;
+  // x at position k of the row whose (mean, inv) is st[r].
+  template <typename I> GDL_DEV float apply(float x, I k, const float2* st, int r) const {
+    const float2 s = st[r];
+    if (Center) return num(cvt<T>((x - s.x) * s.y * w.at(k) + b.at(k)));
+    return num(cvt<T>(x * s.y * w.at(k)));
+  }
+};
+
+template <typename T, typename W, typename B>
+GDL_DEV NormPrologue<T, true, W, B> layernorm_prologue(W w, B b, float eps) { return {w, b, eps}; }
+template <typename T, typename W> GDL_DEV NormPrologue<T, false, W, Zero> rmsnorm_prologue(W w, float eps) {
+  return {w, Zero{}, eps};
+}
+
+GDL_DEV float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// (mean, inv) of rows [m0, m0 + count) of a [M, K] over their first k_valid
+// positions into st[0, count), a warp per row; rows >= M get (0, 1). Called
+// by every thread of the block; st may be read once it returns.
+template <typename T, typename I, typename Pro>
+GDL_DEV void norm_row_stats(const Pro& pro, const T* a, I M, I K, I k_valid, I m0, int count, float2* st) {
+  if constexpr (Pro::active) {
+    constexpr int V = Vec16<T>::n;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool vec = K % V == 0 && aligned16(a);
+    const float n = (float)k_valid;
+    __syncthreads();  // the previous readers of st are done
+    for (int r = warp; r < count; r += mm::kWarps) {
+      const I m = m0 + (I)r;
+      float2 out = make_float2(0.0f, 1.0f);
+      if (m < M) {
+        const T* row = a + m * K;
+        // visit(f): f(x) for every position < k_valid, 16 bytes per lane at a time
+        const auto visit = [&](auto f) {
+          for (I j0 = (I)lane * V; j0 < k_valid; j0 += (I)(32 * V)) {
+            float x[V];
+            widen<T>(load16(row + j0, vec_valid<V>(j0, k_valid), vec), x);
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+              if (j0 + j < k_valid) f(x[j]);
+          }
+        };
+        float mean = 0.0f;
+        if (Pro::center) {
+          float total = 0.0f;
+          visit([&](float x) { total += x; });
+          mean = warp_sum(total) / n;
+        }
+        float squares = 0.0f;
+        visit([&](float x) {
+          const float d = x - mean;
+          squares += d * d;
+        });
+        out = make_float2(mean, 1.0f / sqrtf(warp_sum(squares) / n + pro.eps));
+      }
+      if (lane == 0) st[r] = out;
+    }
+    __syncthreads();
+  }
+}
+
+// A staged 16-byte vector of a (row r of the tile, positions k, k + 1, ...)
+// normalized: positions >= k_end and rows past M stay zero (the tiles' edges).
+template <typename T, typename I, typename Pro>
+GDL_DEV uint4 normalize16(const Pro& pro, uint4 raw, I k, I k_end, bool row_valid, const float2* st, int r) {
+  if constexpr (!Pro::active) {
+    return raw;
+  } else {
+    constexpr int V = Vec16<T>::n, per_word = V / 4;
+    float x[V];
+    widen<T>(raw, x);
+    unsigned w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (row_valid && k + (I)j < k_end)
+        w[j / per_word] |= Vec16<T>::bits(cvt<T>(pro.apply(x[j], k + (I)j, st, r))) << (16 * (j % per_word));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 // ------------------------------------------------------------ prefetch
 // Before wait_for_producers (gdl_abi.cuh) a matmul whose b is a param pulls
 // the part of b that its block's first task reads into L2, while the
@@ -136,10 +241,11 @@ template <int BK, typename T, typename I> GDL_DEV void matmul_tiles_prefetch(con
 
 // One pass of matmul_rows: rows [m0, m0 + R) of a (those < M) against the
 // strip [n0, n0 + BN) of b over K range [k_lo, k_hi); sink(m, n, sum) gets
-// each sum of the strip (m < M; n may be >= N).
-template <int R, typename T, typename I, typename Sink>
+// each sum of the strip (m < M; n may be >= N). With a norm prologue, st[r]
+// holds the statistics of row m0 + r.
+template <int R, typename T, typename I, typename Pro, typename Sink>
 GDL_DEV void rows_pass(const T* a, const T* b, I M, I N, I K, I m0, I n0, I k_lo, I k_hi, bool vec, float* smem,
-                       const Sink& sink) {
+                       const Pro& pro, const float2* st, const Sink& sink) {
   constexpr int V = RowsTile<T>::V, BN = RowsTile<T>::BN, KG = mm::kKGroups, U = mm::kUnroll;
   constexpr int KCAP = mm::kStageFloats / R;  // rows of a staged at once
   static_assert(mm::kWarps * R * BN <= mm::kStageFloats, "the cross-warp sums must fit the stage");
@@ -168,7 +274,7 @@ GDL_DEV void rows_pass(const T* a, const T* b, I M, I N, I K, I m0, I n0, I k_lo
     __syncthreads();  // the previous readers of smem are done
     for (I e = tid; e < (I)R * len; e += mm::kThreads) {
       const I r = e / len, kk = e - r * len, m = m0 + r;
-      smem[kk * R + r] = m < M ? (float)num(a[m * K + kc + kk]) : 0.0f;
+      smem[kk * R + r] = m < M ? pro.apply((float)num(a[m * K + kc + kk]), kc + kk, st, (int)r) : 0.0f;
     }
     __syncthreads();
     for (I g = 0; g < groups; ++g) {
@@ -226,13 +332,14 @@ GDL_DEV void rows_pass(const T* a, const T* b, I M, I N, I K, I m0, I n0, I k_lo
 }
 
 // a [M, K] (any batch folded into M), b [K, N] shared, c [M, N].
-template <int MR, typename T, typename I, typename TC, typename Epi>
+template <int MR, typename T, typename I, typename TC, typename Epi, typename Pro>
 GDL_DEV void matmul_rows(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, SplitScratch sk, const Epi& epi,
-                         unsigned char* smem_bytes) {
+                         const Pro& pro, unsigned char* smem_bytes) {
   static_assert(MR == 1 || MR == 2 || MR == 4 || MR == 8 || MR == 16, "row tile");
   constexpr int V = RowsTile<T>::V, BN = RowsTile<T>::BN;
   if (blockDim.x != mm::kThreads) __trap();  // a launch that breaks the LaunchRule
   float* smem = reinterpret_cast<float*>(smem_bytes);
+  __shared__ float2 st[Pro::active ? MR : 1];  // norm prologue: the statistics of the pass's rows
   const bool vec = N % V == 0 && aligned16(b);
   const int S = sk.splits;
   const I tiles = ceil_div(N, (I)BN);
@@ -254,11 +361,15 @@ GDL_DEV void matmul_rows(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid
     };
     for (I m0 = 0; m0 < M; m0 += MR) {
       const I rows = M - m0;
-      if (MR == 1 || rows <= 1) rows_pass<1>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
-      else if (MR == 2 || rows <= 2) rows_pass<mm::min_int<2, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
-      else if (MR == 4 || rows <= 4) rows_pass<mm::min_int<4, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
-      else if (MR == 8 || rows <= 8) rows_pass<mm::min_int<8, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
-      else rows_pass<MR>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, sink);
+      norm_row_stats<T>(pro, a, M, K, k_valid, m0, rows < (I)MR ? (int)rows : MR, st);
+      if (MR == 1 || rows <= 1) rows_pass<1>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
+      else if (MR == 2 || rows <= 2)
+        rows_pass<mm::min_int<2, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
+      else if (MR == 4 || rows <= 4)
+        rows_pass<mm::min_int<4, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
+      else if (MR == 8 || rows <= 8)
+        rows_pass<mm::min_int<8, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
+      else rows_pass<MR>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
     }
     if (S > 1 && split_arrive(sk.tickets + tile, S)) {
       for (I e = threadIdx.x; e < M * BN; e += mm::kThreads) {
@@ -297,9 +408,9 @@ GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, 
 
 // ------------------------------------------------------------ matmul_mma
 
-template <typename T, typename I, typename TC, typename Epi, int NB>
+template <typename T, typename I, typename TC, typename Epi, typename Pro, int NB>
 GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, const BatchMap<NB, 2, I>& batches,
-                        SplitScratch sk, const Epi& epi, unsigned char* smem) {
+                        SplitScratch sk, const Epi& epi, const Pro& pro, unsigned char* smem) {
   using namespace nvcuda;
   constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN, BK = mm::kMmaBK;
   constexpr int LDA = mm::kMmaLdA, LDB = mm::kMmaLdB, LDC = mm::kMmaLdC;
@@ -307,6 +418,7 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
   T* As = reinterpret_cast<T*>(smem);        // [2][BM][LDA]
   T* Bs = As + 2 * mm::kMmaStageA;           // [2][BK][LDB]
   float* Cs = reinterpret_cast<float*>(smem);  // [BM][LDC], after the k loop
+  __shared__ float2 st[Pro::active ? BM : 1];   // norm prologue: the statistics of the tile's rows
   const int tid = threadIdx.x, warp = tid >> 5;
   const int wm = warp / 4, wn = warp % 4;     // 2 x 4 warps of 32 x 32
   const int a_row = tid / 4, a_col = (tid % 4) * 8;  // this thread's vector of the a stage
@@ -328,10 +440,13 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     const I k_lo = s * chunk;
     const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
     const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
+    norm_row_stats<T>(pro, ab, M, K, k_valid, m0, BM, st);
 
     uint4 ra, rb[2];
+    I ra_k = 0;  // the position of ra's first element
     const auto fetch = [&](I k0) {
       const I m = m0 + a_row, ka = k0 + a_col;
+      ra_k = ka;
       ra = m < M ? load16(ab + m * K + ka, vec_valid<8>(ka, k_hi), vec_a) : zero16();
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -341,7 +456,8 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
       }
     };
     const auto stash = [&](int buf) {
-      *reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col) = ra;
+      *reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col) =
+          normalize16<T>(pro, ra, ra_k, k_hi, m0 + a_row < M, st, a_row);
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int l = tid + u * mm::kThreads, row = l / (BN / 8), col = (l % (BN / 8)) * 8;
@@ -404,15 +520,17 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
 
 // ------------------------------------------------------------ matmul_simt
 
-template <typename I, typename TC, typename Epi, int NB>
+template <typename I, typename TC, typename Epi, typename Pro, int NB>
 GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I k_valid,
-                         const BatchMap<NB, 2, I>& batches, SplitScratch sk, const Epi& epi, unsigned char* smem) {
+                         const BatchMap<NB, 2, I>& batches, SplitScratch sk, const Epi& epi, const Pro& pro,
+                         unsigned char* smem) {
   constexpr int BM = mm::kSimtBM, BN = mm::kSimtBN, BK = mm::kSimtBK, LDA = mm::kSimtLdA;
   constexpr int TM = mm::kSimtTM, TN = mm::kSimtTN;
   static_assert((BM / TM) * (BN / TN) == mm::kThreads, "one register tile per thread");
   if (blockDim.x != mm::kThreads) __trap();
   float* As = reinterpret_cast<float*>(smem);  // [2][BK][LDA], a transposed
   float* Bs = As + 2 * BK * LDA;               // [2][BK][BN]
+  __shared__ float2 st[Pro::active ? BM : 1];  // norm prologue: the statistics of the tile's rows
   const int tid = threadIdx.x;
   const int tx = tid % (BN / TN), ty = tid / (BN / TN);  // columns tx * 4 + j, rows ty * 8 + i
   const int a_row = tid / (BK / 4), a_col = (tid % (BK / 4)) * 4;
@@ -434,10 +552,13 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
     const I k_lo = s * chunk;
     const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
     const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
+    norm_row_stats<float>(pro, ab, M, K, k_valid, m0, BM, st);
 
     uint4 ra, rb[2];
+    I ra_k = 0;  // the position of ra's first element
     const auto fetch = [&](I k0) {
       const I m = m0 + a_row, ka = k0 + a_col;
+      ra_k = ka;
       ra = m < M ? load16(ab + m * K + ka, vec_valid<4>(ka, k_hi), vec_a) : zero16();
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -448,6 +569,7 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
     };
     const auto stash = [&](int buf) {
       float* at = As + buf * BK * LDA;
+      ra = normalize16<float>(pro, ra, ra_k, k_hi, m0 + a_row < M, st, a_row);
       at[(a_col + 0) * LDA + a_row] = __uint_as_float(ra.x);
       at[(a_col + 1) * LDA + a_row] = __uint_as_float(ra.y);
       at[(a_col + 2) * LDA + a_row] = __uint_as_float(ra.z);

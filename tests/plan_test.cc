@@ -9,6 +9,7 @@
 #include <random>
 
 #include "ir_builder.h"
+#include "kernel_choice.h"
 #include "plan.h"
 
 namespace gdl {
@@ -562,6 +563,8 @@ class RandomGraph {
     Dim n = extent();
     Shape ws = {k, n};
     if (pick(2) && s.size() == 3) ws.insert(ws.begin(), s[0]);  // batched weights
+    if (pick(2))  // normalized first: a candidate for a norm prologue (fuse.cc)
+      a = b_.op(pick(2) ? Op::kLayerNorm : Op::kRmsNorm, {a}, {dtype_, s}, testing::value_attrs(1e-5));
     ValueId w = b_.param("w" + std::to_string(params_++), {dtype_, ws});
     Shape out(s.begin(), s.end() - 1);
     out.push_back(n);
@@ -689,7 +692,7 @@ class RandomGraph {
 
 TEST_CASE("plan property: 200 random graphs plan soundly and run bit-exact, with and without fusion") {
   size_t total_steps = 0, fused_steps = 0, multi_value_steps = 0, reused = 0, views = 0, copies = 0, slice_views = 0,
-         epilogues = 0;
+         epilogues = 0, prologues = 0;
   for (uint32_t seed = 1; seed <= 200; ++seed) {
     RandomGraph gen(seed);
     ir::Graph g = gen.build();
@@ -708,7 +711,9 @@ TEST_CASE("plan property: 200 random graphs plan soundly and run bit-exact, with
         const ir::Node& n = p.graph.node(st.result);
         written[static_cast<size_t>(st.result)] = true;
         if (!fuse) copies += n.op == Op::kReshape;
-        if (fuse) epilogues += st.values.size() > 1 && p.graph.node(st.values.front()).op == Op::kMatMul;
+        const size_t anchor = matmul_prologue(p.graph, st.values) == ir::kNoValue ? 0 : 1;
+        if (fuse) epilogues += st.values.size() > anchor + 1 && p.graph.node(st.values[anchor]).op == Op::kMatMul;
+        if (fuse) prologues += anchor;
         if (fuse) multi_value_steps += st.values.size() > 1;
       }
       for (size_t v = 0; v < p.graph.nodes.size(); ++v) {
@@ -730,7 +735,8 @@ TEST_CASE("plan property: 200 random graphs plan soundly and run bit-exact, with
     }
   }
   MESSAGE("random graphs: " << total_steps << " steps (" << fused_steps << " fused, " << multi_value_steps
-                             << " of several values, " << epilogues << " matmul epilogues), " << views - copies
+                             << " of several values, " << epilogues << " matmul epilogues, " << prologues
+                             << " norm prologues), " << views - copies
                              << " reshape views, " << slice_views << " slice views, " << copies
                              << " copy steps (outputs over leaves), " << reused << " graphs reuse arena space");
   CHECK(total_steps > 1000);

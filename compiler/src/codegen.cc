@@ -272,8 +272,11 @@ class StepEmitter {
     choose_index_type();
 
     // A structured op comes first in its step; the values after it (only a
-    // matmul's) form its epilogue.
-    const Node& anchor = g_.node(step_.values.front());
+    // matmul's) form its epilogue. A matmul may come second, after the norm
+    // that is its prologue (fuse.cc).
+    norm_prologue_ = matmul_prologue(g_, step_.values);
+    anchor_ = step_.values[norm_prologue_ == ir::kNoValue ? 0 : 1];
+    const Node& anchor = g_.node(anchor_);
     bool structured = ir::op_info(anchor.op).cls == ir::OpClass::kStructured && !is_data_movement(anchor.op);
     GDL_INTERNAL_ASSERT(!structured || step_.values.size() == 1 || anchor.op == Op::kMatMul,
                         "step " + std::to_string(index_) + ": only a matmul takes an epilogue");
@@ -618,9 +621,9 @@ class StepEmitter {
   // locals. Returns the functor to pass: its name, or for a step that is the
   // matmul alone gdl::IdentityEpilogue (the sum rounded to the matmul's dtype).
   std::string matmul_epilogue(std::string& body) {
-    const ValueId anchor = step_.values.front();
+    const ValueId anchor = anchor_;
     const Node& matmul = g_.node(anchor);
-    if (step_.values.size() == 1) return std::string("gdl::IdentityEpilogue<") + storage_type(matmul.type.dtype) + ">{}";
+    if (step_.result == anchor) return std::string("gdl::IdentityEpilogue<") + storage_type(matmul.type.dtype) + ">{}";
     const Node& result = g_.node(step_.result);
     GDL_INTERNAL_ASSERT(matmul.type.shape == result.type.shape && is_float(matmul.type.dtype) &&
                             is_float(result.type.dtype),
@@ -629,7 +632,7 @@ class StepEmitter {
     rank_ = std::max(1, result.type.rank());
     std::string statements = "    const float r" + std::to_string(anchor) + " = gdl::fit<" +
                              storage_type(matmul.type.dtype) + ">(acc);\n";
-    for (size_t k = 1; k < step_.values.size(); ++k) {
+    for (size_t k = norm_prologue_ == ir::kNoValue ? 1 : 2; k < step_.values.size(); ++k) {
       ValueId v = step_.values[k];
       const Node& n = g_.node(v);
       GDL_INTERNAL_ASSERT(ir::is_elementwise(n.op), std::string("step ") + std::to_string(index_) + ": cannot fuse " +
@@ -648,6 +651,25 @@ class StepEmitter {
     body += statements;
     body += "    return r" + std::to_string(step_.result) + ";\n  };\n";
     return "epi";
+  }
+
+  // The norm prologue of a fused matmul step (fuse.cc), defined in `body`:
+  //   const auto pro = gdl::layernorm_prologue<T>(weight, bias, eps);
+  // (gdl_matmul.cuh), or gdl::NoPrologue{} for a step without one.
+  std::string matmul_prologue_functor(std::string& body) {
+    if (norm_prologue_ == ir::kNoValue) return "gdl::NoPrologue{}";
+    const Node& norm = g_.node(norm_prologue_);
+    std::vector<std::string> sources;
+    for (size_t i = 1; i < norm.args.size(); ++i) sources.push_back(operand_source(norm, i));
+    const std::string weight = sources.size() > 0 ? sources[0] : "gdl::One{}";
+    const std::string t = storage_type(norm.type.dtype), eps = float_literal(norm.attrs.value);
+    if (norm.op == Op::kLayerNorm) {
+      const std::string bias = sources.size() > 1 ? sources[1] : "gdl::Zero{}";
+      body += "  const auto pro = gdl::layernorm_prologue<" + t + ">(" + weight + ", " + bias + ", " + eps + ");\n";
+    } else {
+      body += "  const auto pro = gdl::rmsnorm_prologue<" + t + ">(" + weight + ", " + eps + ");\n";
+    }
+    return "pro";
   }
 
   // ------------------------------------------------------------ structured
@@ -697,9 +719,12 @@ class StepEmitter {
       body += "  batches.set(1, " + shape_literal(sub_shape(bs, 0, bs.size() - 2), nb) + ", K * N);  // b\n";
     };
     const std::string epi = matmul_epilogue(body);
+    const std::string pro = matmul_prologue_functor(body);
     const Shape row_dims = sub_shape(rs, 0, rs.size() - 1);  // the batch, then M
 
     if (choice.tiles == MatmulKernel::kGeneral) {
+      GDL_INTERNAL_ASSERT(norm_prologue_ == ir::kNoValue, "step " + std::to_string(index_) +
+                                                         ": the general matmul kernel takes no norm prologue");
       body += "  // matmul kernel: general\n";
       batch_map();
       MatmulTiles t = max_extent(rs[rs.size() - 2], g_) <= 64 ? kMatmulSmallM : kMatmulLarge;
@@ -739,13 +764,13 @@ class StepEmitter {
     if (choice.use_rows)
       rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) + ">(" + args[0] + ", " + args[1] + ", " +
                   out_ptr + ", rows, N, K, k_valid, " + split_scratch(choice.rows_splits, choice.scratch, body) + ", " +
-                  epi + ", smem);";
+                  epi + ", " + pro + ", smem);";
     if (choice.use_tiles) {
       std::string m = choice.fold_batch ? "rows" : "M";
       std::string map = choice.fold_batch ? "single" : "batches";
       tiles_call = "gdl::matmul_" + tiles_name + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
                    ", N, K, k_valid, " + map + ", " + split_scratch(choice.tile_splits, choice.scratch, body) + ", " +
-                   epi + ", smem);";
+                   epi + ", " + pro + ", smem);";
     }
     body += weights_prefetch(n, choice, args[1]);
     if (choice.use_rows && choice.use_tiles) {
@@ -828,7 +853,8 @@ class StepEmitter {
   // declarations does not depend on how a compiler evaluates `a + f() + g()`.
   std::string structured_body(const Node& n, LaunchRule& rule) {
     std::vector<std::string> args;
-    for (size_t i = 0; i < n.args.size(); ++i) args.push_back(operand_source(n, i));
+    for (size_t i = 0; i < n.args.size(); ++i)  // a fused norm's input stands for its result
+      args.push_back(i == 0 && n.args[0] == norm_prologue_ ? pointer(g_.node(norm_prologue_).args.at(0)) : operand_source(n, i));
     const std::string out_ptr = result_pointer();
     std::string body;
     auto local = [&](const std::string& name, const std::string& value) {
@@ -944,6 +970,8 @@ class StepEmitter {
   bool needs_coords_ = false;
   int min_blocks_ = 0;  // blocks per multiprocessor the kernel's registers must allow (0: no bound)
   bool waits_in_body_ = false;  // the body calls wait_for_producers itself, after its prefetch
+  ValueId norm_prologue_ = ir::kNoValue;  // a norm fused in front of the step's matmul
+  ValueId anchor_ = ir::kNoValue;    // the step's first value after any prologue
 };
 
 }  // namespace

@@ -28,18 +28,24 @@
 //    d. anything else (an output, a value with consumers in two groups or
 //       outside any group, a structured or data-movement op) starts a group
 //       whose result it is. Only a group whose result is elementwise takes
-//       members: no prologue fusion into a structured op, whose operands
-//       come from buffers.
+//       members; the one prologue is case e.
+//    e. a layernorm or rmsnorm joins group G as its prologue when its only
+//       consumer is G's matmul, as a (gdl_matmul.cuh then normalizes each
+//       row as it stages it), and the rows the matmul's blocks re-read for
+//       the statistics stay within kMaxPrologueReread bytes
+//       (kernel_choice.h: prologue_reread_bytes). The norm is visited
+//       after its matmul, which has its group by then.
 //    A value joins only a group that holds every consumer of it, and a
 //    group's result has its largest id, so no dataflow path leaves a group
 //    and comes back into it: the groups form a DAG and ordering them by
 //    result is a schedule. A group has one result, so independent branches
 //    never share a group and stay parallel in the graph; a non-cheap value
 //    with consumers in two groups is stored once, never recomputed.
-// 3. Steps, one per group in result order: its values (the anchor first,
-//    then the others by ascending id, which is topological since nothing in
-//    a group feeds its anchor; a recomputed cheap value right before its
-//    first user, so every block of an unrolled loop lists its ops alike),
+// 3. Steps, one per group in result order: its values (a prologue first,
+//    then the anchor, then the others by ascending id, which is topological
+//    since nothing in a group but its prologue feeds its anchor; a
+//    recomputed cheap value right before its first user, so every block of
+//    an unrolled loop lists its ops alike),
 //    its result, and its reads (arguments of its values from outside it
 //    that have storage, in the order first needed).
 #include "fuse.h"
@@ -48,6 +54,7 @@
 #include <limits>
 
 #include "diagnostics.h"
+#include "kernel_choice.h"
 
 namespace gdl::plan {
 namespace {
@@ -61,11 +68,17 @@ constexpr int64_t kMaxRecompute = 64;
 
 constexpr int kNoGroup = -1;
 
+// A norm node costs 2.5-4.6 us per W2 layer on the H200 (docs/performance.md,
+// W2 with and without its layernorm); 16 MiB re-read from L2 by all blocks
+// together takes about as long, at the worst binding only.
+constexpr uint64_t kMaxPrologueReread = uint64_t{16} << 20;
+
 bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 
 struct Group {
   ValueId result = ir::kNoValue;
   ValueId anchor = ir::kNoValue;  // a matmul whose epilogue the other values form
+  ValueId prologue = ir::kNoValue;  // a norm that the anchor normalizes its a with
   bool takes_members = false;     // the result is elementwise
   std::vector<ValueId> values;
 };
@@ -108,6 +121,12 @@ class Fuser {
         place_cheap(id);
         continue;
       }
+      if (int into = prologue_group(id); into != kNoGroup) {
+        groups_[static_cast<size_t>(into)].prologue = id;
+        groups_[static_cast<size_t>(into)].values.push_back(id);
+        groups_of_[v] = {into};
+        continue;
+      }
       int target = joinable_group(id);
       if (target == kNoGroup) {
         start_group(id);
@@ -132,6 +151,7 @@ class Fuser {
     Group group;
     group.result = v;
     group.takes_members = ir::is_elementwise(g_.node(v).op);
+    if (g_.node(v).op == Op::kMatMul) group.anchor = v;
     group.values = {v};
     groups_.push_back(std::move(group));
     int index = static_cast<int>(groups_.size() - 1);
@@ -171,6 +191,25 @@ class Fuser {
     return fits ? target : kNoGroup;
   }
 
+  // Case 2e: the group whose matmul takes norm v as its a, or kNoGroup.
+  int prologue_group(ValueId v) const {
+    const ir::Node& n = g_.node(v);
+    if (!options_.fuse_prologues || (n.op != Op::kLayerNorm && n.op != Op::kRmsNorm)) return kNoGroup;
+    const auto& users = consumers_[static_cast<size_t>(v)];
+    if (users.size() != 1 || is_output_[static_cast<size_t>(v)] || !computed_[static_cast<size_t>(users[0])])
+      return kNoGroup;
+    const ir::Node& matmul = g_.node(users[0]);
+    const ir::Node& x = g_.node(n.args.at(0));
+    bool fits = matmul.op == Op::kMatMul && matmul.args.at(0) == v && matmul.args.at(1) != v &&
+                matmul.type.dtype == n.type.dtype && x.type.dtype == n.type.dtype && !has_no_storage(x.op);
+    const auto& in = groups_of_[static_cast<size_t>(users[0])];
+    if (!fits || in.size() != 1) return kNoGroup;
+    const Group& group = groups_[static_cast<size_t>(in.front())];
+    if (group.anchor != users[0] || group.prologue != ir::kNoValue) return kNoGroup;
+    const uint64_t reread = prologue_reread_bytes(g_, matmul);
+    return reread > 0 && reread <= kMaxPrologueReread ? in.front() : kNoGroup;
+  }
+
   // Case 2a: recompute v wherever an elementwise consumer is computed; a
   // group of its own where a buffer of it is needed.
   void place_cheap(ValueId v) {
@@ -190,8 +229,9 @@ class Fuser {
   }
 
   Step step_of(Group& group) const {
+    const auto rank = [&](ValueId v) { return v == group.prologue ? 0 : v == group.anchor ? 1 : 2; };
     std::sort(group.values.begin(), group.values.end(), [&](ValueId a, ValueId b) {
-      if ((a == group.anchor) != (b == group.anchor)) return a == group.anchor;
+      if (rank(a) != rank(b)) return rank(a) < rank(b);
       return a < b;
     });
     Step step;
@@ -231,7 +271,7 @@ class Fuser {
 }  // namespace
 
 std::vector<Step> fuse_steps(const ir::Graph& g, std::vector<Step> steps, const PlanOptions& options) {
-  if (!options.fuse_elementwise && !options.fuse_epilogues) return steps;
+  if (!options.fuse_elementwise && !options.fuse_epilogues && !options.fuse_prologues) return steps;
   return Fuser(g, options).run(std::move(steps));
 }
 

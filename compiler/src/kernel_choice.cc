@@ -183,9 +183,40 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   return c;
 }
 
+uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& n) {
+  const MatmulChoice c = choose_matmul(g, n);
+  if (!c.use_rows && c.tiles == MatmulKernel::kGeneral) return 0;
+  const Shape& as = g.node(n.args[0]).type.shape;
+  const Shape& rs = n.type.shape;
+  const uint64_t row_bytes = static_cast<uint64_t>(std::max<int64_t>(1, extent_at(as.back(), g, true))) *
+                             dtype_size(n.type.dtype);
+  const int64_t n_max = std::max<int64_t>(1, extent_at(rs.back(), g, true));
+  uint64_t most = 0;
+  if (c.use_rows) {  // every block takes every row, MR at a time
+    const int64_t blocks = ceil_div(n_max, matmul_strip_columns(n.type.dtype)) * c.rows_splits;
+    most = static_cast<uint64_t>(blocks * std::min(c.rows_max, kMatmulRowsLimit)) * row_bytes;
+  }
+  if (c.use_tiles) {  // every block takes the rows of its tile
+    const size_t batch_rank = rs.size() - 2;
+    const int64_t rows = c.fold_batch ? c.rows_max : extent_at(rs[batch_rank], g, true);
+    const int64_t tiles = (c.fold_batch ? 1 : product_at(rs, 0, batch_rank, g, true)) *
+                          ceil_div(std::max<int64_t>(1, rows), kTileRows) * ceil_div(n_max, kTileCols);
+    most = std::max(most, static_cast<uint64_t>(tiles * c.tile_splits * std::min(rows, kTileRows)) * row_bytes);
+  }
+  return most;
+}
+
+ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
+  if (values.size() < 2) return ir::kNoValue;
+  const ir::Node& first = g.node(values[0]);
+  const ir::Node& second = g.node(values[1]);
+  const bool norm = first.op == ir::Op::kLayerNorm || first.op == ir::Op::kRmsNorm;
+  return norm && second.op == ir::Op::kMatMul && second.args.at(0) == values[0] ? values[0] : ir::kNoValue;
+}
+
 SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
   if (values.empty()) return {};
-  const ir::Node& anchor = g.node(values.front());
+  const ir::Node& anchor = g.node(values[matmul_prologue(g, values) == ir::kNoValue ? 0 : 1]);
   if (anchor.op == ir::Op::kMatMul) return choose_matmul(g, anchor).scratch;
   if (anchor.op == ir::Op::kAttention) return choose_attention(g, anchor).scratch;
   return {};

@@ -70,8 +70,21 @@ struct AttentionChoice {
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
 
+// A layernorm or rmsnorm run as the prologue of a matmul (gdl_matmul.cuh):
+// each block computes the statistics of its rows of a from the norm's input,
+// so the launch re-reads those rows once per block. This is that re-read in
+// bytes at the largest binding, over whichever kernel reads more (fuse.cc
+// fuses the norm only when it is small); 0 when the kernel takes no
+// prologue (the general kernel).
+uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& matmul);
+
+// The norm fused in front of a step's matmul: values[0] when it is a
+// layernorm or rmsnorm and values[1] a matmul whose a it is; else kNoValue.
+ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& values);
+
 // The scratch of the kernel of a step computing `values` (its anchor, a
-// matmul or an attention, comes first); all zero when it needs none.
+// matmul or an attention, comes first, after a norm prologue if it has one);
+// all zero when it needs none.
 SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values);
 
 }  // namespace gdl

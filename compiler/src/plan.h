@@ -94,6 +94,7 @@ struct Plan {
 struct PlanOptions {
   bool fuse_elementwise = true;  // chains and trees of elementwise ops become one step
   bool fuse_epilogues = true;    // elementwise consumers of a matmul join the matmul's step
+  bool fuse_prologues = true;    // a norm whose only use is a matmul's a joins the matmul's step
 };
 
 // Builds the plan for an optimised graph: schedule, views, fusion, liveness,

@@ -63,7 +63,7 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
     } else if (a == "--no-opt") {
       args.pipeline.optimize = false;
     } else if (a == "--no-fuse") {
-      args.plan.fuse_elementwise = args.plan.fuse_epilogues = false;
+      args.plan.fuse_elementwise = args.plan.fuse_epilogues = args.plan.fuse_prologues = false;
     } else if (a == "-h" || a == "--help") {
       *error = "";
       return std::nullopt;

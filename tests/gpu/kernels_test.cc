@@ -137,6 +137,41 @@ TEST_CASE("kernels: matmul epilogues run once per element after the split parts 
     }
 }
 
+TEST_CASE("kernels: a norm fused into its matmul's prologue, on every kernel, every row count") {
+  // Each program is one kernel node: the norm's statistics are computed by
+  // every block of the matmul, which normalizes a as it stages it.
+  const std::vector<std::string> texts = {
+      // rows kernel or tiled kernel at run time; layernorm with weight and
+      // bias and the W2 epilogue; K = N = 333 are not whole 16-byte vectors
+      "program pro;\ndim B in [1, 64];\ninput x : {T}[B, 333];\nparam g : {T}[333];\nparam beta : {T}[333];\n"
+      "param w : {T}[333, 333];\nparam bias : {T}[333];\noutput y : {T}[B, 333];\n"
+      "y = x + gelu(layernorm(x, g, beta, eps = 1e-5) @ w + bias);\n",
+      // rows kernel only, rmsnorm with a weight, K split across blocks
+      "program pro;\ndim B in [1, 8];\ninput x : {T}[B, 2048];\nparam g : {T}[2048];\nparam w : {T}[2048, 512];\n"
+      "output y : {T}[B, 512];\ny = rmsnorm(x, g) @ w;\n",
+      // tiled kernel, layernorm without weight, 64-row tiles and a ragged one
+      "program pro;\ninput x : {T}[200, 256];\nparam w : {T}[256, 130];\noutput y : {T}[200, 130];\n"
+      "y = layernorm(x) @ w;\n",
+      // b batched: a's rows per batch entry
+      "program pro;\ninput x : {T}[2, 5, 64];\ninput b : {T}[2, 64, 40];\noutput y : {T}[2, 5, 40];\n"
+      "y = rmsnorm(x) @ b;\n",
+  };
+  const std::vector<std::vector<int64_t>> batches = {{1, 3, 16, 17, 64}, {1, 5, 8}, {0}, {0}};
+  for (const std::string& t : kFloats)
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const std::string text = with_dtype(texts[i], t);
+      INFO("prologue " << t << " case " << i << ":\n" << text);
+      Program program = compile_text(text);
+      CHECK(program.node_count() == 1);
+      for (int64_t b : batches[i]) {
+        INFO("B = " << b);
+        std::vector<int64_t> dims;
+        if (b > 0) dims.push_back(b);
+        CHECK(check_program(program, seed_for("prologue/" + t + std::to_string(i) + "/" + std::to_string(b)), dims));
+      }
+    }
+}
+
 TEST_CASE("kernels: split matmuls replay correctly while the row count changes in one session") {
   const std::string text =
       "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 1000];\nparam w : {T}[1000, 700];\nparam bias : {T}[700];\n"
