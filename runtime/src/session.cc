@@ -363,34 +363,27 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
       GDL_RETURN_IF_ERROR(wait_staging_free(slot));
       std::memcpy(slot.staging, data, bytes);
       source = slot.staging;
-      if (!is_padded && copies_in_graph(index)) {  // the run's graph copies it (InputSlot)
-        slot.copy_pending = true;
-        slot.staged_bytes = bytes;
-        stats.input_copies += 1;
-        stats.input_copy_bytes += bytes;
-        stats.input_copy_us += copy_time.elapsed_us();
-        slot.bound = true;
-        slot.bound_dims = shape_dims;
-        dims = values;
-        return Status::Ok();
+      // The run's graph copies it from the staging buffer (InputSlot).
+      slot.copy_pending = !is_padded && copies_in_graph(index);
+      slot.staged_bytes = bytes;
+    }
+    if (!slot.copy_pending) {
+      if (is_padded && options.poison_padding_for_testing) {
+        size_t padded_count = 1;
+        for (int64_t e : padded) padded_count *= static_cast<size_t>(e);
+        GDL_CUDA_TRY(cudaMemsetAsync(target, 0xFF, padded_count * unit, stream), "poisoning the padding of '" + name + "'");
       }
-    }
-    slot.copy_pending = false;
-    if (is_padded && options.poison_padding_for_testing) {
-      size_t padded_count = 1;
-      for (int64_t e : padded) padded_count *= static_cast<size_t>(e);
-      GDL_CUDA_TRY(cudaMemsetAsync(target, 0xFF, padded_count * unit, stream), "poisoning the padding of '" + name + "'");
-    }
-    if (!is_padded) {
-      GDL_CUDA_TRY(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDefault, stream), "copying input '" + name + "' to the device");
-    } else {
-      GDL_RETURN_IF_ERROR(copy_pieces(target, static_cast<const unsigned char*>(source),
-                                      strided_copy_pieces(shape, shape, padded, unit), cudaMemcpyDefault, stream,
-                                      "copying input '" + name + "' into its padded buffer"));
-    }
-    if (kind == MemoryKind::kHost) {  // the staging buffer is free again once this copy is done
-      GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + name + "'");
-      slot.upload_pending = true;  // the event also covers any earlier upload from the staging buffer
+      if (!is_padded) {
+        GDL_CUDA_TRY(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDefault, stream), "copying input '" + name + "' to the device");
+      } else {
+        GDL_RETURN_IF_ERROR(copy_pieces(target, static_cast<const unsigned char*>(source),
+                                        strided_copy_pieces(shape, shape, padded, unit), cudaMemcpyDefault, stream,
+                                        "copying input '" + name + "' into its padded buffer"));
+      }
+      if (kind == MemoryKind::kHost) {  // the staging buffer is free again once this copy is done
+        GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + name + "'");
+        slot.upload_pending = true;  // the event also covers any earlier upload from the staging buffer
+      }
     }
     stats.input_copies += 1;
     stats.input_copy_bytes += bytes;
