@@ -175,6 +175,20 @@ template <typename I> struct RowInRegisters {
     }
   }
   GDL_DEV I at(int i) const { return (I)threadIdx.x + (I)i * (I)blockDim.x; }  // the row index of v[i]
+  // This thread's sum of f(x) over its elements at positions < valid.
+  template <typename F> GDL_DEV float sum_valid(I valid, const F& f) const {
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRowRegs; ++i)
+      if (at(i) < valid) total += f(v[i]);
+    return total;
+  }
+  // yr[j] = g(x, j) for this thread's elements x at every position j < len.
+  template <typename TY, typename G> GDL_DEV void store(TY* yr, I len, const G& g) const {
+#pragma unroll
+    for (int i = 0; i < kRowRegs; ++i)
+      if (at(i) < len) yr[at(i)] = cvt<TY>(g(v[i], at(i)));
+  }
 };
 
 // ------------------------------------------------------------ softmax
@@ -193,14 +207,8 @@ GDL_DEV void softmax_rows(const TX* x, TY* y, I rows, I len, I valid) {
       for (int i = 0; i < kRowRegs; ++i)
         if (r.at(i) < valid) peak = fmaxf(peak, r.v[i]);
       peak = block_reduce<FloatPeak>(peak);
-      float total = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kRowRegs; ++i)
-        if (r.at(i) < valid) total += expf(r.v[i] - peak);
-      total = block_reduce<FloatSum>(total);
-#pragma unroll
-      for (int i = 0; i < kRowRegs; ++i)
-        if (r.at(i) < len) yr[r.at(i)] = cvt<TY>(expf(r.v[i] - peak) / total);
+      const float total = block_reduce<FloatSum>(r.sum_valid(valid, [&](float x) { return expf(x - peak); }));
+      r.store(yr, len, [&](float x, I) { return expf(x - peak) / total; });
       continue;
     }
     float peak = -inf_f32();
@@ -249,22 +257,13 @@ GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, I valid
     if (row_fits_registers(len)) {
       RowInRegisters<I> r;
       r.load(xr, len);
-      float total = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kRowRegs; ++i)
-        if (r.at(i) < valid) total += r.v[i];
-      const float mean = block_reduce<FloatSum>(total) / (float)valid;
-      float squares = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kRowRegs; ++i)
-        if (r.at(i) < valid) {
-          const float d = r.v[i] - mean;
-          squares += d * d;
-        }
+      const float mean = block_reduce<FloatSum>(r.sum_valid(valid, [](float x) { return x; })) / (float)valid;
+      const float squares = r.sum_valid(valid, [&](float x) {
+        const float d = x - mean;
+        return d * d;
+      });
       const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
-#pragma unroll
-      for (int i = 0; i < kRowRegs; ++i)
-        if (r.at(i) < len) yr[r.at(i)] = cvt<TY>((r.v[i] - mean) * inv * w.at(r.at(i)) + b.at(r.at(i)));
+      r.store(yr, len, [&](float x, I j) { return (x - mean) * inv * w.at(j) + b.at(j); });
       continue;
     }
     float total = 0.0f;
@@ -295,14 +294,9 @@ GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, I valid, float
     if (row_fits_registers(len)) {
       RowInRegisters<I> r;
       r.load(xr, len);
-      float squares = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kRowRegs; ++i)
-        if (r.at(i) < valid) squares += r.v[i] * r.v[i];
+      const float squares = r.sum_valid(valid, [](float x) { return x * x; });
       const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
-#pragma unroll
-      for (int i = 0; i < kRowRegs; ++i)
-        if (r.at(i) < len) yr[r.at(i)] = cvt<TY>(r.v[i] * inv * w.at(r.at(i)));
+      r.store(yr, len, [&](float x, I j) { return x * inv * w.at(j); });
       continue;
     }
     float squares = 0.0f;
