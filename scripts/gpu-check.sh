@@ -12,7 +12,8 @@
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
-#               a subset of the GPU tests; racecheck on the examples
+#               a subset of the GPU tests; racecheck on the examples and on
+#               the norm prologue and softmax tests
 # Then a short summary: one line per step with its exit code and time, and
 # the lines that matter from each log.
 set -uo pipefail
@@ -94,8 +95,11 @@ if [[ $what == all || $what == sanitizer || $what == sanitizer-tests ]]; then
   # left out: it only repeats one graph.
   step memcheck_gpu_tests 540 "$SANITIZER" --tool memcheck --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" \
-    "--test-case=semantics:*,ops: matmul,ops: reductions,ops: attention*,ops: data movement*" \
+    "--test-case=semantics:*,ops: matmul,ops: reductions,ops: attention*,ops: data movement*,ops: softmax*,kernels: a norm fused*" \
     "--test-case-exclude=*000 replays*"
+  # Shared memory of the norm prologue and of the register-held rows.
+  step racecheck_gpu_tests 300 "$SANITIZER" --tool racecheck --error-exitcode 99 \
+    "$BUILD/tests/gdl_gpu_tests" "--test-case=ops: softmax*,kernels: a norm fused*"
 fi
 
 echo
