@@ -96,30 +96,52 @@ template <typename T> struct RowsTile {
 
 // ------------------------------------------------------------ norm prologue
 // A layernorm or rmsnorm whose only use is this matmul's a (fuse.cc) runs
-// inside the matmul: the kernel reads the norm's input x as a; each block
-// computes the statistics of the rows it works on (norm_row_stats, two
-// passes over the row's first k_valid positions like gdl::layernorm_rows),
-// and every element of a is normalized and rounded to a's dtype as it is
-// staged, the same expression the norm's own kernel stores. The normalized
-// rows never go through memory and the norm's node is gone; the price is
-// that every block re-reads its rows of x, which fuse.cc bounds.
+// inside the matmul, which reads the norm's input x as its a; the
+// normalized rows never go through memory and the norm's node is gone.
+//  - matmul_rows: each block computes the statistics of the rows it takes
+//    (norm_row_stats) and normalizes every element of a as it stages it,
+//    rounded to a's dtype: the same values the norm's own kernel stores.
+//  - matmul_mma / matmul_simt (the fold): the tensor cores or FMAs run on
+//    x * w (w the norm's weight), and with mean and inv the row statistics,
+//    w and beta the norm's weight and bias,
+//      sum_k ((x_k - mean) * inv * w_k + beta_k) * b_kn
+//        = inv * (sum_k x_k w_k b_kn - mean * sum_k w_k b_kn) + sum_k beta_k b_kn,
+//    so each block also sums w_k b_kn and beta_k b_kn down its columns of
+//    b while they are staged, and the statistics are needed only when the
+//    parts are added: each of the S blocks of a tile computes them for
+//    1 / S of the tile's rows. Every row of x is then read for its
+//    statistics once per launch and tile column, not once per block. The
+//    normalized a is not rounded to a's dtype on this path.
 struct NoPrologue {
-  static constexpr bool active = false;
+  static constexpr bool active = false, center = false, weighted = false, biased = false;
   template <typename I> GDL_DEV float apply(float x, I, const float2*, int) const { return x; }
 };
+
+template <typename S> struct is_one_source { static constexpr bool value = false; };
+template <> struct is_one_source<One> { static constexpr bool value = true; };
+template <typename S> struct is_zero_source { static constexpr bool value = false; };
+template <> struct is_zero_source<Zero> { static constexpr bool value = true; };
 
 // Center: layernorm ((x - mean) * inv * w + b); otherwise rmsnorm (x * inv * w).
 template <typename T, bool Center, typename W, typename B> struct NormPrologue {
   static constexpr bool active = true;
   static constexpr bool center = Center;
+  static constexpr bool weighted = !is_one_source<W>::value;
+  static constexpr bool biased = !is_zero_source<B>::value;
   W w;
   B b;
   float eps;
-  // x at position k of the row whose (mean, inv) is st[r].
+  // matmul_rows: x at position k of the row whose (mean, inv) is st[r].
   template <typename I> GDL_DEV float apply(float x, I k, const float2* st, int r) const {
     const float2 s = st[r];
     if (Center) return num(cvt<T>((x - s.x) * s.y * w.at(k) + b.at(k)));
     return num(cvt<T>(x * s.y * w.at(k)));
+  }
+  // The fold: a staged as x * w, then the sum of a part acc, with the
+  // column sums cs of w_k b_kn and bs of beta_k b_kn, into the matmul's sum.
+  template <typename I> GDL_DEV float scale(float x, I k) const { return weighted ? x * w.at(k) : x; }
+  GDL_DEV float fold(float acc, float2 st, float cs, float bs) const {
+    return st.y * (Center ? acc - st.x * cs : acc) + (biased ? bs : 0.0f);
   }
 };
 
@@ -135,56 +157,67 @@ GDL_DEV float warp_sum(float v) {
   return v;
 }
 
-// (mean, inv) of rows [m0, m0 + count) of a [M, K] over their first k_valid
-// positions into st[0, count), a warp per row; rows >= M get (0, 1). Called
-// by every thread of the block; st may be read once it returns.
+// (mean, inv) of rows [m0, m0 + count) of a [M, K] over their first
+// k_valid positions into st[0, count); rows >= M get (0, 1). Called by every
+// thread of the block; st may be read once it returns. A warp per row, each
+// lane with up to kStatsVectors 16-byte loads in flight; two passes like
+// gdl::layernorm_rows (the mean, then the squared deviations from it), the
+// second over lines the first brought into L1. Measured on the H200
+// (docs/performance.md): spreading one row over the whole block (barriers
+// between the passes) was slower, and a fully unrolled version slower still
+// (warps stalled on instruction fetch), so the code stays small.
+constexpr int kStatsVectors = 4;
+
 template <typename T, typename I, typename Pro>
 GDL_DEV void norm_row_stats(const Pro& pro, const T* a, I M, I K, I k_valid, I m0, int count, float2* st) {
   if constexpr (Pro::active) {
-    constexpr int V = Vec16<T>::n;
+    constexpr int V = Vec16<T>::n, U = kStatsVectors;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const bool vec = K % V == 0 && aligned16(a);
-    const float n = (float)k_valid;
+    // Positions [0, k_vec) are read as whole aligned vectors, the rest one by one.
+    const I k_vec = K % V == 0 && aligned16(a) ? k_valid / V * V : (I)0;
+    constexpr int kStride = 32 * V;  // positions between one lane's vectors
     __syncthreads();  // the previous readers of st are done
     for (int r = warp; r < count; r += mm::kWarps) {
-      const I m = m0 + (I)r;
-      float2 out = make_float2(0.0f, 1.0f);
-      if (m < M) {
-        const T* row = a + m * K;
-        // visit(f): f(x) for every position < k_valid, 16 bytes per lane at a time
-        const auto visit = [&](auto f) {
-          for (I j0 = (I)lane * V; j0 < k_valid; j0 += (I)(32 * V)) {
-            float x[V];
-            widen<T>(load16(row + j0, vec_valid<V>(j0, k_valid), vec), x);
+      const bool valid = m0 + (I)r < M;
+      const T* row = a + (valid ? m0 + (I)r : (I)0) * K;
+      // f(x) summed over the row, across the warp
+      const auto pass = [&](auto f) {
+        float total = 0.0f;
+        for (I c = (I)lane * V; valid && c < k_vec; c += (I)(kStride * U)) {
+          uint4 raw[U];
 #pragma unroll
-            for (int j = 0; j < V; ++j)
-              if (j0 + j < k_valid) f(x[j]);
-          }
-        };
-        float mean = 0.0f;
-        if (Pro::center) {
-          float total = 0.0f;
-          visit([&](float x) { total += x; });
-          mean = warp_sum(total) / n;
+          for (int u = 0; u < U; ++u)
+            raw[u] = c + (I)(u * kStride) < k_vec ? __ldg(reinterpret_cast<const uint4*>(row + c + (I)(u * kStride)))
+                                                  : zero16();
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+            if (c + (I)(u * kStride) < k_vec) {
+              float x[V];
+              widen<T>(raw[u], x);
+#pragma unroll
+              for (int j = 0; j < V; ++j) total += f(x[j]);
+            }
         }
-        float squares = 0.0f;
-        visit([&](float x) {
-          const float d = x - mean;
-          squares += d * d;
-        });
-        out = make_float2(mean, 1.0f / sqrtf(warp_sum(squares) / n + pro.eps));
-      }
-      if (lane == 0) st[r] = out;
+        for (I j = k_vec + (I)lane; valid && j < k_valid; j += 32) total += f((float)num(row[j]));
+        return warp_sum(total);
+      };
+      float mean = 0.0f;
+      if (Pro::center) mean = pass([](float x) { return x; }) / (float)k_valid;
+      const float squares = pass([&](float x) {
+        const float d = x - mean;
+        return d * d;
+      });
+      if (lane == 0) st[r] = valid ? make_float2(mean, 1.0f / sqrtf(squares / (float)k_valid + pro.eps)) : make_float2(0.0f, 1.0f);
     }
     __syncthreads();
   }
 }
 
-// A staged 16-byte vector of a (row r of the tile, positions k, k + 1, ...)
-// normalized: positions >= k_end and rows past M stay zero (the tiles' edges).
-template <typename T, typename I, typename Pro>
-GDL_DEV uint4 normalize16(const Pro& pro, uint4 raw, I k, I k_end, bool row_valid, const float2* st, int r) {
-  if constexpr (!Pro::active) {
+// ------------------------------------------------------------ the fold
+// A staged 16-byte vector of a at positions k, k + 1, ... scaled by the
+// norm's weight (positions past k_end stay zero, the tiles' edges).
+template <typename T, typename I, typename Pro> GDL_DEV uint4 scale16(const Pro& pro, uint4 raw, I k, I k_end) {
+  if constexpr (!Pro::active || !Pro::weighted) {
     return raw;
   } else {
     constexpr int V = Vec16<T>::n, per_word = V / 4;
@@ -193,9 +226,82 @@ GDL_DEV uint4 normalize16(const Pro& pro, uint4 raw, I k, I k_end, bool row_vali
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (row_valid && k + (I)j < k_end)
-        w[j / per_word] |= Vec16<T>::bits(cvt<T>(pro.apply(x[j], k + (I)j, st, r))) << (16 * (j % per_word));
+      if (k + (I)j < k_end) w[j / per_word] |= Vec16<T>::bits(cvt<T>(pro.scale(x[j], k + (I)j))) << (16 * (j % per_word));
     return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// The fold's column sums over one staged step of b (its rows r hold
+// positions k0 + r, zero from k_hi on): 256 threads, two per column of the
+// 128, each over half of the BK rows.
+template <int BK, typename Pro, typename TB, typename I>
+GDL_DEV void fold_column_step(const Pro& pro, const TB* bt, int ldb, I k0, I k_hi, float& cs, float& bs) {
+  if constexpr (Pro::active && (Pro::center || Pro::biased)) {
+    constexpr int R = BK / 2;
+    const int c = threadIdx.x % mm::kMmaBN, r0 = (int)(threadIdx.x / mm::kMmaBN) * R;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const I k = k0 + (I)(r0 + i);
+      if (k < k_hi) {
+        const float x = (float)num(bt[(r0 + i) * ldb + c]);
+        if (Pro::center) cs += Pro::weighted ? pro.w.at(k) * x : x;
+        if (Pro::biased) bs += pro.b.at(k) * x;
+      }
+    }
+  }
+}
+
+// The fold's shared memory in a tiled kernel: a tile's row statistics and
+// its column sums (cs for columns [0, BN), bs for [BN, 2 BN)).
+template <int BM, int BN> struct FoldTile {
+  float2 st[BM];
+  float cols[2 * BN];
+  float halves[2 * 2 * BN];
+};
+
+// Scratch of the fold after the S parts of `tiles` BM x BN tiles: each
+// part's column sums, then each tile's row statistics.
+template <int BM, int BN, typename I> GDL_DEV float* fold_columns(const SplitScratch& sk, I s, I tiles, I tile) {
+  return sk.partials + (I)sk.splits * tiles * (I)(BM * BN) + (s * tiles + tile) * (I)(2 * BN);
+}
+template <int BM, int BN, typename I> GDL_DEV float2* fold_stats(const SplitScratch& sk, I tiles, I tile) {
+  return reinterpret_cast<float2*>(sk.partials + (I)sk.splits * tiles * (I)(BM * BN + 2 * BN)) + tile * (I)BM;
+}
+
+// At a task's start in a tiled kernel: the statistics of this part's share
+// of the tile's rows, into scratch (split) or of all of them into f.st.
+template <int BM, int BN, typename T, typename I, typename Pro>
+GDL_DEV void fold_stats_share(const Pro& pro, const T* ab, I M, I K, I k_valid, I m0, I s, I tiles, I tile,
+                              const SplitScratch& sk, FoldTile<BM, BN>& f) {
+  if constexpr (Pro::active) {
+    if (sk.splits == 1) {
+      norm_row_stats<T>(pro, ab, M, K, k_valid, m0, BM, f.st);
+      return;
+    }
+    const int share = (BM + sk.splits - 1) / sk.splits, r0 = (int)s * share;
+    const int count = BM - r0 < share ? (BM - r0 > 0 ? BM - r0 : 0) : share;
+    norm_row_stats<T>(pro, ab, M, K, k_valid, m0 + (I)r0, count, f.st);
+    float2* out = fold_stats<BM, BN>(sk, tiles, tile);
+    if ((int)threadIdx.x < count) __stcg(out + r0 + (int)threadIdx.x, f.st[threadIdx.x]);
+  }
+}
+
+// At a task's end: this block's column sums (two threads per column) into
+// f.cols, and for a split tile into its part's scratch.
+template <int BM, int BN, typename I, typename Pro>
+GDL_DEV void fold_columns_done(const Pro&, float cs, float bs, I s, I tiles, I tile, const SplitScratch& sk,
+                               FoldTile<BM, BN>& f) {
+  if constexpr (Pro::active) {
+    const int c = threadIdx.x % BN, half = threadIdx.x / BN;
+    __syncthreads();  // the previous readers of f are done
+    f.halves[half * 2 * BN + c] = cs;
+    f.halves[half * 2 * BN + BN + c] = bs;
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * BN; i += mm::kThreads) {
+      f.cols[i] = f.halves[i] + f.halves[2 * BN + i];
+      if (sk.splits > 1) __stcg(fold_columns<BM, BN>(sk, s, tiles, tile) + i, f.cols[i]);
+    }
+    __syncthreads();
   }
 }
 
@@ -390,19 +496,38 @@ template <int BM, int BN, typename I> GDL_DEV float* tile_part(const SplitScratc
   return sk.partials + (s * tiles + tile) * (I)(BM * BN);
 }
 
+// The value of element e = row * BN + col of a tile from its sum: the
+// matmul's, or with a norm prologue the fold of it (f holds the tile's
+// statistics and column sums).
+template <int BM, int BN, typename Pro> GDL_DEV float tile_value(const Pro& pro, float v, int e, const FoldTile<BM, BN>& f) {
+  if constexpr (Pro::active) return pro.fold(v, f.st[e / BN], f.cols[e % BN], f.cols[BN + e % BN]);
+  else return v;
+}
+
 // After every thread stored its elements of part s (element e = row * BN +
 // col of the tile at (m0, n0), `base` the result's batch entry offset): the
-// last part to arrive adds the parts in split order and stores the results.
-template <int BM, int BN, typename I, typename TC, typename Epi>
+// last part to arrive adds the parts in split order and stores the results
+// (with a norm prologue, after adding the parts' column sums and loading
+// the row statistics that the parts computed).
+template <int BM, int BN, typename I, typename TC, typename Epi, typename Pro>
 GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, const SplitScratch& sk,
-                          const Epi& epi) {
+                          const Epi& epi, const Pro& pro, FoldTile<BM, BN>& f) {
   if (!split_arrive(sk.tickets + tile, sk.splits)) return;
+  if constexpr (Pro::active) {
+    for (int i = threadIdx.x; i < 2 * BN; i += mm::kThreads) {
+      float v = 0.0f;
+      for (I q = 0; q < (I)sk.splits; ++q) v += __ldcg(fold_columns<BM, BN>(sk, q, tiles, tile) + i);
+      f.cols[i] = v;
+    }
+    for (int i = threadIdx.x; i < BM; i += mm::kThreads) f.st[i] = __ldcg(fold_stats<BM, BN>(sk, tiles, tile) + i);
+    __syncthreads();
+  }
   for (int e = threadIdx.x; e < BM * BN; e += mm::kThreads) {
     const I m = m0 + e / BN, n = n0 + e % BN;
     if (m >= M || n >= N) continue;
     float v = 0.0f;
     for (I q = 0; q < (I)sk.splits; ++q) v += __ldcg(tile_part<BM, BN>(sk, q, tiles, tile) + e);
-    store_result(c, base + m * N + n, v, epi);
+    store_result(c, base + m * N + n, tile_value(pro, v, e, f), epi);
   }
 }
 
@@ -418,7 +543,7 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
   T* As = reinterpret_cast<T*>(smem);        // [2][BM][LDA]
   T* Bs = As + 2 * mm::kMmaStageA;           // [2][BK][LDB]
   float* Cs = reinterpret_cast<float*>(smem);  // [BM][LDC], after the k loop
-  __shared__ float2 st[Pro::active ? BM : 1];   // norm prologue: the statistics of the tile's rows
+  __shared__ FoldTile<BM, BN> fold;  // norm prologue (unused without one)
   const int tid = threadIdx.x, warp = tid >> 5;
   const int wm = warp / 4, wn = warp % 4;     // 2 x 4 warps of 32 x 32
   const int a_row = tid / 4, a_col = (tid % 4) * 8;  // this thread's vector of the a stage
@@ -440,7 +565,8 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     const I k_lo = s * chunk;
     const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
     const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
-    norm_row_stats<T>(pro, ab, M, K, k_valid, m0, BM, st);
+    fold_stats_share<BM, BN, T>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);
+    float cs = 0.0f, bs = 0.0f;  // the fold's column sums
 
     uint4 ra, rb[2];
     I ra_k = 0;  // the position of ra's first element
@@ -456,8 +582,7 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
       }
     };
     const auto stash = [&](int buf) {
-      *reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col) =
-          normalize16<T>(pro, ra, ra_k, k_hi, m0 + a_row < M, st, a_row);
+      *reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col) = scale16<T>(pro, ra, ra_k, k_hi);
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int l = tid + u * mm::kThreads, row = l / (BN / 8), col = (l % (BN / 8)) * 8;
@@ -494,6 +619,7 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
 #pragma unroll
           for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
       }
+      fold_column_step<BK>(pro, bt, LDB, k_lo + kt * BK, k_hi, cs, bs);
       if (more) stash(buf ^ 1);  // its readers finished at the barrier that ended the previous step
       __syncthreads();
     }
@@ -502,17 +628,18 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
 #pragma unroll
       for (int j = 0; j < 2; ++j)
         wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
+    fold_columns_done(pro, cs, bs, s, tiles, tile, sk, fold);  // (its barriers also publish Cs)
     __syncthreads();
     const I base = batch * M * N;
     if (S == 1) {
       for (int e = tid; e < BM * BN; e += mm::kThreads) {
         const I m = m0 + e / BN, n = n0 + e % BN;
-        if (m < M && n < N) store_result(c, base + m * N + n, Cs[(e / BN) * LDC + e % BN], epi);
+        if (m < M && n < N) store_result(c, base + m * N + n, tile_value(pro, Cs[(e / BN) * LDC + e % BN], e, fold), epi);
       }
     } else {
       float* part = tile_part<BM, BN>(sk, s, tiles, tile);
       for (int e = tid; e < BM * BN; e += mm::kThreads) __stcg(part + e, Cs[(e / BN) * LDC + e % BN]);
-      combine_tile<BM, BN>(c, M, N, base, m0, n0, tile, tiles, sk, epi);
+      combine_tile<BM, BN>(c, M, N, base, m0, n0, tile, tiles, sk, epi, pro, fold);
     }
     __syncthreads();  // Cs is the next task's operand buffer
   }
@@ -530,7 +657,7 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
   if (blockDim.x != mm::kThreads) __trap();
   float* As = reinterpret_cast<float*>(smem);  // [2][BK][LDA], a transposed
   float* Bs = As + 2 * BK * LDA;               // [2][BK][BN]
-  __shared__ float2 st[Pro::active ? BM : 1];  // norm prologue: the statistics of the tile's rows
+  __shared__ FoldTile<BM, BN> fold;  // norm prologue (unused without one)
   const int tid = threadIdx.x;
   const int tx = tid % (BN / TN), ty = tid / (BN / TN);  // columns tx * 4 + j, rows ty * 8 + i
   const int a_row = tid / (BK / 4), a_col = (tid % (BK / 4)) * 4;
@@ -552,7 +679,8 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
     const I k_lo = s * chunk;
     const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
     const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
-    norm_row_stats<float>(pro, ab, M, K, k_valid, m0, BM, st);
+    fold_stats_share<BM, BN, float>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);
+    float cs = 0.0f, bs = 0.0f;  // the fold's column sums
 
     uint4 ra, rb[2];
     I ra_k = 0;  // the position of ra's first element
@@ -569,7 +697,7 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
     };
     const auto stash = [&](int buf) {
       float* at = As + buf * BK * LDA;
-      ra = normalize16<float>(pro, ra, ra_k, k_hi, m0 + a_row < M, st, a_row);
+      ra = scale16<float>(pro, ra, ra_k, k_hi);
       at[(a_col + 0) * LDA + a_row] = __uint_as_float(ra.x);
       at[(a_col + 1) * LDA + a_row] = __uint_as_float(ra.y);
       at[(a_col + 2) * LDA + a_row] = __uint_as_float(ra.z);
@@ -609,9 +737,11 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
 #pragma unroll
           for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bw[j], acc[i][j]);
       }
+      fold_column_step<BK>(pro, Bs + buf * BK * BN, BN, k_lo + kt * BK, k_hi, cs, bs);
       if (more) stash(buf ^ 1);
       __syncthreads();
     }
+    fold_columns_done(pro, cs, bs, s, tiles, tile, sk, fold);
     const I base = batch * M * N;
     if (S == 1) {
 #pragma unroll
@@ -620,7 +750,8 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
           const I n = n0 + tx * TN + j;
-          if (m < M && n < N) store_result(c, base + m * N + n, acc[i][j], epi);
+          if (m < M && n < N)
+            store_result(c, base + m * N + n, tile_value(pro, acc[i][j], (ty * TM + i) * BN + tx * TN + j, fold), epi);
         }
       }
     } else {
@@ -629,8 +760,9 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
       for (int i = 0; i < TM; ++i)
         __stcg(reinterpret_cast<float4*>(part + (ty * TM + i) * BN + tx * TN),
                make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-      combine_tile<BM, BN>(c, M, N, base, m0, n0, tile, tiles, sk, epi);
+      combine_tile<BM, BN>(c, M, N, base, m0, n0, tile, tiles, sk, epi, pro, fold);
     }
+    __syncthreads();  // fold: the next task's statistics reuse its shared memory
   }
 }
 

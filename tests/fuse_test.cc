@@ -215,19 +215,20 @@ TEST_CASE("fuse: the W2 workloads are 8 or 16 steps, W3 one") {
       INFO(name);
       Plan p = plan::make_plan(workload(name));
       REQUIRE(plan::check_plan(p) == "");
-      // The layernorm joins its matmul where the blocks' re-read of x for
-      // the row statistics stays within 16 MiB at B = 64: at H = 1024 in
-      // f16 and bf16 (16 MiB through the tensor-core kernel), not in f32
-      // (32 MiB) nor at H = 4096 (128 MiB or more).
-      const bool fused = h == "1024" && dtype != "f32";
+      // The layernorm joins its matmul in f16 and bf16, where the re-read of
+      // x for the row statistics stays within 32 MiB at B = 64 (the rows
+      // kernel at 16 rows: 8 MiB at H = 1024, 32 MiB at H = 4096); not in
+      // f32, whose rows kernel holds 16 rows in registers.
+      const bool fused = dtype != "f32";
       const std::vector<Op> block = {Op::kMatMul, Op::kAdd, Op::kGelu, Op::kAdd};
       std::vector<Op> with_norm = block;
       with_norm.insert(with_norm.begin(), Op::kLayerNorm);
       REQUIRE(p.steps.size() == (fused ? 8u : 16u));
       for (size_t s = fused ? 0 : 1; s < p.steps.size(); s += fused ? 1 : 2)
         CHECK(ops_of(p, p.steps[s]) == (fused ? with_norm : block));
-      const uint64_t reread = prologue_reread_bytes(p.graph, p.graph.node(fused ? p.steps[0].values[1] : p.steps[1].values[0]));
-      CHECK((reread <= (uint64_t{16} << 20)) == fused);
+      const ir::Node& matmul = p.graph.node(fused ? p.steps[0].values[1] : p.steps[1].values[0]);
+      CHECK((prologue_reread_bytes(p.graph, matmul) <= (uint64_t{32} << 20)) == (dtype != "f32" || h == "1024"));
+      CHECK((choose_matmul(p.graph, matmul).row_tile <= 8) == fused);
       uint64_t row = std::stoull(h) * dtype_size(p.graph.nodes.back().type.dtype) * 64;
       uint64_t x_offset = p.buffers[p.graph.leaves(Op::kInput).front()].offset;
       CHECK(p.arena_bytes - x_offset == (fused ? 4 : 5) * row);
@@ -423,7 +424,7 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
     return r;
   };
   SUBCASE("layernorm with weight and bias, then an epilogue: one step that NVRTC compiles") {
-    Built r = build(DType::kF32, Op::kLayerNorm, true);
+    Built r = build(DType::kBF16, Op::kLayerNorm, true);
     ValueId y = r.b.unary(Op::kRelu, r.mm);
     r.b.output("y", y);
     REQUIRE(ir::verify(r.b.g) == "");
@@ -437,7 +438,8 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
     expect_exact(p, random_bindings(p.graph, {5}, 11));
     GeneratedCode code = generate_cuda(p);
     INFO(code.source);
-    CHECK(code.source.find("const auto pro = gdl::layernorm_prologue<float>(gdl::Column<float>{") != std::string::npos);
+    CHECK(code.source.find("const auto pro = gdl::layernorm_prologue<__nv_bfloat16>(gdl::Column<__nv_bfloat16>{") !=
+          std::string::npos);
     CHECK(code.source.find("1e-05f);") != std::string::npos);
     CHECK(code.source.find(", epi, pro, smem);") != std::string::npos);
     CompileOptions options;
@@ -481,6 +483,13 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
       CHECK(p.steps.size() == 2);
       expect_exact(p, random_bindings(p.graph, {}, 13));
     }
+  }
+  SUBCASE("f32 with the rows kernel's 16-row register tile: the norm stays a step") {
+    Built r = build(DType::kF32, Op::kLayerNorm, true);
+    r.b.output("y", r.mm);
+    Plan p = plan::make_plan(r.b.g);
+    CHECK(choose_matmul(p.graph, p.graph.node(r.mm)).row_tile == 16);
+    CHECK(p.steps.size() == 2);
   }
   SUBCASE("too large a re-read, or prologues off: the norm stays a step") {
     {

@@ -31,9 +31,11 @@
 //       members; the one prologue is case e.
 //    e. a layernorm or rmsnorm joins group G as its prologue when its only
 //       consumer is G's matmul, as a (gdl_matmul.cuh then normalizes each
-//       row as it stages it), and the rows the matmul's blocks re-read for
+//       row as it stages it), the rows the matmul's blocks re-read for
 //       the statistics stay within kMaxPrologueReread bytes
-//       (kernel_choice.h: prologue_reread_bytes). The norm is visited
+//       (kernel_choice.h: prologue_reread_bytes), and the rows kernel, if
+//       the matmul may take it, holds at most kMaxPrologueRowTile rows in
+//       registers. The norm is visited
 //       after its matmul, which has its group by then.
 //    A value joins only a group that holds every consumer of it, and a
 //    group's result has its largest id, so no dataflow path leaves a group
@@ -69,9 +71,13 @@ constexpr int64_t kMaxRecompute = 64;
 constexpr int kNoGroup = -1;
 
 // A norm node costs 2.5-4.6 us per W2 layer on the H200 (docs/performance.md,
-// W2 with and without its layernorm); 16 MiB re-read from L2 by all blocks
-// together takes about as long, at the worst binding only.
-constexpr uint64_t kMaxPrologueReread = uint64_t{16} << 20;
+// W2 with and without its layernorm); 32 MiB re-read from L2 by all blocks
+// together takes about as long, and only at the largest binding.
+constexpr uint64_t kMaxPrologueReread = uint64_t{32} << 20;
+// The rows kernel with a register tile of more than 8 rows (f32) is the
+// largest kernel; with the prologue its warps stalled on instruction fetch
+// and W2 f32 got slower at every batch (docs/performance.md).
+constexpr int kMaxPrologueRowTile = 8;
 
 bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 
@@ -206,6 +212,8 @@ class Fuser {
     if (!fits || in.size() != 1) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(in.front())];
     if (group.anchor != users[0] || group.prologue != ir::kNoValue) return kNoGroup;
+    const MatmulChoice choice = choose_matmul(g_, matmul);
+    if (choice.use_rows && choice.row_tile > kMaxPrologueRowTile) return kNoGroup;
     const uint64_t reread = prologue_reread_bytes(g_, matmul);
     return reread > 0 && reread <= kMaxPrologueReread ? in.front() : kNoGroup;
   }

@@ -60,6 +60,19 @@ int64_t pow2_at_least(int64_t n) {
   return p;
 }
 
+// Rows of one batch entry of a tiled kernel (the batch folded in when b is
+// shared), and its output tiles, at the largest binding.
+int64_t tile_rows(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
+  const Shape& rs = n.type.shape;
+  return std::max<int64_t>(1, c.fold_batch ? c.rows_max : extent_at(rs[rs.size() - 2], g, true));
+}
+int64_t tile_count(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
+  const Shape& rs = n.type.shape;
+  const size_t batch_rank = rs.size() - 2;
+  return (c.fold_batch ? 1 : product_at(rs, 0, batch_rank, g, true)) * ceil_div(tile_rows(g, n, c), kTileRows) *
+         ceil_div(std::max<int64_t>(1, extent_at(rs.back(), g, true)), kTileCols);
+}
+
 // GDL_MAX_SPLITS=N caps every split count (matmul K, attention positions)
 // at N. An experiment knob, for measuring what the splits cost
 // (docs/performance.md); unset, the choice below stands.
@@ -196,12 +209,8 @@ uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& n) {
     const int64_t blocks = ceil_div(n_max, matmul_strip_columns(n.type.dtype)) * c.rows_splits;
     most = static_cast<uint64_t>(blocks * std::min(c.rows_max, kMatmulRowsLimit)) * row_bytes;
   }
-  if (c.use_tiles) {  // every block takes the rows of its tile
-    const size_t batch_rank = rs.size() - 2;
-    const int64_t rows = c.fold_batch ? c.rows_max : extent_at(rs[batch_rank], g, true);
-    const int64_t tiles = (c.fold_batch ? 1 : product_at(rs, 0, batch_rank, g, true)) *
-                          ceil_div(std::max<int64_t>(1, rows), kTileRows) * ceil_div(n_max, kTileCols);
-    most = std::max(most, static_cast<uint64_t>(tiles * c.tile_splits * std::min(rows, kTileRows)) * row_bytes);
+  if (c.use_tiles) {  // the fold: the parts of a tile share its rows' statistics
+    most = std::max(most, static_cast<uint64_t>(tile_count(g, n, c) * std::min(tile_rows(g, n, c), kTileRows)) * row_bytes);
   }
   return most;
 }
@@ -216,8 +225,18 @@ ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& 
 
 SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
   if (values.empty()) return {};
-  const ir::Node& anchor = g.node(values[matmul_prologue(g, values) == ir::kNoValue ? 0 : 1]);
-  if (anchor.op == ir::Op::kMatMul) return choose_matmul(g, anchor).scratch;
+  const bool prologue = matmul_prologue(g, values) != ir::kNoValue;
+  const ir::Node& anchor = g.node(values[prologue ? 1 : 0]);
+  if (anchor.op == ir::Op::kMatMul) {
+    const MatmulChoice c = choose_matmul(g, anchor);
+    SplitScratchSize need = c.scratch;
+    if (prologue && c.use_tiles && c.tile_splits > 1) {  // the fold: each part's column sums, each tile's statistics
+      const int64_t tiles = tile_count(g, anchor, c);
+      need.partial_floats = std::max(need.partial_floats, c.tile_splits * tiles * (kTileRows * kTileCols + 2 * kTileCols) +
+                                                              tiles * 2 * kTileRows);
+    }
+    return need;
+  }
   if (anchor.op == ir::Op::kAttention) return choose_attention(g, anchor).scratch;
   return {};
 }

@@ -70,12 +70,13 @@ struct AttentionChoice {
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
 
-// A layernorm or rmsnorm run as the prologue of a matmul (gdl_matmul.cuh):
-// each block computes the statistics of its rows of a from the norm's input,
-// so the launch re-reads those rows once per block. This is that re-read in
-// bytes at the largest binding, over whichever kernel reads more (fuse.cc
-// fuses the norm only when it is small); 0 when the kernel takes no
-// prologue (the general kernel).
+// A layernorm or rmsnorm run as the prologue of a matmul (gdl_matmul.cuh)
+// reads the rows of the norm's input again for their statistics: the rows
+// kernel once per block, the tiled kernels once per output tile (the split
+// parts of a tile share the work). This is that re-read in bytes at the
+// largest binding, over whichever kernel reads more (fuse.cc fuses the norm
+// only when it is small); 0 when the kernel takes no prologue (the general
+// kernel).
 uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& matmul);
 
 // The norm fused in front of a step's matmul: values[0] when it is a

@@ -138,8 +138,9 @@ TEST_CASE("kernels: matmul epilogues run once per element after the split parts 
 }
 
 TEST_CASE("kernels: a norm fused into its matmul's prologue, on every kernel, every row count") {
-  // Each program is one kernel node: the norm's statistics are computed by
-  // every block of the matmul, which normalizes a as it stages it.
+  // Each program is one kernel node (but for f32 in the first): the rows
+  // kernel normalizes a as it stages it, the tiled kernels fold the norm
+  // into the sum (gdl_matmul.cuh), with split parts in most cases.
   const std::vector<std::string> texts = {
       // rows kernel or tiled kernel at run time; layernorm with weight and
       // bias and the W2 epilogue; K = N = 333 are not whole 16-byte vectors
@@ -162,7 +163,8 @@ TEST_CASE("kernels: a norm fused into its matmul's prologue, on every kernel, ev
       const std::string text = with_dtype(texts[i], t);
       INFO("prologue " << t << " case " << i << ":\n" << text);
       Program program = compile_text(text);
-      CHECK(program.node_count() == 1);
+      // f32 with B up to 64: the rows kernel holds 16 rows, no prologue (fuse.cc).
+      CHECK(program.node_count() == (t == "f32" && i == 0 ? 2u : 1u));
       for (int64_t b : batches[i]) {
         INFO("B = " << b);
         std::vector<int64_t> dims;
