@@ -565,7 +565,6 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     const I k_lo = s * chunk;
     const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
     const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
-    fold_stats_share<BM, BN, T>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);
     float cs = 0.0f, bs = 0.0f;  // the fold's column sums
 
     uint4 ra, rb[2];
@@ -595,10 +594,9 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-    if (ksteps > 0) {
-      fetch(k_lo);
-      stash(0);
-    }
+    if (ksteps > 0) fetch(k_lo);
+    fold_stats_share<BM, BN, T>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);  // while those loads land
+    if (ksteps > 0) stash(0);
     __syncthreads();
     for (I kt = 0; kt < ksteps; ++kt) {
       const int buf = (int)(kt & 1);
@@ -679,7 +677,6 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
     const I k_lo = s * chunk;
     const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;
     const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
-    fold_stats_share<BM, BN, float>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);
     float cs = 0.0f, bs = 0.0f;  // the fold's column sums
 
     uint4 ra, rb[2];
@@ -714,10 +711,9 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
-    if (ksteps > 0) {
-      fetch(k_lo);
-      stash(0);
-    }
+    if (ksteps > 0) fetch(k_lo);
+    fold_stats_share<BM, BN, float>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);  // while those loads land
+    if (ksteps > 0) stash(0);
     __syncthreads();
     for (I kt = 0; kt < ksteps; ++kt) {
       const int buf = (int)(kt & 1);
