@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | sanitizer | sanitizer-examples | sanitizer-tests]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | sanitizer | sanitizer-examples | sanitizer-tests]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -11,6 +11,9 @@
 # 1. tests:     build-release/tests/gdl_gpu_tests -s (every assertion logged)
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
+# 3b. stalls:   ncu's stall reasons (cycles per issued instruction) of the
+#               matmul probes p3 (rows kernel) and p4 (rows or tensor cores
+#               at run time), B=1; not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -78,6 +81,17 @@ if [[ $what == all || $what == probes ]]; then
   done
 fi
 
+if [[ $what == stalls ]]; then
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for p in p3_mm1024_rows p4_mm1024_hybrid; do
+    dims=()
+    grep -q '^dim B' "bench/probes/$p.gdl" && dims=(--dim B=1)
+    step "stalls_$p" 120 "$NCU" --kernel-name gdl_s0_matmul --launch-count 1 --csv --page raw \
+      --metrics "regex:^(gpu__time_duration.sum|smsp__average_warp_latency_per_inst_issued.ratio|smsp__average_warps_issue_stalled_.*_per_issue_active.ratio)$" \
+      "$BUILD/gdlrun" "bench/probes/$p.gdl" --gpu --print 0 "${dims[@]}"
+  done
+fi
+
 if [[ $what == all || $what == sanitizer || $what == sanitizer-examples ]]; then
   for ex in chain mlp attention; do
     step "memcheck_example_$ex" 240 env GDL_EXAMPLE_QUICK=1 \
@@ -117,6 +131,21 @@ for log in "$OUT"/*.log; do
         sed "s/^/$name: /" ;;
     probe_*)
       grep -E "gdl_s[0-9]+_|graph run|eager run|error" "$log" | sed "s/^/$name: /" ;;
+    stalls_*)  # the three largest stall reasons, in cycles per issued instruction
+      python3 - "$log" <<'PY' | sed "s/^/$name: /"
+import csv, io, sys
+rows = list(csv.reader(io.StringIO("".join(l for l in open(sys.argv[1]) if l.startswith('"')))))
+if len(rows) < 3:
+    sys.exit(print("no ncu data"))
+d = dict(zip(rows[0], rows[2]))
+num = lambda v: float(v.replace(",", "") or 0)
+stalls = {k[len("smsp__average_warps_issue_stalled_"):-len("_per_issue_active.ratio")]: num(v)
+          for k, v in d.items() if k.startswith("smsp__average_warps_issue_stalled_")}
+top = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
+print("duration", d.get("gpu__time_duration.sum"), "ns; cycles/instruction",
+      d.get("smsp__average_warp_latency_per_inst_issued.ratio"), ";", ", ".join(f"{k} {v:.1f}" for k, v in top))
+PY
+      ;;
     memcheck_*|racecheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;
