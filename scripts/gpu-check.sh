@@ -12,8 +12,9 @@
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
 # 3b. stalls:   ncu's stall reasons (cycles per issued instruction) of the
-#               matmul probes p3 (rows kernel) and p4 (rows or tensor cores
-#               at run time), B=1; not part of `all`
+#               matmul probes p3 (rows kernel, fixed B), p10 (rows kernel,
+#               B at run time) and p4 (rows or tensor cores at run time),
+#               B=1; not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -83,7 +84,7 @@ fi
 
 if [[ $what == stalls ]]; then
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  for p in p3_mm1024_rows p4_mm1024_hybrid; do
+  for p in p3_mm1024_rows p10_mm1024_rows_dynamic p4_mm1024_hybrid; do
     dims=()
     grep -q '^dim B' "bench/probes/$p.gdl" && dims=(--dim B=1)
     step "stalls_$p" 120 "$NCU" --kernel-name gdl_s0_matmul --launch-count 1 --csv --page raw \
