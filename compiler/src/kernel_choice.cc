@@ -143,9 +143,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   const int64_t strip_cols = matmul_strip_columns(t);
   const int64_t strips = ceil_div(std::max<int64_t>(1, n_max), strip_cols);
   const int64_t rows_held = std::min(std::max<int64_t>(1, c.rows_max), kMatmulRowsLimit);
-  const int64_t tile_rows = std::max<int64_t>(1, c.fold_batch ? c.rows_max : extent_at(m, g, true));
-  const int64_t tiles = (c.fold_batch ? 1 : batch_max) * ceil_div(tile_rows, kTileRows) *
-                        ceil_div(std::max<int64_t>(1, n_max), kTileCols);
+  const int64_t tiles = tile_count(g, n, c);  // at the largest binding
   const int64_t step_k = c.tiles == MatmulKernel::kSimt ? kSimtStepK : kMmaStepK;
   if (c.use_rows) {
     c.row_tile = static_cast<int>(std::min<int64_t>(pow2_at_least(rows_held), t == DType::kF32 ? 16 : 8));
