@@ -134,8 +134,7 @@ template <typename T, bool Center, typename W, typename B> struct NormPrologue {
   // matmul_rows: x at position k of the row whose (mean, inv) is st[r].
   template <typename I> GDL_DEV float apply(float x, I k, const float2* st, int r) const {
     const float2 s = st[r];
-    if (Center) return num(cvt<T>((x - s.x) * s.y * w.at(k) + b.at(k)));
-    return num(cvt<T>(x * s.y * w.at(k)));
+    return num(cvt<T>(Center ? layernorm_value(x, s.x, s.y, w, b, k) : rmsnorm_value(x, s.y, w, k)));
   }
   // The fold: a staged as x * w, then the sum of a part acc, with the
   // column sums cs of w_k b_kn and bs of beta_k b_kn, into the matmul's sum.

@@ -263,7 +263,7 @@ GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, I valid
         return d * d;
       });
       const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
-      r.store(yr, len, [&](float x, I j) { return (x - mean) * inv * w.at(j) + b.at(j); });
+      r.store(yr, len, [&](float x, I j) { return layernorm_value(x, mean, inv, w, b, j); });
       continue;
     }
     float total = 0.0f;
@@ -276,7 +276,7 @@ GDL_DEV void layernorm_rows(const TX* x, W w, B b, TY* y, I rows, I len, I valid
     }
     const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
     for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x)
-      yr[j] = cvt<TY>((num(xr[j]) - mean) * inv * w.at(j) + b.at(j));
+      yr[j] = cvt<TY>(layernorm_value(num(xr[j]), mean, inv, w, b, j));
   }
 }
 template <typename I, typename TX, typename W, typename B, typename TY>
@@ -296,7 +296,7 @@ GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, I valid, float
       r.load(xr, len);
       const float squares = r.sum_valid(valid, [](float x) { return x * x; });
       const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
-      r.store(yr, len, [&](float x, I j) { return x * inv * w.at(j); });
+      r.store(yr, len, [&](float x, I j) { return rmsnorm_value(x, inv, w, j); });
       continue;
     }
     float squares = 0.0f;
@@ -305,7 +305,7 @@ GDL_DEV void rmsnorm_rows(const TX* x, W w, TY* y, I rows, I len, I valid, float
       squares += v * v;
     }
     const float inv = 1.0f / sqrtf(block_reduce<FloatSum>(squares) / (float)valid + eps);
-    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) yr[j] = cvt<TY>(num(xr[j]) * inv * w.at(j));
+    for (I j = (I)threadIdx.x; j < len; j += (I)blockDim.x) yr[j] = cvt<TY>(rmsnorm_value(num(xr[j]), inv, w, j));
   }
 }
 template <typename I, typename TX, typename W, typename TY>

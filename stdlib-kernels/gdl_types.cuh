@@ -126,6 +126,17 @@ struct Zero {
   GDL_DEV float at(long long) const { return 0.0f; }
 };
 
+// One normalized element at position j, given the row's statistics: the
+// expression of gdl::layernorm_rows / rmsnorm_rows, and of the matmul's
+// norm prologue, which must store the same values.
+template <typename W, typename B>
+GDL_DEV float layernorm_value(float x, float mean, float inv, const W& w, const B& b, long long j) {
+  return (x - mean) * inv * w.at(j) + b.at(j);
+}
+template <typename W> GDL_DEV float rmsnorm_value(float x, float inv, const W& w, long long j) {
+  return x * inv * w.at(j);
+}
+
 // A rank-0 i32 operand read at run time (the attention length): from a
 // device buffer, or a value known when the kernel was generated.
 struct IntAt {
