@@ -11,10 +11,11 @@
 # 1. tests:     build-release/tests/gdl_gpu_tests -s (every assertion logged)
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
-# 3b. stalls:   ncu's stall reasons (cycles per issued instruction) of the
-#               matmul probes p3 (rows kernel, fixed B), p10 (rows kernel,
-#               B at run time) and p4 (rows or tensor cores at run time),
-#               B=1; not part of `all`
+# 3b. stalls:   ncu's duration, DRAM throughput and stall reasons (cycles
+#               per issued instruction) of the matmul probes p3 (rows
+#               kernel, fixed B), p10 (rows kernel, B at run time), p4 (rows
+#               or tensor cores at run time), p7 (4096-wide rows kernel) and
+#               of one W2 layer at B=1 and 8; not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -84,12 +85,23 @@ fi
 
 if [[ $what == stalls ]]; then
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  for p in p3_mm1024_rows p10_mm1024_rows_dynamic p4_mm1024_hybrid; do
-    dims=()
-    grep -q '^dim B' "bench/probes/$p.gdl" && dims=(--dim B=1)
-    step "stalls_$p" 120 "$NCU" --kernel-name gdl_s0_matmul --launch-count 1 --csv --page raw \
-      --metrics "regex:^(gpu__time_duration.sum|smsp__average_warp_latency_per_inst_issued.ratio|smsp__average_warps_issue_stalled_.*_per_issue_active.ratio)$" \
-      "$BUILD/gdlrun" "bench/probes/$p.gdl" --gpu --print 0 "${dims[@]}"
+  metrics="regex:^(gpu__time_duration.sum|dram__throughput.avg.pct_of_peak_sustained_elapsed|dram__bytes_read.sum"
+  metrics+="|smsp__average_warp_latency_per_inst_issued.ratio|smsp__average_warps_issue_stalled_.*_per_issue_active.ratio)$"
+  # stall NAME PROGRAM KERNEL DIMS...: one launch of KERNEL (a regex) in PROGRAM.
+  stall() {
+    local name=$1 program=$2 kernel=$3
+    shift 3
+    step "stalls_$name" 120 "$NCU" --kernel-name "regex:$kernel" --launch-count 1 --csv --page raw \
+      --metrics "$metrics" "$BUILD/gdlrun" "$program" --gpu --print 0 "$@"
+  }
+  stall p3_mm1024_rows bench/probes/p3_mm1024_rows.gdl gdl_s0_matmul
+  stall p10_mm1024_rows_dynamic bench/probes/p10_mm1024_rows_dynamic.gdl gdl_s0_matmul --dim B=1
+  stall p4_mm1024_hybrid bench/probes/p4_mm1024_hybrid.gdl gdl_s0_matmul --dim B=1
+  stall p7_mm4096_rows bench/probes/p7_mm4096_rows.gdl gdl_s0_matmul
+  # A middle layer of W2 (norm prologue, rows kernel, epilogue) at B=1 and 8.
+  for B in 1 8; do
+    stall "w2_h4096_f16_b$B" bench/workloads/w2_mlp_h4096_f16.gdl gdl_s3_matmul --dim "B=$B"
+    stall "w2_h1024_f16_b$B" bench/workloads/w2_mlp_h1024_f16.gdl gdl_s3_matmul --dim "B=$B"
   done
 fi
 
@@ -143,7 +155,8 @@ num = lambda v: float(v.replace(",", "") or 0)
 stalls = {k[len("smsp__average_warps_issue_stalled_"):-len("_per_issue_active.ratio")]: num(v)
           for k, v in d.items() if k.startswith("smsp__average_warps_issue_stalled_")}
 top = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
-print("duration", d.get("gpu__time_duration.sum"), "ns; cycles/instruction",
+print("duration", d.get("gpu__time_duration.sum"), "ns; DRAM", d.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+      "% of peak,", d.get("dram__bytes_read.sum"), "read; cycles/instruction",
       d.get("smsp__average_warp_latency_per_inst_issued.ratio"), ";", ", ".join(f"{k} {v:.1f}" for k, v in top))
 PY
       ;;
