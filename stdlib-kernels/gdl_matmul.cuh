@@ -11,10 +11,10 @@
 //               with the next step's loads in flight. The rows of a are
 //               staged in shared memory as float (up to 8192 floats) and
 //               every loaded vector of b updates all R rows of a pass
-//               (R <= MR, a compile-time register tile; more rows of a take
-//               another pass over the same strip, which hits L1/L2). The 32
-//               partial sums per column are added by warp shuffles, then
-//               across the 8 warps in shared memory.
+//               (R is 1, 8 or MR, a compile-time register tile; more rows
+//               of a take another pass over the same strip, which hits
+//               L1/L2). The 32 partial sums per column are added by warp
+//               shuffles, then across the 8 warps in shared memory.
 //  matmul_mma   (f16, bf16): tensor cores through nvcuda::wmma 16x16x16
 //               with f32 accumulators. Tiles of 64 x 128, K in steps of 32,
 //               8 warps of 32 x 32; operands staged in shared memory (two
@@ -159,12 +159,14 @@ GDL_DEV float warp_sum(float v) {
 // (mean, inv) of rows [m0, m0 + count) of a [M, K] over their first
 // k_valid positions into st[0, count); rows >= M get (0, 1). Called by every
 // thread of the block; st may be read once it returns. A warp per row, each
-// lane with up to kStatsVectors 16-byte loads in flight; two passes like
-// gdl::layernorm_rows (the mean, then the squared deviations from it), the
-// second over lines the first brought into L1. Measured on the H200
-// (docs/performance.md): spreading one row over the whole block (barriers
-// between the passes) was slower, and a fully unrolled version slower still
-// (warps stalled on instruction fetch), so the code stays small.
+// lane with up to kStatsVectors 16-byte loads in flight, and one pass: the
+// sums of d and d * d with d = x - x_0 (the row's first element), so that
+// var = (sum d^2 - (sum d)^2 / n) / n does not cancel when the mean is far
+// from zero. The norm kernels take two passes; the statistics may differ
+// from theirs in the last bits. Measured on the H200 (docs/performance.md):
+// spreading one row over the whole block (barriers between the passes) was
+// slower, and a fully unrolled version slower still (warps stalled on
+// instruction fetch), so the code stays small.
 constexpr int kStatsVectors = 4;
 
 template <typename T, typename I, typename Pro>
@@ -177,36 +179,37 @@ GDL_DEV void norm_row_stats(const Pro& pro, const T* a, I M, I K, I k_valid, I m
     constexpr int kStride = 32 * V;  // positions between one lane's vectors
     __syncthreads();  // the previous readers of st are done
     for (int r = warp; r < count; r += mm::kWarps) {
-      const bool valid = m0 + (I)r < M;
+      const bool valid = m0 + (I)r < M && k_valid > 0;
       const T* row = a + (valid ? m0 + (I)r : (I)0) * K;
-      // f(x) summed over the row, across the warp
-      const auto pass = [&](auto f) {
-        float total = 0.0f;
-        for (I c = (I)lane * V; valid && c < k_vec; c += (I)(kStride * U)) {
-          uint4 raw[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-            raw[u] = c + (I)(u * kStride) < k_vec ? __ldg(reinterpret_cast<const uint4*>(row + c + (I)(u * kStride)))
-                                                  : zero16();
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-            if (c + (I)(u * kStride) < k_vec) {
-              float x[V];
-              widen<T>(raw[u], x);
-#pragma unroll
-              for (int j = 0; j < V; ++j) total += f(x[j]);
-            }
-        }
-        for (I j = k_vec + (I)lane; valid && j < k_valid; j += 32) total += f((float)num(row[j]));
-        return warp_sum(total);
+      const float shift = Pro::center && valid ? (float)num(row[0]) : 0.0f;
+      float sum = 0.0f, squares = 0.0f;
+      const auto add = [&](float x) {
+        const float d = x - shift;
+        sum += d;
+        squares = fmaf(d, d, squares);
       };
-      float mean = 0.0f;
-      if (Pro::center) mean = pass([](float x) { return x; }) / (float)k_valid;
-      const float squares = pass([&](float x) {
-        const float d = x - mean;
-        return d * d;
-      });
-      if (lane == 0) st[r] = valid ? make_float2(mean, 1.0f / sqrtf(squares / (float)k_valid + pro.eps)) : make_float2(0.0f, 1.0f);
+      for (I c = (I)lane * V; valid && c < k_vec; c += (I)(kStride * U)) {
+        uint4 raw[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          raw[u] = c + (I)(u * kStride) < k_vec ? __ldg(reinterpret_cast<const uint4*>(row + c + (I)(u * kStride)))
+                                                : zero16();
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (c + (I)(u * kStride) < k_vec) {
+            float x[V];
+            widen<T>(raw[u], x);
+#pragma unroll
+            for (int j = 0; j < V; ++j) add(x[j]);
+          }
+      }
+      for (I j = k_vec + (I)lane; valid && j < k_valid; j += 32) add((float)num(row[j]));
+      sum = warp_sum(sum);
+      squares = warp_sum(squares);
+      const float n = (float)k_valid;
+      const float mean_d = Pro::center ? sum / n : 0.0f;  // mean - shift
+      const float var = fmaxf(squares / n - mean_d * mean_d, 0.0f);
+      if (lane == 0) st[r] = valid ? make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps)) : make_float2(0.0f, 1.0f);
     }
     __syncthreads();
   }
@@ -467,12 +470,11 @@ GDL_DEV void matmul_rows(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid
     for (I m0 = 0; m0 < M; m0 += MR) {
       const I rows = M - m0;
       norm_row_stats<T>(pro, a, M, K, k_valid, m0, rows < (I)MR ? (int)rows : MR, st);
+      // Three row tiles at most (1, 8, MR): every variant inlined here costs
+      // instruction fetches at each launch, more than the FMAs on the empty
+      // rows of a larger tile (docs/performance.md, probe p10).
       if (MR == 1 || rows <= 1) rows_pass<1>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
-      else if (MR == 2 || rows <= 2)
-        rows_pass<mm::min_int<2, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
-      else if (MR == 4 || rows <= 4)
-        rows_pass<mm::min_int<4, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
-      else if (MR == 8 || rows <= 8)
+      else if (MR > 8 && rows <= 8)
         rows_pass<mm::min_int<8, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
       else rows_pass<MR>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
     }
