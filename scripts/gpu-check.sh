@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | sanitizer | sanitizer-examples | sanitizer-tests]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | sanitizer | sanitizer-examples | sanitizer-tests]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -16,6 +16,9 @@
 #               kernel, fixed B), p10 (rows kernel, B at run time), p4 (rows
 #               or tensor cores at run time), p7 (4096-wide rows kernel) and
 #               of one W2 layer at B=1 and 8; not part of `all`
+# 3c. stream:   bench/stream_patterns.cu (nvcc here): a 32 MiB weight
+#               stream per launch by access pattern and a pure read, the
+#               ceiling of one W2 H=4096 layer; not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -105,6 +108,15 @@ if [[ $what == stalls ]]; then
   done
 fi
 
+if [[ $what == stream ]]; then
+  # bench/stream_patterns.cu: how fast a GEMV-like kernel can stream a
+  # 32 MiB f16 weight matrix per launch, by access pattern, against a pure
+  # read; built here with the device's nvcc (it needs no gdl library).
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  step stream_build 180 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/stream_patterns" bench/stream_patterns.cu
+  step stream_patterns 120 "$OUT/stream_patterns"
+fi
+
 if [[ $what == all || $what == sanitizer || $what == sanitizer-examples ]]; then
   for ex in chain mlp attention; do
     step "memcheck_example_$ex" 240 env GDL_EXAMPLE_QUICK=1 \
@@ -160,6 +172,8 @@ print("duration", d.get("gpu__time_duration.sum"), "ns; DRAM", d.get("dram__thro
       d.get("smsp__average_warp_latency_per_inst_issued.ratio"), ";", ", ".join(f"{k} {v:.1f}" for k, v in top))
 PY
       ;;
+    stream_patterns)
+      grep -E "^(device|pattern|strip|warp|block|ceiling)" "$log" | sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;

@@ -100,7 +100,8 @@ template <typename T> struct RowsTile {
 // normalized rows never go through memory and the norm's node is gone.
 //  - matmul_rows: each block computes the statistics of the rows it takes
 //    (norm_row_stats) and normalizes every element of a as it stages it,
-//    rounded to a's dtype: the same values the norm's own kernel stores.
+//    rounded to a's dtype like the norm's own kernel's output (with
+//    statistics that may differ from that kernel's in the last bits).
 //  - matmul_mma / matmul_simt (the fold): the tensor cores or FMAs run on
 //    x * w (w the norm's weight), and with mean and inv the row statistics,
 //    w and beta the norm's weight and bias,

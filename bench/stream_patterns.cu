@@ -1,0 +1,357 @@
+// stream_patterns.cu - which access pattern lets a GEMV-like kernel stream a
+// row-major f16 weight matrix W[4096][4096] (32 MiB) near DRAM bandwidth?
+//
+// Build: nvcc -O3 -std=c++17 -arch=sm_90 -o stream_patterns bench/stream_patterns.cu
+// Run:   ./stream_patterns
+//
+// Every pattern computes y[m][n] = sum_k x[m][k] * W[k][n] (f32 accumulate)
+// in ONE kernel: K is split across blocks and the last block to arrive at a
+// column strip (atomic ticket) sums the partials in split order.
+// The three patterns are instantiations of one kernel that differ only in the
+// strip width SW (columns a block owns); SW fixes how the 256 threads lay out:
+//   P1 strip128: SW=64   -> 8 threads per row,   32 row groups (rows g, g+32, ...)
+//   P2 warp512:  SW=256  -> 32 threads per row,  8 row groups = warps
+//   P3 block4k:  SW=2048 -> 256 threads per row, 1 row group (rows k, k+1, ...)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,  \
+              cudaGetErrorString(e_));                                         \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+constexpr int K = 4096, N = 4096;
+constexpr int NMAT = 8;              // 8 x 32 MiB >> 50 MB L2: each launch reads cold W
+constexpr int MMAX = 8;
+constexpr int THREADS = 256, NWARPS = THREADS / 32;
+constexpr int WARMUP = 16, TIMED = 64;
+constexpr double PEAK_TBS = 4.8;
+constexpr size_t MAT_ELEMS = (size_t)K * N;
+constexpr size_t MAT_BYTES = MAT_ELEMS * sizeof(__half);
+constexpr int MAX_SPLITS = 128;      // scratch sized for the largest S used (P3)
+
+// ---------------------------------------------------------------- init kernels
+__device__ __forceinline__ float hash_unit(unsigned long long i, unsigned seed) {
+  unsigned h = (unsigned)i ^ (unsigned)(i >> 32) * 0x9E3779B9u ^ seed;
+  h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+  return (float)h * (2.0f / 4294967296.0f) - 1.0f;  // [-1, 1)
+}
+
+__global__ void fill_half(__half* p, size_t n, unsigned seed, float scale) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = __float2half(hash_unit(i, seed) * scale);
+}
+
+__global__ void fill_float(float* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = hash_unit(i, seed);
+}
+
+// Reference: one thread per output, plain f32 loop (coalesced across n).
+__global__ void gemv_ref(const __half* __restrict__ W, const float* __restrict__ x, float* __restrict__ y, int M) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= N || m >= M) return;
+  float s = 0.f;
+  for (int k = 0; k < K; ++k) s = fmaf(x[m * K + k], __half2float(W[(size_t)k * N + n]), s);
+  y[m * N + n] = s;
+}
+
+// ---------------------------------------------------------------- pattern kernel
+// acc[m][0..7] += x[m][kk] * w[0..7] for one 16-byte chunk of 8 f16 weights.
+template <int M>
+__device__ __forceinline__ void fma8(float (&acc)[M][8], const uint4& w, const float* xs, int kk, int Kr) {
+  const __half2* h = reinterpret_cast<const __half2*>(&w);
+  float2 f[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f[i] = __half22float2(h[i]);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float xv = xs[m * Kr + kk];  // same kk across a row group -> smem broadcast
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc[m][2 * i] = fmaf(xv, f[i].x, acc[m][2 * i]);
+      acc[m][2 * i + 1] = fmaf(xv, f[i].y, acc[m][2 * i + 1]);
+    }
+  }
+}
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+// Block b owns strip (b % STRIPS) and K range (b / STRIPS) of S.
+// Dynamic smem: xs[M][Kr] floats, then (if G > 1) red[NWARPS][M][SW] floats.
+template <int SW, int U, int M>
+__global__ void __launch_bounds__(THREADS, 2)
+gemv_pattern(const __half* __restrict__ W, const float* __restrict__ x, float* __restrict__ y,
+             float* __restrict__ scratch, unsigned* __restrict__ tickets, int S) {
+  constexpr int TPR = SW / 8;         // threads covering one row of the strip (16 B each)
+  constexpr int G = THREADS / TPR;    // row groups per block
+  constexpr int STRIPS = N / SW;
+  constexpr int ROWSTEP = G * N / 8;  // uint4s between one group's consecutive rows
+  extern __shared__ float4 smem4[];   // float4 for 16-byte alignment
+  float* xs = reinterpret_cast<float*>(smem4);
+  __shared__ int s_last;
+
+  const int tid = threadIdx.x;
+  const int strip = blockIdx.x % STRIPS, split = blockIdx.x / STRIPS;
+  const int Kr = K / S, k0 = split * Kr, col0 = strip * SW;
+  const int g = tid / TPR, c = tid % TPR;
+
+  // Stage this block's slice of x once; every row group reuses it.
+  for (int i = tid; i < M * Kr; i += THREADS) {
+    const int m = i / Kr;
+    xs[i] = x[m * K + k0 + (i - m * Kr)];
+  }
+  __syncthreads();
+
+  // Main stream: U 16-byte loads of the next step in flight while computing this one.
+  const uint4* wp = reinterpret_cast<const uint4*>(W) + ((k0 + g) * N + col0) / 8 + c;
+  const int iters = Kr / (G * U);
+  float acc[M][8] = {};
+  uint4 cur[U], nxt[U] = {};
+#pragma unroll
+  for (int u = 0; u < U; ++u) cur[u] = __ldg(wp + u * ROWSTEP);
+  for (int it = 0; it < iters; ++it) {
+    if (it + 1 < iters) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) nxt[u] = __ldg(wp + ((it + 1) * U + u) * ROWSTEP);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) fma8<M>(acc, cur[u], xs, g + (it * U + u) * G, Kr);
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+  }
+
+  // Reduce the row groups; result: this split's partial strip in scratch[split][m][col].
+  float* part = scratch + (size_t)split * M * N + col0;
+  if constexpr (G > 1) {
+    if constexpr (TPR < 32) {  // several row groups share a warp: fold them with shuffles
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int off = TPR; off < 32; off <<= 1) acc[m][j] += __shfl_xor_sync(0xffffffffu, acc[m][j], off);
+    }
+    float* red = xs + M * Kr;  // M*Kr*4 bytes is a multiple of 16
+    const int warp = tid / 32, lane = tid % 32;
+    if (lane < TPR) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float4* r = reinterpret_cast<float4*>(red + (warp * M + m) * SW + c * 8);
+        r[0] = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
+        r[1] = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
+      }
+    }
+    __syncthreads();
+    const float4* red4 = reinterpret_cast<const float4*>(red);
+    for (int i = tid; i < M * SW / 4; i += THREADS) {
+      float4 s = red4[i];
+#pragma unroll
+      for (int w = 1; w < NWARPS; ++w) s = add4(s, red4[w * M * SW / 4 + i]);
+      const int m = i * 4 / SW, cc = i * 4 % SW;
+      __stcg(reinterpret_cast<float4*>(part + m * N + cc), s);
+    }
+  } else {  // one row group (P3): each thread's accumulators already are the partial
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float4* p = reinterpret_cast<float4*>(part + m * N + c * 8);
+      __stcg(p, make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+      __stcg(p + 1, make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]));
+    }
+  }
+
+  // Split-K in one kernel: publish partial, take a ticket; the last arrival reduces.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = (atomicAdd(&tickets[strip], 1u) == (unsigned)S - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();  // acquire side: see every other split's partial
+  for (int i = tid; i < M * SW / 4; i += THREADS) {
+    const int m = i * 4 / SW, cc = i * 4 % SW;
+    const float* p = scratch + (size_t)m * N + col0 + cc;
+    float4 s = __ldcg(reinterpret_cast<const float4*>(p));
+#pragma unroll 4
+    for (int sp = 1; sp < S; ++sp) s = add4(s, __ldcg(reinterpret_cast<const float4*>(p + (size_t)sp * M * N)));
+    *reinterpret_cast<float4*>(y + m * N + col0 + cc) = s;  // summed in split order: deterministic
+  }
+  if (tid == 0) tickets[strip] = 0;  // ready for the next launch
+}
+
+// ---------------------------------------------------------------- ceiling kernel
+// Pure streaming read: grid-stride 16-byte loads, UNR in flight, folded by xor.
+template <int UNR>
+__global__ void __launch_bounds__(THREADS) stream_read(const uint4* __restrict__ p, int n, unsigned* __restrict__ out) {
+  const int stride = gridDim.x * blockDim.x;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned f = 0;
+  for (; i + (UNR - 1) * stride < n; i += UNR * stride) {
+    uint4 v[UNR];
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) v[u] = __ldg(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) f ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldg(p + i);
+    f ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = f;  // keeps the loads alive
+}
+
+// ---------------------------------------------------------------- host side
+struct Bufs {
+  __half* W;  // NMAT matrices back to back
+  float *x, *y, *yref, *scratch;
+  unsigned *tickets, *sink;
+};
+
+// Per-launch microseconds: WARMUP launches, then TIMED back to back, each on
+// the next matrix (i % NMAT) so the one it reads is not L2 resident.
+template <class F>
+float time_launches(F launch) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < WARMUP; ++i) launch(i);
+  CK(cudaGetLastError());
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < TIMED; ++i) launch(WARMUP + i);
+  CK(cudaEventRecord(e1));
+  CK(cudaGetLastError());
+  CK(cudaEventSynchronize(e1));
+  float ms = 0.f;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return ms * 1000.f / TIMED;
+}
+
+void print_header() {
+  printf("%-10s %2s %2s %4s %6s %8s %9s %9s %6s %6s %10s %5s\n", "pattern", "U", "M", "S", "blocks", "KB/block",
+         "partialKB", "us/launch", "TB/s", "%peak", "maxrelerr", "check");
+}
+
+void print_bw(float us) {
+  const double tbs = MAT_BYTES / (us * 1e-6) / 1e12;
+  printf(" %9.2f %6.3f %5.1f%%", us, tbs, 100.0 * tbs / PEAK_TBS);
+}
+
+template <int SW, int U, int M>
+void run_pattern(const char* name, int S, const Bufs& b) {
+  constexpr int TPR = SW / 8, G = THREADS / TPR, STRIPS = N / SW;
+  const int Kr = K / S;
+  if (K % S || Kr % (G * U) || S > MAX_SPLITS) {
+    printf("%-10s %2d %2d %4d  skipped: K/S=%d not a multiple of G*U=%d\n", name, U, M, S, Kr, G * U);
+    return;
+  }
+  const int blocks = STRIPS * S;
+  const size_t smem = (size_t)M * Kr * sizeof(float) + (G > 1 ? (size_t)NWARPS * M * SW * sizeof(float) : 0);
+  auto kern = gemv_pattern<SW, U, M>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+
+  const float us = time_launches([&](int i) {
+    kern<<<blocks, THREADS, smem>>>(b.W + (size_t)(i % NMAT) * MAT_ELEMS, b.x, b.y, b.scratch, b.tickets, S);
+  });
+
+  // Verify on matrix 0 after the timed launches (also checks the ticket reset).
+  CK(cudaMemset(b.y, 0xFF, (size_t)M * N * sizeof(float)));  // NaN: unwritten outputs fail
+  kern<<<blocks, THREADS, smem>>>(b.W, b.x, b.y, b.scratch, b.tickets, S);
+  CK(cudaGetLastError());
+  gemv_ref<<<dim3(N / 256, M), 256>>>(b.W, b.x, b.yref, M);
+  CK(cudaGetLastError());
+  std::vector<float> y((size_t)M * N), r((size_t)M * N);
+  CK(cudaMemcpy(y.data(), b.y, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r.data(), b.yref, r.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  double maxref = 0.0, maxdiff = 0.0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    maxref = std::fmax(maxref, std::fabs((double)r[i]));
+    const double d = std::fabs((double)y[i] - (double)r[i]);
+    maxdiff = std::isnan(d) ? INFINITY : std::fmax(maxdiff, d);
+  }
+  const double rel = maxdiff / (maxref > 0 ? maxref : 1.0);
+
+  printf("%-10s %2d %2d %4d %6d %8zu %9zu", name, U, M, S, blocks, (size_t)Kr * SW * sizeof(__half) / 1024,
+         (size_t)S * M * N * sizeof(float) / 1024);
+  print_bw(us);
+  printf(" %10.2e %5s\n", rel, rel <= 1e-3 ? "ok" : "FAIL");
+}
+
+// U in {4, 8} x M in {1, 8} for one pattern and split count.
+template <int SW>
+void run_all(const char* name, int S, const Bufs& b) {
+  run_pattern<SW, 4, 1>(name, S, b);
+  run_pattern<SW, 4, 8>(name, S, b);
+  run_pattern<SW, 8, 1>(name, S, b);
+  run_pattern<SW, 8, 8>(name, S, b);
+}
+
+template <int UNR>
+void run_ceiling(int blocks_per_sm, int sms, const Bufs& b) {
+  const int blocks = blocks_per_sm * sms, n = (int)(MAT_BYTES / sizeof(uint4));
+  const float us = time_launches([&](int i) {
+    stream_read<UNR><<<blocks, THREADS>>>(reinterpret_cast<const uint4*>(b.W + (size_t)(i % NMAT) * MAT_ELEMS), n,
+                                          b.sink);
+  });
+  printf("%-10s %2d %2s %4s %6d %8s %9s", "ceiling", UNR, "-", "-", blocks, "-", "-");
+  print_bw(us);
+  printf(" %10s %5s\n", "-", "-");
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  printf("device: %s, %d SMs, L2 %.0f MB; W = %d x %d f16 = %zu MiB, %d matrices cycled; "
+         "%d warm-up + %d timed launches\n",
+         prop.name, sms, prop.l2CacheSize / 1e6, K, N, MAT_BYTES >> 20, NMAT, WARMUP, TIMED);
+  printf("TB/s = 32 MiB of W / time per launch; %%peak of %.1f TB/s; partialKB = split-K scratch written per launch\n\n",
+         PEAK_TBS);
+
+  Bufs b;
+  CK(cudaMalloc(&b.W, NMAT * MAT_BYTES));
+  CK(cudaMalloc(&b.x, (size_t)MMAX * K * sizeof(float)));
+  CK(cudaMalloc(&b.y, (size_t)MMAX * N * sizeof(float)));
+  CK(cudaMalloc(&b.yref, (size_t)MMAX * N * sizeof(float)));
+  CK(cudaMalloc(&b.scratch, (size_t)MAX_SPLITS * MMAX * N * sizeof(float)));
+  CK(cudaMalloc(&b.tickets, 64 * sizeof(unsigned)));  // one per strip; at most N/64 strips
+  CK(cudaMalloc(&b.sink, (size_t)8 * sms * THREADS * sizeof(unsigned)));
+  CK(cudaMemset(b.tickets, 0, 64 * sizeof(unsigned)));
+  fill_half<<<sms * 8, THREADS>>>(b.W, NMAT * MAT_ELEMS, 0x1234u, 1.0f / 64);
+  CK(cudaGetLastError());
+  fill_float<<<sms, THREADS>>>(b.x, (size_t)MMAX * K, 0xBEEFu);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+
+  print_header();
+  run_all<64>("strip128", 4, b);    // P1: 64 strips x 4 splits = 256 blocks
+  run_all<64>("strip128", 8, b);    //     2x blocks
+  run_all<256>("warp512", 16, b);   // P2: 16 strips x 16 splits = 256 blocks
+  run_all<256>("warp512", 32, b);   //     2x blocks
+  run_all<2048>("block4k", 128, b); // P3: 2 strips x 128 splits = 256 blocks
+  run_ceiling<4>(2, sms, b);
+  run_ceiling<4>(4, sms, b);
+  run_ceiling<8>(4, sms, b);
+  run_ceiling<8>(8, sms, b);
+
+  CK(cudaFree(b.W));
+  CK(cudaFree(b.x));
+  CK(cudaFree(b.y));
+  CK(cudaFree(b.yref));
+  CK(cudaFree(b.scratch));
+  CK(cudaFree(b.tickets));
+  CK(cudaFree(b.sink));
+  return 0;
+}
