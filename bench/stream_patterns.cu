@@ -12,6 +12,10 @@
 //   P1 strip128: SW=64   -> 8 threads per row,   32 row groups (rows g, g+32, ...)
 //   P2 warp512:  SW=256  -> 32 threads per row,  8 row groups = warps
 //   P3 block4k:  SW=2048 -> 256 threads per row, 1 row group (rows k, k+1, ...)
+// The ceiling lines are a plain read of the same 32 MiB per launch, back to
+// back on one stream ("ceiling"), and with programmatic dependent launch
+// ("pdl", "pdl-early"), which lets one launch's reads overlap the previous
+// launch's tail the way gdl's graph edges do.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -211,6 +215,33 @@ __global__ void __launch_bounds__(THREADS) stream_read(const uint4* __restrict__
   out[blockIdx.x * blockDim.x + threadIdx.x] = f;  // keeps the loads alive
 }
 
+// The same read, launched with programmatic dependent launch (as gdl's
+// graph edges are): the next launch may start on the SMs this one frees
+// (kEarly: as soon as every block has started, the most overlap), and its
+// blocks wait for this launch to finish only before their one write, the
+// way a layer could stream its weights before its input is ready.
+template <int UNR, bool kEarly>
+__global__ void __launch_bounds__(THREADS) stream_read_overlapped(const uint4* __restrict__ p, int n,
+                                                                  unsigned* __restrict__ out) {
+  if (kEarly) asm volatile("griddepcontrol.launch_dependents;" :::);
+  const int stride = gridDim.x * blockDim.x;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned f = 0;
+  for (; i + (UNR - 1) * stride < n; i += UNR * stride) {
+    uint4 v[UNR];
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) v[u] = __ldg(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) f ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldg(p + i);
+    f ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  out[blockIdx.x * blockDim.x + threadIdx.x] = f;
+}
+
 // ---------------------------------------------------------------- host side
 struct Bufs {
   __half* W;  // NMAT matrices back to back
@@ -220,6 +251,8 @@ struct Bufs {
 
 // Per-launch microseconds: WARMUP launches, then TIMED back to back, each on
 // the next matrix (i % NMAT) so the one it reads is not L2 resident.
+cudaStream_t g_stream;  // every launch and event (programmatic launches need a stream of their own)
+
 template <class F>
 float time_launches(F launch) {
   cudaEvent_t e0, e1;
@@ -227,9 +260,9 @@ float time_launches(F launch) {
   CK(cudaEventCreate(&e1));
   for (int i = 0; i < WARMUP; ++i) launch(i);
   CK(cudaGetLastError());
-  CK(cudaEventRecord(e0));
+  CK(cudaEventRecord(e0, g_stream));
   for (int i = 0; i < TIMED; ++i) launch(WARMUP + i);
-  CK(cudaEventRecord(e1));
+  CK(cudaEventRecord(e1, g_stream));
   CK(cudaGetLastError());
   CK(cudaEventSynchronize(e1));
   float ms = 0.f;
@@ -263,16 +296,17 @@ void run_pattern(const char* name, int S, const Bufs& b) {
   CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 
   const float us = time_launches([&](int i) {
-    kern<<<blocks, THREADS, smem>>>(b.W + (size_t)(i % NMAT) * MAT_ELEMS, b.x, b.y, b.scratch, b.tickets, S);
+    kern<<<blocks, THREADS, smem, g_stream>>>(b.W + (size_t)(i % NMAT) * MAT_ELEMS, b.x, b.y, b.scratch, b.tickets, S);
   });
 
   // Verify on matrix 0 after the timed launches (also checks the ticket reset).
-  CK(cudaMemset(b.y, 0xFF, (size_t)M * N * sizeof(float)));  // NaN: unwritten outputs fail
-  kern<<<blocks, THREADS, smem>>>(b.W, b.x, b.y, b.scratch, b.tickets, S);
+  CK(cudaMemsetAsync(b.y, 0xFF, (size_t)M * N * sizeof(float), g_stream));  // NaN: unwritten outputs fail
+  kern<<<blocks, THREADS, smem, g_stream>>>(b.W, b.x, b.y, b.scratch, b.tickets, S);
   CK(cudaGetLastError());
-  gemv_ref<<<dim3(N / 256, M), 256>>>(b.W, b.x, b.yref, M);
+  gemv_ref<<<dim3(N / 256, M), 256, 0, g_stream>>>(b.W, b.x, b.yref, M);
   CK(cudaGetLastError());
   std::vector<float> y((size_t)M * N), r((size_t)M * N);
+  CK(cudaStreamSynchronize(g_stream));  // a non-blocking stream: the copies below do not wait for it
   CK(cudaMemcpy(y.data(), b.y, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(r.data(), b.yref, r.size() * sizeof(float), cudaMemcpyDeviceToHost));
   double maxref = 0.0, maxdiff = 0.0;
@@ -302,10 +336,31 @@ template <int UNR>
 void run_ceiling(int blocks_per_sm, int sms, const Bufs& b) {
   const int blocks = blocks_per_sm * sms, n = (int)(MAT_BYTES / sizeof(uint4));
   const float us = time_launches([&](int i) {
-    stream_read<UNR><<<blocks, THREADS>>>(reinterpret_cast<const uint4*>(b.W + (size_t)(i % NMAT) * MAT_ELEMS), n,
-                                          b.sink);
+    stream_read<UNR><<<blocks, THREADS, 0, g_stream>>>(
+        reinterpret_cast<const uint4*>(b.W + (size_t)(i % NMAT) * MAT_ELEMS), n, b.sink);
   });
   printf("%-10s %2d %2s %4s %6d %8s %9s", "ceiling", UNR, "-", "-", blocks, "-", "-");
+  print_bw(us);
+  printf(" %10s %5s\n", "-", "-");
+}
+
+template <int UNR, bool kEarly>
+void run_ceiling_overlapped(int blocks_per_sm, int sms, const Bufs& b) {
+  const int blocks = blocks_per_sm * sms, n = (int)(MAT_BYTES / sizeof(uint4));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(THREADS);
+  cfg.stream = g_stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  const float us = time_launches([&](int i) {
+    const uint4* w = reinterpret_cast<const uint4*>(b.W + (size_t)(i % NMAT) * MAT_ELEMS);
+    CK(cudaLaunchKernelEx(&cfg, stream_read_overlapped<UNR, kEarly>, w, n, b.sink));
+  });
+  printf("%-10s %2d %2s %4s %6d %8s %9s", kEarly ? "pdl-early" : "pdl", UNR, "-", "-", blocks, "-", "-");
   print_bw(us);
   printf(" %10s %5s\n", "-", "-");
 }
@@ -320,6 +375,7 @@ int main() {
   printf("TB/s = 32 MiB of W / time per launch; %%peak of %.1f TB/s; partialKB = split-K scratch written per launch\n\n",
          PEAK_TBS);
 
+  CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   Bufs b;
   CK(cudaMalloc(&b.W, NMAT * MAT_BYTES));
   CK(cudaMalloc(&b.x, (size_t)MMAX * K * sizeof(float)));
@@ -345,6 +401,10 @@ int main() {
   run_ceiling<4>(4, sms, b);
   run_ceiling<8>(4, sms, b);
   run_ceiling<8>(8, sms, b);
+  // With launch overlap: does the per-launch ceiling rise toward the copy rate?
+  run_ceiling_overlapped<4, false>(4, sms, b);
+  run_ceiling_overlapped<4, true>(4, sms, b);
+  run_ceiling_overlapped<8, true>(4, sms, b);
 
   CK(cudaFree(b.W));
   CK(cudaFree(b.x));
@@ -353,5 +413,6 @@ int main() {
   CK(cudaFree(b.scratch));
   CK(cudaFree(b.tickets));
   CK(cudaFree(b.sink));
+  CK(cudaStreamDestroy(g_stream));
   return 0;
 }
