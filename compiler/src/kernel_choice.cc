@@ -11,8 +11,7 @@
 // 3. Splits: a kernel's output tiles (rows kernel: 128-byte column strips
 //    of b; tiled kernels: 64 x 128 tiles at the largest binding) are
 //    multiplied by a K split count so that the launch has about
-//    kTargetMultiprocessors * kMatmulBlocksPerSM blocks (the rows kernel
-//    with at most kRowsSmallWeightBytes of b: one per multiprocessor), at most
+//    kTargetMultiprocessors * kMatmulBlocksPerSM blocks, at most
 //    kMaxSplits, and each split keeps at least 64 positions of K (rows) or
 //    two K steps (tiled). Then the count drops until the partial tiles fit
 //    kMaxScratchBytes.
@@ -148,9 +147,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   const int64_t step_k = c.tiles == MatmulKernel::kSimt ? kSimtStepK : kMmaStepK;
   if (c.use_rows) {
     c.row_tile = static_cast<int>(std::min<int64_t>(pow2_at_least(rows_held), t == DType::kF32 ? 16 : 8));
-    const uint64_t b_bytes = static_cast<uint64_t>(k_max * n_max) * dtype_size(t);
-    const int64_t rows_blocks_wanted = b_bytes <= kRowsSmallWeightBytes ? kTargetMultiprocessors : blocks_wanted;
-    c.rows_splits = split_count(strips, rows_blocks_wanted, std::max<int64_t>(1, k_max / kMinRowsPerSplit));
+    c.rows_splits = split_count(strips, blocks_wanted, std::max<int64_t>(1, k_max / kMinRowsPerSplit));
     while (c.rows_splits > 1 &&
            static_cast<uint64_t>(c.rows_splits * strips * rows_held * strip_cols) * 4 > kMaxScratchBytes)
       --c.rows_splits;

@@ -17,13 +17,6 @@ inline constexpr int64_t kTargetMultiprocessors = 132;
 // Blocks of the matmul kernels (256 threads, about 128 registers) that
 // reside on one multiprocessor, and of the attention kernel.
 inline constexpr int64_t kMatmulBlocksPerSM = 2;
-// A rows kernel whose b has at most this many bytes asks for one block per
-// multiprocessor instead: the next kernel's blocks then find a free slot
-// while it runs and pull their part of its b into L2 early (launch overlap,
-// gdl_abi.cuh). Measured on the H200, W2 H=1024 f16 (2 MiB of weights per
-// layer): B=1 62.4 -> 60.6 us, B=8 72.9 -> 64.8 us; with 32 MiB per layer
-// (H=4096) half the blocks were 34% slower (docs/performance.md).
-inline constexpr uint64_t kRowsSmallWeightBytes = uint64_t{8} << 20;
 inline constexpr int64_t kAttentionBlocksPerSM = 3;
 // Row counts up to this take the memory-bound rows kernel (gdl::matmul_rows).
 inline constexpr int64_t kMatmulRowsLimit = 16;
