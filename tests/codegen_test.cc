@@ -424,11 +424,11 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(hr.grid_y == std::max<int64_t>(strips * hybrid.rows_splits, 32 * hybrid.tile_splits));
     CHECK(p.steps[s].scratch_bytes == hybrid.scratch.partial_bytes());
 
-    // tiles: 256 x 256 is 8 tiles of 64 x 128; K = 512 split 8 ways (two
-    // steps of 32 each for mma), 16 for simt (the cap).
+    // tiles: 256 x 256 is 8 tiles of 64 x 128; K = 512 split 4 ways, each
+    // part at least 128 positions of K (kernel_choice.cc).
     const MatmulChoice tiles = choose_matmul(p.graph, p.graph.node(k.value["tiles"]));
     CHECK_FALSE(tiles.use_rows);
-    CHECK(tiles.tile_splits == (f32 ? 16 : 8));
+    CHECK(tiles.tile_splits == 4);
     s = step_writing(p, k.value["tiles"]);
     CHECK(code.kernels[s].launch.grid_y == 8 * tiles.tile_splits);
     CHECK(code.kernels[s].launch.work.empty());
