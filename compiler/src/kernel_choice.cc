@@ -35,9 +35,9 @@ namespace {
 
 constexpr int64_t kRowsLanes = 8;  // gdl_matmul.cuh: mm::kRowLanes
 constexpr int64_t kTileRows = kMatmulTileRows, kTileCols = kMatmulTileCols;
-constexpr int64_t kMmaStepK = 32, kSimtStepK = 16;
 // Positions of K that one split part of a matmul keeps at least (rows and
-// tiled kernels). 128 rather than 64: measured on the H200, W2 H=1024 (K =
+// tiled kernels; four K steps of the tensor-core kernel, eight of the FMA
+// one). 128 rather than 64: measured on the H200, W2 H=1024 (K =
 // 1024, 8 parts instead of 16) f16 B=1 63.1 -> 60.7 us, B=8 74.5 -> 67.1,
 // B=64 193 -> 181, f32 B=64 223 -> 213; the last part adds fewer partials.
 constexpr int64_t kMinKPerSplit = 128;
@@ -148,7 +148,6 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   const int64_t strips = ceil_div(std::max<int64_t>(1, n_max), strip_cols);
   const int64_t rows_held = std::min(std::max<int64_t>(1, c.rows_max), kMatmulRowsLimit);
   const int64_t tiles = tile_count(g, n, c);  // at the largest binding
-  const int64_t step_k = c.tiles == MatmulKernel::kSimt ? kSimtStepK : kMmaStepK;
   if (c.use_rows) {
     c.row_tile = static_cast<int>(std::min<int64_t>(pow2_at_least(rows_held), t == DType::kF32 ? 16 : 8));
     c.rows_splits = split_count(strips, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
@@ -157,8 +156,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
       --c.rows_splits;
   }
   if (c.use_tiles && c.tiles != MatmulKernel::kGeneral) {
-    const int64_t min_k = std::max(kMinKPerSplit, 2 * step_k);
-    c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / min_k));
+    c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
     while (c.tile_splits > 1 &&
            static_cast<uint64_t>(c.tile_splits * tiles * kTileRows * kTileCols) * 4 > kMaxScratchBytes)
       --c.tile_splits;
