@@ -195,34 +195,15 @@ gemv_pattern(const __half* __restrict__ W, const float* __restrict__ x, float* _
 }
 
 // ---------------------------------------------------------------- ceiling kernel
-// Pure streaming read: grid-stride 16-byte loads, UNR in flight, folded by xor.
-template <int UNR>
-__global__ void __launch_bounds__(THREADS) stream_read(const uint4* __restrict__ p, int n, unsigned* __restrict__ out) {
-  const int stride = gridDim.x * blockDim.x;
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  unsigned f = 0;
-  for (; i + (UNR - 1) * stride < n; i += UNR * stride) {
-    uint4 v[UNR];
-#pragma unroll
-    for (int u = 0; u < UNR; ++u) v[u] = __ldg(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < UNR; ++u) f ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = __ldg(p + i);
-    f ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  out[blockIdx.x * blockDim.x + threadIdx.x] = f;  // keeps the loads alive
-}
-
-// The same read, launched with programmatic dependent launch (as gdl's
-// graph edges are): the next launch may start on the SMs this one frees
-// (kEarly: as soon as every block has started, the most overlap), and its
-// blocks wait for this launch to finish only before their one write, the
-// way a layer could stream its weights before its input is ready.
+// Pure streaming read: grid-stride 16-byte loads, UNR in flight, folded by
+// xor. Launched plainly ("ceiling"), griddepcontrol.wait is a no-op. With
+// programmatic dependent launch (as gdl's graph edges are), the next launch
+// may start on the SMs this one frees (kEarly: as soon as every block has
+// started, the most overlap), and its blocks wait for this launch to finish
+// only before their one write, the way a layer could stream its weights
+// before its input is ready.
 template <int UNR, bool kEarly>
-__global__ void __launch_bounds__(THREADS) stream_read_overlapped(const uint4* __restrict__ p, int n,
-                                                                  unsigned* __restrict__ out) {
+__global__ void __launch_bounds__(THREADS) stream_read(const uint4* __restrict__ p, int n, unsigned* __restrict__ out) {
   if (kEarly) asm volatile("griddepcontrol.launch_dependents;" :::);
   const int stride = gridDim.x * blockDim.x;
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -239,7 +220,7 @@ __global__ void __launch_bounds__(THREADS) stream_read_overlapped(const uint4* _
     f ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  out[blockIdx.x * blockDim.x + threadIdx.x] = f;
+  out[blockIdx.x * blockDim.x + threadIdx.x] = f;  // keeps the loads alive
 }
 
 // ---------------------------------------------------------------- host side
@@ -336,7 +317,7 @@ template <int UNR>
 void run_ceiling(int blocks_per_sm, int sms, const Bufs& b) {
   const int blocks = blocks_per_sm * sms, n = (int)(MAT_BYTES / sizeof(uint4));
   const float us = time_launches([&](int i) {
-    stream_read<UNR><<<blocks, THREADS, 0, g_stream>>>(
+    stream_read<UNR, false><<<blocks, THREADS, 0, g_stream>>>(
         reinterpret_cast<const uint4*>(b.W + (size_t)(i % NMAT) * MAT_ELEMS), n, b.sink);
   });
   printf("%-10s %2d %2s %4s %6d %8s %9s", "ceiling", UNR, "-", "-", blocks, "-", "-");
@@ -358,7 +339,7 @@ void run_ceiling_overlapped(int blocks_per_sm, int sms, const Bufs& b) {
   cfg.numAttrs = 1;
   const float us = time_launches([&](int i) {
     const uint4* w = reinterpret_cast<const uint4*>(b.W + (size_t)(i % NMAT) * MAT_ELEMS);
-    CK(cudaLaunchKernelEx(&cfg, stream_read_overlapped<UNR, kEarly>, w, n, b.sink));
+    CK(cudaLaunchKernelEx(&cfg, stream_read<UNR, kEarly>, w, n, b.sink));
   });
   printf("%-10s %2d %2s %4s %6d %8s %9s", kEarly ? "pdl-early" : "pdl", UNR, "-", "-", blocks, "-", "-");
   print_bw(us);
