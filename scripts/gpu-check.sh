@@ -173,7 +173,7 @@ print("duration", d.get("gpu__time_duration.sum"), "ns; DRAM", d.get("dram__thro
 PY
       ;;
     stream_patterns)
-      grep -E "^(device|pattern|strip|warp|block|ceiling)" "$log" | sed "s/^/$name: /" ;;
+      grep -E "^(device|pattern|strip|warp|block|ceiling|pdl)" "$log" | sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;
