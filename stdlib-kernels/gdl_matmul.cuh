@@ -75,7 +75,11 @@ constexpr int kStageFloats = 8192;                // staged rows of a, then the 
 constexpr int kMmaBM = 64, kMmaBN = 128, kMmaBK = 32;
 constexpr int kMmaLdA = kMmaBK + 8, kMmaLdB = kMmaBN + 8, kMmaLdC = kMmaBN + 4;  // padded against bank conflicts
 constexpr int kMmaStageA = kMmaBM * kMmaLdA, kMmaStageB = kMmaBK * kMmaLdB;       // elements per buffer
-constexpr int kMmaOperandBytes = 2 * (kMmaStageA + kMmaStageB) * 2;
+// Operand stages in flight: copies for steps k + 1 .. k + kMmaStages - 1
+// land while the tensor cores work on step k. Three fit the static shared
+// memory limit (48 KiB) with the fold's tile.
+constexpr int kMmaStages = 3;
+constexpr int kMmaOperandBytes = kMmaStages * (kMmaStageA + kMmaStageB) * 2;
 constexpr int kMmaResultBytes = kMmaBM * kMmaLdC * 4;
 // matmul_simt
 constexpr int kSimtBM = 64, kSimtBN = 128, kSimtBK = 16;
@@ -506,11 +510,57 @@ template <int BM, int BN, typename Pro> GDL_DEV float tile_value(const Pro& pro,
   else return v;
 }
 
+// Element i (0..3) of a float4.
+GDL_DEV float lane4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// Stores a BM x BN tile at (m0, n0) of c (`base` the result's batch entry
+// offset) through the epilogue. Each thread takes kStoreVectors vectors of
+// 4 elements at a time, e0 + j * kStoreStride for j < kStoreVectors (e =
+// row * BN + col, e0 a multiple of 4): sums(e0, v) fills v[j] with their
+// sums, and store_tile evaluates all their epilogues before it stores any.
+// The loads are what costs here, not the bytes: a store may alias the
+// epilogue's own loads (bias, residual), so storing element by element puts
+// one load round trip per element on the thread's path (32 for a 64 x 128
+// tile); this puts one per 16 elements.
+constexpr int kStoreVectors = 4, kStoreStride = mm::kThreads * 4;
+template <int BM, int BN, typename I, typename TC, typename Epi, typename Pro, typename Sums>
+GDL_DEV void store_tile(TC* c, I M, I N, I base, I m0, I n0, const Epi& epi, const Pro& pro, const FoldTile<BM, BN>& f,
+                        const Sums& sums) {
+  constexpr int J = kStoreVectors, STEP = kStoreStride * J;
+  static_assert(BN % 4 == 0 && (BM * BN) % STEP == 0, "whole vectors of whole rows");
+  using R = decltype(epi(0.0f, I{}));
+  for (int e0 = (int)threadIdx.x * 4; e0 < BM * BN; e0 += STEP) {
+    float4 v[J];
+    sums(e0, v);
+    R r[J][4] = {};
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = e0 + j * kStoreStride + i;
+        const I m = m0 + e / BN, n = n0 + e % BN;
+        if (m < M && n < N) r[j][i] = epi(tile_value(pro, lane4(v[j], i), e, f), base + m * N + n);
+      }
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = e0 + j * kStoreStride + i;
+        const I m = m0 + e / BN, n = n0 + e % BN;
+        if (m < M && n < N) c[base + m * N + n] = cvt<TC>(r[j][i]);
+      }
+  }
+}
+
 // After every thread stored its elements of part s (element e = row * BN +
 // col of the tile at (m0, n0), `base` the result's batch entry offset): the
 // last part to arrive adds the parts in split order and stores the results
 // (with a norm prologue, after adding the parts' column sums and loading
-// the row statistics that the parts computed).
+// the row statistics that the parts computed). One block reads every part
+// of the tile (256 KiB for 8 parts of 64 x 128) while the other blocks of
+// the launch may be done, so this is the launch's tail: each thread keeps
+// kCombineParts parts of its kStoreVectors vectors in flight at once.
+constexpr int kCombineParts = 4;
 template <int BM, int BN, typename I, typename TC, typename Epi, typename Pro>
 GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, const SplitScratch& sk,
                           const Epi& epi, const Pro& pro, FoldTile<BM, BN>& f) {
@@ -524,16 +574,46 @@ GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, 
     for (int i = threadIdx.x; i < BM; i += mm::kThreads) f.st[i] = __ldcg(fold_stats<BM, BN>(sk, tiles, tile) + i);
     __syncthreads();
   }
-  for (int e = threadIdx.x; e < BM * BN; e += mm::kThreads) {
-    const I m = m0 + e / BN, n = n0 + e % BN;
-    if (m >= M || n >= N) continue;
-    float v = 0.0f;
-    for (I q = 0; q < (I)sk.splits; ++q) v += __ldcg(tile_part<BM, BN>(sk, q, tiles, tile) + e);
-    store_result(c, base + m * N + n, tile_value(pro, v, e, f), epi);
-  }
+  const auto sums = [&](int e0, float4 (&v)[kStoreVectors]) {
+    constexpr int J = kStoreVectors, Q = kCombineParts;
+#pragma unroll
+    for (int j = 0; j < J; ++j) v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (I q0 = 0; q0 < (I)sk.splits; q0 += Q) {
+      float4 p[Q][J];
+#pragma unroll
+      for (int u = 0; u < Q; ++u) {
+        const float4* part = reinterpret_cast<const float4*>(tile_part<BM, BN>(sk, q0 + (I)u, tiles, tile) + e0);
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+          p[u][j] = q0 + (I)u < (I)sk.splits ? __ldcg(part + j * (kStoreStride / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < Q; ++u)  // in split order
+#pragma unroll
+        for (int j = 0; j < J; ++j) v[j].x += p[u][j].x, v[j].y += p[u][j].y, v[j].z += p[u][j].z, v[j].w += p[u][j].w;
+    }
+  };
+  store_tile<BM, BN>(c, M, N, base, m0, n0, epi, pro, f, sums);
 }
 
 // ------------------------------------------------------------ matmul_mma
+
+// 16 bytes global -> shared without passing through registers (cp.async;
+// the copy lands by the matching cp_async_wait), and the group fences.
+GDL_DEV void cp_async16(void* smem_dst, const void* src) {
+  const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+GDL_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int Pending> GDL_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory"); }
+
+// Stages one 16-byte vector: an asynchronous copy when it is whole and
+// aligned, else (an edge, an unaligned operand) a load and a store here,
+// zero-filled past `valid` elements.
+template <typename T> GDL_DEV void stage16(T* dst, const T* src, int valid, bool vector) {
+  if (vector && valid >= Vec16<T>::n) cp_async16(dst, src);
+  else *reinterpret_cast<uint4*>(dst) = valid > 0 ? load16(src, valid, vector) : zero16();
+}
 
 template <typename T, typename I, typename TC, typename Epi, typename Pro, int NB>
 GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, const BatchMap<NB, 2, I>& batches,
@@ -542,8 +622,9 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
   constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN, BK = mm::kMmaBK;
   constexpr int LDA = mm::kMmaLdA, LDB = mm::kMmaLdB, LDC = mm::kMmaLdC;
   if (blockDim.x != mm::kThreads) __trap();
-  T* As = reinterpret_cast<T*>(smem);        // [2][BM][LDA]
-  T* Bs = As + 2 * mm::kMmaStageA;           // [2][BK][LDB]
+  constexpr int STAGES = mm::kMmaStages;
+  T* As = reinterpret_cast<T*>(smem);          // [STAGES][BM][LDA]
+  T* Bs = As + STAGES * mm::kMmaStageA;        // [STAGES][BK][LDB]
   float* Cs = reinterpret_cast<float*>(smem);  // [BM][LDC], after the k loop
   __shared__ FoldTile<BM, BN> fold;  // norm prologue (unused without one)
   const int tid = threadIdx.x, warp = tid >> 5;
@@ -569,25 +650,20 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     const I ksteps = k_hi > k_lo ? ceil_div(k_hi - k_lo, (I)BK) : (I)0;
     float cs = 0.0f, bs = 0.0f;  // the fold's column sums
 
-    uint4 ra, rb[2];
-    I ra_k = 0;  // the position of ra's first element
-    const auto fetch = [&](I k0) {
+    // Step kt's operands into stage buffer kt % STAGES: a's vector of this
+    // thread and two of b's.
+    const auto issue = [&](I kt) {
+      const int buf = (int)(kt % STAGES);
+      const I k0 = k_lo + kt * BK;
       const I m = m0 + a_row, ka = k0 + a_col;
-      ra_k = ka;
-      ra = m < M ? load16(ab + m * K + ka, vec_valid<8>(ka, k_hi), vec_a) : zero16();
+      stage16(As + buf * mm::kMmaStageA + a_row * LDA + a_col, ab + (m < M ? m : (I)0) * K + ka,
+              m < M ? vec_valid<8>(ka, k_hi) : 0, vec_a);
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int l = tid + u * mm::kThreads, row = l / (BN / 8), col = (l % (BN / 8)) * 8;
         const I kb = k0 + row, n = n0 + col;
-        rb[u] = kb < k_hi ? load16(bb + kb * N + n, vec_valid<8>(n, N), vec_b) : zero16();
-      }
-    };
-    const auto stash = [&](int buf) {
-      *reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col) = scale16<T>(pro, ra, ra_k, k_hi);
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int l = tid + u * mm::kThreads, row = l / (BN / 8), col = (l % (BN / 8)) * 8;
-        *reinterpret_cast<uint4*>(Bs + buf * mm::kMmaStageB + row * LDB + col) = rb[u];
+        stage16(Bs + buf * mm::kMmaStageB + row * LDB + col, bb + (kb < k_hi ? kb : (I)0) * N + n,
+                kb < k_hi ? vec_valid<8>(n, N) : 0, vec_b);
       }
     };
 
@@ -596,14 +672,22 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-    if (ksteps > 0) fetch(k_lo);
-    fold_stats_share<BM, BN, T>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);  // while those loads land
-    if (ksteps > 0) stash(0);
-    __syncthreads();
+#pragma unroll
+    for (int kt = 0; kt < STAGES - 1; ++kt) {  // one group per step, empty past the last
+      if ((I)kt < ksteps) issue((I)kt);
+      cp_async_commit();
+    }
+    fold_stats_share<BM, BN, T>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);  // while those copies land
     for (I kt = 0; kt < ksteps; ++kt) {
-      const int buf = (int)(kt & 1);
-      const bool more = kt + 1 < ksteps;
-      if (more) fetch(k_lo + (kt + 1) * BK);  // lands while the tensor cores work on this step
+      const int buf = (int)(kt % STAGES);
+      cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
+      if constexpr (Pro::active && Pro::weighted) {  // the fold stages a as x * w: this thread's own vector
+        uint4* own = reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col);
+        *own = scale16<T>(pro, *own, k_lo + kt * BK + a_col, k_hi);
+      }
+      __syncthreads();  // everyone's copies of step kt are visible; step kt - 1's readers are done
+      if (kt + STAGES - 1 < ksteps) issue(kt + STAGES - 1);  // into step kt - 1's buffer
+      cp_async_commit();
       const T* at = As + buf * mm::kMmaStageA;
       const T* bt = Bs + buf * mm::kMmaStageB;
 #pragma unroll
@@ -620,9 +704,9 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
           for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
       }
       fold_column_step<BK>(pro, bt, LDB, k_lo + kt * BK, k_hi, cs, bs);
-      if (more) stash(buf ^ 1);  // its readers finished at the barrier that ended the previous step
-      __syncthreads();
     }
+    cp_async_wait<0>();
+    __syncthreads();  // Cs overlays the stage buffers
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -631,14 +715,16 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     fold_columns_done(pro, cs, bs, s, tiles, tile, sk, fold);  // (its barriers also publish Cs)
     __syncthreads();
     const I base = batch * M * N;
+    const auto cs4 = [&](int e) { return *reinterpret_cast<const float4*>(Cs + (e / BN) * LDC + e % BN); };
     if (S == 1) {
-      for (int e = tid; e < BM * BN; e += mm::kThreads) {
-        const I m = m0 + e / BN, n = n0 + e % BN;
-        if (m < M && n < N) store_result(c, base + m * N + n, tile_value(pro, Cs[(e / BN) * LDC + e % BN], e, fold), epi);
-      }
+      const auto sums = [&](int e0, float4 (&v)[kStoreVectors]) {
+#pragma unroll
+        for (int j = 0; j < kStoreVectors; ++j) v[j] = cs4(e0 + j * kStoreStride);
+      };
+      store_tile<BM, BN>(c, M, N, base, m0, n0, epi, pro, fold, sums);
     } else {
       float* part = tile_part<BM, BN>(sk, s, tiles, tile);
-      for (int e = tid; e < BM * BN; e += mm::kThreads) __stcg(part + e, Cs[(e / BN) * LDC + e % BN]);
+      for (int e = tid * 4; e < BM * BN; e += mm::kThreads * 4) __stcg(reinterpret_cast<float4*>(part + e), cs4(e));
       combine_tile<BM, BN>(c, M, N, base, m0, n0, tile, tiles, sk, epi, pro, fold);
     }
     __syncthreads();  // Cs is the next task's operand buffer
