@@ -15,7 +15,7 @@
 #               per issued instruction) of the matmul probes p3 (rows
 #               kernel, fixed B), p10 (rows kernel, B at run time), p4 (rows
 #               or tensor cores at run time), p7 (4096-wide rows kernel) and
-#               of one W2 layer at B=1 and 8; not part of `all`
+#               of one W2 layer at B=1, 8 and 64; not part of `all`
 # 3c. stream:   bench/stream_patterns.cu (nvcc here): a 32 MiB weight
 #               stream per launch by access pattern and a pure read, the
 #               ceiling of one W2 H=4096 layer; not part of `all`
@@ -101,8 +101,9 @@ if [[ $what == stalls ]]; then
   stall p10_mm1024_rows_dynamic bench/probes/p10_mm1024_rows_dynamic.gdl gdl_s0_matmul --dim B=1
   stall p4_mm1024_hybrid bench/probes/p4_mm1024_hybrid.gdl gdl_s0_matmul --dim B=1
   stall p7_mm4096_rows bench/probes/p7_mm4096_rows.gdl gdl_s0_matmul
-  # A middle layer of W2 (norm prologue, rows kernel, epilogue) at B=1 and 8.
-  for B in 1 8; do
+  # A middle layer of W2 (norm prologue, rows kernel at B=1 and 8, tiled
+  # kernel at B=64, epilogue).
+  for B in 1 8 64; do
     stall "w2_h4096_f16_b$B" bench/workloads/w2_mlp_h4096_f16.gdl gdl_s3_matmul --dim "B=$B"
     stall "w2_h1024_f16_b$B" bench/workloads/w2_mlp_h1024_f16.gdl gdl_s3_matmul --dim "B=$B"
   done

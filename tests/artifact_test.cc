@@ -66,6 +66,16 @@ Artifact sample_artifact() {
     k.launch.shared_bytes = static_cast<uint32_t>(i * 512);
     if (i % 2) k.scalars_used = {0};
     k.depends_on_dims = i % 2 == 0;
+    if (i == 1) {  // a step with a large kernel (codegen.h LargeKernel)
+      k.large.symbol = k.symbol + "_tiled";
+      k.large.launch.work = k.launch.work;
+      k.large.launch.items_per_block = 64;
+      k.large.launch.grid_y = 40;
+      k.large.launch.block = 256;
+      k.large.rows = k.launch.work;
+      if (!k.large.rows.empty()) k.large.rows.pop_back();
+      k.large.rows_limit = 16;
+    }
     a.kernels.push_back(k);
   }
   a.module.arch = "sm_90";
@@ -141,7 +151,15 @@ void check_same_artifact(const Artifact& x, const Artifact& y) {
     CHECK(a.launch.shared_bytes == b.launch.shared_bytes);
     CHECK(a.scalars_used == b.scalars_used);
     CHECK(a.depends_on_dims == b.depends_on_dims);
+    CHECK(a.large.symbol == b.large.symbol);
+    CHECK(a.large.launch.work == b.large.launch.work);
+    CHECK(a.large.launch.items_per_block == b.large.launch.items_per_block);
+    CHECK(a.large.launch.grid_y == b.large.launch.grid_y);
+    CHECK(a.large.launch.block == b.large.launch.block);
+    CHECK(a.large.rows == b.large.rows);
+    CHECK(a.large.rows_limit == b.large.rows_limit);
   }
+  CHECK_FALSE(x.kernels.at(1).large.symbol.empty());
   CHECK(x.module.arch == y.module.arch);
   CHECK(x.module.cubin == y.module.cubin);
   CHECK(x.module.ptx == y.module.ptx);
@@ -341,6 +359,11 @@ TEST_CASE("artifact: an invalid graph, an unsound plan or a missing kernel is re
     a.kernels[1].scalars_used = {3};
     CHECK(refusal(serialize_artifact(a)) ==
           "artifact payload is malformed: kernel 1 uses scalar #3, which does not exist");
+  }
+  {
+    Artifact a = sample_artifact();
+    a.kernels[1].large.rows_limit = 0;  // every run would take the large kernel: not what codegen writes
+    CHECK(refusal(serialize_artifact(a)) == "artifact payload is malformed: kernel 1 has an impossible large kernel");
   }
   {
     Artifact a = sample_artifact();

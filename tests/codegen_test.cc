@@ -76,12 +76,14 @@ void require_compiles(const GeneratedCode& code) {
   CHECK(module->nvrtc_major >= 12);
   REQUIRE(module->cubin.size() > 4);
   CHECK(std::string(module->cubin.begin(), module->cubin.begin() + 4) == "\x7f" "ELF");
-  for (const KernelInfo& k : code.kernels) {
-    INFO(k.symbol);
-    CHECK(code.source.find(" " + k.symbol + "(unsigned char* arena") != std::string::npos);
-    CHECK(contains(module->cubin, k.symbol));
-    CHECK(module->ptx.find(".entry " + k.symbol) != std::string::npos);
-  }
+  for (const KernelInfo& k : code.kernels)
+    for (const std::string& symbol : {k.symbol, k.large.symbol}) {
+      if (symbol.empty()) continue;  // no large kernel
+      INFO(symbol);
+      CHECK(code.source.find(" " + symbol + "(unsigned char* arena") != std::string::npos);
+      CHECK(contains(module->cubin, symbol));
+      CHECK(module->ptx.find(".entry " + symbol) != std::string::npos);
+    }
 }
 
 // Every elementwise op in each dtype it accepts, with broadcasting against a
@@ -378,10 +380,11 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     const std::string tiled = f32 ? "gdl::matmul_simt(" : "gdl::matmul_mma(";
     const int64_t strips = f32 ? 128 : 64;  // 128-byte column strips of a 4096-wide w
 
-    // The kernels' text: one rows call, one run-time choice, tiled calls.
+    // The kernels' text: rows calls, tiled calls, and no run-time choice
+    // inside a kernel (the hybrid step has two kernels).
     CHECK(src.find("gdl::matmul_rows<8>(") != std::string::npos);
-    CHECK(src.find(std::string("  if (rows <= 16)\n    gdl::matmul_rows<") + (f32 ? "16" : "8") + ">(") !=
-          std::string::npos);
+    CHECK(src.find(std::string("gdl::matmul_rows<") + (f32 ? "16" : "8") + ">(") != std::string::npos);
+    CHECK(src.find("if (rows <= ") == std::string::npos);
     CHECK(src.find(tiled) != std::string::npos);
     CHECK(src.find("// matmul kernel: rows (") != std::string::npos);
     CHECK(src.find("gdl::attention_split<128, 128, ") != std::string::npos);
@@ -411,17 +414,32 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
           std::string::npos);
 
     // hybrid: 1..64 rows, the rows kernel up to 16 and the tiled one above,
-    // blocks for either: a 64-row band over grid.x, the larger count over grid.y.
+    // two kernels: the rows kernel's strips over grid.y, the tiled kernel's
+    // 64-row bands over grid.x and its tile columns and splits over grid.y.
     const MatmulChoice hybrid = choose_matmul(p.graph, p.graph.node(k.value["hybrid"]));
     CHECK(hybrid.use_rows);
     CHECK(hybrid.use_tiles);
     CHECK(hybrid.tiles == (f32 ? MatmulKernel::kSimt : MatmulKernel::kMma));
     CHECK(hybrid.tile_splits == 8);
     s = step_writing(p, k.value["hybrid"]);
-    const LaunchRule& hr = code.kernels[s].launch;
-    CHECK(hr.work == dims({Dim::runtime(1)}));
-    CHECK(hr.items_per_block == 64);
-    CHECK(hr.grid_y == std::max<int64_t>(strips * hybrid.rows_splits, 32 * hybrid.tile_splits));
+    const KernelInfo& hk = code.kernels[s];
+    CHECK(hk.symbol == "gdl_s" + std::to_string(s) + "_matmul");
+    CHECK(hk.launch.work.empty());
+    CHECK(hk.launch.grid_y == strips * hybrid.rows_splits);
+    CHECK(hk.large.symbol == hk.symbol + "_tiled");
+    CHECK(hk.large.launch.work == dims({Dim::runtime(1)}));
+    CHECK(hk.large.launch.items_per_block == 64);
+    CHECK(hk.large.launch.grid_y == 32 * hybrid.tile_splits);
+    CHECK(hk.large.rows == dims({Dim::runtime(1)}));
+    CHECK(hk.large.rows_limit == 16);
+    CHECK(hk.depends_on_dims);
+    CHECK(src.find(" " + hk.large.symbol + "(unsigned char* arena") != std::string::npos);
+    CHECK(src.find("// step " + std::to_string(s) + ", more than 16 rows: ") != std::string::npos);
+    // The runtime's pick: the rows at the run's dims (C is dim 1).
+    CHECK_FALSE(uses_large_kernel(hk, {8, 1}));
+    CHECK_FALSE(uses_large_kernel(hk, {8, 16}));
+    CHECK(uses_large_kernel(hk, {8, 17}));
+    CHECK_FALSE(uses_large_kernel(code.kernels[step_writing(p, k.value["rows"])], {8, 64}));
     CHECK(p.steps[s].scratch_bytes == hybrid.scratch.partial_bytes());
 
     // tiles: 256 x 256 is 8 tiles of 64 x 128; K = 512 split 4 ways, each

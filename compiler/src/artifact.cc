@@ -141,16 +141,25 @@ void write_plan(Writer& w, const plan::Plan& p) {
   w.u64(p.scratch_bytes);
 }
 
+void write_launch(Writer& w, const LaunchRule& rule) {
+  write_shape(w, rule.work);
+  w.i64(rule.items_per_block);
+  w.u32(rule.grid_y);
+  w.u32(rule.block);
+  w.u32(rule.shared_bytes);
+}
+
 void write_kernels(Writer& w, const std::vector<KernelInfo>& kernels) {
   w.vec(kernels, [&](const KernelInfo& k) {
     w.str(k.symbol);
-    write_shape(w, k.launch.work);
-    w.i64(k.launch.items_per_block);
-    w.u32(k.launch.grid_y);
-    w.u32(k.launch.block);
-    w.u32(k.launch.shared_bytes);
+    write_launch(w, k.launch);
     w.vec(k.scalars_used, [&](int s) { w.i32(s); });
     w.boolean(k.depends_on_dims);
+    w.str(k.large.symbol);
+    if (k.large.symbol.empty()) return;
+    write_launch(w, k.large.launch);
+    write_shape(w, k.large.rows);
+    w.i64(k.large.rows_limit);
   });
 }
 
@@ -364,6 +373,18 @@ void read_plan(Reader& r, plan::Plan& p) {
   p.scratch_bytes = r.u64();
 }
 
+LaunchRule read_launch(Reader& r, const ir::Graph& g, const std::string& where) {
+  LaunchRule rule;
+  rule.work = read_shape(r, g.dims, where);
+  rule.items_per_block = r.i64();
+  rule.grid_y = r.u32();
+  rule.block = r.u32();
+  rule.shared_bytes = r.u32();
+  if (!r.failed() && (rule.items_per_block < 1 || rule.grid_y < 1 || rule.block < 1 || rule.block > 1024))
+    r.fail(where + " has an impossible launch rule");
+  return rule;
+}
+
 std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
   size_t scalar_count = g.leaves(ir::Op::kScalar).size();
   std::vector<KernelInfo> kernels(r.count(30, "kernel"));
@@ -371,13 +392,7 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
     KernelInfo& k = kernels[i];
     std::string where = "kernel " + std::to_string(i);
     k.symbol = r.str("kernel symbol");
-    k.launch.work = read_shape(r, g.dims, where);
-    k.launch.items_per_block = r.i64();
-    k.launch.grid_y = r.u32();
-    k.launch.block = r.u32();
-    k.launch.shared_bytes = r.u32();
-    if (!r.failed() && (k.launch.items_per_block < 1 || k.launch.grid_y < 1 || k.launch.block < 1 || k.launch.block > 1024))
-      r.fail(where + " has an impossible launch rule");
+    k.launch = read_launch(r, g, where);
     k.scalars_used.resize(r.count(4, "scalar index"));
     for (int& s : k.scalars_used) {
       s = r.i32();
@@ -385,6 +400,13 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
         r.fail(where + " uses scalar #" + std::to_string(s) + ", which does not exist");
     }
     k.depends_on_dims = r.boolean("depends_on_dims");
+    k.large.symbol = r.str("large kernel symbol");
+    if (r.failed() || k.large.symbol.empty()) continue;
+    k.large.launch = read_launch(r, g, where + "'s large kernel");
+    k.large.rows = read_shape(r, g.dims, where + "'s large kernel");
+    k.large.rows_limit = r.i64();
+    if (!r.failed() && (k.large.rows_limit < 1 || k.large.symbol == k.symbol))
+      r.fail(where + " has an impossible large kernel");
   }
   return kernels;
 }

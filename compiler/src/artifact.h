@@ -17,7 +17,7 @@
 
 namespace gdl {
 
-inline constexpr uint32_t kArtifactVersion = 2;  // 2: plan steps carry their scratch
+inline constexpr uint32_t kArtifactVersion = 3;  // 2: plan steps carry their scratch; 3: a step's large kernel
 
 struct Artifact {
   plan::Plan plan;                  // holds the graph: names, shapes, dtypes

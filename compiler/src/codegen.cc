@@ -25,6 +25,12 @@
 //       same way over the flat indices of the matmul's result. Buffers are
 //       addressed at their planned offsets; a view's offset may be aligned
 //       to its element size only (plan::buffer_alignment).
+//    A matmul step whose rows are known only at run time and may take
+//    either the rows or a tiled kernel gets both, as two kernels
+//    (gdl_s<step>_matmul and gdl_s<step>_matmul_tiled, codegen.h
+//    LargeKernel): the runtime launches the one for the run's rows.
+//    Measured on the H200, one kernel holding both paths made each path's
+//    speed depend on the other's code (docs/performance.md).
 // 3. KernelInfo per step: the launch rule (elementwise: a grid-stride loop
 //    over the result; structured ops: one block per task, see task_launch),
 //    the run-time scalars read, and whether run-time dims enter.
@@ -257,10 +263,22 @@ std::string valid_count_expr(int symbol) {
   return "gdl::valid_dim(arena, " + std::to_string(plan::kValidDimsOffset) + "ull, " + std::to_string(symbol) + ")";
 }
 
+// Which kernel of its step an emitter writes: the step's only (or first)
+// kernel, or the large kernel of a matmul step that has two (codegen.h
+// LargeKernel).
+enum class Variant { kFirst, kLarge };
+
 class StepEmitter {
  public:
-  StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot)
-      : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot) {}
+  StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot,
+              Variant variant = Variant::kFirst)
+      : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot),
+        variant_(variant) {}
+
+  // After emit(): the step is a matmul with a rows and a large kernel, and
+  // the matmul's rows (its result's shape without the last axis).
+  bool has_large_kernel() const { return two_kernels_; }
+  const Shape& matmul_rows() const { return matmul_rows_; }
 
   std::string emit(KernelInfo& info) {
     GDL_INTERNAL_ASSERT(!step_.values.empty() && step_.result == step_.values.back(),
@@ -289,6 +307,7 @@ class StepEmitter {
     }
 
     info.symbol = "gdl_s" + std::to_string(index_) + "_" + ir::op_name((structured ? anchor : result).op);
+    if (variant_ == Variant::kLarge) info.symbol += "_tiled";
     info.launch = rule;
     info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
     info.depends_on_dims = !dims_used_.empty() || !all_constant(rule.work);
@@ -300,6 +319,9 @@ class StepEmitter {
       for (size_t i = 0; i < step_.deps.size(); ++i) out += (i ? ", " : "") + std::to_string(step_.deps[i]);
       out += ")";
     }
+    if (two_kernels_)
+      out += variant_ == Variant::kLarge ? ", more than " + std::to_string(kMatmulRowsLimit) + " rows"
+                                         : ", at most " + std::to_string(kMatmulRowsLimit) + " rows";
     out += ": " + launch_text(rule) + "\n";
     for (ValueId v : step_.values) out += "//   " + describe_value(g_, v) + "\n";
     std::string bounds = std::to_string(rule.block);
@@ -737,21 +759,20 @@ class StepEmitter {
     }
 
     min_blocks_ = static_cast<int>(kMatmulBlocksPerSM);  // at most 128 registers: two blocks per multiprocessor
+    // Both kernels may run (the rows known only at run time): this emitter
+    // writes one of them, generate_cuda the other.
+    bool use_rows = choice.use_rows, use_tiles = choice.use_tiles;
+    if (use_rows && use_tiles) {
+      two_kernels_ = true;
+      matmul_rows_ = row_dims;
+      (variant_ == Variant::kLarge ? use_rows : use_tiles) = false;
+    }
     const std::string tiles_name = matmul_kernel_name(choice.tiles);
-    std::string what = "  // matmul kernel: ";
-    if (choice.use_rows && choice.use_tiles)
-      what += "rows (at most " + std::to_string(kMatmulRowsLimit) + " rows, " + std::to_string(choice.rows_splits) +
-              " K split(s)) or " + tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s)), chosen at run time";
-    else if (choice.use_rows)
-      what += "rows (" + std::to_string(choice.rows_splits) + " K split(s))";
-    else
-      what += tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s))";
-    body += what + "\n";
-    std::string smem = choice.tiles == MatmulKernel::kMma ? "gdl::kMatmulMmaSmem" : "gdl::kMatmulSimtSmem";
-    if (choice.use_rows && choice.use_tiles)
-      smem = "(gdl::kMatmulRowsSmem > " + smem + " ? gdl::kMatmulRowsSmem : " + smem + ")";
-    else if (choice.use_rows)
-      smem = "gdl::kMatmulRowsSmem";
+    body += "  // matmul kernel: " +
+            (use_rows ? "rows (" + std::to_string(choice.rows_splits) + " K split(s))"
+                      : tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s))") + "\n";
+    const std::string smem = use_rows ? "gdl::kMatmulRowsSmem"
+                             : choice.tiles == MatmulKernel::kMma ? "gdl::kMatmulMmaSmem" : "gdl::kMatmulSimtSmem";
     body += "  __shared__ __align__(128) unsigned char smem[" + smem + "];\n";
 
     std::string rows_call, tiles_call;
@@ -761,26 +782,21 @@ class StepEmitter {
     } else {
       batch_map();
     }
-    if (choice.use_rows)
+    if (use_rows)
       rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) + ">(" + args[0] + ", " + args[1] + ", " +
                   out_ptr + ", rows, N, K, k_valid, " + split_scratch(choice.rows_splits, choice.scratch, body) + ", " +
                   epi + ", " + pro + ", smem);";
-    if (choice.use_tiles) {
+    if (use_tiles) {
       std::string m = choice.fold_batch ? "rows" : "M";
       std::string map = choice.fold_batch ? "single" : "batches";
       tiles_call = "gdl::matmul_" + tiles_name + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
                    ", N, K, k_valid, " + map + ", " + split_scratch(choice.tile_splits, choice.scratch, body) + ", " +
                    epi + ", " + pro + ", smem);";
     }
-    body += weights_prefetch(n, choice, args[1]);
-    if (choice.use_rows && choice.use_tiles) {
-      body += "  if (rows <= " + std::to_string(kMatmulRowsLimit) + ")\n    " + rows_call + "\n  else\n    " + tiles_call + "\n";
-    } else {
-      body += "  " + (choice.use_rows ? rows_call : tiles_call) + "\n";
-    }
+    body += weights_prefetch(n, choice, use_rows, args[1]);
+    body += "  " + (use_rows ? rows_call : tiles_call) + "\n";
 
-    // Launch: one block per task of the kernel that runs; with both, enough
-    // blocks for either (extra blocks find no task and return).
+    // Launch: one block per task.
     const int64_t strip = matmul_strip_columns(n.type.dtype);
     LaunchRule rows_rule = task_launch({{{rs.back()}, strip}, {{Dim::constant(choice.rows_splits)}, 1}}, kMatmulThreads);
     LaunchRule tiles_rule =
@@ -789,13 +805,7 @@ class StepEmitter {
                            {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads)
             : task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, kMatmulTileRows},
                            {{rs.back()}, kMatmulTileCols}, {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads);
-    rule = choice.use_rows ? rows_rule : tiles_rule;
-    if (choice.use_rows && choice.use_tiles) {
-      rule = tiles_rule;
-      if (rows_rule.work.empty() && tiles_rule.work == row_dims) {  // N constant: grid.x over 64-row bands
-        rule.grid_y = std::max(rows_rule.grid_y, tiles_rule.grid_y);
-      }
-    }
+    rule = use_rows ? rows_rule : tiles_rule;
     return body;
   }
 
@@ -805,7 +815,7 @@ class StepEmitter {
   // (gdl_abi.cuh), then lets its own dependents launch. Everything emitted
   // before this point is pointer and dim arithmetic. Other kernels wait
   // first (emit()).
-  std::string weights_prefetch(const Node& n, const MatmulChoice& choice, const std::string& b) {
+  std::string weights_prefetch(const Node& n, const MatmulChoice& choice, bool use_rows, const std::string& b) {
     const plan::Buffer& buffer = plan_.buffers.at(static_cast<size_t>(n.args.at(1)));
     if (!choice.fold_batch || buffer.region != plan::Region::kParams) return "";
     waits_in_body_ = true;
@@ -813,12 +823,8 @@ class StepEmitter {
     const std::string rows = "gdl::matmul_rows_prefetch(" + b + ", N, K, " + std::to_string(choice.rows_splits) + ");";
     const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + ">(" + b + ", rows, N, K, " +
                               std::to_string(choice.tile_splits) + ");";
-    std::string out = "  // before the kernels this one depends on finish: its part of the weights into L2\n";
-    if (choice.use_rows && choice.use_tiles)
-      out += "  if (rows <= " + std::to_string(kMatmulRowsLimit) + ")\n    " + rows + "\n  else\n    " + tiles + "\n";
-    else
-      out += "  " + (choice.use_rows ? rows : tiles) + "\n";
-    return out + "  gdl::wait_for_producers();\n  gdl::allow_dependents();\n";
+    return "  // before the kernels this one depends on finish: its part of the weights into L2\n  " +
+           (use_rows ? rows : tiles) + "\n  gdl::wait_for_producers();\n  gdl::allow_dependents();\n";
   }
 
   // Argument `arg` of a structured op as its stdlib template takes it: a
@@ -969,6 +975,9 @@ class StepEmitter {
   int rank_ = 1;
   bool needs_coords_ = false;
   int min_blocks_ = 0;  // blocks per multiprocessor the kernel's registers must allow (0: no bound)
+  Variant variant_ = Variant::kFirst;
+  bool two_kernels_ = false;  // a matmul with a rows and a large kernel
+  Shape matmul_rows_;
   bool waits_in_body_ = false;  // the body calls wait_for_producers itself, after its prefetch
   ValueId norm_prologue_ = ir::kNoValue;  // a norm fused in front of the step's matmul
   ValueId anchor_ = ir::kNoValue;    // the step's first value after any prologue
@@ -987,17 +996,28 @@ GeneratedCode generate_cuda(const plan::Plan& p) {
 
   GeneratedCode code;
   code.source = "// Generated by gdl from program \"" + one_line(g.program_name) + "\": " +
-                std::to_string(p.steps.size()) + " kernel(s), one per plan step.\n";
+                std::to_string(p.steps.size()) + " plan step(s), one kernel each (a matmul with run-time rows: two).\n";
   code.source +=
       "// Kernel ABI (compiler/src/codegen.h): (unsigned char* arena, const unsigned char* params, gdl_args args);\n"
       "// Launch: grid.x = ceil(count[work shape] / items per block) for the current run-time dims.\n"
       "#include \"gdl_stdlib.cuh\"\n";
   for (size_t s = 0; s < p.steps.size(); ++s) {
     KernelInfo info;
-    code.source += "\n" + StepEmitter(p, s, scalar_slot).emit(info);
+    StepEmitter first(p, s, scalar_slot);
+    code.source += "\n" + first.emit(info);
+    if (first.has_large_kernel()) {
+      KernelInfo large;
+      code.source += "\n" + StepEmitter(p, s, scalar_slot, Variant::kLarge).emit(large);
+      info.large = {large.symbol, large.launch, first.matmul_rows(), kMatmulRowsLimit};
+      info.depends_on_dims = true;  // the rows pick the kernel
+    }
     code.kernels.push_back(std::move(info));
   }
   return code;
+}
+
+bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims) {
+  return !k.large.symbol.empty() && element_count(k.large.rows, dims) > k.large.rows_limit;
 }
 
 }  // namespace gdl

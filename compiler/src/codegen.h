@@ -43,16 +43,34 @@ struct LaunchRule {
   uint32_t shared_bytes = 0;
 };
 
+// A matmul step whose row count is known only at run time and may fall on
+// either side of kMatmulRowsLimit (kernel_choice.h) has two kernels, each
+// compiled alone so that neither's code, registers or shared memory shape
+// the other's: `symbol` (the rows kernel) runs while the rows, the element
+// count of `rows` at the run's dims, are at most rows_limit, and `large`
+// (the tiled kernel) above. Every other step has one kernel and no large.
+struct LargeKernel {
+  std::string symbol;              // "" when the step has one kernel
+  LaunchRule launch;
+  Shape rows;                      // the matmul's rows: its result's shape without the last axis
+  int64_t rows_limit = 0;
+};
+
 struct KernelInfo {
   std::string symbol;              // the extern "C" kernel name
   LaunchRule launch;
   std::vector<int> scalars_used;   // indexes into the scalar list (for node updates)
   bool depends_on_dims = false;    // launch or indexing uses a run-time dim
+  LargeKernel large;
 };
+
+// Whether a run at these dims (Graph::dims order) launches the step's large
+// kernel.
+bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims);
 
 struct GeneratedCode {
   std::string source;              // one CUDA C++ translation unit
-  std::vector<KernelInfo> kernels; // one per plan step, same order
+  std::vector<KernelInfo> kernels; // one per plan step, same order (a step's large kernel in it)
 };
 
 GeneratedCode generate_cuda(const plan::Plan& p);

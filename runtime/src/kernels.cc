@@ -1,11 +1,15 @@
 // Loading the generated kernels and computing their launch dims.
 //
+// KernelLibrary::step_launch: the kernel of a step for a run's dims (its
+// large kernel when the rows call for it) and that kernel's launch dims.
+//
 // KernelLibrary::load:
 // 1. Read the device's compute capability; use the CUBIN if the artifact's
 //    arch is exactly this one, else the PTX (the driver JIT-compiles it).
 // 2. cudaLibraryLoadData the image (context-independent; the runtime loads
 //    it into the device's context when needed).
-// 3. cudaLibraryGetKernel for each step's symbol (steps may share a kernel).
+// 3. cudaLibraryGetKernel for each step's symbol and its large kernel's
+//    (codegen.h LargeKernel; steps may share a kernel).
 // 4. For rules with more than 48 KiB of dynamic shared memory, raise the
 //    kernel's limit on this device (checked against the device's opt-in max).
 #include "kernels.h"
@@ -58,21 +62,37 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                "reading the shared memory limit");
   std::map<std::string, cudaKernel_t> by_symbol;
-  for (const KernelInfo& k : a.kernels) {
-    cudaKernel_t& kernel = by_symbol[k.symbol];
-    if (!kernel) GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_, k.symbol.c_str()), "finding kernel '" + k.symbol + "'");
-    if (k.launch.shared_bytes > 48u * 1024u) {
-      if (k.launch.shared_bytes > static_cast<unsigned>(smem_optin))
-        return Status::FailedPrecondition("kernel '" + k.symbol + "' needs " + std::to_string(k.launch.shared_bytes) +
+  auto get = [&](const std::string& symbol, const LaunchRule& rule, cudaKernel_t& kernel) -> Status {
+    kernel = by_symbol[symbol];
+    if (!kernel) GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_, symbol.c_str()), "finding kernel '" + symbol + "'");
+    by_symbol[symbol] = kernel;
+    if (rule.shared_bytes > 48u * 1024u) {
+      if (rule.shared_bytes > static_cast<unsigned>(smem_optin))
+        return Status::FailedPrecondition("kernel '" + symbol + "' needs " + std::to_string(rule.shared_bytes) +
                                           " bytes of shared memory; device " + std::to_string(device) + " allows " +
                                           std::to_string(smem_optin));
       GDL_CUDA_TRY(cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(k.launch.shared_bytes), device),
-                   "raising the shared memory limit of kernel '" + k.symbol + "'");
+                                                   static_cast<int>(rule.shared_bytes), device),
+                   "raising the shared memory limit of kernel '" + symbol + "'");
     }
+    return Status::Ok();
+  };
+  for (const KernelInfo& k : a.kernels) {
+    cudaKernel_t kernel = nullptr, large = nullptr;
+    GDL_RETURN_IF_ERROR(get(k.symbol, k.launch, kernel));
+    if (!k.large.symbol.empty()) GDL_RETURN_IF_ERROR(get(k.large.symbol, k.large.launch, large));
     kernels_.push_back(kernel);
+    large_kernels_.push_back(large);
   }
   return Status::Ok();
+}
+
+Expected<StepLaunch> KernelLibrary::step_launch(size_t step, const KernelInfo& info,
+                                                const std::vector<int64_t>& dims) const {
+  const bool large = uses_large_kernel(info, dims);
+  Expected<LaunchDims> launch = launch_dims(large ? info.large.launch : info.launch, dims);
+  if (!launch) return launch.status();
+  return StepLaunch{large ? large_kernels_.at(step) : kernels_.at(step), *launch};
 }
 
 }  // namespace gdl::rt

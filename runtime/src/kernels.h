@@ -32,7 +32,14 @@ struct LaunchDims {
 // grid.x = max(1, ceil(work elements / items_per_block)), the rest from the rule.
 Expected<LaunchDims> launch_dims(const LaunchRule& rule, const std::vector<int64_t>& dims);
 
-// The loaded module and one kernel handle per plan step.
+// What one launch of a step runs.
+struct StepLaunch {
+  cudaKernel_t kernel;
+  LaunchDims dims;
+};
+
+// The loaded module and one kernel handle per plan step (two for a step
+// with a large kernel).
 class KernelLibrary {
  public:
   KernelLibrary() = default;
@@ -46,12 +53,15 @@ class KernelLibrary {
   // `device` is current. `image` says which one was loaded.
   Status load(const Program::Impl& program, int device);
 
-  const std::vector<cudaKernel_t>& kernels() const { return kernels_; }
+  // Step `step` (described by `info`) at these layout dims: its kernel,
+  // or its large kernel where the rows call for it, and the launch dims.
+  Expected<StepLaunch> step_launch(size_t step, const KernelInfo& info, const std::vector<int64_t>& dims) const;
   const std::string& image() const { return image_; }
 
  private:
   cudaLibrary_t library_ = nullptr;
   std::vector<cudaKernel_t> kernels_;
+  std::vector<cudaKernel_t> large_kernels_;  // nullptr where a step has one kernel
   std::string image_;
 };
 

@@ -8,7 +8,8 @@
 //    inside its region, every input / param / output buffer large enough for
 //    its value at the dims' upper bounds, no arena buffer over the valid-dims
 //    block of a program with run-time dims, steps' values and deps in range.
-// 3. Check the kernel table against the plan: one kernel per step, a symbol,
+// 3. Check the kernel table against the plan: one kernel per step (and
+//    maybe a large kernel, codegen.h LargeKernel), a symbol,
 //    a launch rule with sane block / grid_y / items_per_block, scalar indexes
 //    in range; and a module image (CUBIN or PTX) to load.
 // 4. Build the public tables (dims with what keeps padding from serving
@@ -108,16 +109,23 @@ Status check_kernels(const Artifact& a) {
     return Status::DataLoss("artifact has " + std::to_string(a.kernels.size()) + " kernels for " +
                             std::to_string(p.steps.size()) + " steps");
   size_t scalar_count = p.graph.leaves(ir::Op::kScalar).size();
+  auto malformed_shape = [&](const Shape& shape) {
+    for (const Dim& d : shape)
+      if (d.is_runtime() ? d.symbol >= static_cast<int>(p.graph.dims.size()) : d.extent < 0) return true;
+    return false;
+  };
+  auto malformed_rule = [&](const LaunchRule& r) {
+    return r.block < 1 || r.block > 1024 || r.grid_y < 1 || r.grid_y > 65535 || r.items_per_block < 1 ||
+           malformed_shape(r.work);
+  };
   for (size_t i = 0; i < a.kernels.size(); ++i) {
     const KernelInfo& k = a.kernels[i];
-    const LaunchRule& r = k.launch;
     std::string where = "artifact kernel " + std::to_string(i) + " ('" + k.symbol + "')";
     if (k.symbol.empty()) return Status::DataLoss("artifact kernel " + std::to_string(i) + " has no symbol");
-    if (r.block < 1 || r.block > 1024 || r.grid_y < 1 || r.grid_y > 65535 || r.items_per_block < 1)
-      return Status::DataLoss(where + " has a malformed launch rule");
-    for (const Dim& d : r.work)
-      if (d.is_runtime() ? d.symbol >= static_cast<int>(p.graph.dims.size()) : d.extent < 0)
-        return Status::DataLoss(where + " has a malformed work shape");
+    if (malformed_rule(k.launch)) return Status::DataLoss(where + " has a malformed launch rule");
+    if (!k.large.symbol.empty() &&
+        (malformed_rule(k.large.launch) || malformed_shape(k.large.rows) || k.large.rows_limit < 1))
+      return Status::DataLoss(where + " has a malformed large kernel ('" + k.large.symbol + "')");
     for (int s : k.scalars_used)
       if (s < 0 || static_cast<size_t>(s) >= scalar_count) return Status::DataLoss(where + " uses a scalar that does not exist");
   }

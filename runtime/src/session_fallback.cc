@@ -165,12 +165,11 @@ Status Session::Impl::run_fallback() {
   const unsigned char* params_arg = params_base;
   rt::KernelArgs args = kernel_args(dims);
   void* pointers[3] = {&arena_arg, &params_arg, &args};
-  const std::vector<cudaKernel_t>& kernels = cached->library.kernels();
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    Expected<rt::LaunchDims> launch = rt::launch_dims(fp.artifact.kernels[i].launch, dims);
+  for (size_t i = 0; i < fp.artifact.kernels.size(); ++i) {
+    Expected<rt::StepLaunch> launch = cached->library.step_launch(i, fp.artifact.kernels[i], dims);
     if (!launch) return launch.status();
-    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[i]), launch->grid, launch->block, pointers,
-                                  launch->shared_bytes, stream),
+    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch->kernel), launch->dims.grid, launch->dims.block,
+                                  pointers, launch->dims.shared_bytes, stream),
                  "launching fallback step " + std::to_string(i) + " ('" + fp.artifact.kernels[i].symbol + "')");
   }
 

@@ -54,13 +54,12 @@ struct NodeParams {
   void* pointers[3];
   cudaKernelNodeParams cuda{};
 
-  NodeParams(unsigned char* a, const unsigned char* p, const rt::KernelArgs& k, cudaKernel_t kernel,
-             const rt::LaunchDims& launch)
+  NodeParams(unsigned char* a, const unsigned char* p, const rt::KernelArgs& k, const rt::StepLaunch& launch)
       : arena(a), params(p), args(k), pointers{&arena, &params, &args} {
-    cuda.func = reinterpret_cast<void*>(kernel);  // the runtime accepts a cudaKernel_t as the function
-    cuda.gridDim = launch.grid;
-    cuda.blockDim = launch.block;
-    cuda.sharedMemBytes = launch.shared_bytes;
+    cuda.func = reinterpret_cast<void*>(launch.kernel);  // the runtime accepts a cudaKernel_t as the function
+    cuda.gridDim = launch.dims.grid;
+    cuda.blockDim = launch.dims.block;
+    cuda.sharedMemBytes = launch.dims.shared_bytes;
     cuda.kernelParams = pointers;
     cuda.extra = nullptr;
   }
@@ -120,7 +119,6 @@ size_t Session::Impl::bucket_stats_for(const std::vector<int64_t>& key) {
 
 Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
   const plan::Plan& p = prog.plan();
-  const std::vector<cudaKernel_t>& kernels = library.kernels();
   const rt::KernelArgs args = kernel_args(layout_dims);
   Stopwatch build_time;
   GDL_CUDA_TRY(cudaGraphCreate(&g.graph, 0), "creating the graph");
@@ -145,11 +143,11 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   }
   g.nodes.assign(p.steps.size(), nullptr);
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, layout_dims);
+    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], layout_dims);
     if (!launch) return launch.status();
     std::vector<cudaGraphNode_t> deps;
     for (int d : p.steps[i].deps) deps.push_back(g.nodes[static_cast<size_t>(d)]);
-    NodeParams node(arena, params->base(), args, kernels[i], *launch);
+    NodeParams node(arena, params->base(), args, *launch);
     if (deps.empty() && !copies.empty()) {  // ordinary edges from the copies
       GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, copies.data(), copies.size(), &node.cuda),
                    "adding the graph node of " + step_name(prog, i));
@@ -236,9 +234,9 @@ Status Session::Impl::build_every_bucket() {
 
 Status Session::Impl::update_node(GraphInstance& g, size_t step, const std::vector<int64_t>& layout_dims) {
   Stopwatch update_time;
-  Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[step].launch, layout_dims);
+  Expected<rt::StepLaunch> launch = library.step_launch(step, prog.artifact.kernels[step], layout_dims);
   if (!launch) return launch.status();
-  NodeParams node(arena, params->base(), kernel_args(layout_dims), library.kernels()[step], *launch);
+  NodeParams node(arena, params->base(), kernel_args(layout_dims), *launch);
   GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[step], &node.cuda),
                "updating the graph node of " + step_name(prog, step));
   stats.node_updates += 1;
@@ -326,7 +324,7 @@ Status Session::Impl::run() {
 Status Session::Impl::run_eager() {
   GDL_RETURN_IF_ERROR(ready_to_run());
   if (above_bounds()) return run_fallback();  // counted in fallback_runs, not as a graph or eager run
-  const std::vector<cudaKernel_t>& kernels = library.kernels();
+  const size_t steps = prog.artifact.kernels.size();
   const std::vector<int64_t> layout_dims = layout(dims);
   Stopwatch submit;
   GDL_RETURN_IF_ERROR(flush_staged_inputs());
@@ -336,11 +334,11 @@ Status Session::Impl::run_eager() {
   const unsigned char* params_arg = params->base();
   rt::KernelArgs args = kernel_args(layout_dims);
   void* pointers[3] = {&arena_arg, &params_arg, &args};
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, layout_dims);
+  for (size_t i = 0; i < steps; ++i) {
+    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], layout_dims);
     if (!launch) return launch.status();
-    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[i]), launch->grid, launch->block, pointers,
-                                  launch->shared_bytes, stream),
+    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch->kernel), launch->dims.grid, launch->dims.block,
+                                  pointers, launch->dims.shared_bytes, stream),
                  "launching " + step_name(prog, i));
   }
   if (options.record_device_time) {
@@ -351,7 +349,7 @@ Status Session::Impl::run_eager() {
   eager_submit_us_total += stats.last_eager_submit_us;
   stats.eager_runs += 1;
   stats.mean_eager_submit_us = eager_submit_us_total / static_cast<double>(stats.eager_runs);
-  if (!kernels.empty()) count_run(layout_dims);
+  if (steps > 0) count_run(layout_dims);
   after_run(layout_dims, false);
   return Status::Ok();
 }
@@ -362,12 +360,11 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
     return Status::FailedPrecondition("profile_nodes: a run-time dim is above its upper bound; profile inside the bounds");
   GDL_RETURN_IF_ERROR(flush_staged_inputs());
   repeats = std::max(repeats, 1);
-  const std::vector<cudaKernel_t>& kernels = library.kernels();
-  const size_t n = kernels.size();
+  const size_t n = prog.artifact.kernels.size();
   const std::vector<int64_t> layout_dims = layout(dims);
-  std::vector<rt::LaunchDims> launches;
+  std::vector<rt::StepLaunch> launches;
   for (size_t i = 0; i < n; ++i) {
-    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, layout_dims);
+    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], layout_dims);
     if (!launch) return launch.status();
     launches.push_back(*launch);
   }
@@ -384,8 +381,8 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
     for (size_t i = 0; i < n; ++i) {
       GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i], stream), "recording an event");
       Stopwatch launch_time;
-      GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[i]), launches[i].grid, launches[i].block,
-                                    pointers, launches[i].shared_bytes, stream),
+      GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launches[i].kernel), launches[i].dims.grid,
+                                    launches[i].dims.block, pointers, launches[i].dims.shared_bytes, stream),
                    "launching " + step_name(prog, i));
       submit[i].push_back(launch_time.elapsed_us());
       GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i + 1], stream), "recording an event");
@@ -419,16 +416,16 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   // 1. Each node given what it already holds.
   rt::KernelArgs args = kernel_args(g.applied_layout);
   std::memcpy(args.scalars, g.applied_scalars.data(), sizeof args.scalars);
-  std::vector<rt::LaunchDims> launches;
+  std::vector<rt::StepLaunch> launches;
   for (size_t i = 0; i < costs.nodes; ++i) {
-    Expected<rt::LaunchDims> launch = rt::launch_dims(prog.artifact.kernels[i].launch, g.applied_layout);
+    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], g.applied_layout);
     if (!launch) return launch.status();
     launches.push_back(*launch);
   }
   Stopwatch set_params_time;
   for (int r = 0; r < repeats; ++r)
     for (size_t i = 0; i < costs.nodes; ++i) {
-      NodeParams node(arena, params->base(), args, library.kernels()[i], launches[i]);
+      NodeParams node(arena, params->base(), args, launches[i]);
       GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[i], &node.cuda), "updating a graph node");
     }
   costs.set_params_us_per_node = set_params_time.elapsed_us() / (static_cast<double>(repeats) * costs.nodes);
