@@ -86,20 +86,26 @@ struct SplitScratch {
 // Called by every thread of the block once its part of the tile is stored
 // (with __stcg). True in every thread of the block that arrived last; that
 // block may then read every part (with __ldcg) and has already reset the
-// ticket for the next launch.
+// ticket for the next launch. One thread fences for the block: the barrier
+// orders the other threads' stores before its fence, and a device-scope
+// fence is cumulative (the pattern of a grid-wide barrier). A fence in
+// every thread cost each of them a wait for its own stores and an L1
+// invalidation (MEMBAR.SC, CCTL.IVALL in the SASS); in ncu's samples of the
+// W2 tiled matmul it was the instruction with the most warp stalls.
 GDL_DEV bool split_arrive(unsigned* ticket, int splits) {
   __shared__ int last;
-  __threadfence();  // this thread's part is visible device-wide before the ticket is taken
-  __syncthreads();
+  __syncthreads();  // every thread's part is stored
   if (threadIdx.x == 0) {
+    __threadfence();  // the block's part is visible device-wide before the ticket is taken
     const unsigned arrived = atomicAdd(ticket, 1u);
     last = arrived + 1u == (unsigned)splits;
-    if (last) atomicExch(ticket, 0u);  // every part has arrived: nobody else touches it in this launch
+    if (last) {
+      atomicExch(ticket, 0u);  // every part has arrived: nobody else touches it in this launch
+      __threadfence();         // the other parts' stores are visible to the reads after the barrier
+    }
   }
   __syncthreads();
-  const bool is_last = last != 0;
-  if (is_last) __threadfence();  // order the reads of the other parts after the ticket
-  return is_last;
+  return last != 0;
 }
 
 }  // namespace gdl
