@@ -339,11 +339,16 @@ template <typename T, typename I> GDL_DEV void matmul_rows_prefetch(const T* b, 
 }
 
 // The first task of this block in matmul_mma (BK = mm::kMmaBK) or
-// matmul_simt (BK = mm::kSimtBK) with b shared by every row (one batch).
-template <int BK, typename T, typename I> GDL_DEV void matmul_tiles_prefetch(const T* b, I M, I N, I K, int splits) {
+// matmul_simt (BK = mm::kSimtBK) with b shared by every row (one batch);
+// ClusterSplits as in matmul_mma.
+template <int BK, int ClusterSplits = 0, typename T, typename I>
+GDL_DEV void matmul_tiles_prefetch(const T* b, I M, I N, I K, int splits) {
   constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN;
   static_assert(BM == mm::kSimtBM && BN == mm::kSimtBN, "one tiling for both tiled kernels");
-  const I mt = ceil_div(M, (I)BM), tiles = mt * ceil_div(N, (I)BN), task = task_first<I>();
+  const I mt = ceil_div(M, (I)BM), tiles = mt * ceil_div(N, (I)BN);
+  const I task = ClusterSplits > 1
+                     ? (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits)
+                     : task_first<I>();
   if (task >= tiles * (I)splits) return;
   const I chunk = ceil_div(ceil_div(K, (I)splits), (I)BK) * BK;
   const I k_lo = (task / tiles) * chunk, k_hi = K < k_lo + chunk ? K : k_lo + chunk;
@@ -513,11 +518,13 @@ template <int BM, int BN, typename Pro> GDL_DEV float tile_value(const Pro& pro,
 // Element i (0..3) of a float4.
 GDL_DEV float lane4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// Stores a BM x BN tile at (m0, n0) of c (`base` the result's batch entry
-// offset) through the epilogue. Each thread takes kStoreVectors vectors of
-// 4 elements at a time, e0 + j * kStoreStride for j < kStoreVectors (e =
-// row * BN + col, e0 a multiple of 4): sums(e0, v) fills v[j] with their
-// sums, and store_tile evaluates all their epilogues before it stores any.
+// Stores elements [e_begin, e_end) of a BM x BN tile at (m0, n0) of c
+// (`base` the result's batch entry offset; e = row * BN + col, both bounds
+// multiples of 4) through the epilogue. Each thread takes kStoreVectors
+// vectors of 4 elements at a time, e0 + j * kStoreStride for j <
+// kStoreVectors: sums(e0, v) fills v[j] with their sums (those at or past
+// e_end are not stored), and store_tile evaluates all their epilogues
+// before it stores any.
 // The loads are what costs here, not the bytes: a store may alias the
 // epilogue's own loads (bias, residual), so storing element by element puts
 // one load round trip per element on the thread's path (32 for a 64 x 128
@@ -525,11 +532,11 @@ GDL_DEV float lane4(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y
 constexpr int kStoreVectors = 4, kStoreStride = mm::kThreads * 4;
 template <int BM, int BN, typename I, typename TC, typename Epi, typename Pro, typename Sums>
 GDL_DEV void store_tile(TC* c, I M, I N, I base, I m0, I n0, const Epi& epi, const Pro& pro, const FoldTile<BM, BN>& f,
-                        const Sums& sums) {
+                        const Sums& sums, int e_begin = 0, int e_end = BM * BN) {
   constexpr int J = kStoreVectors, STEP = kStoreStride * J;
-  static_assert(BN % 4 == 0 && (BM * BN) % STEP == 0, "whole vectors of whole rows");
+  static_assert(BN % 4 == 0, "whole vectors of whole rows");
   using R = decltype(epi(0.0f, I{}));
-  for (int e0 = (int)threadIdx.x * 4; e0 < BM * BN; e0 += STEP) {
+  for (int e0 = e_begin + (int)threadIdx.x * 4; e0 < e_end; e0 += STEP) {
     float4 v[J];
     sums(e0, v);
     R r[J][4] = {};
@@ -539,7 +546,7 @@ GDL_DEV void store_tile(TC* c, I M, I N, I base, I m0, I n0, const Epi& epi, con
       for (int i = 0; i < 4; ++i) {
         const int e = e0 + j * kStoreStride + i;
         const I m = m0 + e / BN, n = n0 + e % BN;
-        if (m < M && n < N) r[j][i] = epi(tile_value(pro, lane4(v[j], i), e, f), base + m * N + n);
+        if (e < e_end && m < M && n < N) r[j][i] = epi(tile_value(pro, lane4(v[j], i), e, f), base + m * N + n);
       }
 #pragma unroll
     for (int j = 0; j < J; ++j)
@@ -547,7 +554,7 @@ GDL_DEV void store_tile(TC* c, I M, I N, I base, I m0, I n0, const Epi& epi, con
       for (int i = 0; i < 4; ++i) {
         const int e = e0 + j * kStoreStride + i;
         const I m = m0 + e / BN, n = n0 + e % BN;
-        if (m < M && n < N) c[base + m * N + n] = cvt<TC>(r[j][i]);
+        if (e < e_end && m < M && n < N) c[base + m * N + n] = cvt<TC>(r[j][i]);
       }
   }
 }
@@ -596,6 +603,61 @@ GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, 
   store_tile<BM, BN>(c, M, N, base, m0, n0, epi, pro, f, sums);
 }
 
+// ------------------------------------------------------------ cluster split
+// A tiled kernel launched with clusters of S blocks along y (codegen's
+// __cluster_dims__) splits K among the S blocks of one cluster, which hold
+// the S parts of one tile in their shared memory (distributed shared
+// memory, sm_90): after a cluster barrier each block adds rows [s * share,
+// (s + 1) * share) of every part, in rank order, and stores them through
+// the epilogue. No global scratch, fence or ticket, and the epilogue of a
+// tile is spread over its S blocks instead of run by the last one to
+// arrive (ncu: that one block's epilogue over 8192 elements was the W2
+// tiled layer's tail at B=64).
+// Rows [first, first + count) of a BM-row tile: the share of part s of S.
+template <int BM> GDL_DEV int share_first(int s, int S) { return s * ((BM + S - 1) / S); }
+template <int BM> GDL_DEV int share_count(int s, int S) {
+  const int share = (BM + S - 1) / S, first = s * share;
+  return BM - first < share ? (BM - first > 0 ? BM - first : 0) : share;
+}
+
+// Every thread of every block of the cluster: `part` ([BM][LDC] floats)
+// holds this block's part of the tile, f.cols its column sums (norm
+// prologue) and f.st the statistics of its share of the rows.
+template <int S, int BM, int BN, int LDC, typename I, typename TC, typename Epi, typename Pro>
+GDL_DEV void cluster_combine(TC* c, I M, I N, I base, I m0, I n0, const Epi& epi, const Pro& pro, FoldTile<BM, BN>& f,
+                             const float* part) {
+  const unsigned s = cluster_rank();
+  if constexpr (Pro::active)  // this part's column sums, where the other blocks read them
+    for (int i = threadIdx.x; i < 2 * BN; i += mm::kThreads) f.halves[i] = f.cols[i];
+  cluster_sync();  // every part and its column sums are in place
+  if constexpr (Pro::active) {
+    for (int i = threadIdx.x; i < 2 * BN; i += mm::kThreads) {
+      float v = 0.0f;
+#pragma unroll
+      for (int q = 0; q < S; ++q) v += cluster_load(cluster_map(&f.halves[i], (unsigned)q));
+      f.cols[i] = v;
+    }
+    __syncthreads();
+  }
+  const int e_begin = share_first<BM>((int)s, S) * BN, e_end = e_begin + share_count<BM>((int)s, S) * BN;
+  const auto sums = [&](int e0, float4 (&v)[kStoreVectors]) {
+#pragma unroll
+    for (int j = 0; j < kStoreVectors; ++j) {
+      const int e = e0 + j * kStoreStride;
+      v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (e >= e_end) continue;
+      const float* at = part + (e / BN) * LDC + e % BN;
+#pragma unroll
+      for (int q = 0; q < S; ++q) {  // in rank order
+        const float4 p = cluster_load4(cluster_map(at, (unsigned)q));
+        v[j].x += p.x, v[j].y += p.y, v[j].z += p.z, v[j].w += p.w;
+      }
+    }
+  };
+  store_tile<BM, BN>(c, M, N, base, m0, n0, epi, pro, f, sums, e_begin, e_end);
+  cluster_sync();  // the other blocks are done reading this block's shared memory
+}
+
 // ------------------------------------------------------------ matmul_mma
 
 // 16 bytes global -> shared without passing through registers (cp.async;
@@ -615,7 +677,9 @@ template <typename T> GDL_DEV void stage16(T* dst, const T* src, int valid, bool
   else *reinterpret_cast<uint4*>(dst) = valid > 0 ? load16(src, valid, vector) : zero16();
 }
 
-template <typename T, typename I, typename TC, typename Epi, typename Pro, int NB>
+// ClusterSplits > 1: launched in clusters of that many blocks along y, which
+// split K among them (cluster split, above; sk.splits must be the same).
+template <int ClusterSplits = 0, typename T, typename I, typename TC, typename Epi, typename Pro, int NB>
 GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, const BatchMap<NB, 2, I>& batches,
                         SplitScratch sk, const Epi& epi, const Pro& pro, unsigned char* smem) {
   using namespace nvcuda;
@@ -636,8 +700,14 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
   const I tiles = batches.count * mt * nt;
   const I chunk = ceil_div(ceil_div(k_valid, (I)S), (I)BK) * BK;
   const I tasks = tiles * S;
+  I first = task_first<I>(), stride = task_stride<I>();
+  if constexpr (ClusterSplits > 1) {  // one task per block: part `rank` of the cluster's tile
+    if (S != ClusterSplits || (I)gridDim.x * (I)gridDim.y != tasks) __trap();  // a launch that breaks the rule
+    first = (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits);
+    stride = tasks;
+  }
 
-  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+  for (I task = first; task < tasks; task += stride) {
     const I tile = task % tiles, s = task / tiles;
     const I mi = tile % mt, ni = (tile / mt) % nt, batch = tile / (mt * nt);
     I off[2];
@@ -677,7 +747,12 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
       if ((I)kt < ksteps) issue((I)kt);
       cp_async_commit();
     }
-    fold_stats_share<BM, BN, T>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);  // while those copies land
+    if constexpr (ClusterSplits > 1) {  // the statistics of the rows this block will combine, while those copies land
+      const int r0 = share_first<BM>((int)s, S);
+      norm_row_stats<T>(pro, ab, M, K, k_valid, m0 + (I)r0, share_count<BM>((int)s, S), fold.st + r0);
+    } else {
+      fold_stats_share<BM, BN, T>(pro, ab, M, K, k_valid, m0, s, tiles, tile, sk, fold);  // while those copies land
+    }
     for (I kt = 0; kt < ksteps; ++kt) {
       const int buf = (int)(kt % STAGES);
       cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
@@ -712,11 +787,14 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
 #pragma unroll
       for (int j = 0; j < 2; ++j)
         wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
-    fold_columns_done(pro, cs, bs, s, tiles, tile, sk, fold);  // (its barriers also publish Cs)
+    // (its barriers also publish Cs; a cluster split's column sums stay here)
+    fold_columns_done(pro, cs, bs, s, tiles, tile, ClusterSplits > 1 ? SplitScratch{nullptr, nullptr, 1} : sk, fold);
     __syncthreads();
     const I base = batch * M * N;
     const auto cs4 = [&](int e) { return *reinterpret_cast<const float4*>(Cs + (e / BN) * LDC + e % BN); };
-    if (S == 1) {
+    if constexpr (ClusterSplits > 1) {
+      cluster_combine<ClusterSplits, BM, BN, LDC>(c, M, N, base, m0, n0, epi, pro, fold, Cs);
+    } else if (S == 1) {
       const auto sums = [&](int e0, float4 (&v)[kStoreVectors]) {
 #pragma unroll
         for (int j = 0; j < kStoreVectors; ++j) v[j] = cs4(e0 + j * kStoreStride);

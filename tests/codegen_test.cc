@@ -434,6 +434,11 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(hk.large.rows_limit == 16);
     CHECK(hk.depends_on_dims);
     CHECK(src.find(" " + hk.large.symbol + "(unsigned char* arena") != std::string::npos);
+    // 32 tiles x 8 parts: more blocks than multiprocessors, so no clusters
+    // (kernel_choice.cc); the partial tiles are the larger scratch.
+    CHECK_FALSE(hybrid.tile_cluster);
+    CHECK(src.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) " + hk.large.symbol + "(") == std::string::npos);
+    CHECK(hybrid.scratch.partial_floats == 8 * 32 * 64 * 128);
     CHECK(src.find("// step " + std::to_string(s) + ", more than 16 rows: ") != std::string::npos);
     // The runtime's pick: the rows at the run's dims (C is dim 1).
     CHECK_FALSE(uses_large_kernel(hk, {8, 1}));
@@ -450,6 +455,13 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     s = step_writing(p, k.value["tiles"]);
     CHECK(code.kernels[s].launch.grid_y == 8 * tiles.tile_splits);
     CHECK(code.kernels[s].launch.work.empty());
+    // f16/bf16: 32 blocks, so the 4 parts of a tile are one cluster, with
+    // no scratch; f32 (FMA kernel) keeps the partial tiles.
+    CHECK(tiles.tile_cluster == !f32);
+    CHECK((src.find("__cluster_dims__(1, 4, 1) __launch_bounds__(256, 2) " + code.kernels[s].symbol + "(") !=
+           std::string::npos) == !f32);
+    CHECK((src.find("gdl::matmul_mma<4>(") != std::string::npos) == !f32);
+    CHECK(p.steps[s].scratch_bytes == (f32 ? tiles.scratch.partial_bytes() : 0));
 
     // batched b: not folded, one tile per batch entry.
     const MatmulChoice batched = choose_matmul(p.graph, p.graph.node(k.value["batched"]));

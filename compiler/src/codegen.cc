@@ -326,7 +326,9 @@ class StepEmitter {
     for (ValueId v : step_.values) out += "//   " + describe_value(g_, v) + "\n";
     std::string bounds = std::to_string(rule.block);
     if (min_blocks_ > 1) bounds += ", " + std::to_string(min_blocks_);  // caps the registers
-    out += "extern \"C\" __global__ void __launch_bounds__(" + bounds + ") " + info.symbol +
+    const std::string cluster =  // blocks (0, y) .. (0, y + cluster_y_ - 1) form one cluster
+        cluster_y_ > 1 ? "__cluster_dims__(1, " + std::to_string(cluster_y_) + ", 1) " : "";
+    out += "extern \"C\" __global__ void " + cluster + "__launch_bounds__(" + bounds + ") " + info.symbol +
            "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
     for (int d : dims_used_)
       out += "  const " + idx_ + " " + dim_name(d) + " = args.dims[" + std::to_string(d) + "];  // dim " +
@@ -770,7 +772,8 @@ class StepEmitter {
     const std::string tiles_name = matmul_kernel_name(choice.tiles);
     body += "  // matmul kernel: " +
             (use_rows ? "rows (" + std::to_string(choice.rows_splits) + " K split(s))"
-                      : tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s))") + "\n";
+                      : tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s)" +
+                            (choice.tile_cluster ? ", one cluster per tile" : "") + ")") + "\n";
     const std::string smem = use_rows ? "gdl::kMatmulRowsSmem"
                              : choice.tiles == MatmulKernel::kMma ? "gdl::kMatmulMmaSmem" : "gdl::kMatmulSimtSmem";
     body += "  __shared__ __align__(128) unsigned char smem[" + smem + "];\n";
@@ -789,8 +792,12 @@ class StepEmitter {
     if (use_tiles) {
       std::string m = choice.fold_batch ? "rows" : "M";
       std::string map = choice.fold_batch ? "single" : "batches";
-      tiles_call = "gdl::matmul_" + tiles_name + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
-                   ", N, K, k_valid, " + map + ", " + split_scratch(choice.tile_splits, choice.scratch, body) + ", " +
+      if (choice.tile_cluster) cluster_y_ = choice.tile_splits;  // the K splits of a tile: one cluster
+      const std::string cluster = choice.tile_cluster ? "<" + std::to_string(choice.tile_splits) + ">" : "";
+      tiles_call = "gdl::matmul_" + tiles_name + cluster + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
+                   ", N, K, k_valid, " + map + ", " +
+                   (choice.tile_cluster ? "gdl::SplitScratch{nullptr, nullptr, " + std::to_string(choice.tile_splits) + "}"
+                                        : split_scratch(choice.tile_splits, choice.scratch, body)) + ", " +
                    epi + ", " + pro + ", smem);";
     }
     body += weights_prefetch(n, choice, use_rows, args[1]);
@@ -821,7 +828,8 @@ class StepEmitter {
     waits_in_body_ = true;
     const std::string bk = choice.tiles == MatmulKernel::kSimt ? "gdl::mm::kSimtBK" : "gdl::mm::kMmaBK";
     const std::string rows = "gdl::matmul_rows_prefetch(" + b + ", N, K, " + std::to_string(choice.rows_splits) + ");";
-    const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + ">(" + b + ", rows, N, K, " +
+    const std::string cluster = choice.tile_cluster ? ", " + std::to_string(choice.tile_splits) : "";
+    const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + cluster + ">(" + b + ", rows, N, K, " +
                               std::to_string(choice.tile_splits) + ");";
     return "  // before the kernels this one depends on finish: its part of the weights into L2\n  " +
            (use_rows ? rows : tiles) + "\n  gdl::wait_for_producers();\n  gdl::allow_dependents();\n";
@@ -976,6 +984,7 @@ class StepEmitter {
   bool needs_coords_ = false;
   int min_blocks_ = 0;  // blocks per multiprocessor the kernel's registers must allow (0: no bound)
   Variant variant_ = Variant::kFirst;
+  int cluster_y_ = 0;  // > 1: the kernel runs in clusters of that many blocks along grid.y
   bool two_kernels_ = false;  // a matmul with a rows and a large kernel
   Shape matmul_rows_;
   bool waits_in_body_ = false;  // the body calls wait_for_producers itself, after its prefetch

@@ -15,8 +15,11 @@
 //    kMaxSplits, and each split keeps at least kMinKPerSplit positions of
 //    K. Then the count drops until the partial tiles fit
 //    kMaxScratchBytes.
+//    The tensor-core kernel's 2 to 8 splits of a tile with b shared run
+//    as one thread-block cluster (tile_cluster) when the launch has at most
+//    a block per multiprocessor.
 // 4. Scratch: one ticket per tile and splits partial tiles, for whichever
-//    kernel needs more (only one runs per launch).
+//    kernel needs more (only one runs per launch); none for a cluster.
 //
 // choose_attention: positions split into about
 // kTargetMultiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
@@ -160,6 +163,15 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
     while (c.tile_splits > 1 &&
            static_cast<uint64_t>(c.tile_splits * tiles * kTileRows * kTileCols) * 4 > kMaxScratchBytes)
       --c.tile_splits;
+    // A cluster holds one tile's parts; its blocks are consecutive along
+    // grid.y, which must hold every tile and part (no folded grid). Only
+    // where every block of the launch can have a multiprocessor of its own:
+    // measured on the H200, W2 H=1024 B=64 (64 blocks) went from 137 to 85
+    // us with clusters, but H=4096 B=64 (256 blocks in 32 clusters of 8)
+    // from 317 to 333 (f16) and 357 to 381 us (bf16), presumably because
+    // fewer clusters of 8 than that fit the GPCs at once.
+    c.tile_cluster = c.tiles == MatmulKernel::kMma && c.fold_batch && c.tile_splits > 1 &&
+                     c.tile_splits <= kMaxClusterSplits && tiles * c.tile_splits <= kTargetMultiprocessors;
   }
 
   // 4. scratch
@@ -167,7 +179,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
     c.scratch.tickets = std::max(c.scratch.tickets, strips);
     c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.rows_splits * strips * rows_held * strip_cols);
   }
-  if (c.use_tiles && c.tile_splits > 1) {
+  if (c.use_tiles && c.tile_splits > 1 && !c.tile_cluster) {
     c.scratch.tickets = std::max(c.scratch.tickets, tiles);
     c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.tile_splits * tiles * kTileRows * kTileCols);
   }
@@ -231,7 +243,7 @@ SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>
   if (anchor.op == ir::Op::kMatMul) {
     const MatmulChoice c = choose_matmul(g, anchor);
     SplitScratchSize need = c.scratch;
-    if (prologue && c.use_tiles && c.tile_splits > 1) {  // the fold: each part's column sums, each tile's statistics
+    if (prologue && c.use_tiles && c.tile_splits > 1 && !c.tile_cluster) {  // the fold: each part's column sums, each tile's statistics
       const int64_t tiles = tile_count(g, anchor, c);
       need.partial_floats = std::max(need.partial_floats, c.tile_splits * tiles * (kTileRows * kTileCols + 2 * kTileCols) +
                                                               tiles * 2 * kTileRows);

@@ -21,6 +21,7 @@ inline constexpr int64_t kAttentionBlocksPerSM = 3;
 // Row counts up to this take the memory-bound rows kernel (gdl::matmul_rows).
 inline constexpr int64_t kMatmulRowsLimit = 16;
 inline constexpr int kMaxSplits = 16;           // K splits of one matmul output tile
+inline constexpr int kMaxClusterSplits = 8;     // the portable cluster size
 inline constexpr int kAttentionMaxSplits = 64;  // == gdl::kAttentionMaxSplits (gdl_attention.cuh)
 inline constexpr uint64_t kMaxScratchBytes = uint64_t{64} << 20;  // fewer splits rather than more scratch
 
@@ -60,6 +61,11 @@ struct MatmulChoice {
   int row_tile = 1;        // rows held in registers by the rows kernel (MR)
   int rows_splits = 1;     // K splits of the rows kernel
   int tile_splits = 1;     // K splits of the tiled kernel (kMma, kSimt)
+  // The tensor-core kernel's splits of one tile form a thread-block cluster
+  // (2 to kMaxClusterSplits blocks, b shared, at most a block per
+  // multiprocessor in the launch): the parts stay in shared memory and need
+  // no scratch (gdl_matmul.cuh, cluster split).
+  bool tile_cluster = false;
   SplitScratchSize scratch;  // shared by both kernels: only one runs per launch
 };
 MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul);
