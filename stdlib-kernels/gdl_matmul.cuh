@@ -1,6 +1,7 @@
 // Batched matmul [..., M, K] @ [..., K, N] -> [..., M, N], batch dims
 // broadcast (gdl::BatchMap). Four kernels; codegen (kernel_choice.cc) picks
-// one, or a run-time choice between two, from the shapes:
+// one from the shapes, or the rows kernel and a tiled one as two generated
+// kernels that the runtime chooses between per run (codegen.h LargeKernel):
 //
 //  matmul_rows  (f32, f16, bf16; few rows, b shared by every batch entry so
 //               the batch folds into M): memory-bound, streams b once.
@@ -17,14 +18,14 @@
 //               shuffles, then across the 8 warps in shared memory.
 //  matmul_mma   (f16, bf16): tensor cores through nvcuda::wmma 16x16x16
 //               with f32 accumulators. Tiles of 64 x 128, K in steps of 32,
-//               8 warps of 32 x 32; operands staged in shared memory (two
-//               buffers, the next step's global loads in registers while
-//               the tensor cores work), zero-filled past every edge, so any
-//               M, N, K is correct; results go through shared memory to the
-//               epilogue.
+//               8 warps of 32 x 32; operands staged in shared memory by
+//               cp.async, kMmaStages steps in flight, zero-filled past every
+//               edge, so any M, N, K is correct; results go through shared
+//               memory to the epilogue.
 //  matmul_simt  (f32, full fp32 FMA, never TF32): tiles of 64 x 128, K in
 //               steps of 16, each thread an 8 x 4 register tile fed by
-//               16-byte shared loads; same staging and edges as matmul_mma.
+//               16-byte shared loads; operands staged through registers
+//               (two buffers, the next step's loads in flight), same edges.
 //  matmul       (any dtype, i32 and bool included): the general tiled kernel
 //               (a TM x TN tile per block, RM x RN per thread), kept for the
 //               dtypes the others do not take.
@@ -34,7 +35,9 @@
 // otherwise, and splits K across blocks when the output has too few tiles
 // to fill the GPU (SplitScratch, gdl_split.cuh): each split writes a
 // partial tile, the last to arrive adds them in split order (the result
-// does not depend on block timing) and applies the epilogue.
+// does not depend on block timing) and applies the epilogue. matmul_mma
+// may instead run a tile's splits as one thread-block cluster (cluster
+// split, below), the parts added from the blocks' shared memory.
 //
 // Only the first k_valid positions of K are summed (k_valid <= K; K is the
 // row length of a and the row count of b). Floats accumulate in float.
@@ -540,22 +543,19 @@ GDL_DEV void store_tile(TC* c, I M, I N, I base, I m0, I n0, const Epi& epi, con
     float4 v[J];
     sums(e0, v);
     R r[J][4] = {};
+    // visit(j, i, e, index) for each element of the J vectors inside the tile and the range.
+    const auto each = [&](const auto& visit) {
 #pragma unroll
-    for (int j = 0; j < J; ++j)
+      for (int j = 0; j < J; ++j)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int e = e0 + j * kStoreStride + i;
-        const I m = m0 + e / BN, n = n0 + e % BN;
-        if (e < e_end && m < M && n < N) r[j][i] = epi(tile_value(pro, lane4(v[j], i), e, f), base + m * N + n);
-      }
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int e = e0 + j * kStoreStride + i;
-        const I m = m0 + e / BN, n = n0 + e % BN;
-        if (e < e_end && m < M && n < N) c[base + m * N + n] = cvt<TC>(r[j][i]);
-      }
+        for (int i = 0; i < 4; ++i) {
+          const int e = e0 + j * kStoreStride + i;
+          const I m = m0 + e / BN, n = n0 + e % BN;
+          if (e < e_end && m < M && n < N) visit(j, i, e, base + m * N + n);
+        }
+    };
+    each([&](int j, int i, int e, I index) { r[j][i] = epi(tile_value(pro, lane4(v[j], i), e, f), index); });
+    each([&](int j, int i, int, I index) { c[index] = cvt<TC>(r[j][i]); });
   }
 }
 
