@@ -331,10 +331,14 @@ template <typename T, typename I> GDL_DEV void prefetch_b_part(const T* b, I N, 
   }
 }
 
-// The first task of this block in matmul_rows (below).
-template <typename T, typename I> GDL_DEV void matmul_rows_prefetch(const T* b, I N, I K, int splits) {
+// The first task of this block in matmul_rows (below; ClusterSplits as there).
+template <int ClusterSplits = 0, typename T, typename I>
+GDL_DEV void matmul_rows_prefetch(const T* b, I N, I K, int splits) {
   constexpr int BN = RowsTile<T>::BN;
-  const I tiles = ceil_div(N, (I)BN), task = task_first<I>();
+  const I tiles = ceil_div(N, (I)BN);
+  const I task = ClusterSplits > 1
+                     ? (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits)
+                     : task_first<I>();
   if (task >= tiles * (I)splits) return;
   const I chunk = ceil_div(ceil_div(K, (I)splits), (I)mm::kKGroups) * mm::kKGroups;
   const I k_lo = (task / tiles) * chunk, k_hi = K < k_lo + chunk ? K : k_lo + chunk;
@@ -453,28 +457,43 @@ GDL_DEV void rows_pass(const T* a, const T* b, I M, I N, I K, I m0, I n0, I k_lo
 }
 
 // a [M, K] (any batch folded into M), b [K, N] shared, c [M, N].
-template <int MR, typename T, typename I, typename TC, typename Epi, typename Pro>
+// ClusterSplits > 1: launched in clusters of that many blocks along y
+// (sk.splits the same, M at most kRowsClusterRows), which split one strip's
+// K among them; the parts stay in shared memory (cluster split, above
+// matmul_mma) and each block adds and stores its share of the strip.
+constexpr int kRowsClusterRows = 16;  // kernel_choice.h kMatmulRowsLimit
+template <int MR, int ClusterSplits = 0, typename T, typename I, typename TC, typename Epi, typename Pro>
 GDL_DEV void matmul_rows(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, SplitScratch sk, const Epi& epi,
                          const Pro& pro, unsigned char* smem_bytes) {
   static_assert(MR == 1 || MR == 2 || MR == 4 || MR == 8 || MR == 16, "row tile");
   constexpr int V = RowsTile<T>::V, BN = RowsTile<T>::BN;
+  constexpr bool cluster = ClusterSplits > 1;
   if (blockDim.x != mm::kThreads) __trap();  // a launch that breaks the LaunchRule
   float* smem = reinterpret_cast<float*>(smem_bytes);
   __shared__ float2 st[Pro::active ? MR : 1];  // norm prologue: the statistics of the pass's rows
+  __shared__ __align__(16) float cluster_part[cluster ? kRowsClusterRows * BN : 1];  // this block's part of the strip
   const bool vec = N % V == 0 && aligned16(b);
   const int S = sk.splits;
   const I tiles = ceil_div(N, (I)BN);
   const I chunk = ceil_div(ceil_div(k_valid, (I)S), (I)mm::kKGroups) * mm::kKGroups;
   const I tasks = tiles * S;
-  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+  I first = task_first<I>(), stride = task_stride<I>();
+  if constexpr (cluster) {  // one task per block: part `rank` of the cluster's strip
+    if (S != ClusterSplits || M > (I)kRowsClusterRows || (I)gridDim.x * (I)gridDim.y != tasks) __trap();
+    first = (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits);
+    stride = tasks;
+  }
+  for (I task = first; task < tasks; task += stride) {
     const I tile = task % tiles;
     const I s = task / tiles;
     const I n0 = tile * BN;
     const I k_lo = s * chunk;
     const I k_hi = k_valid < k_lo + chunk ? k_valid : k_lo + chunk;  // may be <= k_lo: an empty part
-    float* part = S > 1 ? sk.partials + (s * tiles + tile) * M * BN : nullptr;
+    float* part = cluster ? cluster_part : S > 1 ? sk.partials + (s * tiles + tile) * M * BN : nullptr;
     const auto sink = [&](I m, I n, float v) {
-      if (S == 1) {
+      if (cluster) {
+        part[m * BN + (n - n0)] = v;
+      } else if (S == 1) {
         if (n < N) store_result(c, m * N + n, v, epi);
       } else {
         __stcg(part + m * BN + (n - n0), v);
@@ -491,7 +510,21 @@ GDL_DEV void matmul_rows(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid
         rows_pass<mm::min_int<8, MR>::value>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
       else rows_pass<MR>(a, b, M, N, K, m0, n0, k_lo, k_hi, vec, smem, pro, st, sink);
     }
-    if (S > 1 && split_arrive(sk.tickets + tile, S)) {
+    if constexpr (cluster) {
+      // Block s adds elements [s * share, (s + 1) * share) of the strip's
+      // M x BN from every block's part, in rank order.
+      cluster_sync();  // every part is in place
+      const int count = (int)M * BN, share = (count + S - 1) / S;
+      const int e_begin = (int)s * share, e_end = e_begin + share < count ? e_begin + share : count;
+      for (int e = e_begin + (int)threadIdx.x; e < e_end; e += mm::kThreads) {
+        const I m = e / BN, n = n0 + e % BN;
+        float v = 0.0f;
+#pragma unroll
+        for (int q = 0; q < ClusterSplits; ++q) v += cluster_load(cluster_map(part + e, (unsigned)q));
+        if (n < N) store_result(c, m * N + n, v, epi);
+      }
+      cluster_sync();  // the other blocks are done reading this block's part
+    } else if (S > 1 && split_arrive(sk.tickets + tile, S)) {
       for (I e = threadIdx.x; e < M * BN; e += mm::kThreads) {
         const I m = e / BN, col = e - m * BN, n = n0 + col;
         if (n >= N) continue;

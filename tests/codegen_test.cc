@@ -368,6 +368,33 @@ size_t step_writing(const plan::Plan& p, ValueId v) {
   return 0;
 }
 
+TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the launch has a block per SM at most") {
+  for (DType t : kFloats) {
+    INFO(dtype_name(t));
+    GraphBuilder b;
+    b.g.program_name = "rows_cluster";
+    const Dim B = b.dim("B", 1, 8);
+    ValueId w = b.param("w", {t, dims({Dim::constant(1024), Dim::constant(1024)})});
+    ValueId x = b.input("x", {t, dims({B, Dim::constant(1024)})});
+    ValueId y = b.op(Op::kMatMul, {x, w}, {t, dims({B, Dim::constant(1024)})});
+    b.output("y", y);
+    plan::Plan p = plan_of(b.g);
+    REQUIRE(plan::check_plan(p) == "");
+    const MatmulChoice c = choose_matmul(p.graph, p.graph.node(y));
+    const bool f32 = t == DType::kF32;
+    // f16/bf16: 16 strips x 8 splits = 128 blocks, one cluster of 8 per
+    // strip and no scratch; f32: 32 strips x 8 = 256 blocks, global parts.
+    CHECK(c.rows_splits == 8);
+    CHECK(c.rows_cluster == !f32);
+    GeneratedCode code = generate_cuda(p);
+    CHECK((code.source.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) gdl_s0_matmul(") !=
+           std::string::npos) == !f32);
+    CHECK((code.source.find("gdl::matmul_rows<8, 8>(") != std::string::npos) == !f32);
+    CHECK((p.steps[0].scratch_bytes == 0) == !f32);
+    CHECK(code.kernels[0].launch.grid_y == (f32 ? 32 : 16) * 8);
+  }
+}
+
 TEST_CASE("codegen: each matmul kernel and the split attention are chosen by shape, named, and compile") {
   for (DType t : kFloats) {
     INFO(dtype_name(t));

@@ -771,7 +771,8 @@ class StepEmitter {
     }
     const std::string tiles_name = matmul_kernel_name(choice.tiles);
     body += "  // matmul kernel: " +
-            (use_rows ? "rows (" + std::to_string(choice.rows_splits) + " K split(s))"
+            (use_rows ? "rows (" + std::to_string(choice.rows_splits) + " K split(s)" +
+                            (choice.rows_cluster ? ", one cluster per strip" : "") + ")"
                       : tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s)" +
                             (choice.tile_cluster ? ", one cluster per tile" : "") + ")") + "\n";
     const std::string smem = use_rows ? "gdl::kMatmulRowsSmem"
@@ -785,10 +786,15 @@ class StepEmitter {
     } else {
       batch_map();
     }
-    if (use_rows)
-      rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) + ">(" + args[0] + ", " + args[1] + ", " +
-                  out_ptr + ", rows, N, K, k_valid, " + split_scratch(choice.rows_splits, choice.scratch, body) + ", " +
-                  epi + ", " + pro + ", smem);";
+    if (use_rows) {
+      if (choice.rows_cluster) cluster_y_ = choice.rows_splits;  // the K splits of a strip: one cluster
+      rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) +
+                  (choice.rows_cluster ? ", " + std::to_string(choice.rows_splits) : "") + ">(" + args[0] + ", " +
+                  args[1] + ", " + out_ptr + ", rows, N, K, k_valid, " +
+                  (choice.rows_cluster ? "gdl::SplitScratch{nullptr, nullptr, " + std::to_string(choice.rows_splits) + "}"
+                                       : split_scratch(choice.rows_splits, choice.scratch, body)) +
+                  ", " + epi + ", " + pro + ", smem);";
+    }
     if (use_tiles) {
       std::string m = choice.fold_batch ? "rows" : "M";
       std::string map = choice.fold_batch ? "single" : "batches";
@@ -827,7 +833,9 @@ class StepEmitter {
     if (!choice.fold_batch || buffer.region != plan::Region::kParams) return "";
     waits_in_body_ = true;
     const std::string bk = choice.tiles == MatmulKernel::kSimt ? "gdl::mm::kSimtBK" : "gdl::mm::kMmaBK";
-    const std::string rows = "gdl::matmul_rows_prefetch(" + b + ", N, K, " + std::to_string(choice.rows_splits) + ");";
+    const std::string rows = std::string("gdl::matmul_rows_prefetch") +
+                             (choice.rows_cluster ? "<" + std::to_string(choice.rows_splits) + ">" : "") + "(" + b +
+                             ", N, K, " + std::to_string(choice.rows_splits) + ");";
     const std::string cluster = choice.tile_cluster ? ", " + std::to_string(choice.tile_splits) : "";
     const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + cluster + ">(" + b + ", rows, N, K, " +
                               std::to_string(choice.tile_splits) + ");";

@@ -17,7 +17,8 @@
 //    kMaxScratchBytes.
 //    The tensor-core kernel's 2 to 8 splits of a tile with b shared run
 //    as one thread-block cluster (tile_cluster) when the launch has at most
-//    a block per multiprocessor.
+//    a block per multiprocessor; so do the rows kernel's splits of a strip
+//    (rows_cluster).
 // 4. Scratch: one ticket per tile and splits partial tiles, for whichever
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
@@ -157,6 +158,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
     while (c.rows_splits > 1 &&
            static_cast<uint64_t>(c.rows_splits * strips * rows_held * strip_cols) * 4 > kMaxScratchBytes)
       --c.rows_splits;
+    c.rows_cluster = c.rows_splits > 1 && c.rows_splits <= kMaxClusterSplits && strips * c.rows_splits <= kTargetMultiprocessors;
   }
   if (c.use_tiles && c.tiles != MatmulKernel::kGeneral) {
     c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
@@ -175,7 +177,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   }
 
   // 4. scratch
-  if (c.use_rows && c.rows_splits > 1) {
+  if (c.use_rows && c.rows_splits > 1 && !c.rows_cluster) {
     c.scratch.tickets = std::max(c.scratch.tickets, strips);
     c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.rows_splits * strips * rows_held * strip_cols);
   }

@@ -66,6 +66,7 @@ struct MatmulChoice {
   // multiprocessor in the launch): the parts stay in shared memory and need
   // no scratch (gdl_matmul.cuh, cluster split).
   bool tile_cluster = false;
+  bool rows_cluster = false;  // the same for the rows kernel's splits of one strip
   SplitScratchSize scratch;  // shared by both kernels: only one runs per launch
 };
 MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul);
