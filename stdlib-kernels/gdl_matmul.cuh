@@ -36,8 +36,9 @@
 // to fill the GPU (SplitScratch, gdl_split.cuh): each split writes a
 // partial tile, the last to arrive adds them in split order (the result
 // does not depend on block timing) and applies the epilogue. matmul_mma
-// may instead run a tile's splits as one thread-block cluster (cluster
-// split, below), the parts added from the blocks' shared memory.
+// and matmul_rows may instead run a tile's (strip's) splits as one
+// thread-block cluster (cluster split, below), the parts added from the
+// blocks' shared memory.
 //
 // Only the first k_valid positions of K are summed (k_valid <= K; K is the
 // row length of a and the row count of b). Floats accumulate in float.
@@ -645,7 +646,8 @@ GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, 
 // the epilogue. No global scratch, fence or ticket, and the epilogue of a
 // tile is spread over its S blocks instead of run by the last one to
 // arrive (ncu: that one block's epilogue over 8192 elements was the W2
-// tiled layer's tail at B=64).
+// tiled layer's tail at B=64). matmul_rows does the same for a strip, by
+// element ranges.
 // Rows [first, first + count) of a BM-row tile: the share of part s of S.
 template <int BM> GDL_DEV int share_first(int s, int S) { return s * ((BM + S - 1) / S); }
 template <int BM> GDL_DEV int share_count(int s, int S) {
