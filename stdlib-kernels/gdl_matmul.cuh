@@ -316,6 +316,19 @@ GDL_DEV void fold_columns_done(const Pro&, float cs, float bs, I s, I tiles, I t
   }
 }
 
+// ------------------------------------------------------------ tasks
+// The first task of this block among `tiles` output tiles (or strips)
+// split K ways, numbered part * tiles + tile as the kernels take them. In
+// clusters of ClusterSplits blocks along y (cluster split, below) the
+// block takes part `rank` of its cluster's tile, one task per block;
+// otherwise task_first (gdl_index.cuh).
+template <int ClusterSplits, typename I> GDL_DEV I split_task_first(I tiles) {
+  if constexpr (ClusterSplits > 1)
+    return (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits);
+  else
+    return task_first<I>();
+}
+
 // ------------------------------------------------------------ prefetch
 // Before wait_for_producers (gdl_abi.cuh) a matmul whose b is a param pulls
 // the part of b that its block's first task reads into L2, while the
@@ -337,9 +350,7 @@ template <int ClusterSplits = 0, typename T, typename I>
 GDL_DEV void matmul_rows_prefetch(const T* b, I N, I K, int splits) {
   constexpr int BN = RowsTile<T>::BN;
   const I tiles = ceil_div(N, (I)BN);
-  const I task = ClusterSplits > 1
-                     ? (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits)
-                     : task_first<I>();
+  const I task = split_task_first<ClusterSplits>(tiles);
   if (task >= tiles * (I)splits) return;
   const I chunk = ceil_div(ceil_div(K, (I)splits), (I)mm::kKGroups) * mm::kKGroups;
   const I k_lo = (task / tiles) * chunk, k_hi = K < k_lo + chunk ? K : k_lo + chunk;
@@ -354,9 +365,7 @@ GDL_DEV void matmul_tiles_prefetch(const T* b, I M, I N, I K, int splits) {
   constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN;
   static_assert(BM == mm::kSimtBM && BN == mm::kSimtBN, "one tiling for both tiled kernels");
   const I mt = ceil_div(M, (I)BM), tiles = mt * ceil_div(N, (I)BN);
-  const I task = ClusterSplits > 1
-                     ? (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits)
-                     : task_first<I>();
+  const I task = split_task_first<ClusterSplits>(tiles);
   if (task >= tiles * (I)splits) return;
   const I chunk = ceil_div(ceil_div(K, (I)splits), (I)BK) * BK;
   const I k_lo = (task / tiles) * chunk, k_hi = K < k_lo + chunk ? K : k_lo + chunk;
@@ -478,13 +487,10 @@ GDL_DEV void matmul_rows(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid
   const I tiles = ceil_div(N, (I)BN);
   const I chunk = ceil_div(ceil_div(k_valid, (I)S), (I)mm::kKGroups) * mm::kKGroups;
   const I tasks = tiles * S;
-  I first = task_first<I>(), stride = task_stride<I>();
-  if constexpr (cluster) {  // one task per block: part `rank` of the cluster's strip
+  if constexpr (cluster)  // one task per block
     if (S != ClusterSplits || M > (I)kRowsClusterRows || (I)gridDim.x * (I)gridDim.y != tasks) __trap();
-    first = (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits);
-    stride = tasks;
-  }
-  for (I task = first; task < tasks; task += stride) {
+  const I stride = cluster ? tasks : task_stride<I>();
+  for (I task = split_task_first<ClusterSplits>(tiles); task < tasks; task += stride) {
     const I tile = task % tiles;
     const I s = task / tiles;
     const I n0 = tile * BN;
@@ -735,14 +741,11 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
   const I tiles = batches.count * mt * nt;
   const I chunk = ceil_div(ceil_div(k_valid, (I)S), (I)BK) * BK;
   const I tasks = tiles * S;
-  I first = task_first<I>(), stride = task_stride<I>();
-  if constexpr (ClusterSplits > 1) {  // one task per block: part `rank` of the cluster's tile
+  if constexpr (ClusterSplits > 1)  // one task per block
     if (S != ClusterSplits || (I)gridDim.x * (I)gridDim.y != tasks) __trap();  // a launch that breaks the rule
-    first = (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits);
-    stride = tasks;
-  }
+  const I stride = ClusterSplits > 1 ? tasks : task_stride<I>();
 
-  for (I task = first; task < tasks; task += stride) {
+  for (I task = split_task_first<ClusterSplits>(tiles); task < tasks; task += stride) {
     const I tile = task % tiles, s = task / tiles;
     const I mi = tile % mt, ni = (tile / mt) % nt, batch = tile / (mt * nt);
     I off[2];
