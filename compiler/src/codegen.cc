@@ -700,9 +700,10 @@ class StepEmitter {
 
   // The SplitScratch argument of a kernel that splits its tiles `splits`
   // ways: the step's tickets and partial tiles (plan::Step), declared in
-  // `body` as `tickets` and `partials` the first time.
-  std::string split_scratch(int splits, const SplitScratchSize& need, std::string& body) {
-    if (splits <= 1) return "gdl::SplitScratch{nullptr, nullptr, 1}";
+  // `body` as `tickets` and `partials` the first time; none when the splits
+  // run as a cluster (kernel_choice.h), whose parts stay in shared memory.
+  std::string split_scratch(int splits, bool in_cluster, const SplitScratchSize& need, std::string& body) {
+    if (splits <= 1 || in_cluster) return "gdl::SplitScratch{nullptr, nullptr, " + std::to_string(splits) + "}";
     GDL_INTERNAL_ASSERT(need.ticket_bytes() > 0 && step_.tickets_bytes >= need.ticket_bytes() &&
                             step_.scratch_bytes >= need.partial_bytes(),
                         "step " + std::to_string(index_) + " has less scratch than its kernel needs");
@@ -791,9 +792,8 @@ class StepEmitter {
       rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) +
                   (choice.rows_cluster ? ", " + std::to_string(choice.rows_splits) : "") + ">(" + args[0] + ", " +
                   args[1] + ", " + out_ptr + ", rows, N, K, k_valid, " +
-                  (choice.rows_cluster ? "gdl::SplitScratch{nullptr, nullptr, " + std::to_string(choice.rows_splits) + "}"
-                                       : split_scratch(choice.rows_splits, choice.scratch, body)) +
-                  ", " + epi + ", " + pro + ", smem);";
+                  split_scratch(choice.rows_splits, choice.rows_cluster, choice.scratch, body) + ", " + epi + ", " +
+                  pro + ", smem);";
     }
     if (use_tiles) {
       std::string m = choice.fold_batch ? "rows" : "M";
@@ -802,9 +802,8 @@ class StepEmitter {
       const std::string cluster = choice.tile_cluster ? "<" + std::to_string(choice.tile_splits) + ">" : "";
       tiles_call = "gdl::matmul_" + tiles_name + cluster + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
                    ", N, K, k_valid, " + map + ", " +
-                   (choice.tile_cluster ? "gdl::SplitScratch{nullptr, nullptr, " + std::to_string(choice.tile_splits) + "}"
-                                        : split_scratch(choice.tile_splits, choice.scratch, body)) + ", " +
-                   epi + ", " + pro + ", smem);";
+                   split_scratch(choice.tile_splits, choice.tile_cluster, choice.scratch, body) + ", " + epi + ", " +
+                   pro + ", smem);";
     }
     body += weights_prefetch(n, choice, use_rows, args[1]);
     body += "  " + (use_rows ? rows_call : tiles_call) + "\n";
@@ -964,7 +963,7 @@ class StepEmitter {
                 std::to_string(std::max<int64_t>(1, dv_max)) + ", " + std::to_string(kAttentionChunk) + ", " + idx_ +
                 ">(" + args[0] + ", " + args[1] + ", " + args[2] + ", " + out_ptr + ", " + args[3] +
                 ", rows, positions, D, DV, " + float_literal(n.attrs.value) + ", " +
-                split_scratch(choice.splits, choice.scratch, body) + ");\n";
+                split_scratch(choice.splits, false, choice.scratch, body) + ");\n";
         rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.splits)}, 1}}, kAttentionBlock);
         return body;
       }

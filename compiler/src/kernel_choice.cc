@@ -93,6 +93,19 @@ int64_t split_cap() {
   return cap;
 }
 
+// Whether the `splits` K splits of each of `units` output tiles (or rows
+// kernel strips) run as one thread-block cluster: 2 to kMaxClusterSplits
+// of them, and only where every block of the launch can have a
+// multiprocessor of its own. Measured on the H200, W2 H=1024 B=64 (64
+// blocks) went from 137 to 85 us with clusters, but H=4096 B=64 (256
+// blocks in 32 clusters of 8) from 317 to 333 (f16) and 357 to 381 us
+// (bf16), presumably because fewer clusters of 8 than that fit the GPCs at
+// once. A cluster's blocks are consecutive along grid.y, which then holds
+// every part (below 65535, so never folded into the work).
+bool split_as_cluster(int splits, int64_t units) {
+  return splits > 1 && splits <= kMaxClusterSplits && units * splits <= kTargetMultiprocessors;
+}
+
 // Splits of `tiles` output tiles: about the blocks that fill the GPU, at
 // most `most`, at least one.
 int split_count(int64_t tiles, int64_t blocks_wanted, int64_t most) {
@@ -158,22 +171,14 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
     while (c.rows_splits > 1 &&
            static_cast<uint64_t>(c.rows_splits * strips * rows_held * strip_cols) * 4 > kMaxScratchBytes)
       --c.rows_splits;
-    c.rows_cluster = c.rows_splits > 1 && c.rows_splits <= kMaxClusterSplits && strips * c.rows_splits <= kTargetMultiprocessors;
+    c.rows_cluster = split_as_cluster(c.rows_splits, strips);
   }
   if (c.use_tiles && c.tiles != MatmulKernel::kGeneral) {
     c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
     while (c.tile_splits > 1 &&
            static_cast<uint64_t>(c.tile_splits * tiles * kTileRows * kTileCols) * 4 > kMaxScratchBytes)
       --c.tile_splits;
-    // A cluster holds one tile's parts; its blocks are consecutive along
-    // grid.y, which must hold every tile and part (no folded grid). Only
-    // where every block of the launch can have a multiprocessor of its own:
-    // measured on the H200, W2 H=1024 B=64 (64 blocks) went from 137 to 85
-    // us with clusters, but H=4096 B=64 (256 blocks in 32 clusters of 8)
-    // from 317 to 333 (f16) and 357 to 381 us (bf16), presumably because
-    // fewer clusters of 8 than that fit the GPCs at once.
-    c.tile_cluster = c.tiles == MatmulKernel::kMma && c.fold_batch && c.tile_splits > 1 &&
-                     c.tile_splits <= kMaxClusterSplits && tiles * c.tile_splits <= kTargetMultiprocessors;
+    c.tile_cluster = c.tiles == MatmulKernel::kMma && c.fold_batch && split_as_cluster(c.tile_splits, tiles);
   }
 
   // 4. scratch
