@@ -331,13 +331,23 @@ template <int ClusterSplits, typename I> GDL_DEV I split_task_first(I tiles) {
 
 // ------------------------------------------------------------ prefetch
 // Before wait_for_producers (gdl_abi.cuh) a matmul whose b is a param pulls
-// the part of b that its block's first task reads into L2, while the
-// kernels before it still run: rows [k_lo, k_hi) x columns [n0, n0 + cols)
-// of b [K, N]. The split of K mirrors the kernels' own (K in place of
-// k_valid, so it may fetch a little more); only a hint, never a fault.
+// the start of the part of b that its block's first task reads into L2,
+// while the kernels before it still run: rows [k_lo, k_hi) x columns
+// [n0, n0 + cols) of b [K, N], at most kPrefetchBytes of them. The split of
+// K mirrors the kernels' own (K in place of k_valid, so it may fetch a
+// little more); only a hint, never a fault.
+// The cap: at H=4096 a whole part is 128 KiB, so a launch prefetched the
+// whole 32 MiB matrix while its blocks started loading it themselves. W2 on
+// the H200, whole parts against the cap, same call, graph replay: f16
+// H=4096 B=1 141 -> 136 us, B=64 322 -> 293; bf16 B=64 360 -> 339; f32
+// H=4096 B=1 221 -> 196, B=64 671 -> 620; H=1024 (parts of 16-64 KiB)
+// within 1%. No prefetch at all: H=1024 f16 B=1 41.3 -> 46.0 us.
+constexpr int kPrefetchBytes = 16 * 1024;
 template <typename T, typename I> GDL_DEV void prefetch_b_part(const T* b, I N, I k_lo, I k_hi, I n0, int cols) {
   constexpr int per_line = 128 / (int)sizeof(T);
   const int lines = (cols + per_line - 1) / per_line;
+  const I most = (I)(kPrefetchBytes / (lines * 128));  // rows of the part within the cap
+  if (k_hi > k_lo + most) k_hi = k_lo + most;
   const I total = k_hi > k_lo ? (k_hi - k_lo) * (I)lines : (I)0;
   for (I i = threadIdx.x; i < total; i += blockDim.x) {
     const I k = k_lo + i / lines, n = n0 + (I)(i % lines) * per_line;
