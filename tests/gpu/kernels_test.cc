@@ -250,6 +250,26 @@ TEST_CASE("kernels: attention with head dims that are not whole 16-byte vectors"
   }
 }
 
+TEST_CASE("kernels: attention with head dims 256 and 512, every dtype") {
+  const std::string text =
+      "program att;\ninput q : {T}[3, {D}];\nparam k : {T}[3, 300, {D}];\nparam v : {T}[3, 300, {D}];\n"
+      "input len : i32;\noutput o : {T}[3, {D}];\no = attention(q, k, v, len, scale = 0.04);\n";
+  for (const std::string& t : kFloats)
+    for (int64_t d : {256, 512}) {
+      Program program = compile_text(substitute(with_dtype(text, t), "{D}", std::to_string(d)));
+      for (int64_t len : {1, 200, 300}) {
+        INFO("attention " << t << " D = " << d << " len = " << len);
+        RangeFor range = [len](const TensorInfo& info) {
+          ValueRange r;
+          if (info.name == "len") r.int_lo = r.int_hi = len;
+          return r;
+        };
+        CHECK(check_program(program, seed_for("att-wide/" + t + std::to_string(d) + "/" + std::to_string(len)), {},
+                            range));
+      }
+    }
+}
+
 TEST_CASE("kernels: attention replays with lengths changing between runs in one session") {
   const std::string text =
       "program att;\ninput q : {T}[32, 128];\nparam k : {T}[32, 4096, 128];\nparam v : {T}[32, 4096, 128];\n"
