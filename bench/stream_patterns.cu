@@ -12,8 +12,13 @@
 //   P1 strip128: SW=64   -> 8 threads per row,   32 row groups (rows g, g+32, ...)
 //   P2 warp512:  SW=256  -> 32 threads per row,  8 row groups = warps
 //   P3 block4k:  SW=2048 -> 256 threads per row, 1 row group (rows k, k+1, ...)
+// P4 ring (gemv_ring, below) streams each thread's pieces of W through a
+// ring of cp.async slots in shared memory, filled before the kernel waits
+// for the previous launch (programmatic launch), as a layer could while the
+// layer before it still runs.
 // The ceiling lines are a plain read of the same 32 MiB per launch, back to
-// back on one stream ("ceiling"), and with programmatic dependent launch
+// back on one stream ("ceiling"; "ceil64MiB": 64 MiB per launch, the K and
+// V of gdl's W3 attention), and with programmatic dependent launch
 // ("pdl", "pdl-early"), which lets one launch's reads overlap the previous
 // launch's tail the way gdl's graph edges do.
 #include <cuda_fp16.h>
@@ -194,6 +199,92 @@ gemv_pattern(const __half* __restrict__ W, const float* __restrict__ x, float* _
   if (tid == 0) tickets[strip] = 0;  // ready for the next launch
 }
 
+// ---------------------------------------------------------------- ring kernel
+// P4 ring: a strip of 256 columns (a warp over 512 contiguous bytes of a
+// row), warp w taking rows w, w + 8, ... of the block's K range. Each
+// thread streams its 16-byte pieces through its own ring of NS slots in
+// shared memory (cp.async), NS - 1 rows ahead of the one it multiplies, so
+// the bytes in flight do not cost registers. The ring is filled BEFORE
+// griddepcontrol.wait: with programmatic launch the next layer's blocks
+// start streaming their weights while this layer still runs, and kEarly
+// lets them launch as soon as every block of this one has started.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int P> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(P) : "memory"); }
+
+template <int M, int NS, bool kEarly>
+__global__ void __launch_bounds__(THREADS, 2)
+gemv_ring(const __half* __restrict__ W, const float* __restrict__ x, float* __restrict__ y,
+          float* __restrict__ scratch, unsigned* __restrict__ tickets, int S) {
+  constexpr int SW = 256, STRIPS = N / SW;
+  extern __shared__ float4 smem4[];
+  uint4* ring = reinterpret_cast<uint4*>(smem4);                  // [NS][THREADS]
+  float* xs = reinterpret_cast<float*>(smem4 + NS * THREADS);     // [M][Kr]
+  __shared__ int s_last;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int strip = blockIdx.x % STRIPS, split = blockIdx.x / STRIPS;
+  const int Kr = K / S, k0 = split * Kr, col0 = strip * SW;
+  const int rows = Kr / NWARPS;
+  const __half* wp = W + (size_t)(k0 + warp) * N + col0 + lane * 8;
+  const auto issue = [&](int i) {
+    if (i < rows) cp_async16(&ring[(i % NS) * THREADS + tid], wp + (size_t)i * NWARPS * N);
+    cp_async_commit();
+  };
+  if (kEarly) asm volatile("griddepcontrol.launch_dependents;" :::);
+#pragma unroll 1
+  for (int i = 0; i < NS - 1; ++i) issue(i);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (!kEarly) asm volatile("griddepcontrol.launch_dependents;" :::);
+  for (int i = tid; i < M * Kr; i += THREADS) {
+    const int m = i / Kr;
+    xs[i] = x[m * K + k0 + (i - m * Kr)];
+  }
+  __syncthreads();
+  float acc[M][8] = {};
+  for (int i = 0; i < rows; ++i) {
+    cp_async_wait<NS - 2>();
+    issue(i + NS - 1);  // into the slot this thread read last
+    fma8<M>(acc, ring[(i % NS) * THREADS + tid], xs, warp + i * NWARPS, Kr);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the ring becomes the cross-warp sums
+  float* red = reinterpret_cast<float*>(smem4);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float4* r = reinterpret_cast<float4*>(red + (warp * M + m) * SW + lane * 8);
+    r[0] = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
+    r[1] = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
+  }
+  __syncthreads();
+  float* part = scratch + (size_t)split * M * N + col0;
+  const float4* red4 = reinterpret_cast<const float4*>(red);
+  for (int i = tid; i < M * SW / 4; i += THREADS) {
+    float4 s4 = red4[i];
+#pragma unroll
+    for (int w = 1; w < NWARPS; ++w) s4 = add4(s4, red4[w * M * SW / 4 + i]);
+    const int m = i * 4 / SW, cc = i * 4 % SW;
+    __stcg(reinterpret_cast<float4*>(part + m * N + cc), s4);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    s_last = (atomicAdd(&tickets[strip], 1u) == (unsigned)S - 1);
+    if (s_last) { tickets[strip] = 0; __threadfence(); }
+  }
+  __syncthreads();
+  if (!s_last) return;
+  for (int i = tid; i < M * SW / 4; i += THREADS) {
+    const int m = i * 4 / SW, cc = i * 4 % SW;
+    const float* p = scratch + (size_t)m * N + col0 + cc;
+    float4 s4 = __ldcg(reinterpret_cast<const float4*>(p));
+    for (int sp = 1; sp < S; ++sp) s4 = add4(s4, __ldcg(reinterpret_cast<const float4*>(p + (size_t)sp * M * N)));
+    *reinterpret_cast<float4*>(y + m * N + col0 + cc) = s4;
+  }
+}
+
 // ---------------------------------------------------------------- ceiling kernel
 // Pure streaming read: grid-stride 16-byte loads, UNR in flight, folded by
 // xor. Launched plainly ("ceiling"), griddepcontrol.wait is a no-op. With
@@ -313,16 +404,64 @@ void run_all(const char* name, int S, const Bufs& b) {
   run_pattern<SW, 8, 8>(name, S, b);
 }
 
-template <int UNR>
+// P4 ring, launched with programmatic dependent launch like gdl's graph edges
+// (pdl = false: plain launches).
+template <int M, int NS, bool kEarly>
+void run_ring(int S, bool pdl, const Bufs& b) {
+  constexpr int STRIPS = N / 256;
+  const int Kr = K / S, blocks = STRIPS * S;
+  const size_t ring_bytes = (size_t)NS * THREADS * 16, red_bytes = (size_t)NWARPS * M * 256 * 4;
+  const size_t smem = (ring_bytes > red_bytes ? ring_bytes : red_bytes) + (size_t)M * Kr * 4;
+  auto kern = gemv_ring<M, NS, kEarly>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = g_stream;
+  cfg.attrs = pdl ? &attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const float us = time_launches([&](int i) {
+    CK(cudaLaunchKernelEx(&cfg, kern, (const __half*)(b.W + (size_t)(i % NMAT) * MAT_ELEMS), (const float*)b.x, b.y,
+                          b.scratch, b.tickets, S));
+  });
+  CK(cudaMemsetAsync(b.y, 0xFF, (size_t)M * N * sizeof(float), g_stream));
+  CK(cudaLaunchKernelEx(&cfg, kern, (const __half*)b.W, (const float*)b.x, b.y, b.scratch, b.tickets, S));
+  gemv_ref<<<dim3(N / 256, M), 256, 0, g_stream>>>(b.W, b.x, b.yref, M);
+  CK(cudaGetLastError());
+  std::vector<float> y((size_t)M * N), r((size_t)M * N);
+  CK(cudaStreamSynchronize(g_stream));
+  CK(cudaMemcpy(y.data(), b.y, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r.data(), b.yref, r.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  double maxref = 0.0, maxdiff = 0.0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    maxref = std::fmax(maxref, std::fabs((double)r[i]));
+    const double d = std::fabs((double)y[i] - (double)r[i]);
+    maxdiff = std::isnan(d) ? INFINITY : std::fmax(maxdiff, d);
+  }
+  const double rel = maxdiff / (maxref > 0 ? maxref : 1.0);
+  char name[32];
+  snprintf(name, sizeof name, "ring%d%s", NS, pdl ? (kEarly ? "-early" : "-pdl") : "");
+  printf("%-10s %2s %2d %4d %6d %8zu %9zu", name, "-", M, S, blocks, (size_t)Kr * 512 / 1024,
+         (size_t)S * M * N * sizeof(float) / 1024);
+  print_bw(us);
+  printf(" %10.2e %5s\n", rel, rel <= 1e-3 ? "ok" : "FAIL");
+}
+
+// MATS matrices read per launch (2: 64 MiB, the K and V that W3 reads).
+template <int UNR, int MATS = 1>
 void run_ceiling(int blocks_per_sm, int sms, const Bufs& b) {
-  const int blocks = blocks_per_sm * sms, n = (int)(MAT_BYTES / sizeof(uint4));
+  const int blocks = blocks_per_sm * sms, n = (int)(MATS * MAT_BYTES / sizeof(uint4));
   const float us = time_launches([&](int i) {
     stream_read<UNR, false><<<blocks, THREADS, 0, g_stream>>>(
-        reinterpret_cast<const uint4*>(b.W + (size_t)(i % NMAT) * MAT_ELEMS), n, b.sink);
+        reinterpret_cast<const uint4*>(b.W + (size_t)(i % (NMAT / MATS)) * MATS * MAT_ELEMS), n, b.sink);
   });
-  printf("%-10s %2d %2s %4s %6d %8s %9s", "ceiling", UNR, "-", "-", blocks, "-", "-");
-  print_bw(us);
-  printf(" %10s %5s\n", "-", "-");
+  printf("%-10s %2d %2s %4s %6d %8s %9s", MATS == 1 ? "ceiling" : "ceil64MiB", UNR, "-", "-", blocks, "-", "-");
+  print_bw(us / MATS);
+  printf(" %10s %5s  (%.2f us per launch)\n", "-", "-", us);
 }
 
 template <int UNR, bool kEarly>
@@ -378,10 +517,21 @@ int main() {
   run_all<256>("warp512", 16, b);   // P2: 16 strips x 16 splits = 256 blocks
   run_all<256>("warp512", 32, b);   //     2x blocks
   run_all<2048>("block4k", 128, b); // P3: 2 strips x 128 splits = 256 blocks
+  // P4 ring: 16 strips x 8 splits = 128 blocks (one per SM, room for the
+  // next launch beside it) or x 16 = 256; 1 and 8 rows.
+  run_ring<1, 24, false>(8, false, b);
+  run_ring<1, 24, false>(8, true, b);
+  run_ring<1, 24, true>(8, true, b);
+  run_ring<8, 24, false>(8, true, b);
+  run_ring<1, 12, true>(16, true, b);
+  run_ring<8, 12, true>(16, true, b);
   run_ceiling<4>(2, sms, b);
   run_ceiling<4>(4, sms, b);
   run_ceiling<8>(4, sms, b);
   run_ceiling<8>(8, sms, b);
+  run_ceiling<4, 2>(4, sms, b);
+  run_ceiling<8, 2>(4, sms, b);
+  run_ceiling<8, 2>(8, sms, b);
   // With launch overlap: does the per-launch ceiling rise toward the copy rate?
   run_ceiling_overlapped<4, false>(4, sms, b);
   run_ceiling_overlapped<4, true>(4, sms, b);
