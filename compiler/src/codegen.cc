@@ -731,7 +731,8 @@ class StepEmitter {
     auto local = [&](const std::string& name, const std::string& value) {
       body += "  const " + idx_ + " " + name + " = " + value + ";\n";
     };
-    local("M", dim(as[as.size() - 2]));
+    // The fast kernels of a folded batch take the folded row count instead.
+    if (choice.tiles == MatmulKernel::kGeneral || !choice.fold_batch) local("M", dim(as[as.size() - 2]));
     local("K", dim(as[as.size() - 1]));
     local("N", dim(bs[bs.size() - 1]));
     const Dim& k_dim = as.back();
@@ -783,7 +784,8 @@ class StepEmitter {
     std::string rows_call, tiles_call;
     if (choice.fold_batch) {
       local("rows", product(rs, 0, rs.size() - 1) + "");  // every batch entry's rows against the one b
-      body += "  const gdl::BatchMap<1, 2, " + idx_ + "> single(gdl::Shape<1, " + idx_ + ">{{1}});  // batch folded into rows\n";
+      if (use_tiles)  // the rows kernel takes no batch map
+        body += "  const gdl::BatchMap<1, 2, " + idx_ + "> single(gdl::Shape<1, " + idx_ + ">{{1}});  // batch folded into rows\n";
     } else {
       batch_map();
     }
