@@ -38,7 +38,9 @@ namespace gdl {
 // it may only read params, which no kernel writes (the matmul prefetches
 // its weights into L2 there). allow_dependents() lets the kernels after
 // this one launch; a kernel that prefetches calls it only after its wait,
-// so at most one prefetching kernel runs ahead of the one computing.
+// so at most one prefetching kernel runs ahead of the one computing, and
+// only when its work is short (gdl_matmul.cuh matmul_allow_dependents);
+// otherwise its dependents launch as its blocks exit.
 // Without a programmatic edge (eager launches) both are no-ops.
 GDL_DEV void wait_for_producers() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -355,6 +355,22 @@ template <typename T, typename I> GDL_DEV void prefetch_b_part(const T* b, I N, 
   }
 }
 
+// After its wait, a matmul with prefetched weights lets the kernels after
+// it launch at once (allow_dependents) only when its own work is short,
+// under kEarlyLaunchMacs multiply-adds at this run's rows; a longer one
+// lets them launch as its blocks exit. Measured on the H200 (W2, graph
+// replay, every kernel triggering early against none): the early launch
+// hid latency in the short layers (f16 H=1024 B=1 41.5 against 44.7 us,
+// f32 H=1024 B=1 58.2 against 73.7, f32 H=4096 B=1 196 against 213; 1 to
+// 17 M multiply-adds per matmul) and cost time in the long ones (f16
+// H=4096 B=8 233 against 214, B=64 294 against 262, H=1024 B=64 84.6
+// against 79.3; 67 M and more). Why the dependents' early blocks slow a
+// long kernel is not established (docs/performance.md).
+constexpr long long kEarlyLaunchMacs = 32ll << 20;
+template <typename I> GDL_DEV void matmul_allow_dependents(I rows, I N, I K) {
+  if ((long long)rows * (long long)N * (long long)K < kEarlyLaunchMacs) allow_dependents();
+}
+
 // The first task of this block in matmul_rows (below; ClusterSplits as there).
 template <int ClusterSplits = 0, typename T, typename I>
 GDL_DEV void matmul_rows_prefetch(const T* b, I N, I K, int splits) {

@@ -414,6 +414,16 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(src.find("if (rows <= ") == std::string::npos);
     CHECK(src.find(tiled) != std::string::npos);
     CHECK(src.find("// matmul kernel: rows (") != std::string::npos);
+    // A matmul with weights in params: the start of its weights into L2,
+    // then the wait, then its dependents only if its work is short
+    // (gdl::matmul_allow_dependents); nothing before the prefetch waits.
+    const size_t prefetch = src.find("gdl::matmul_rows_prefetch(");
+    REQUIRE(prefetch != std::string::npos);
+    CHECK(src.find("  gdl::wait_for_producers();\n  gdl::matmul_allow_dependents(rows, N, K);\n", prefetch) !=
+          std::string::npos);
+    const size_t kernel_start = src.rfind("extern \"C\"", prefetch);
+    REQUIRE(kernel_start != std::string::npos);
+    CHECK(src.find("gdl::wait_for_producers();", kernel_start) > prefetch);
     CHECK(src.find("gdl::attention_split<128, 128, ") != std::string::npos);
     CHECK(src.find("gdl::attention_split<40, 24, ") != std::string::npos);
     CHECK(src.find("// attention kernel: split, 12 block(s) per row") != std::string::npos);

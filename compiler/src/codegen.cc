@@ -10,8 +10,10 @@
 //       scalars (from args.scalars), and typed pointers to the buffers of
 //       its operands and result (arena or params + the planned offset);
 //       then gdl::allow_dependents and gdl::wait_for_producers (launch
-//       overlap, gdl_abi.cuh), which a matmul with weights in params calls
-//       itself after pulling its part of them into L2 (weights_prefetch);
+//       overlap, gdl_abi.cuh); a matmul with weights in params pulls the
+//       start of its part of them into L2 first, then waits, then lets its
+//       dependents launch only if its work is short (weights_prefetch,
+//       gdl::matmul_allow_dependents);
 //    b. the computation. Elementwise values (a fused step's chain or tree
 //       of them, fuse.cc) and the data-movement ops (reshape, transpose,
 //       slice, concat, gather; alone in their step) become one lambda over
@@ -841,7 +843,7 @@ class StepEmitter {
     const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + cluster + ">(" + b + ", rows, N, K, " +
                               std::to_string(choice.tile_splits) + ");";
     return "  // before the kernels this one depends on finish: its part of the weights into L2\n  " +
-           (use_rows ? rows : tiles) + "\n  gdl::wait_for_producers();\n  gdl::allow_dependents();\n";
+           (use_rows ? rows : tiles) + "\n  gdl::wait_for_producers();\n  gdl::matmul_allow_dependents(rows, N, K);\n";
   }
 
   // Argument `arg` of a structured op as its stdlib template takes it: a
