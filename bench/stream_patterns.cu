@@ -354,6 +354,28 @@ void print_bw(float us) {
   printf(" %9.2f %6.3f %5.1f%%", us, tbs, 100.0 * tbs / PEAK_TBS);
 }
 
+// One launch on matrix 0 (launch_on_w0) into a NaN-poisoned y, against
+// gemv_ref: max |y - ref| / max |ref| over M rows (NaN anywhere: infinite).
+template <class F>
+double verify(int M, const Bufs& b, F launch_on_w0) {
+  CK(cudaMemsetAsync(b.y, 0xFF, (size_t)M * N * sizeof(float), g_stream));  // NaN: unwritten outputs fail
+  launch_on_w0();
+  CK(cudaGetLastError());
+  gemv_ref<<<dim3(N / 256, M), 256, 0, g_stream>>>(b.W, b.x, b.yref, M);
+  CK(cudaGetLastError());
+  std::vector<float> y((size_t)M * N), r((size_t)M * N);
+  CK(cudaStreamSynchronize(g_stream));  // a non-blocking stream: the copies below do not wait for it
+  CK(cudaMemcpy(y.data(), b.y, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r.data(), b.yref, r.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  double maxref = 0.0, maxdiff = 0.0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    maxref = std::fmax(maxref, std::fabs((double)r[i]));
+    const double d = std::fabs((double)y[i] - (double)r[i]);
+    maxdiff = std::isnan(d) ? INFINITY : std::fmax(maxdiff, d);
+  }
+  return maxdiff / (maxref > 0 ? maxref : 1.0);
+}
+
 template <int SW, int U, int M>
 void run_pattern(const char* name, int S, const Bufs& b) {
   constexpr int TPR = SW / 8, G = THREADS / TPR, STRIPS = N / SW;
@@ -372,22 +394,8 @@ void run_pattern(const char* name, int S, const Bufs& b) {
   });
 
   // Verify on matrix 0 after the timed launches (also checks the ticket reset).
-  CK(cudaMemsetAsync(b.y, 0xFF, (size_t)M * N * sizeof(float), g_stream));  // NaN: unwritten outputs fail
-  kern<<<blocks, THREADS, smem, g_stream>>>(b.W, b.x, b.y, b.scratch, b.tickets, S);
-  CK(cudaGetLastError());
-  gemv_ref<<<dim3(N / 256, M), 256, 0, g_stream>>>(b.W, b.x, b.yref, M);
-  CK(cudaGetLastError());
-  std::vector<float> y((size_t)M * N), r((size_t)M * N);
-  CK(cudaStreamSynchronize(g_stream));  // a non-blocking stream: the copies below do not wait for it
-  CK(cudaMemcpy(y.data(), b.y, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(r.data(), b.yref, r.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  double maxref = 0.0, maxdiff = 0.0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    maxref = std::fmax(maxref, std::fabs((double)r[i]));
-    const double d = std::fabs((double)y[i] - (double)r[i]);
-    maxdiff = std::isnan(d) ? INFINITY : std::fmax(maxdiff, d);
-  }
-  const double rel = maxdiff / (maxref > 0 ? maxref : 1.0);
+  const double rel =
+      verify(M, b, [&] { kern<<<blocks, THREADS, smem, g_stream>>>(b.W, b.x, b.y, b.scratch, b.tickets, S); });
 
   printf("%-10s %2d %2d %4d %6d %8zu %9zu", name, U, M, S, blocks, (size_t)Kr * SW * sizeof(__half) / 1024,
          (size_t)S * M * N * sizeof(float) / 1024);
@@ -428,21 +436,9 @@ void run_ring(int S, bool pdl, const Bufs& b) {
     CK(cudaLaunchKernelEx(&cfg, kern, (const __half*)(b.W + (size_t)(i % NMAT) * MAT_ELEMS), (const float*)b.x, b.y,
                           b.scratch, b.tickets, S));
   });
-  CK(cudaMemsetAsync(b.y, 0xFF, (size_t)M * N * sizeof(float), g_stream));
-  CK(cudaLaunchKernelEx(&cfg, kern, (const __half*)b.W, (const float*)b.x, b.y, b.scratch, b.tickets, S));
-  gemv_ref<<<dim3(N / 256, M), 256, 0, g_stream>>>(b.W, b.x, b.yref, M);
-  CK(cudaGetLastError());
-  std::vector<float> y((size_t)M * N), r((size_t)M * N);
-  CK(cudaStreamSynchronize(g_stream));
-  CK(cudaMemcpy(y.data(), b.y, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(r.data(), b.yref, r.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  double maxref = 0.0, maxdiff = 0.0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    maxref = std::fmax(maxref, std::fabs((double)r[i]));
-    const double d = std::fabs((double)y[i] - (double)r[i]);
-    maxdiff = std::isnan(d) ? INFINITY : std::fmax(maxdiff, d);
-  }
-  const double rel = maxdiff / (maxref > 0 ? maxref : 1.0);
+  const double rel = verify(M, b, [&] {
+    CK(cudaLaunchKernelEx(&cfg, kern, (const __half*)b.W, (const float*)b.x, b.y, b.scratch, b.tickets, S));
+  });
   char name[32];
   snprintf(name, sizeof name, "ring%d%s", NS, pdl ? (kEarly ? "-early" : "-pdl") : "");
   printf("%-10s %2s %2d %4d %6d %8zu %9zu", name, "-", M, S, blocks, (size_t)Kr * 512 / 1024,
