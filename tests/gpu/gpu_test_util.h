@@ -33,6 +33,8 @@ struct ValueRange {
   int64_t int_lo = -50, int_hi = 50;  // i32: uniform in [int_lo, int_hi], never 0 unless int_lo == 0
 };
 using RangeFor = std::function<ValueRange(const TensorInfo&)>;
+// The i32 tensor `name` holds exactly `value`; every other tensor a default ValueRange.
+RangeFor int_tensor_is(const std::string& name, int64_t value);
 
 // A seed that differs per test and per call site.
 uint64_t seed_for(const std::string& what);

@@ -87,6 +87,14 @@ TensorData random_tensor(const TensorInfo& info, const std::vector<int64_t>& dim
   return t;
 }
 
+RangeFor int_tensor_is(const std::string& name, int64_t value) {
+  return [name, value](const TensorInfo& info) {
+    ValueRange r;
+    if (info.name == name) r.int_lo = r.int_hi = value;
+    return r;
+  };
+}
+
 static ValueRange default_range(const Program& program, const TensorInfo& info) {
   ValueRange r;
   if (info.dtype == ElementType::kI32 && info.shape.empty()) {

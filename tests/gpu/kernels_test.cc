@@ -221,11 +221,7 @@ TEST_CASE("kernels: attention split over the positions, every length, every dtyp
       Program program = compile_text(substitute(with_dtype(text, t), "{P}", std::to_string(positions)));
       for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{37}, positions, positions + 5}) {
         INFO("attention " << t << " T = " << positions << " len = " << len);
-        RangeFor range = [len](const TensorInfo& info) {
-          ValueRange r;
-          if (info.name == "len") r.int_lo = r.int_hi = len;
-          return r;
-        };
+        const RangeFor range = int_tensor_is("len", len);
         CHECK(check_program(program, seed_for("att/" + t + std::to_string(positions) + "/" + std::to_string(len)), {},
                             range));
       }
@@ -240,11 +236,7 @@ TEST_CASE("kernels: attention with head dims that are not whole 16-byte vectors"
     Program program = compile_text(with_dtype(text, t));
     for (int64_t len : {1, 37, 100}) {
       INFO("attention odd dims " << t << " len = " << len);
-      RangeFor range = [len](const TensorInfo& info) {
-        ValueRange r;
-        if (info.name == "len") r.int_lo = r.int_hi = len;
-        return r;
-      };
+      const RangeFor range = int_tensor_is("len", len);
       CHECK(check_program(program, seed_for("att-odd/" + t + std::to_string(len)), {}, range));
     }
   }
@@ -259,11 +251,7 @@ TEST_CASE("kernels: attention with head dims 256 and 512, every dtype") {
       Program program = compile_text(substitute(with_dtype(text, t), "{D}", std::to_string(d)));
       for (int64_t len : {1, 200, 300}) {
         INFO("attention " << t << " D = " << d << " len = " << len);
-        RangeFor range = [len](const TensorInfo& info) {
-          ValueRange r;
-          if (info.name == "len") r.int_lo = r.int_hi = len;
-          return r;
-        };
+        const RangeFor range = int_tensor_is("len", len);
         CHECK(check_program(program, seed_for("att-wide/" + t + std::to_string(d) + "/" + std::to_string(len)), {},
                             range));
       }

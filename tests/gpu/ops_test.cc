@@ -252,11 +252,7 @@ TEST_CASE("ops: attention over a KV cache with a run-time length") {
     Program program = compile_text(substitute(text, "{T}", t));
     for (int64_t len : {1, 17, 40, 0, 100, -3}) {  // 0 and below: zeros; above T: clamped to T
       INFO("attention " << t << " len = " << len);
-      RangeFor range = [len](const TensorInfo& info) {
-        ValueRange r;
-        if (info.name == "len") r.int_lo = r.int_hi = len;
-        return r;
-      };
+      const RangeFor range = int_tensor_is("len", len);
       CHECK(check_program(program, seed_for("attention/" + t + std::to_string(len)), {}, range));
     }
   }
