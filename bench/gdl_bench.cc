@@ -3,7 +3,7 @@
 // and the host cost of one run. bench/README.md describes the data exchange
 // with bench/torch_bench.py and what each figure means.
 //
-//   gdl_bench --data DIR --out gdl.json [--repo ROOT] [--only w2,w3] [--runs 200] [--warmup 20]
+//   gdl_bench --data DIR --out gdl.json [--repo ROOT] [--only w2,w3] [--runs 200] [--warmup 20] [--no-chains]
 //   gdl_bench --data DIR --out gdl.json --cpu-check   # no GPU: compile, CPU reference, compare
 //
 // 1. Read DIR/manifest.json (the small JSON reader below); keep the variants
@@ -476,6 +476,7 @@ struct Options {
   double max_mode_s = 3;     // a mode of a slow variant gets fewer runs (at least 50) to stay inside this
   double time_budget_s = 0;  // > 0: variants not started by then are skipped
   bool cpu_check = false;
+  bool chains = true;  // --no-chains: SessionOptions::chain_kernels off in every session (an A/B of the chain kernels)
   std::string compile_cache = "-";  // no cache: compile_ms is a real compile
   size_t flush_bytes = size_t(256) << 20;
 };
@@ -517,7 +518,7 @@ Status read_output(gdl::Session& s, const TensorFile& out, std::vector<double>& 
 Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program& program,
                        const std::vector<std::vector<uint8_t>>& params, const DeviceBuffer& flush, JsonObject& json) {
   gdl::Expected<std::unique_ptr<gdl::Session>> created =
-      gdl::Session::create(program, gdl::SessionOptions{.device = 0, .record_device_time = true});
+      gdl::Session::create(program, gdl::SessionOptions{.device = 0, .record_device_time = true, .chain_kernels = opt.chains});
   if (!created.ok()) return created.status();
   gdl::Session& s = **created;
   for (size_t i = 0; i < v.params.size(); ++i)
@@ -581,11 +582,12 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   // and a session with default options, whose run() records no events,
   // for the host time.
   gdl::Expected<std::unique_ptr<gdl::Session>> serial_created = gdl::Session::create(
-      program, gdl::SessionOptions{.device = 0, .record_device_time = true, .overlap_launches = false});
+      program, gdl::SessionOptions{.device = 0, .record_device_time = true, .overlap_launches = false,
+                                   .chain_kernels = opt.chains});
   if (!serial_created.ok()) return serial_created.status();
   gdl::Session& serial = **serial_created;
   gdl::Expected<std::unique_ptr<gdl::Session>> plain_created =
-      gdl::Session::create(program, gdl::SessionOptions{.device = 0});
+      gdl::Session::create(program, gdl::SessionOptions{.device = 0, .chain_kernels = opt.chains});
   if (!plain_created.ok()) return plain_created.status();
   gdl::Session& plain = **plain_created;
   {
@@ -729,7 +731,7 @@ bool selected(const Options& opt, const Variant& v) {
 int usage(const char* why) {
   std::fprintf(stderr,
                "gdl_bench: %s\n"
-               "usage: gdl_bench --data DIR --out FILE [--repo ROOT] [--only a,b] [--runs N] [--warmup N]\n"
+               "usage: gdl_bench --data DIR --out FILE [--repo ROOT] [--only a,b] [--runs N] [--warmup N] [--no-chains]\n"
                "                 [--loop-runs N] [--max-mode-s S] [--time-budget-s S] [--compile-cache DIR|-]\n"
                "                 [--cpu-check]\n",
                why);
@@ -892,6 +894,8 @@ int main(int argc, char** argv) {
       (a == "--max-mode-s" ? opt.max_mode_s : opt.time_budget_s) = value;
     } else if (a == "--cpu-check") {
       opt.cpu_check = true;
+    } else if (a == "--no-chains") {
+      opt.chains = false;
     } else {
       return usage(("unknown argument " + a).c_str());
     }

@@ -22,5 +22,5 @@ cp "$BUILD/bench/gdl_bench" "$stage/bench/"
 [ -x "$BUILD/bench/gdl_dynamic_bench" ] && cp "$BUILD/bench/gdl_dynamic_bench" "$stage/bench/"
 # Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program.
 GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \
-  "$stage/tests/gdl_gpu_tests" -tc="ops:*,examples:*,kernels:*" >/dev/null || true
+  "$stage/tests/gdl_gpu_tests" -tc="ops:*,examples:*,kernels:*,chain:*" >/dev/null || true
 du -sh .device

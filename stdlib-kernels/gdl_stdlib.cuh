@@ -13,3 +13,4 @@
 #include "gdl_split.cuh"
 #include "gdl_matmul.cuh"
 #include "gdl_attention.cuh"
+#include "gdl_chain.cuh"

@@ -4,8 +4,8 @@
 //    writer: lengths as u32 before every string and vector, doubles by
 //    their bit pattern, enums as u8. Order: graph (name, dims, nodes with
 //    every field, outputs), plan (buffers, steps with their scratch, memory
-//    summary and scratch area), kernel
-//    table, module (arch, CUBIN, PTX, NVRTC version, cache flag, compile
+//    summary, scratch area and chains), kernel
+//    table, chain kernels, module (arch, CUBIN, PTX, NVRTC version, cache flag, compile
 //    time), CUDA source. Then it prepends the header: magic, format version,
 //    payload size, FNV-1a 64 checksum of the payload.
 // 2. deserialize_artifact checks the header in the order that gives the
@@ -139,6 +139,12 @@ void write_plan(Writer& w, const plan::Plan& p) {
   w.u64(p.naive_bytes);
   w.u64(p.live_lower_bound);
   w.u64(p.scratch_bytes);
+  w.vec(p.chains, [&](const plan::Chain& c) {
+    w.i32(c.first);
+    w.i32(c.last);
+    w.i64(c.k);
+    w.u64(c.barrier_offset);
+  });
 }
 
 void write_launch(Writer& w, const LaunchRule& rule) {
@@ -160,6 +166,18 @@ void write_kernels(Writer& w, const std::vector<KernelInfo>& kernels) {
     write_launch(w, k.large.launch);
     write_shape(w, k.large.rows);
     w.i64(k.large.rows_limit);
+  });
+}
+
+void write_chains(Writer& w, const std::vector<ChainKernel>& chains) {
+  w.vec(chains, [&](const ChainKernel& c) {
+    w.str(c.symbol);
+    w.i32(c.first);
+    w.i32(c.last);
+    write_shape(w, c.rows);
+    w.u32(c.blocks);
+    w.u32(c.threads);
+    w.u32(c.shared_bytes);
   });
 }
 
@@ -371,6 +389,13 @@ void read_plan(Reader& r, plan::Plan& p) {
   p.naive_bytes = r.u64();
   p.live_lower_bound = r.u64();
   p.scratch_bytes = r.u64();
+  p.chains.resize(r.count(24, "chain"));
+  for (plan::Chain& c : p.chains) {  // check_plan judges them
+    c.first = r.i32();
+    c.last = r.i32();
+    c.k = r.i64();
+    c.barrier_offset = r.u64();
+  }
 }
 
 LaunchRule read_launch(Reader& r, const ir::Graph& g, const std::string& where) {
@@ -411,6 +436,29 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
   return kernels;
 }
 
+// Each chain kernel must match the plan chain at its index.
+std::vector<ChainKernel> read_chains(Reader& r, const plan::Plan& p) {
+  std::vector<ChainKernel> chains(r.count(23, "chain kernel"));
+  for (size_t i = 0; i < chains.size() && !r.failed(); ++i) {
+    ChainKernel& c = chains[i];
+    const std::string where = "chain kernel " + std::to_string(i);
+    c.symbol = r.str("chain kernel symbol");
+    c.first = r.i32();
+    c.last = r.i32();
+    c.rows = read_shape(r, p.graph.dims, where);
+    c.blocks = r.u32();
+    c.threads = r.u32();
+    c.shared_bytes = r.u32();
+    if (r.failed()) break;
+    if (i >= p.chains.size() || p.chains[i].first != c.first || p.chains[i].last != c.last)
+      r.fail(where + " runs steps the plan holds no chain for");
+    else if (c.symbol.empty() || c.blocks == 0 || c.threads == 0 || c.threads > 1024)
+      r.fail(where + " has an impossible launch");
+  }
+  if (!r.failed() && chains.size() != p.chains.size()) r.fail("the plan's chains have no kernels");
+  return chains;
+}
+
 CompiledModule read_module(Reader& r) {
   CompiledModule m;
   m.arch = r.str("arch");
@@ -436,6 +484,7 @@ std::vector<uint8_t> serialize_artifact(const Artifact& a) {
   write_graph(payload, a.plan.graph);
   write_plan(payload, a.plan);
   write_kernels(payload, a.kernels);
+  write_chains(payload, a.chains);
   write_module(payload, a.module);
   payload.str(a.cuda_source);
 
@@ -478,6 +527,7 @@ Expected<Artifact> deserialize_artifact(std::span<const uint8_t> bytes) {
   a.plan.graph = read_graph(r);
   read_plan(r, a.plan);
   a.kernels = read_kernels(r, a.plan.graph);
+  a.chains = read_chains(r, a.plan);
   a.module = read_module(r);
   a.cuda_source = r.str("cuda source");
   if (!r.failed() && r.left() != 0) r.fail(std::to_string(r.left()) + " bytes are left over");

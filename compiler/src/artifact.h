@@ -17,11 +17,13 @@
 
 namespace gdl {
 
-inline constexpr uint32_t kArtifactVersion = 3;  // 2: plan steps carry their scratch; 3: a step's large kernel
+// 2: plan steps carry their scratch; 3: a step's large kernel; 4: chains
+inline constexpr uint32_t kArtifactVersion = 4;
 
 struct Artifact {
   plan::Plan plan;                  // holds the graph: names, shapes, dtypes
   std::vector<KernelInfo> kernels;  // one per plan step
+  std::vector<ChainKernel> chains;  // one per plan chain
   CompiledModule module;            // CUBIN + PTX
   std::string cuda_source;          // kept for --emit=cuda on an artifact and for debugging
 };

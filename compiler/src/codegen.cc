@@ -47,6 +47,7 @@
 #include <map>
 #include <set>
 
+#include "chain.h"
 #include "diagnostics.h"
 #include "kernel_choice.h"
 
@@ -266,16 +267,37 @@ std::string valid_count_expr(int symbol) {
 }
 
 // Which kernel of its step an emitter writes: the step's only (or first)
-// kernel, or the large kernel of a matmul step that has two (codegen.h
-// LargeKernel).
-enum class Variant { kFirst, kLarge };
+// kernel, the large kernel of a matmul step that has two (codegen.h
+// LargeKernel), or the step as one block of its chain's kernel (chain.h).
+enum class Variant { kFirst, kLarge, kChainStep };
 
 class StepEmitter {
  public:
   StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot,
-              Variant variant = Variant::kFirst)
+              Variant variant = Variant::kFirst, int chain_step = 0)
       : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot),
-        variant_(variant) {}
+        variant_(variant), chain_step_(chain_step) {}
+
+  // The step as a block of its chain's kernel (Variant::kChainStep): its
+  // dims, scalars, pointers, epilogue and prologue in a scope of their own,
+  // then the chain's step call (gdl_chain.cuh).
+  std::string emit_chain_step() {
+    KernelInfo unused;
+    std::string kernel = emit(unused);
+    // emit() wrote a kernel; keep what is inside its braces, one level deeper.
+    const size_t open = kernel.find(") {\n");
+    GDL_INTERNAL_ASSERT(open != std::string::npos && kernel.size() >= 2 && kernel.substr(kernel.size() - 2) == "}\n",
+                        "step " + std::to_string(index_) + ": no kernel body to put in its chain");
+    const std::string inside = kernel.substr(open + 4, kernel.size() - 2 - (open + 4));
+    std::string out = "  {  // step " + std::to_string(index_) + "\n";
+    for (size_t at = 0; at < inside.size();) {
+      size_t end = inside.find('\n', at);
+      if (end == std::string::npos) end = inside.size();
+      out += "  " + inside.substr(at, end - at) + "\n";
+      at = end + 1;
+    }
+    return out + "  }\n";
+  }
 
   // After emit(): the step is a matmul with a rows and a large kernel, and
   // the matmul's rows (its result's shape without the last axis).
@@ -343,8 +365,9 @@ class StepEmitter {
              (integer ? "i32" : "f32") + "(args.scalars[" + std::to_string(s) + "]);  // scalar \"" +
              one_line(n.name) + "\"\n";
     }
-    for (const std::string& line : pointer_lines_) out += "  " + line + "\n";
-    if (!waits_in_body_)  // gdl_abi.cuh: let the next kernels launch, wait for the previous ones
+    for (const std::string& line : pointer_lines_)
+      if (chain_b_.empty() || line.find(" " + chain_b_ + " = ") == std::string::npos) out += "  " + line + "\n";
+    if (!waits_in_body_ && variant_ != Variant::kChainStep)  // gdl_abi.cuh: let the next kernels launch, wait for the previous ones
       out += "  gdl::allow_dependents();\n  gdl::wait_for_producers();\n";
     out += body;
     out += "}\n";
@@ -733,6 +756,16 @@ class StepEmitter {
     auto local = [&](const std::string& name, const std::string& value) {
       body += "  const " + idx_ + " " + name + " = " + value + ";\n";
     };
+    if (variant_ == Variant::kChainStep) {  // one step of a chain (chain.h): the chain holds b and the launch
+      GDL_INTERNAL_ASSERT(choice.fold_batch, "step " + std::to_string(index_) + ": a chain step folds its batch");
+      const std::string epi = matmul_epilogue(body);
+      const std::string pro = matmul_prologue_functor(body);
+      local("rows", product(rs, 0, rs.size() - 1));
+      chain_b_ = args[1];  // the chain streams b itself (its chain_weights)
+      body += "  chain.step(" + std::to_string(chain_step_) + ", " + args[0] + ", " + out_ptr + ", rows, " + epi + ", " +
+              pro + ");\n";
+      return body;
+    }
     // The fast kernels of a folded batch take the folded row count instead.
     if (choice.tiles == MatmulKernel::kGeneral || !choice.fold_batch) local("M", dim(as[as.size() - 2]));
     local("K", dim(as[as.size() - 1]));
@@ -995,6 +1028,8 @@ class StepEmitter {
   bool needs_coords_ = false;
   int min_blocks_ = 0;  // blocks per multiprocessor the kernel's registers must allow (0: no bound)
   Variant variant_ = Variant::kFirst;
+  int chain_step_ = 0;  // Variant::kChainStep: the step's index in its chain
+  std::string chain_b_;  // Variant::kChainStep: b's pointer, which the step leaves undeclared
   int cluster_y_ = 0;  // > 1: the kernel runs in clusters of that many blocks along grid.y
   bool two_kernels_ = false;  // a matmul with a rows and a large kernel
   Shape matmul_rows_;
@@ -1002,6 +1037,60 @@ class StepEmitter {
   ValueId norm_prologue_ = ir::kNoValue;  // a norm fused in front of the step's matmul
   ValueId anchor_ = ir::kNoValue;    // the step's first value after any prologue
 };
+
+// The kernel of plan chain `c` (gdl::MatmulChain, gdl_chain.cuh): the
+// weights of every step, the chain, then each step as a block of its own
+// (StepEmitter, Variant::kChainStep). Appends its ChainKernel to `out`.
+std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, int>& scalar_slot,
+                         std::vector<ChainKernel>& out) {
+  const plan::Chain& chain = p.chains[c];
+  const ir::Graph& g = p.graph;
+  std::vector<std::string> weights;
+  DType dtype = DType::kF16;
+  Shape rows;
+  for (int s = chain.first; s <= chain.last; ++s) {
+    const plan::Step& step = p.steps[static_cast<size_t>(s)];
+    const Node& matmul = g.node(step.values[matmul_prologue(g, step.values) == ir::kNoValue ? 0 : 1]);
+    const plan::Buffer& b = p.buffers.at(static_cast<size_t>(matmul.args[1]));
+    GDL_INTERNAL_ASSERT(matmul.op == Op::kMatMul && b.region == plan::Region::kParams,
+                        "chain step " + std::to_string(s) + " is not a matmul with a param b");
+    dtype = matmul.type.dtype;
+    rows = sub_shape(matmul.type.shape, 0, matmul.type.shape.size() - 1);
+    weights.push_back(std::to_string(b.offset));
+  }
+  const std::string t = storage_type(dtype), k = std::to_string(chain.k);
+  ChainKernel info;
+  info.symbol = "gdl_chain" + std::to_string(c);
+  info.first = chain.first;
+  info.last = chain.last;
+  info.rows = rows;
+  info.blocks = static_cast<uint32_t>(chain.k / kChainBlockColumns);
+  info.threads = kChainThreads;
+  info.shared_bytes = chain_shared_bytes(chain.k);
+  std::string src = "// steps " + std::to_string(chain.first) + "-" + std::to_string(chain.last) +
+                    " as one persistent kernel (gdl_chain.cuh), launched in place of their kernels while the rows are "
+                    "at most " + std::to_string(kChainMaxRows) + ": " + std::to_string(info.blocks) + " blocks of " +
+                    std::to_string(info.threads) + ", all resident (cooperative launch)\n";
+  src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) " + info.symbol +
+         "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
+  src += "  extern __shared__ __align__(128) unsigned char chain_smem[];\n";
+  src += "  static_assert(gdl::chain::Layout<" + k + ">::bytes == " + std::to_string(info.shared_bytes) +
+         ", \"the shared memory gdlc asks the launch for\");\n";
+  src += "  const " + t + "* const chain_weights[" + std::to_string(weights.size()) + "] = {";
+  for (size_t i = 0; i < weights.size(); ++i)
+    src += std::string(i ? ", " : "") + "reinterpret_cast<const " + t + "*>(params + " + weights[i] + "ull)";
+  src += "};\n";
+  src += "  gdl::MatmulChain<" + t + ", " + k + "> chain(chain_weights, " + std::to_string(weights.size()) +
+         ", reinterpret_cast<unsigned long long*>(arena + " + std::to_string(chain.barrier_offset) +
+         "ull), chain_smem);\n";
+  src += "  chain.start();  // the first slots of weights, before the wait (gdl_abi.cuh)\n";
+  src += "  gdl::wait_for_producers();\n";
+  for (int s = chain.first; s <= chain.last; ++s)
+    src += StepEmitter(p, static_cast<size_t>(s), scalar_slot, Variant::kChainStep, s - chain.first).emit_chain_step();
+  src += "}\n";
+  out.push_back(std::move(info));
+  return src;
+}
 
 }  // namespace
 
@@ -1016,7 +1105,8 @@ GeneratedCode generate_cuda(const plan::Plan& p) {
 
   GeneratedCode code;
   code.source = "// Generated by gdl from program \"" + one_line(g.program_name) + "\": " +
-                std::to_string(p.steps.size()) + " plan step(s), one kernel each (a matmul with run-time rows: two).\n";
+                std::to_string(p.steps.size()) + " plan step(s), one kernel each (a matmul with run-time rows: two)" +
+                (p.chains.empty() ? "" : ", and a kernel per chain of steps") + ".\n";
   code.source +=
       "// Kernel ABI (compiler/src/codegen.h): (unsigned char* arena, const unsigned char* params, gdl_args args);\n"
       "// Launch: grid.x = ceil(count[work shape] / items per block) for the current run-time dims.\n"
@@ -1033,7 +1123,12 @@ GeneratedCode generate_cuda(const plan::Plan& p) {
     }
     code.kernels.push_back(std::move(info));
   }
+  for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, scalar_slot, code.chains);
   return code;
+}
+
+bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims) {
+  return element_count(c.rows, dims) <= kChainMaxRows;
 }
 
 bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims) {

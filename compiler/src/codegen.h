@@ -68,9 +68,25 @@ struct KernelInfo {
 // kernel.
 bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims);
 
+// The kernel of a plan::Chain (chain.h, gdl_chain.cuh): launched
+// cooperatively with `blocks` blocks of `threads`, every block resident at
+// once (the runtime checks that they fit on the device, else it keeps the
+// steps' kernels), in place of steps [first, last] while the rows, the
+// element count of `rows` at the run's dims, are at most kChainMaxRows.
+struct ChainKernel {
+  std::string symbol;
+  int first = 0, last = 0;
+  Shape rows;
+  uint32_t blocks = 0, threads = 0, shared_bytes = 0;
+};
+
+// Whether a run at these dims launches the chain's kernel.
+bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims);
+
 struct GeneratedCode {
   std::string source;              // one CUDA C++ translation unit
   std::vector<KernelInfo> kernels; // one per plan step, same order (a step's large kernel in it)
+  std::vector<ChainKernel> chains; // one per plan chain, same order
 };
 
 GeneratedCode generate_cuda(const plan::Plan& p);

@@ -63,6 +63,7 @@ Expected<Artifact> build_artifact(ir::Graph graph, const CompileOptions& options
   Expected<CompiledModule> module = compile_cuda(code.source, options);
   if (!module.ok()) return module.status();
   artifact.kernels = std::move(code.kernels);
+  artifact.chains = std::move(code.chains);
   artifact.cuda_source = std::move(code.source);
   artifact.module = std::move(module).value();
   return artifact;

@@ -64,6 +64,9 @@
 //    placed first fit, sharing bytes only with steps that the deps order
 //    before or after (never two launches at once). The deps are final, so
 //    sharing adds none.
+// 9. Chains (chain.h): runs of matmul steps that one persistent kernel may
+//    run for small row counts, each with its own barrier counter last in
+//    the scratch area.
 //
 // check_plan recomputes everything it relies on from the graph and the
 // buffers alone (never from make_plan's intermediate data), so a planner
@@ -81,7 +84,8 @@
 // is ordered by the transitive closure of the deps; (5) each step has the
 // scratch its kernel needs, aligned, inside the scratch area; tickets share
 // no byte with any other scratch; partial tiles share bytes only between
-// steps the deps order.
+// steps the deps order; (6) chains are ascending runs of at least two steps,
+// each barrier counter its own bytes of scratch.
 //
 // run_planned executes the plan in two host byte arrays laid out as
 // planned (poisoned with 0xFF, NaN in every float dtype): bind by copy,
@@ -98,6 +102,7 @@
 #include <numeric>
 #include <optional>
 
+#include "chain.h"
 #include "fuse.h"
 #include "kernel_choice.h"
 
@@ -539,6 +544,12 @@ Plan make_plan(ir::Graph graph, const PlanOptions& options) {
     st.scratch_offset = at;
     scratch_end = std::max(scratch_end, at + st.scratch_bytes);
   }
+  // 9. Chains (chain.h), each with its barrier counter after the rest.
+  if (options.chain_matmuls) p.chains = find_matmul_chains(p);
+  for (Chain& c : p.chains) {
+    c.barrier_offset = align_up(scratch_end);
+    scratch_end = c.barrier_offset + kAlignment;
+  }
   p.scratch_bytes = scratch_end - p.arena_bytes;
   return p;
 }
@@ -776,6 +787,19 @@ std::string check_plan(const Plan& p) {
       ranges.push_back({offset, offset + bytes, s, tickets});
     }
   }
+  // 6. Chains: consecutive steps, ascending and disjoint, each barrier its
+  //    own aligned bytes of scratch (counted with the tickets: never shared).
+  int chain_end = -1;
+  for (const Chain& c : p.chains) {
+    const std::string name = "the chain of steps " + std::to_string(c.first) + "-" + std::to_string(c.last);
+    if (c.first <= chain_end || c.last <= c.first || static_cast<size_t>(c.last) >= steps)
+      return name + " is not a run of at least two steps after the chain before it";
+    chain_end = c.last;
+    if (c.barrier_offset % kAlignment != 0 || c.barrier_offset < p.arena_bytes || c.barrier_offset > area_end ||
+        kAlignment > area_end - c.barrier_offset)
+      return name + ": its barrier lies outside the scratch area or is not aligned";
+    ranges.push_back({c.barrier_offset, c.barrier_offset + kAlignment, static_cast<size_t>(c.first), true});
+  }
   std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) { return x.begin < y.begin; });
   for (size_t i = 0; i < ranges.size(); ++i)
     for (size_t j = i + 1; j < ranges.size() && ranges[j].begin < ranges[i].end; ++j) {
@@ -833,6 +857,10 @@ std::string print_plan(const Plan& p) {
              std::to_string(st.scratch_offset) + " (" + human_bytes(st.scratch_bytes) + ")";
     out += "\n";
   }
+  for (const Chain& c : p.chains)
+    out += "  chain: steps " + std::to_string(c.first) + "-" + std::to_string(c.last) +
+           " as one persistent kernel while the rows are at most " + std::to_string(kChainMaxRows) + " (K = " +
+           std::to_string(c.k) + "); barrier @" + std::to_string(c.barrier_offset) + "\n";
   for (const ir::Output& o : g.outputs)
     out += "  output \"" + o.name + "\" = " + value_ref(o.value) + " -> " +
            region_text(p.buffers.at(static_cast<size_t>(o.value))) + "\n";

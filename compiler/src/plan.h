@@ -74,6 +74,18 @@ struct Step {
   uint64_t scratch_bytes = 0;
 };
 
+// Consecutive matmul steps that one persistent kernel (gdl::MatmulChain,
+// chain.h) runs in place of their own kernels while the run's rows are at
+// most kChainMaxRows. The steps stay in the plan: their kernels serve the
+// other runs, and the CPU reference runs them.
+struct Chain {
+  int first = 0, last = 0;      // steps [first, last], consecutive in schedule order
+  int64_t k = 0;                // every step's K == N
+  // 256 bytes of scratch holding the kernel's grid-barrier counter, which
+  // only grows: zero when the session starts, never reset, never shared.
+  uint64_t barrier_offset = 0;
+};
+
 struct Plan {
   ir::Graph graph;
   std::vector<Buffer> buffers;   // indexed by ValueId
@@ -87,6 +99,7 @@ struct Plan {
   // partial tiles. The runtime zeroes it once when a session starts and
   // never poisons it; kernels leave their tickets at zero after every launch.
   uint64_t scratch_bytes = 0;
+  std::vector<Chain> chains;     // ascending, disjoint
 };
 
 // What make_plan may fuse (fuse.h). Both on by default; tests that study the
@@ -95,6 +108,7 @@ struct PlanOptions {
   bool fuse_elementwise = true;  // chains and trees of elementwise ops become one step
   bool fuse_epilogues = true;    // elementwise consumers of a matmul join the matmul's step
   bool fuse_prologues = true;    // a norm whose only use is a matmul's a joins the matmul's step
+  bool chain_matmuls = true;     // runs of square matmul steps also get one persistent kernel (chain.h)
 };
 
 // Builds the plan for an optimised graph: schedule, views, fusion, liveness,

@@ -132,6 +132,11 @@ struct SessionOptions {
   // weights into L2. Off: ordinary edges, each kernel launched after the
   // previous one completed. The results are the same either way.
   bool overlap_launches = true;
+  // A run of matmul steps that the compiler chained (gdlc --emit=plan,
+  // "chain:") runs as one persistent kernel while its rows are at most 8,
+  // if the device holds all of that kernel's blocks at once. Off: the
+  // steps' own kernels always run. The results agree to rounding.
+  bool chain_kernels = true;
 };
 
 // How Session::create would serve each run-time dim of a program.
@@ -226,6 +231,10 @@ struct SessionStats {
   double node_update_us = 0;
   uint64_t runs = 0;
   uint64_t eager_runs = 0;
+  // Chain kernels launched (one per chain per run, graph and eager), and
+  // why a chain of the program never runs on this device, if one never does.
+  uint64_t chain_launches = 0;
+  std::vector<std::string> chain_refusals;
 
   // Run-time dims: how each is served, and rows computed against rows valid
   // over every run (graph and eager, not fallbacks). rows_computed -

@@ -10,8 +10,12 @@
 //    it into the device's context when needed).
 // 3. cudaLibraryGetKernel for each step's symbol and its large kernel's
 //    (codegen.h LargeKernel; steps may share a kernel).
-// 4. For rules with more than 48 KiB of dynamic shared memory, raise the
-//    kernel's limit on this device (checked against the device's opt-in max).
+// 4. For rules with dynamic shared memory, raise the kernel's limit on this
+//    device (checked against the device's opt-in max).
+// 5. Each chain kernel (codegen.h ChainKernel) the same way, then whether
+//    the device holds all its blocks at once (cooperative launch support,
+//    the occupancy calculator times the multiprocessors): where it does
+//    not, the chain is refused and its steps' kernels serve every run.
 #include "kernels.h"
 
 #include <map>
@@ -87,7 +91,49 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     kernels_.push_back(kernel);
     large_kernels_.push_back(large);
   }
+  int sms = 0, cooperative = 0;
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "reading the multiprocessor count");
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device),
+               "reading cooperative launch support");
+  for (const ChainKernel& c : a.chains) {
+    LaunchRule rule;
+    rule.shared_bytes = c.shared_bytes;
+    cudaKernel_t kernel = nullptr;
+    std::string refusal;
+    if (c.shared_bytes > static_cast<unsigned>(smem_optin)) {
+      refusal = "needs " + std::to_string(c.shared_bytes) + " bytes of shared memory per block, the device allows " +
+                std::to_string(smem_optin);
+    } else {
+      GDL_RETURN_IF_ERROR(get(c.symbol, rule, kernel));
+      int per_sm = 0;
+      GDL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel),
+                                                                 static_cast<int>(c.threads), c.shared_bytes),
+                   "asking how many blocks of chain kernel '" + c.symbol + "' fit");
+      if (!cooperative) refusal = "the device has no cooperative launch";
+      else if (static_cast<int64_t>(per_sm) * sms < c.blocks)
+        refusal = std::to_string(c.blocks) + " blocks, the device holds " + std::to_string(per_sm * sms) + " at once";
+    }
+    chain_kernels_.push_back(refusal.empty() ? kernel : nullptr);
+    chain_refusals_.push_back(refusal);
+  }
   return Status::Ok();
+}
+
+std::vector<int> KernelLibrary::chain_of_steps(const Artifact& a, const std::vector<int64_t>& dims) const {
+  std::vector<int> chain(a.kernels.size(), -1);
+  for (size_t c = 0; c < a.chains.size() && c < chain_kernels_.size(); ++c)
+    if (chain_kernels_[c] && uses_chain(a.chains[c], dims))
+      for (int s = a.chains[c].first; s <= a.chains[c].last; ++s) chain.at(static_cast<size_t>(s)) = static_cast<int>(c);
+  return chain;
+}
+
+StepLaunch KernelLibrary::chain_launch(const Artifact& a, size_t c) const {
+  const ChainKernel& k = a.chains.at(c);
+  LaunchDims dims;
+  dims.grid = dim3(k.blocks, 1, 1);
+  dims.block = dim3(k.threads, 1, 1);
+  dims.shared_bytes = k.shared_bytes;
+  return StepLaunch{chain_kernels_.at(c), dims};
 }
 
 Expected<StepLaunch> KernelLibrary::step_launch(size_t step, const KernelInfo& info,

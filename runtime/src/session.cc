@@ -132,6 +132,9 @@ Status Session::Impl::init() {
   GDL_RETURN_IF_ERROR(library.load(prog, device));
   stats.library_load_us = load_time.elapsed_us();
   stats.module_image = library.image();
+  for (size_t c = 0; c < prog.artifact.chains.size(); ++c)
+    if (!library.chain_refusal(c).empty())
+      stats.chain_refusals.push_back("chain kernel '" + prog.artifact.chains[c].symbol + "': " + library.chain_refusal(c));
 
   inputs.resize(prog.inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -86,7 +86,8 @@ struct Session::Impl {
     std::vector<int64_t> key;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    std::vector<cudaGraphNode_t> nodes;  // one per plan step
+    std::vector<cudaGraphNode_t> nodes;  // one per plan step (a chain's steps share its node)
+    std::vector<int> step_chain;         // per plan step: the chain whose node runs it, or -1
     std::vector<cudaGraphNode_t> copy_nodes;  // per input: staging -> arena, or null
     std::vector<int8_t> copy_enabled;         // per input: the node's state in `exec` (-1: not known)
     std::vector<int64_t> applied_layout, built_layout;
@@ -135,6 +136,8 @@ struct Session::Impl {
   int64_t layout_extent(size_t dim, int64_t value) const;  // the bucket's capacity, or the value
   std::vector<int64_t> layout(const std::vector<int64_t>& values) const;
   std::vector<int64_t> bucket_key(const std::vector<int64_t>& values) const;
+  // Per plan step at these layout dims: the chain whose kernel runs it, or -1.
+  std::vector<int> chains_at(const std::vector<int64_t>& layout_dims) const;
   Status write_valid_block();                // copies the current dims when they changed
   bool copies_in_graph(size_t input) const;  // no update-served dim in its shape
   size_t input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const;

@@ -70,6 +70,29 @@ std::string step_name(const Program::Impl& p, size_t step) {
   return "step " + std::to_string(step) + " (kernel '" + p.artifact.kernels[step].symbol + "')";
 }
 
+std::string chain_name(const Program::Impl& p, int chain) {
+  const ChainKernel& c = p.artifact.chains.at(static_cast<size_t>(chain));
+  return "steps " + std::to_string(c.first) + "-" + std::to_string(c.last) + " (chain kernel '" + c.symbol + "')";
+}
+
+// A chain kernel's blocks wait for each other (gdl_chain.cuh): it is
+// launched cooperatively, so that the driver refuses rather than hangs
+// where they cannot all be resident.
+Status launch_cooperative(const rt::StepLaunch& launch, void** args, cudaStream_t stream, const std::string& what) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = launch.dims.grid;
+  config.blockDim = launch.dims.block;
+  config.dynamicSmemBytes = launch.dims.shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  GDL_CUDA_TRY(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(launch.kernel), args), "launching " + what);
+  return Status::Ok();
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -142,21 +165,42 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
                  "adding the event after the input copies");
   }
   g.nodes.assign(p.steps.size(), nullptr);
+  g.step_chain = chains_at(layout_dims);
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], layout_dims);
-    if (!launch) return launch.status();
-    std::vector<cudaGraphNode_t> deps;
-    for (int d : p.steps[i].deps) deps.push_back(g.nodes[static_cast<size_t>(d)]);
-    NodeParams node(arena, params->base(), args, *launch);
-    if (deps.empty() && !copies.empty()) {  // ordinary edges from the copies
-      GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, copies.data(), copies.size(), &node.cuda),
-                   "adding the graph node of " + step_name(prog, i));
+    // A chain: one node at its first step, for all of them.
+    const int chain = g.step_chain[i];
+    const ChainKernel* ck = chain >= 0 ? &prog.artifact.chains[static_cast<size_t>(chain)] : nullptr;
+    if (ck && static_cast<int>(i) != ck->first) {
+      g.nodes[i] = g.nodes[static_cast<size_t>(ck->first)];
       continue;
     }
+    Expected<rt::StepLaunch> launch =
+        ck ? library.chain_launch(prog.artifact, static_cast<size_t>(chain)) : library.step_launch(i, prog.artifact.kernels[i], layout_dims);
+    if (!launch) return launch.status();
+    const std::string name = ck ? chain_name(prog, chain) : step_name(prog, i);
+    std::vector<cudaGraphNode_t> deps;
+    for (size_t s = i; s <= (ck ? static_cast<size_t>(ck->last) : i); ++s)
+      for (int d : p.steps[s].deps)
+        if (d < static_cast<int>(i)) deps.push_back(g.nodes[static_cast<size_t>(d)]);
+    std::sort(deps.begin(), deps.end());  // steps of one chain share a node: one edge each
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    NodeParams node(arena, params->base(), args, *launch);
     const bool programmatic = options.overlap_launches && !deps.empty();
-    GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
-                                        programmatic ? 0 : deps.size(), &node.cuda),
-                 "adding the graph node of " + step_name(prog, i));
+    if (deps.empty() && !copies.empty()) {  // ordinary edges from the copies
+      GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, copies.data(), copies.size(), &node.cuda),
+                   "adding the graph node of " + name);
+    } else {
+      GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
+                                          programmatic ? 0 : deps.size(), &node.cuda),
+                   "adding the graph node of " + name);
+    }
+    if (ck) {
+      cudaLaunchAttributeValue cooperative{};
+      cooperative.cooperative = 1;
+      GDL_CUDA_TRY(cudaGraphKernelNodeSetAttribute(g.nodes[i], cudaLaunchAttributeCooperative, &cooperative),
+                   "making the node of " + name + " cooperative");
+    }
+    if (deps.empty()) continue;
     if (programmatic) {
       // Every node is a kernel that waits for its producers itself (gdl_abi.cuh).
       cudaGraphEdgeData edge{};
@@ -165,7 +209,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
       const std::vector<cudaGraphEdgeData> edges(deps.size(), edge);
       const std::vector<cudaGraphNode_t> to(deps.size(), g.nodes[i]);
       GDL_CUDA_TRY(cudaGraphAddDependencies(g.graph, deps.data(), to.data(), edges.data(), deps.size()),
-                   "adding the programmatic edges of " + step_name(prog, i));
+                   "adding the programmatic edges of " + name);
     }
   }
   double build_us = build_time.elapsed_us();
@@ -197,7 +241,17 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
 Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vector<int64_t>& key,
                                                                  const std::vector<int64_t>& layout_dims) {
   auto it = graphs.find(key);
-  if (it != graphs.end()) return it->second.get();
+  if (it != graphs.end()) {
+    // A dim served by node updates may move a chain's rows across its limit,
+    // which changes the graph's nodes: build it again.
+    const bool updates = std::find(update_dim.begin(), update_dim.end(), true) != update_dim.end();
+    if (prog.artifact.chains.empty() || !updates || it->second->step_chain == chains_at(layout_dims))
+      return it->second.get();
+    (void)cudaGraphExecDestroy(it->second->exec);
+    (void)cudaGraphDestroy(it->second->graph);
+    if (last_graph == it->second.get()) last_graph = nullptr;
+    graphs.erase(it);
+  }
   auto g = std::make_unique<GraphInstance>();
   g->key = key;
   Status built = build_graph(*g, layout_dims);
@@ -209,6 +263,11 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
   GraphInstance* raw = g.get();
   graphs.emplace(key, std::move(g));
   return raw;
+}
+
+std::vector<int> Session::Impl::chains_at(const std::vector<int64_t>& layout_dims) const {
+  if (!options.chain_kernels) return std::vector<int>(prog.artifact.kernels.size(), -1);
+  return library.chain_of_steps(prog.artifact, layout_dims);
 }
 
 Status Session::Impl::build_every_bucket() {
@@ -234,11 +293,15 @@ Status Session::Impl::build_every_bucket() {
 
 Status Session::Impl::update_node(GraphInstance& g, size_t step, const std::vector<int64_t>& layout_dims) {
   Stopwatch update_time;
-  Expected<rt::StepLaunch> launch = library.step_launch(step, prog.artifact.kernels[step], layout_dims);
+  const int chain = g.step_chain.at(step);
+  if (chain >= 0 && static_cast<int>(step) != prog.artifact.chains[static_cast<size_t>(chain)].first)
+    return Status::Ok();  // the chain's node is updated with its first step
+  Expected<rt::StepLaunch> launch = chain >= 0 ? library.chain_launch(prog.artifact, static_cast<size_t>(chain))
+                                               : library.step_launch(step, prog.artifact.kernels[step], layout_dims);
   if (!launch) return launch.status();
   NodeParams node(arena, params->base(), kernel_args(layout_dims), *launch);
   GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[step], &node.cuda),
-               "updating the graph node of " + step_name(prog, step));
+               "updating the graph node of " + (chain >= 0 ? chain_name(prog, chain) : step_name(prog, step)));
   stats.node_updates += 1;
   stats.node_update_us += update_time.elapsed_us();
   return Status::Ok();
@@ -315,6 +378,9 @@ Status Session::Impl::run() {
   submit_us_total += stats.last_submit_us;
   stats.runs += 1;
   stats.mean_submit_us = submit_us_total / static_cast<double>(stats.runs);
+  for (size_t i = 0; i < g.step_chain.size(); ++i)
+    if (g.step_chain[i] >= 0 && static_cast<int>(i) == prog.artifact.chains[static_cast<size_t>(g.step_chain[i])].first)
+      stats.chain_launches += 1;
   last_graph = &g;
   count_run(layout_dims);
   after_run(layout_dims, false);
@@ -334,7 +400,15 @@ Status Session::Impl::run_eager() {
   const unsigned char* params_arg = params->base();
   rt::KernelArgs args = kernel_args(layout_dims);
   void* pointers[3] = {&arena_arg, &params_arg, &args};
+  const std::vector<int> step_chain = chains_at(layout_dims);
   for (size_t i = 0; i < steps; ++i) {
+    if (const int chain = step_chain[i]; chain >= 0) {  // its kernel at the chain's first step, for all of them
+      if (static_cast<int>(i) != prog.artifact.chains[static_cast<size_t>(chain)].first) continue;
+      GDL_RETURN_IF_ERROR(launch_cooperative(library.chain_launch(prog.artifact, static_cast<size_t>(chain)), pointers,
+                                             stream, chain_name(prog, chain)));
+      stats.chain_launches += 1;
+      continue;
+    }
     Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], layout_dims);
     if (!launch) return launch.status();
     GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch->kernel), launch->dims.grid, launch->dims.block,

@@ -1,0 +1,80 @@
+// find_matmul_chains (chain.h): one pass over the plan's steps in schedule
+// order, growing a run while each step can join the one before it.
+#include "chain.h"
+
+#include <algorithm>
+
+#include "kernel_choice.h"
+
+namespace gdl {
+
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+// A step the chain kernel can compute: its matmul's K (== N), else 0.
+// `input` receives the value the step reads as a (the norm's input when the
+// norm is the matmul's prologue).
+int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input) {
+  const ir::Graph& g = p.graph;
+  if (step.values.empty()) return 0;
+  const ValueId norm = matmul_prologue(g, step.values);
+  const ir::Node& matmul = g.node(step.values[norm == ir::kNoValue ? 0 : 1]);
+  if (matmul.op != Op::kMatMul) return 0;
+  const ir::Node& a = g.node(matmul.args[0]);
+  const ir::Node& b = g.node(matmul.args[1]);
+  const DType t = matmul.type.dtype;
+  if ((t != DType::kF16 && t != DType::kBF16) || a.type.dtype != t || b.type.dtype != t) return 0;
+  if (g.node(step.result).type.dtype != t) return 0;
+  if (norm != ir::kNoValue && g.node(g.node(norm).args[0]).type.dtype != t) return 0;
+  if (b.type.shape.size() != 2 || p.buffers.at(static_cast<size_t>(matmul.args[1])).region != plan::Region::kParams)
+    return 0;
+  const Dim &bk = b.type.shape[0], &bn = b.type.shape[1], &ak = a.type.shape.back();
+  if (bk.is_runtime() || bn.is_runtime() || ak.is_runtime() || bk.extent != bn.extent || ak.extent != bk.extent)
+    return 0;
+  const int64_t k = bk.extent;
+  if (k % kChainKMultiple != 0 || k > kChainMaxK) return 0;
+  const MatmulChoice choice = choose_matmul(g, matmul);
+  if (!choice.fold_batch || !choice.use_rows || choice.rows_min > kChainMaxRows) return 0;
+  input = norm == ir::kNoValue ? matmul.args[0] : g.node(norm).args[0];
+  return k;
+}
+
+}  // namespace
+
+uint32_t chain_shared_bytes(int64_t k) {
+  constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32, kCols = kChainBlockColumns;
+  constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24, kSlotBytes = kWarps * 16 * kCols * 2;
+  const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * kCols * 4, misc = (kWarps * kMaxRows + kMaxRows) * 8;
+  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - xn - sums - misc) / kSlotBytes);
+  return static_cast<uint32_t>(slots * kSlotBytes + xn + sums + misc);
+}
+
+std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p) {
+  std::vector<plan::Chain> chains;
+  plan::Chain run;
+  int64_t run_k = 0;  // 0: no run open
+  auto close = [&] {
+    if (run_k > 0 && run.last > run.first) chains.push_back(run);
+    run_k = 0;
+  };
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    ValueId input = ir::kNoValue;
+    const int64_t k = chain_step_k(p, p.steps[i], input);
+    const int step = static_cast<int>(i);
+    if (run_k > 0 && k == run_k && input == p.steps[i - 1].result) {
+      run.last = step;
+      continue;
+    }
+    close();
+    if (k > 0) {
+      run = plan::Chain{step, step, k, 0};
+      run_k = k;
+    }
+  }
+  close();
+  return chains;
+}
+
+}  // namespace gdl

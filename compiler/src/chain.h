@@ -1,0 +1,38 @@
+// Which consecutive matmul steps one persistent kernel may run
+// (gdl::MatmulChain, stdlib-kernels/gdl_chain.cuh).
+//
+// A launch per layer drains the memory pipe at every layer boundary; a chain
+// streams the weights of all its steps through one ring and separates the
+// steps by a grid-wide barrier instead (docs/performance.md). The chain
+// serves runs whose rows are at most kChainMaxRows; the steps' own kernels
+// serve the others, so a chain never changes what a program computes.
+#pragma once
+
+#include <vector>
+
+#include "plan.h"
+
+namespace gdl {
+
+inline constexpr int64_t kChainMaxRows = 8;        // gdl::chain::kMaxRows
+inline constexpr int64_t kChainBlockColumns = 32;  // gdl::chain::kCols: one block per 32 columns
+inline constexpr int64_t kChainKMultiple = 128;    // gdl::chain::kSlotRows
+inline constexpr int64_t kChainMaxK = 4096;        // the rows of a held in registers, and one block per SM
+inline constexpr uint32_t kChainThreads = 256;     // gdl::chain::kThreads
+
+// The dynamic shared memory of a chain over K: gdl::chain::Layout<K>::bytes
+// (the generated kernel asserts that they agree).
+uint32_t chain_shared_bytes(int64_t k);
+
+// The maximal runs of at least two consecutive plan steps where every step
+// is a matmul (with its norm prologue and epilogue, if any) that the chain
+// kernel can compute, and each step after the first takes the step before
+// it as its a:
+//   - a [rows..., K] (f16 or bf16) @ a param b [K, K] of the same dtype, K a
+//     multiple of kChainKMultiple and at most kChainMaxK, K the same in every
+//     step of the run, the rows kernel serving the smallest bindings;
+//   - its result has a's dtype.
+// barrier_offset is left 0 for make_plan to place.
+std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p);
+
+}  // namespace gdl

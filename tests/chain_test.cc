@@ -1,0 +1,200 @@
+// Chains of matmul steps (compiler/src/chain.h): which runs of steps the
+// planner chains and which it leaves alone, the plan's checks on them, the
+// generated chain kernel (it must compile with NVRTC), and the artifact
+// round trip. The chain kernel's results are checked on the GPU
+// (tests/gpu/chain_test.cc).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "artifact.h"
+#include "chain.h"
+#include "codegen.h"
+#include "pipeline.h"
+#include "plan.h"
+
+namespace gdl {
+namespace {
+
+ir::Graph graph_of(const std::string& text) {
+  SourceFile file("chain_test.gdl", text);
+  DiagnosticSink diags;
+  std::optional<ir::Graph> g = compile_to_ir(file, diags);
+  INFO(text << "\n" << diags.render(file));
+  REQUIRE(g.has_value());
+  return std::move(*g);
+}
+
+// L residual layers of width H in dtype T, the W2 layer of the benchmark
+// with a layernorm that has a weight and a bias; `batch` declares B.
+std::string layers(const std::string& t, int h, int l, const std::string& batch = "dim B in [1, 64] buckets(1, 8, 64);") {
+  return "program chain;\n" + batch + "\nconst H = " + std::to_string(h) + ";\nconst L = " + std::to_string(l) +
+         ";\nparam W : " + t + "[L, H, H];\nparam bias : " + t + "[L, H];\nparam g : " + t + "[L, H];\nparam beta : " + t +
+         "[L, H];\ninput x : " + t + "[B, H];\noutput y : " + t + "[B, H];\nlet h = x;\nfor l in 0..L {\n"
+         "  h = h + gelu(layernorm(h, g[l], beta[l], eps = 1e-5) @ W[l] + bias[l]);\n}\ny = h;\n";
+}
+
+}  // namespace
+
+TEST_CASE("chain: the W2 layers form one chain over every step, with its own barrier in the scratch") {
+  for (const std::string t : {"f16", "bf16"}) {
+    INFO(t);
+    plan::Plan p = plan::make_plan(graph_of(layers(t, 1024, 4)));
+    REQUIRE(plan::check_plan(p) == "");
+    REQUIRE(p.steps.size() == 4);
+    REQUIRE(p.chains.size() == 1);
+    CHECK(p.chains[0].first == 0);
+    CHECK(p.chains[0].last == 3);
+    CHECK(p.chains[0].k == 1024);
+    CHECK(p.chains[0].barrier_offset % plan::kAlignment == 0);
+    CHECK(p.chains[0].barrier_offset + plan::kAlignment == p.arena_bytes + p.scratch_bytes);  // last in the area
+    for (const plan::Step& st : p.steps)
+      if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].barrier_offset);
+    CHECK(plan::print_plan(p).find("chain: steps 0-3 as one persistent kernel while the rows are at most 8") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("chain: steps the chain kernel cannot run stay out of every chain") {
+  struct Case {
+    const char* what;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {"f32 (the chain is f16 and bf16)", layers("f32", 1024, 4)},
+      {"K not a multiple of 128", layers("f16", 1000, 4)},
+      {"K above 4096", layers("f16", 4224, 2)},
+      {"more than 8 rows in every run", layers("f16", 1024, 4, "dim B in [16, 64];")},
+      {"one step only", layers("f16", 1024, 1)},
+      {"b computed, not a param",
+       "program c;\ninput x : f16[4, 256];\ninput w : f16[256, 256];\noutput y : f16[4, 256];\n"
+       "y = (x @ w) @ w;\n"},
+      {"a matmul that is not square",
+       "program c;\ninput x : f16[4, 256];\nparam w1 : f16[256, 512];\nparam w2 : f16[512, 512];\n"
+       "output y : f16[4, 512];\ny = (x @ w1) @ w2;\n"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what << "\n" << c.text);
+    plan::Plan p = plan::make_plan(graph_of(c.text));
+    REQUIRE(plan::check_plan(p) == "");
+    CHECK(p.chains.empty());
+  }
+  plan::PlanOptions off;
+  off.chain_matmuls = false;
+  CHECK(plan::make_plan(graph_of(layers("f16", 1024, 4)), off).chains.empty());
+}
+
+TEST_CASE("chain: a step that does not read the step before it ends the chain") {
+  // Two runs of two layers: the third matmul reads x, not the second's result.
+  const std::string text =
+      "program c;\ndim B in [1, 8];\ninput x : f16[B, 256];\nparam w : f16[4, 256, 256];\noutput y : f16[B, 256];\n"
+      "output z : f16[B, 256];\ny = (x @ w[0]) @ w[1];\nz = (x @ w[2]) @ w[3];\n";
+  plan::Plan p = plan::make_plan(graph_of(text));
+  REQUIRE(plan::check_plan(p) == "");
+  REQUIRE(p.chains.size() == 2);
+  CHECK(p.chains[0].last == p.chains[0].first + 1);
+  CHECK(p.chains[1].first == p.chains[0].last + 1);
+  CHECK(p.chains[1].last == p.chains[1].first + 1);
+  CHECK(p.chains[0].barrier_offset != p.chains[1].barrier_offset);
+}
+
+TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share their barrier") {
+  plan::Plan good = plan::make_plan(graph_of(layers("f16", 4096, 2)));  // steps with tickets (H = 1024 splits in clusters)
+  REQUIRE(good.chains.size() == 1);
+  REQUIRE(good.steps[0].tickets_bytes > 0);
+  {
+    plan::Plan bad = good;
+    bad.chains[0].last = bad.chains[0].first;
+    CHECK(plan::check_plan(bad).find("not a run of at least two steps") != std::string::npos);
+  }
+  {
+    plan::Plan bad = good;
+    bad.chains[0].last = static_cast<int>(bad.steps.size());
+    CHECK(plan::check_plan(bad).find("not a run of at least two steps") != std::string::npos);
+  }
+  {
+    plan::Plan bad = good;
+    bad.chains.push_back(bad.chains[0]);
+    CHECK(plan::check_plan(bad).find("not a run of at least two steps") != std::string::npos);
+  }
+  {
+    plan::Plan bad = good;
+    bad.chains[0].barrier_offset = bad.steps[0].tickets_offset;
+    CHECK(plan::check_plan(bad).find("share bytes with other scratch") != std::string::npos);
+  }
+  {
+    plan::Plan bad = good;
+    bad.chains[0].barrier_offset = bad.arena_bytes + bad.scratch_bytes;
+    CHECK(plan::check_plan(bad).find("its barrier lies outside the scratch area") != std::string::npos);
+  }
+}
+
+TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each step in order, and compiles") {
+  plan::Plan p = plan::make_plan(graph_of(layers("bf16", 4096, 3, "dim B in [1, 16];")));
+  REQUIRE(p.chains.size() == 1);
+  const GeneratedCode code = generate_cuda(p);
+  REQUIRE(code.chains.size() == 1);
+  const ChainKernel& k = code.chains[0];
+  CHECK(k.symbol == "gdl_chain0");
+  CHECK(k.first == 0);
+  CHECK(k.last == 2);
+  CHECK(k.blocks == 4096 / kChainBlockColumns);
+  CHECK(k.threads == kChainThreads);
+  CHECK(k.shared_bytes == chain_shared_bytes(4096));
+  CHECK(k.shared_bytes <= 227u * 1024u);
+  CHECK(uses_chain(k, {8}));
+  CHECK(!uses_chain(k, {9}));
+  const size_t kernel = code.source.find("void __launch_bounds__(256, 1) gdl_chain0(");
+  REQUIRE(kernel != std::string::npos);
+  for (const KernelInfo& info : code.kernels) CHECK(code.source.find(" " + info.symbol + "(") < kernel);
+  // The weights are read before the wait (params only), the steps in order after it.
+  const size_t start = code.source.find("chain.start();", kernel), wait = code.source.find("wait_for_producers", kernel);
+  size_t at = wait;
+  CHECK(start < wait);
+  for (int s = 0; s < 3; ++s) {
+    const size_t call = code.source.find("chain.step(" + std::to_string(s) + ", ", kernel);
+    INFO("step " << s);
+    CHECK(call != std::string::npos);
+    CHECK(call > at);
+    at = call;
+  }
+  CompileOptions options;
+  options.cache_dir = "-";
+  Expected<CompiledModule> module = compile_cuda(code.source, options);
+  INFO(module.status().message());
+  REQUIRE(module.ok());
+  CHECK(module->ptx.find(".entry gdl_chain0") != std::string::npos);
+}
+
+TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that do not match the plan") {
+  plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 2)));
+  REQUIRE(p.chains.size() == 1);
+  Artifact a;
+  a.plan = p;
+  GeneratedCode code = generate_cuda(p);
+  a.kernels = code.kernels;
+  a.chains = code.chains;
+  a.module.arch = "sm_90";
+  a.module.ptx = "// no code";
+  Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
+  REQUIRE(back.ok());
+  REQUIRE(back->plan.chains.size() == 1);
+  CHECK(back->plan.chains[0].barrier_offset == p.chains[0].barrier_offset);
+  REQUIRE(back->chains.size() == 1);
+  CHECK(back->chains[0].symbol == a.chains[0].symbol);
+  CHECK(back->chains[0].shared_bytes == a.chains[0].shared_bytes);
+  CHECK(back->chains[0].rows == a.chains[0].rows);
+
+  Artifact wrong = a;
+  wrong.chains[0].last = 0;
+  Expected<Artifact> refused = deserialize_artifact(serialize_artifact(wrong));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find("runs steps the plan holds no chain for") != std::string::npos);
+  Artifact missing = a;
+  missing.chains.clear();
+  refused = deserialize_artifact(serialize_artifact(missing));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find("the plan's chains have no kernels") != std::string::npos);
+}
+
+}  // namespace gdl

@@ -1,0 +1,108 @@
+// The chain kernel (gdl::MatmulChain, stdlib-kernels/gdl_chain.cuh): runs of
+// square matmul steps in one cooperative launch with grid-wide barriers,
+// against the CPU reference on a poisoned arena, graph and eager runs, the
+// row count crossing the chain's limit of 8 rows within one session (the
+// chain's barrier counter, which only grows, and the steps' own kernels with
+// their tickets must both stay right), under buckets and under node updates,
+// and with chains switched off.
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+std::string layers(const std::string& t, int h, int l, const std::string& batch, const std::string& norm) {
+  return "program chain;\n" + batch + "\nconst H = " + std::to_string(h) + ";\nconst L = " + std::to_string(l) +
+         ";\nparam W : " + t + "[L, H, H];\nparam bias : " + t + "[L, H];\nparam g : " + t + "[L, H];\nparam beta : " + t +
+         "[L, H];\ninput x : " + t + "[B, H];\noutput y : " + t + "[B, H];\nlet h = x;\nfor l in 0..L {\n  h = " + norm +
+         ";\n}\ny = h;\n";
+}
+
+// One session over `rows_sequence`: fresh inputs each time, two graph runs
+// and an eager run, each against the CPU reference, and the chain kernel
+// launched exactly when the rows are at most 8.
+void check_rows(const Program& program, const std::string& what, const std::vector<int64_t>& rows_sequence,
+                const SessionOptions& options) {
+  std::mt19937_64 rng(seed_for(what));
+  std::map<std::string, TensorData> params = random_bindings(program, {rows_sequence.front()}, rng);
+  if (cpu_only) {
+    CHECK(!reference(program, params).empty());
+    return;
+  }
+  std::unique_ptr<Session> s = make_session(program, options);
+  const SessionStats first = s->stats();
+  INFO("refusals: " << (first.chain_refusals.empty() ? "none" : first.chain_refusals.front()));
+  const bool chains = options.chain_kernels && first.chain_refusals.empty();
+  if (options.chain_kernels && !chains) MESSAGE("the chain kernel does not fit this device: " << first.chain_refusals.front());
+  bind_all(*s, params);
+  for (int64_t rows : rows_sequence) {
+    std::map<std::string, TensorData> tensors = random_bindings(program, {rows}, rng);
+    for (const TensorInfo& p : program.params()) tensors[p.name] = params[p.name];
+    bind_inputs(*s, tensors);
+    const std::map<std::string, TensorData> want = reference(program, tensors);
+    const std::string at = what + ", B = " + std::to_string(rows);
+    const uint64_t before = s->stats().chain_launches;
+    for (int r = 0; r < 2; ++r) CHECK(expect_match(run_and_read(*s, false), want, at + ", graph run " + std::to_string(r)));
+    CHECK(expect_match(run_and_read(*s, true), want, at + ", eager run"));
+    INFO(at);
+    CHECK(s->stats().chain_launches - before == (chains && rows <= 8 ? 3u : 0u));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing the chain's limit") {
+  struct Case {
+    std::string t;
+    int h, l;
+    std::string batch, layer;
+  };
+  const std::string w2 = "h + gelu(layernorm(h, g[l], beta[l], eps = 1e-5) @ W[l] + bias[l])";
+  const std::vector<Case> cases = {
+      {"f16", 1024, 4, "dim B in [1, 64] buckets(1, 8, 64);", w2},
+      {"bf16", 1024, 4, "dim B in [1, 64] buckets(1, 8, 64);", w2},
+      // node updates: one graph whose chain node comes and goes with the rows
+      {"f16", 4096, 3, "dim B in [1, 16];", "h + rmsnorm(h, g[l]) @ W[l]"},
+      {"bf16", 4096, 3, "dim B in [1, 16];", w2},
+      // no norm: the chain stages a as it is
+      {"f16", 2048, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = layers(c.t, c.h, c.l, c.batch, c.layer);
+    INFO(text);
+    Program program = compile_text(text);
+    CHECK(program.node_count() == static_cast<size_t>(c.l));  // the steps' kernels; the chain replaces them
+    const std::string what = "chain " + c.t + " H=" + std::to_string(c.h) + " " + c.layer;
+    // The last case has L = 3 steps; every case launches one chain kernel per run.
+    SessionOptions on;
+    check_rows(program, what, {1, 5, 8, 12, 3, 16, 8}, on);
+    SessionOptions off;
+    off.chain_kernels = false;
+    check_rows(program, what + " (chains off)", {8, 2}, off);
+  }
+}
+
+TEST_CASE("chain: 200 replays in one session keep the barrier counter and the results right") {
+  const std::string text = layers("f16", 1024, 8, "dim B in [1, 8];", "h + gelu(layernorm(h, g[l], beta[l]) @ W[l] + bias[l])");
+  Program program = compile_text(text);
+  std::mt19937_64 rng(seed_for("chain replays"));
+  std::map<std::string, TensorData> tensors = random_bindings(program, {4}, rng);
+  if (cpu_only) {
+    CHECK(!reference(program, tensors).empty());
+    return;
+  }
+  std::unique_ptr<Session> s = make_session(program);
+  bind_all(*s, tensors);
+  const std::map<std::string, TensorData> want = reference(program, tensors);
+  const std::map<std::string, TensorData> first = run_and_read(*s, false);
+  CHECK(expect_match(first, want, "first run"));
+  for (int r = 0; r < 200; ++r) GDL_REQUIRE_OK(s->run());
+  const std::map<std::string, TensorData> last = read_outputs(*s);
+  CHECK(expect_match(last, first, "run 201 against run 1"));
+  CHECK(relative_error(last.at("y"), first.at("y")) == 0.0);  // the same kernel, the same order of sums: the same bits
+  if (s->stats().chain_refusals.empty()) CHECK(s->stats().chain_launches == 201u);
+}
