@@ -47,7 +47,7 @@ template <int K> struct Layout {
   static constexpr int xn_stride = K + 8;  // rows 16 bytes apart in the banks
   static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
   static constexpr int sums_bytes = kWarps * kMaxRows * kCols * 4;
-  static constexpr int misc_bytes = (kWarps * kMaxRows + kMaxRows) * 8;
+  static constexpr int misc_bytes = (kWarps * kMaxRows + kMaxRows) * 8;  // parts (kWarps used) and stats
   static constexpr int fit = (kSmemLimit - xn_bytes - sums_bytes - misc_bytes) / kSlotBytes;
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
   static_assert(slots >= 4, "a chain's K leaves no room for its ring");
@@ -92,7 +92,6 @@ template <typename T, int K> class MatmulChain {
   using L = chain::Layout<K>;
   static constexpr int kSlots = L::slots;
   static constexpr int kStepSlots = K / chain::kSlotRows;
-  static constexpr int kVectors = chain::kMaxRows * K / 8 / chain::kThreads;  // 16-byte vectors of a per thread
 
  public:
   // weights[s]: step s's b. barrier: 8 bytes of scratch, this chain's only.
@@ -173,73 +172,66 @@ template <typename T, int K> class MatmulChain {
     }
   }
 
-  // Rows [0, rows) of a into xn_, through the norm prologue; rows past them are zero.
+  // Rows [0, rows) of a into xn_, through the norm prologue; rows past them
+  // are zero. a was written by other blocks of this launch, so it is read
+  // with __ldcg (L1 may hold an older copy). The loops stay small on
+  // purpose: fully unrolled over rows and vectors this ran once per step
+  // as straight-line code and the warps stalled on instruction fetch.
   template <typename Pro> GDL_DEV void load_rows(const T* a, int rows, const Pro& pro) {
     constexpr int kRowVectors = K / 8;
-    const int count = rows * kRowVectors;
-    uint4 v[kVectors];
-#pragma unroll
-    for (int j = 0; j < kVectors; ++j) {
-      const int q = (int)threadIdx.x + j * chain::kThreads;
-      // __ldcg: a was written by other blocks of this launch; L1 may hold an older copy.
-      v[j] = q < count ? __ldcg(reinterpret_cast<const uint4*>(a) + q) : zero16();
-    }
+    const uint4* av = reinterpret_cast<const uint4*>(a);
     if constexpr (Pro::active) {
-      float shift[chain::kMaxRows], sum[chain::kMaxRows], squares[chain::kMaxRows];
+      // A row over kWarps / rows_p2 warps: the shifted sums of norm_row_stats (gdl_matmul.cuh).
+      int rows_p2 = 1;
+      while (rows_p2 < rows) rows_p2 <<= 1;
+      const int per_row = chain::kWarps / rows_p2, r = warp_ / per_row, piece = warp_ % per_row;
+      const int span = kRowVectors / per_row;
+      float sum = 0.0f, squares = 0.0f;
+      if (r < rows) {
+        const float shift = Pro::center ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
+        const uint4* row = av + (size_t)r * kRowVectors + piece * span;
+#pragma unroll 4
+        for (int i = lane_; i < span; i += 32) {
+          float x[8];
+          widen<T>(__ldcg(row + i), x);
 #pragma unroll
-      for (int r = 0; r < chain::kMaxRows; ++r) {
-        shift[r] = Pro::center && r < rows ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
-        sum[r] = squares[r] = 0.0f;
+          for (int e = 0; e < 8; ++e) {
+            const float d = x[e] - shift;
+            sum += d;
+            squares = fmaf(d, d, squares);
+          }
+        }
       }
-#pragma unroll
-      for (int j = 0; j < kVectors; ++j) {
-        const int q = (int)threadIdx.x + j * chain::kThreads;
-        if (q >= count) continue;
-        float x[8];
-        widen<T>(v[j], x);
-#pragma unroll
-        for (int r = 0; r < chain::kMaxRows; ++r)
-          if (q / kRowVectors == r)
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              const float dx = x[e] - shift[r];
-              sum[r] += dx;
-              squares[r] = fmaf(dx, dx, squares[r]);
-            }
-      }
-#pragma unroll
-      for (int r = 0; r < chain::kMaxRows; ++r) {
-        const float s = warp_sum(sum[r]), q = warp_sum(squares[r]);
-        if (lane_ == 0) parts_[warp_ * chain::kMaxRows + r] = make_float2(s, q);
-      }
+      sum = warp_sum(sum);
+      squares = warp_sum(squares);
+      if (lane_ == 0) parts_[warp_] = make_float2(sum, squares);
       __syncthreads();
       if ((int)threadIdx.x < rows) {
-        const int r = threadIdx.x;
+        const int row = threadIdx.x;
         float s = 0.0f, q = 0.0f;
-        for (int w = 0; w < chain::kWarps; ++w) s += parts_[w * chain::kMaxRows + r].x, q += parts_[w * chain::kMaxRows + r].y;
-        // The statistics of norm_row_stats (gdl_matmul.cuh), over the whole block.
+        for (int w = row * per_row; w < (row + 1) * per_row; ++w) s += parts_[w].x, q += parts_[w].y;
         const float mean_d = Pro::center ? s / K : 0.0f;
         const float var = fmaxf(q / K - mean_d * mean_d, 0.0f);
-        const float row_shift = Pro::center ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
-        stats_[r] = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
+        const float shift = Pro::center ? num(__ldcg(a + (size_t)row * K)) : 0.0f;
+        stats_[row] = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
       }
       __syncthreads();
     }
-    for (int i = threadIdx.x; i < chain::kMaxRows * kRowVectors; i += chain::kThreads)
-      if (i >= count) *reinterpret_cast<uint4*>(xn_ + (i / kRowVectors) * L::xn_stride + (i % kRowVectors) * 8) = zero16();
-#pragma unroll
-    for (int j = 0; j < kVectors; ++j) {
-      const int q = (int)threadIdx.x + j * chain::kThreads;
-      if (q >= count) continue;
+    const int count = rows * kRowVectors;
+#pragma unroll 4
+    for (int q = threadIdx.x; q < chain::kMaxRows * kRowVectors; q += chain::kThreads) {
       const int r = q / kRowVectors, k = (q % kRowVectors) * 8;
-      uint4 out = v[j];
-      if constexpr (Pro::active) {
-        float x[8];
-        widen<T>(v[j], x);
-        unsigned w[4] = {0u, 0u, 0u, 0u};
+      uint4 out = zero16();
+      if (q < count) {
+        out = __ldcg(av + q);
+        if constexpr (Pro::active) {
+          float x[8];
+          widen<T>(out, x);
+          unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) w[e / 2] |= Vec16<T>::bits(cvt<T>(pro.apply(x[e], k + e, stats_, r))) << (16 * (e % 2));
-        out = make_uint4(w[0], w[1], w[2], w[3]);
+          for (int e = 0; e < 8; ++e) w[e / 2] |= Vec16<T>::bits(cvt<T>(pro.apply(x[e], k + e, stats_, r))) << (16 * (e % 2));
+          out = make_uint4(w[0], w[1], w[2], w[3]);
+        }
       }
       *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = out;
     }

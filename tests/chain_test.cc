@@ -39,13 +39,13 @@ std::string layers(const std::string& t, int h, int l, const std::string& batch 
 TEST_CASE("chain: the W2 layers form one chain over every step, with its own barrier in the scratch") {
   for (const std::string t : {"f16", "bf16"}) {
     INFO(t);
-    plan::Plan p = plan::make_plan(graph_of(layers(t, 1024, 4)));
+    plan::Plan p = plan::make_plan(graph_of(layers(t, 2048, 4)));
     REQUIRE(plan::check_plan(p) == "");
     REQUIRE(p.steps.size() == 4);
     REQUIRE(p.chains.size() == 1);
     CHECK(p.chains[0].first == 0);
     CHECK(p.chains[0].last == 3);
-    CHECK(p.chains[0].k == 1024);
+    CHECK(p.chains[0].k == 2048);
     CHECK(p.chains[0].barrier_offset % plan::kAlignment == 0);
     CHECK(p.chains[0].barrier_offset + plan::kAlignment == p.arena_bytes + p.scratch_bytes);  // last in the area
     for (const plan::Step& st : p.steps)
@@ -61,11 +61,12 @@ TEST_CASE("chain: steps the chain kernel cannot run stay out of every chain") {
     std::string text;
   };
   const std::vector<Case> cases = {
-      {"f32 (the chain is f16 and bf16)", layers("f32", 1024, 4)},
-      {"K not a multiple of 128", layers("f16", 1000, 4)},
+      {"f32 (the chain is f16 and bf16)", layers("f32", 2048, 4)},
+      {"K not a multiple of 128", layers("f16", 2000, 4)},
+      {"K below 2048: fewer blocks than half the SMs", layers("f16", 1024, 4)},
       {"K above 4096", layers("f16", 4224, 2)},
-      {"more than 8 rows in every run", layers("f16", 1024, 4, "dim B in [16, 64];")},
-      {"one step only", layers("f16", 1024, 1)},
+      {"more than 8 rows in every run", layers("f16", 2048, 4, "dim B in [16, 64];")},
+      {"one step only", layers("f16", 2048, 1)},
       {"b computed, not a param",
        "program c;\ninput x : f16[4, 256];\ninput w : f16[256, 256];\noutput y : f16[4, 256];\n"
        "y = (x @ w) @ w;\n"},
@@ -81,14 +82,14 @@ TEST_CASE("chain: steps the chain kernel cannot run stay out of every chain") {
   }
   plan::PlanOptions off;
   off.chain_matmuls = false;
-  CHECK(plan::make_plan(graph_of(layers("f16", 1024, 4)), off).chains.empty());
+  CHECK(plan::make_plan(graph_of(layers("f16", 2048, 4)), off).chains.empty());
 }
 
 TEST_CASE("chain: a step that does not read the step before it ends the chain") {
   // Two runs of two layers: the third matmul reads x, not the second's result.
   const std::string text =
-      "program c;\ndim B in [1, 8];\ninput x : f16[B, 256];\nparam w : f16[4, 256, 256];\noutput y : f16[B, 256];\n"
-      "output z : f16[B, 256];\ny = (x @ w[0]) @ w[1];\nz = (x @ w[2]) @ w[3];\n";
+      "program c;\ndim B in [1, 8];\ninput x : f16[B, 2048];\nparam w : f16[4, 2048, 2048];\noutput y : f16[B, 2048];\n"
+      "output z : f16[B, 2048];\ny = (x @ w[0]) @ w[1];\nz = (x @ w[2]) @ w[3];\n";
   plan::Plan p = plan::make_plan(graph_of(text));
   REQUIRE(plan::check_plan(p) == "");
   REQUIRE(p.chains.size() == 2);
@@ -167,7 +168,7 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
 }
 
 TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that do not match the plan") {
-  plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 2)));
+  plan::Plan p = plan::make_plan(graph_of(layers("f16", 2048, 2)));
   REQUIRE(p.chains.size() == 1);
   Artifact a;
   a.plan = p;

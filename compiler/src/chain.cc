@@ -34,7 +34,7 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
   if (bk.is_runtime() || bn.is_runtime() || ak.is_runtime() || bk.extent != bn.extent || ak.extent != bk.extent)
     return 0;
   const int64_t k = bk.extent;
-  if (k % kChainKMultiple != 0 || k > kChainMaxK) return 0;
+  if (k % kChainKMultiple != 0 || k < kChainMinK || k > kChainMaxK) return 0;
   const MatmulChoice choice = choose_matmul(g, matmul);
   if (!choice.fold_batch || !choice.use_rows || choice.rows_min > kChainMaxRows) return 0;
   input = norm == ir::kNoValue ? matmul.args[0] : g.node(norm).args[0];
