@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | sanitizer | sanitizer-examples | sanitizer-tests]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | persistent | sanitizer | sanitizer-examples | sanitizer-tests]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -19,6 +19,10 @@
 # 3c. stream:   bench/stream_patterns.cu (nvcc here): a 32 MiB weight
 #               stream per launch by access pattern and a pure read, the
 #               ceiling of one W2 H=4096 layer; not part of `all`
+# 3d. persistent: bench/persistent_mlp.cu (nvcc here): W2's eight H=4096
+#               layers in one cooperative launch by design, the load paths
+#               of one block per SM and the grid barrier (the experiment
+#               behind gdl_chain.cuh); not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -118,6 +122,12 @@ if [[ $what == stream ]]; then
   step stream_patterns 120 "$OUT/stream_patterns"
 fi
 
+if [[ $what == persistent ]]; then
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  step persistent_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/persistent_mlp" bench/persistent_mlp.cu
+  step persistent_mlp 120 "$OUT/persistent_mlp"
+fi
+
 if [[ $what == all || $what == sanitizer || $what == sanitizer-examples ]]; then
   for ex in chain mlp attention; do
     step "memcheck_example_$ex" 240 env GDL_EXAMPLE_QUICK=1 \
@@ -175,6 +185,8 @@ PY
       ;;
     stream_patterns)
       grep -E "^(device|pattern|strip|warp|block|ceiling|pdl)" "$log" | sed "s/^/$name: /" ;;
+    persistent_mlp)
+      grep -E "^(mma|split|stream|str-nx|mma-nx|sstrm|load|grid|plain)" "$log" | sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;

@@ -368,9 +368,10 @@ class Session {
   // Launches the kernels eagerly `repeats` times with a CUDA event before and
   // after each, waits, and returns per node the median device time between
   // its events and the median host time of its launch (for the timeline
-  // model: what a graph saves). Needs what run_eager needs; afterwards the
-  // outputs are those of an eager run. Dims above their bounds:
-  // FailedPrecondition.
+  // model: what a graph saves). Every plan step is its own node here, also
+  // the steps that run() and run_eager() hand to a chain kernel. Needs what
+  // run_eager needs; afterwards the outputs are those of an eager run. Dims
+  // above their bounds: FailedPrecondition.
   Expected<std::vector<NodeTime>> profile_nodes(int repeats = 20);
 
   // Measures, on the graph of the current dims (built if needed), the host
