@@ -278,19 +278,19 @@ class StepEmitter {
       : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot),
         variant_(variant), chain_step_(chain_step) {}
 
+  // After emit(): the step is a matmul with a rows and a large kernel, and
+  // the matmul's rows (its result's shape without the last axis).
+  bool has_large_kernel() const { return two_kernels_; }
+  const Shape& matmul_rows() const { return matmul_rows_; }
+
   // The step as a block of its chain's kernel (Variant::kChainStep): its
   // dims, scalars, pointers, epilogue and prologue in a scope of their own,
   // then the chain's step call (gdl_chain.cuh).
   std::string emit_chain_step() {
-    KernelInfo unused;
-    std::string kernel = emit(unused);
-    // emit() wrote a kernel; keep what is inside its braces, one level deeper.
-    const size_t open = kernel.find(") {\n");
-    GDL_INTERNAL_ASSERT(open != std::string::npos && kernel.size() >= 2 && kernel.substr(kernel.size() - 2) == "}\n",
-                        "step " + std::to_string(index_) + ": no kernel body to put in its chain");
-    const std::string inside = kernel.substr(open + 4, kernel.size() - 2 - (open + 4));
+    LaunchRule unused;
+    const std::string inside = kernel_inside(build_body(unused));
     std::string out = "  {  // step " + std::to_string(index_) + "\n";
-    for (size_t at = 0; at < inside.size();) {
+    for (size_t at = 0; at < inside.size();) {  // one level deeper
       size_t end = inside.find('\n', at);
       if (end == std::string::npos) end = inside.size();
       out += "  " + inside.substr(at, end - at) + "\n";
@@ -299,38 +299,11 @@ class StepEmitter {
     return out + "  }\n";
   }
 
-  // After emit(): the step is a matmul with a rows and a large kernel, and
-  // the matmul's rows (its result's shape without the last axis).
-  bool has_large_kernel() const { return two_kernels_; }
-  const Shape& matmul_rows() const { return matmul_rows_; }
-
   std::string emit(KernelInfo& info) {
-    GDL_INTERNAL_ASSERT(!step_.values.empty() && step_.result == step_.values.back(),
-                        "step " + std::to_string(index_) + " has no result or it is not its last value");
-    const Node& result = g_.node(step_.result);
-    GDL_INTERNAL_ASSERT(ir::op_info(result.op).cls != ir::OpClass::kLeaf,
-                        "step " + std::to_string(index_) + " computes a leaf");
-    for (ValueId v : step_.values) in_step_.insert(v);
-    choose_index_type();
-
-    // A structured op comes first in its step; the values after it (only a
-    // matmul's) form its epilogue. A matmul may come second, after the norm
-    // that is its prologue (fuse.cc).
-    norm_prologue_ = matmul_prologue(g_, step_.values);
-    anchor_ = step_.values[norm_prologue_ == ir::kNoValue ? 0 : 1];
-    const Node& anchor = g_.node(anchor_);
-    bool structured = ir::op_info(anchor.op).cls == ir::OpClass::kStructured && !is_data_movement(anchor.op);
-    GDL_INTERNAL_ASSERT(!structured || step_.values.size() == 1 || anchor.op == Op::kMatMul,
-                        "step " + std::to_string(index_) + ": only a matmul takes an epilogue");
-    std::string body;
     LaunchRule rule;
-    if (structured) {
-      body = structured_body(anchor, rule);
-    } else {
-      body = elementwise_body(rule);
-    }
-
-    info.symbol = "gdl_s" + std::to_string(index_) + "_" + ir::op_name((structured ? anchor : result).op);
+    const std::string body = build_body(rule);
+    const Node& result = g_.node(step_.result);
+    info.symbol = "gdl_s" + std::to_string(index_) + "_" + ir::op_name((structured_ ? g_.node(anchor_) : result).op);
     if (variant_ == Variant::kLarge) info.symbol += "_tiled";
     info.launch = rule;
     info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
@@ -354,6 +327,39 @@ class StepEmitter {
         cluster_y_ > 1 ? "__cluster_dims__(1, " + std::to_string(cluster_y_) + ", 1) " : "";
     out += "extern \"C\" __global__ void " + cluster + "__launch_bounds__(" + bounds + ") " + info.symbol +
            "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
+    return out + kernel_inside(body) + "}\n";
+  }
+
+ private:
+  // ---------------------------------------------------------------- pieces
+
+  // The step's computation (the statements after the declarations) and its launch rule.
+  std::string build_body(LaunchRule& rule) {
+    GDL_INTERNAL_ASSERT(!step_.values.empty() && step_.result == step_.values.back(),
+                        "step " + std::to_string(index_) + " has no result or it is not its last value");
+    const Node& result = g_.node(step_.result);
+    GDL_INTERNAL_ASSERT(ir::op_info(result.op).cls != ir::OpClass::kLeaf,
+                        "step " + std::to_string(index_) + " computes a leaf");
+    for (ValueId v : step_.values) in_step_.insert(v);
+    choose_index_type();
+
+    // A structured op comes first in its step; the values after it (only a
+    // matmul's) form its epilogue. A matmul may come second, after the norm
+    // that is its prologue (fuse.cc).
+    norm_prologue_ = matmul_prologue(g_, step_.values);
+    anchor_ = step_.values[norm_prologue_ == ir::kNoValue ? 0 : 1];
+    const Node& anchor = g_.node(anchor_);
+    structured_ = ir::op_info(anchor.op).cls == ir::OpClass::kStructured && !is_data_movement(anchor.op);
+    GDL_INTERNAL_ASSERT(!structured_ || step_.values.size() == 1 || anchor.op == Op::kMatMul,
+                        "step " + std::to_string(index_) + ": only a matmul takes an epilogue");
+    return structured_ ? structured_body(anchor, rule) : elementwise_body(rule);
+  }
+
+  // What goes inside the kernel's braces: the dims, scalars and pointers the
+  // body uses, the launch-overlap calls (gdl_abi.cuh) unless the body makes
+  // them itself or the step is part of a chain, then the body.
+  std::string kernel_inside(const std::string& body) const {
+    std::string out;
     for (int d : dims_used_)
       out += "  const " + idx_ + " " + dim_name(d) + " = args.dims[" + std::to_string(d) + "];  // dim " +
              one_line(g_.dims.at(static_cast<size_t>(d)).name) + "\n";
@@ -367,15 +373,10 @@ class StepEmitter {
     }
     for (const std::string& line : pointer_lines_)
       if (chain_b_.empty() || line.find(" " + chain_b_ + " = ") == std::string::npos) out += "  " + line + "\n";
-    if (!waits_in_body_ && variant_ != Variant::kChainStep)  // gdl_abi.cuh: let the next kernels launch, wait for the previous ones
+    if (!waits_in_body_ && variant_ != Variant::kChainStep)  // let the next kernels launch, wait for the previous ones
       out += "  gdl::allow_dependents();\n  gdl::wait_for_producers();\n";
-    out += body;
-    out += "}\n";
-    return out;
+    return out + body;
   }
-
- private:
-  // ---------------------------------------------------------------- pieces
 
   void choose_index_type() {
     int64_t largest = 1;
@@ -1036,6 +1037,7 @@ class StepEmitter {
   bool waits_in_body_ = false;  // the body calls wait_for_producers itself, after its prefetch
   ValueId norm_prologue_ = ir::kNoValue;  // a norm fused in front of the step's matmul
   ValueId anchor_ = ir::kNoValue;    // the step's first value after any prologue
+  bool structured_ = false;          // the anchor is a structured op (not elementwise or data movement)
 };
 
 // The kernel of plan chain `c` (gdl::MatmulChain, gdl_chain.cuh): the
