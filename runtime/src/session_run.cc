@@ -13,7 +13,9 @@
 //    after them, a cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
 //    steps' deps (programmatic unless SessionOptions::overlap_launches is
-//    off: each kernel waits for its producers itself, gdl_abi.cuh);
+//    off: each kernel waits for its producers itself, gdl_abi.cuh; ordinary
+//    into and out of a chain's node, which runs its steps: one node, the
+//    cooperative attribute);
 //    instantiate; upload. Every graph shares the one arena.
 // 4. sync_nodes: the nodes that depend on a dim or scalar whose value
 //    differs from what the graph's nodes were last given are updated with
@@ -179,13 +181,21 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
     if (!launch) return launch.status();
     const std::string name = ck ? chain_name(prog, chain) : step_name(prog, i);
     std::vector<cudaGraphNode_t> deps;
+    bool from_chain = false;  // a dep is a chain's node
     for (size_t s = i; s <= (ck ? static_cast<size_t>(ck->last) : i); ++s)
       for (int d : p.steps[s].deps)
-        if (d < static_cast<int>(i)) deps.push_back(g.nodes[static_cast<size_t>(d)]);
+        if (d < static_cast<int>(i)) {
+          deps.push_back(g.nodes[static_cast<size_t>(d)]);
+          from_chain |= g.step_chain[static_cast<size_t>(d)] >= 0;
+        }
     std::sort(deps.begin(), deps.end());  // steps of one chain share a node: one edge each
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     NodeParams node(arena, params->base(), args, *launch);
-    const bool programmatic = options.overlap_launches && !deps.empty();
+    // Edges into and out of a chain's node stay ordinary: a cooperative
+    // launch whose blocks must all be resident is not started beside the
+    // kernel before it, and the chain kernel never lets its dependents
+    // launch early anyway (gdl_chain.cuh).
+    const bool programmatic = options.overlap_launches && !deps.empty() && !ck && !from_chain;
     if (deps.empty() && !copies.empty()) {  // ordinary edges from the copies
       GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, copies.data(), copies.size(), &node.cuda),
                    "adding the graph node of " + name);

@@ -87,6 +87,44 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
   }
 }
 
+TEST_CASE("chain: kernels before and after a chain, and two chains in one program") {
+  // Ordinary graph edges into and out of a chain's node (session_run.cc):
+  // an elementwise step before the first chain, a softmax and a scale
+  // between the two chains, a softmax after the second.
+  const std::string text =
+      "program around;\ndim B in [1, 16];\nconst H = 2048;\nparam W : f16[4, H, H];\nparam bias : f16[4, H];\n"
+      "input x : f16[B, H];\noutput y : f16[B, H];\nlet h = x * 0.5 + 0.25;\n"
+      "for l in 0..2 {\n  h = h + gelu(layernorm(h, eps = 1e-5) @ W[l] + bias[l]);\n}\nh = softmax(h) * 2048.0;\n"
+      "for l in 2..4 {\n  h = h + gelu(layernorm(h, eps = 1e-5) @ W[l] + bias[l]);\n}\ny = softmax(h);\n";
+  Program program = compile_text(text);
+  CHECK(program.node_count() == 8u);  // x * 0.5 + 0.25, two layers, softmax, * 2048, two layers, softmax
+  std::mt19937_64 rng(seed_for("chain around"));
+  std::map<std::string, TensorData> params = random_bindings(program, {1}, rng);
+  if (cpu_only) {
+    CHECK(!reference(program, params).empty());
+    return;
+  }
+  for (const bool overlap : {true, false}) {
+    SessionOptions options;
+    options.overlap_launches = overlap;
+    std::unique_ptr<Session> s = make_session(program, options);
+    bind_all(*s, params);
+    for (int64_t rows : {1, 6, 11}) {
+      std::map<std::string, TensorData> tensors = random_bindings(program, {rows}, rng);
+      for (const TensorInfo& p : program.params()) tensors[p.name] = params[p.name];
+      bind_inputs(*s, tensors);
+      const std::map<std::string, TensorData> want = reference(program, tensors);
+      const std::string at = std::string(overlap ? "overlap" : "ordinary edges") + ", B = " + std::to_string(rows);
+      const uint64_t before = s->stats().chain_launches;
+      CHECK(expect_match(run_and_read(*s, false), want, at + ", graph run"));
+      CHECK(expect_match(run_and_read(*s, true), want, at + ", eager run"));
+      INFO(at);
+      // two chains, one graph run and one eager run
+      if (s->stats().chain_refusals.empty()) CHECK(s->stats().chain_launches - before == (rows <= 8 ? 4u : 0u));
+    }
+  }
+}
+
 TEST_CASE("chain: 200 replays in one session keep the barrier counter and the results right") {
   const std::string text = layers("f16", 2048, 4, "dim B in [1, 8];", "h + gelu(layernorm(h, g[l], beta[l]) @ W[l] + bias[l])");
   Program program = compile_text(text);
