@@ -172,7 +172,7 @@ class Program {
   const TensorInfo* find_output(const std::string& name) const;
   const ScalarInfo* find_scalar(const std::string& name) const;
 
-  size_t node_count() const;         // kernel nodes in the graph
+  size_t node_count() const;         // kernel nodes in the graph (plan steps; a chain kernel runs several as one)
   uint64_t arena_bytes() const;      // per-session device memory
   uint64_t params_bytes() const;     // shared by the sessions of this program on one device
   uint64_t naive_bytes() const;      // the arena if no buffer were reused
@@ -295,7 +295,7 @@ struct GraphExplanation {
 
 // What changing an instantiated graph costs, measured on one session's graph.
 struct GraphUpdateCosts {
-  size_t nodes = 0;
+  size_t nodes = 0;                   // kernel nodes of the graph (a chain kernel's steps share one)
   double set_params_us_per_node = 0;  // cudaGraphExecKernelNodeSetParams (mean over every node)
   double exec_update_us = 0;          // cudaGraphExecUpdate from the same graph (mean)
   double reinstantiate_us = 0;        // cudaGraphInstantiate of the same graph (mean)

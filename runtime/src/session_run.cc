@@ -500,17 +500,23 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   // 1. Each node given what it already holds.
   rt::KernelArgs args = kernel_args(g.applied_layout);
   std::memcpy(args.scalars, g.applied_scalars.data(), sizeof args.scalars);
-  std::vector<rt::StepLaunch> launches;
+  std::vector<std::pair<cudaGraphNode_t, rt::StepLaunch>> launches;  // per node: a chain's steps share one
   for (size_t i = 0; i < costs.nodes; ++i) {
-    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], g.applied_layout);
-    if (!launch) return launch.status();
-    launches.push_back(*launch);
+    const int chain = g.step_chain[i];
+    if (chain < 0) {
+      Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], g.applied_layout);
+      if (!launch) return launch.status();
+      launches.emplace_back(g.nodes[i], *launch);
+    } else if (static_cast<int>(i) == prog.artifact.chains[static_cast<size_t>(chain)].first) {
+      launches.emplace_back(g.nodes[i], library.chain_launch(prog.artifact, static_cast<size_t>(chain)));
+    }
   }
+  costs.nodes = launches.size();
   Stopwatch set_params_time;
   for (int r = 0; r < repeats; ++r)
-    for (size_t i = 0; i < costs.nodes; ++i) {
-      NodeParams node(arena, params->base(), args, launches[i]);
-      GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[i], &node.cuda), "updating a graph node");
+    for (const auto& [graph_node, launch] : launches) {
+      NodeParams node(arena, params->base(), args, launch);
+      GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, graph_node, &node.cuda), "updating a graph node");
     }
   costs.set_params_us_per_node = set_params_time.elapsed_us() / (static_cast<double>(repeats) * costs.nodes);
 

@@ -144,4 +144,9 @@ TEST_CASE("chain: 200 replays in one session keep the barrier counter and the re
   CHECK(expect_match(last, first, "run 201 against run 1"));
   CHECK(relative_error(last.at("y"), first.at("y")) == 0.0);  // the same kernel, the same order of sums: the same bits
   if (s->stats().chain_refusals.empty()) CHECK(s->stats().chain_launches == 201u);
+  // Node updates on the chain's node (the graph update costs) leave the graph computing the same.
+  Expected<GraphUpdateCosts> costs = s->measure_graph_update_costs(3);
+  REQUIRE(costs.ok());
+  if (s->stats().chain_refusals.empty()) CHECK(costs->nodes == 1u);
+  CHECK(relative_error(run_and_read(*s, false).at("y"), first.at("y")) == 0.0);
 }
