@@ -67,10 +67,11 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
       {"f16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3, 16, 8}},
       {"bf16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3}},
       // node updates: one graph whose chain node comes and goes with the rows
-      {"f16", 4096, 3, "dim B in [1, 16];", "h + rmsnorm(h, g[l]) @ W[l]", {2, 12, 8}},
+      // (2 -> 5: the chain's node updated in place; 5 -> 12 -> 8: rebuilt)
+      {"f16", 4096, 3, "dim B in [1, 16];", "h + rmsnorm(h, g[l]) @ W[l]", {2, 5, 12, 8}},
       {"bf16", 4096, 3, "dim B in [1, 16];", w2, {8, 9, 1}},
       // no norm: the chain stages a as it is
-      {"f16", 2048, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {3, 16, 7}},
+      {"f16", 2048, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {3, 7, 16, 1}},
   };
   for (const Case& c : cases) {
     const std::string text = layers(c.t, c.h, c.l, c.batch, c.layer);
