@@ -52,6 +52,8 @@ TEST_CASE("chain: the W2 layers form one chain over every step, with its own bar
       if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].barrier_offset);
     CHECK(plan::print_plan(p).find("chain: steps 0-3 as one persistent kernel while the rows are at most 8") !=
           std::string::npos);
+    CHECK(plan::plan_to_dot(p).find("subgraph cluster_chain0 {") != std::string::npos);
+    CHECK(plan::plan_to_dot(p).find(" s0; s1; s2; s3;\n") != std::string::npos);
   }
 }
 

@@ -899,6 +899,13 @@ std::string plan_to_dot(const Plan& p) {
     out += "  s" + std::to_string(s) + " [label=\"#" + std::to_string(s) + " " + step_summary(p, st) + "\\n" +
            dot_escape(type_to_string(g.node(st.result).type, g.dims)) + "\"];\n";
   }
+  // A chain's steps in one box: one kernel runs them while the rows are at most kChainMaxRows.
+  for (size_t c = 0; c < p.chains.size(); ++c) {
+    out += "  subgraph cluster_chain" + std::to_string(c) + " {\n    label=\"chain " + std::to_string(c) +
+           ": one kernel at <= " + std::to_string(kChainMaxRows) + " rows\";\n    style=dashed;\n   ";
+    for (int s = p.chains[c].first; s <= p.chains[c].last; ++s) out += " s" + std::to_string(s) + ";";
+    out += "\n  }\n";
+  }
   for (size_t i = 0; i < g.outputs.size(); ++i)
     out += "  o" + std::to_string(i) + " [shape=box, style=bold, label=\"output " + dot_escape(g.outputs[i].name) + "\"];\n";
   for (size_t s = 0; s < p.steps.size(); ++s) {

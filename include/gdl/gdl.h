@@ -210,8 +210,10 @@ struct SessionStats {
   double instantiate_us = 0;       // cudaGraphInstantiate
   double upload_us = 0;            // cudaGraphUpload (enqueue; the upload itself is ordered on the stream)
   uint64_t graphs_built = 0;
-  // Instantiations of a graph that was built before (no path does this: it
-  // stays 0; buckets and node updates never re-instantiate).
+  // Instantiations of a graph that was built before. Buckets and node
+  // updates never re-instantiate; one path does: under the update policy, a
+  // run whose rows cross a chain's limit of 8 rebuilds its graph
+  // (docs/dynamic.md).
   uint64_t reinstantiations = 0;
   double library_load_us = 0;      // cudaLibraryLoadData + cudaLibraryGetKernel
   std::string module_image;        // what was loaded: "cubin sm_90", or "ptx (...)" when the arch differs
