@@ -35,51 +35,23 @@
 #include <functional>
 #include <vector>
 
-#define CK(call)                                                              \
-  do {                                                                        \
-    cudaError_t e_ = (call);                                                  \
-    if (e_ != cudaSuccess) {                                                  \
-      fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, \
-              cudaGetErrorString(e_));                                        \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
+#include "../stdlib-kernels/gdl_stdlib.cuh"
+#include "cuda_bench.cuh"
 
 constexpr int H = 4096, L = 8;
 constexpr int COLS = 32;                          // output columns per block
 constexpr int BLOCKS = H / COLS;                  // 128
 constexpr float EPS = 1e-5f;
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(global) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// The stdlib's pieces, as gdl::MatmulChain uses them: cp.async, the grid
+// barrier, mma.m16n8k16, the warp sum.
+using gdl::cp_async16;
+using gdl::warp_sum;
+using gdl::chain::grid_barrier;
 
 __device__ __forceinline__ float fit(float x) { return __half2float(__float2half_rn(x)); }
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }
 
-// Every block arrives once per barrier; the counter only grows, so a
-// barrier's target is the next multiple of the grid size above the value
-// the block found (launches of the kernel are ordered, never concurrent).
-__device__ void grid_barrier(unsigned long long* counter) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long old, now;
-    asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;" : "=l"(old) : "l"(counter) : "memory");
-    const unsigned long long target = (old / gridDim.x + 1) * gridDim.x;
-    do {
-      asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(now) : "l"(counter) : "memory");
-    } while (now < target);
-  }
-  __syncthreads();
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Normalizes rows [0, rows) of x (f16, from L2) into xn. A row is spread
 // over WARPS / rows_p2 warps; shifted one-pass statistics like gdl's
@@ -143,12 +115,6 @@ __device__ void layernorm_rows(const __half* x, int rows, __half* xn, int xs, fl
 // set, so that the eight rows one ldmatrix phase reads hit distinct banks.
 __device__ __forceinline__ int tile_offset(int row, int half) { return row * 16 + ((half ^ ((row >> 2) & 1)) * 8); }
 
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // The kernel's shape: WARPS_ warps, TPW tiles per warp per ring slot, R slots.
 template <int WARPS_, int TPW, int R>
@@ -196,7 +162,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
                    W + ((size_t)l * H + k) * H + n0 + copy_half * 8);
       }
     }
-    cp_commit();
+    gdl::cp_async_commit();
   };
   for (int g = 0; g < R - 1; ++g) issue(g);
   // ldmatrix.x4.trans: lanes 8q .. 8q + 7 address matrix q's rows.
@@ -211,7 +177,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int ci = 0; ci < S::chunks; ++ci) {
       const int g = l * S::chunks + ci;
-      cp_wait<R - 2>();
+      gdl::cp_async_wait<R - 2>();
       __syncwarp();
       if constexpr (COMPUTE) {
 #pragma unroll
@@ -226,7 +192,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
           const __half* xb = xn + (size_t)(lane >> 2) * S::xs + k;
           const unsigned b0 = *reinterpret_cast<const unsigned*>(xb);
           const unsigned b1 = *reinterpret_cast<const unsigned*>(xb + 8);
-          mma_16816(acc, a, b0, b1);
+          gdl::chain::mma16816(acc, a, b0, b1, __half{});
         }
       }
       __syncwarp();
@@ -251,7 +217,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
     }
     if (l < L - 1) grid_barrier(counter);
   }
-  cp_wait<0>();
+  gdl::cp_async_wait<0>();
 }
 
 // Split version: block (nb, kb) owns the NC columns [NC nb, NC nb + NC) of the
@@ -312,7 +278,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
                      W + ((size_t)l * H + k) * H + wcol + s * 16 + (lane & 1) * 8);
         }
     }
-    cp_commit();
+    gdl::cp_async_commit();
   };
   for (int g = 0; g < R - 1; ++g) issue(g);
   for (int i = t; i < 8 * S::xns; i += S::threads) xn[i] = __float2half_rn(0.0f);  // rows >= `rows` stay zero
@@ -373,7 +339,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
     for (int s = 0; s < S::spw; ++s) d[s][0] = d[s][1] = d[s][2] = d[s][3] = 0.0f;
     for (int si = 0; si < S::slots; ++si) {
       const int g = l * S::slots + si;
-      cp_wait<R - 2>();
+      gdl::cp_async_wait<R - 2>();
       __syncwarp();
       if constexpr (COMPUTE) {
 #pragma unroll
@@ -390,7 +356,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                          : "r"(addr));
-            mma_16816(d[s], a, b0, b1);
+            gdl::chain::mma16816(d[s], a, b0, b1, __half{});
           }
         }
       }
@@ -413,7 +379,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
   // Every block writes its 32 columns of y.
   residual(L - 1, blockIdx.x * (H / BLOCKS), H / BLOCKS, y + blockIdx.x * (H / BLOCKS), H);
   zero_acc(L - 2);
-  cp_wait<0>();
+  gdl::cp_async_wait<0>();
 }
 
 // ---------------------------------------------------------------- load paths
@@ -431,16 +397,16 @@ __global__ void __launch_bounds__(32 * WARPS_, 1) load_cp_async(const uint4* src
   const int steps = (int)(kBlockBytes / 16 / threads);
   for (int g = 0; g < R - 1; ++g) {
     cp_async16(ring + g * threads + threadIdx.x, base + (size_t)g * threads + threadIdx.x);
-    cp_commit();
+    gdl::cp_async_commit();
   }
   unsigned acc = 0;
   for (int g = 0; g < steps; ++g) {
-    cp_wait<R - 2>();
+    gdl::cp_async_wait<R - 2>();
     const uint4 v = ring[(g % R) * threads + threadIdx.x];
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
     if (g + R - 1 < steps)
       cp_async16(ring + ((g + R - 1) % R) * threads + threadIdx.x, base + (size_t)(g + R - 1) * threads + threadIdx.x);
-    cp_commit();
+    gdl::cp_async_commit();
   }
   if (acc == 0x12345678u) *sink = acc;
 }
@@ -463,15 +429,15 @@ __global__ void __launch_bounds__(32 * WARPS_, 1) load_tiles(const uint4* src, u
   };
   for (int g = 0; g < R - 1; ++g) {
     cp_async16(ring + g * threads + threadIdx.x, at(g));
-    cp_commit();
+    gdl::cp_async_commit();
   }
   unsigned acc = 0;
   for (int g = 0; g < steps; ++g) {
-    cp_wait<R - 2>();
+    gdl::cp_async_wait<R - 2>();
     const uint4 v = ring[(g % R) * threads + threadIdx.x];
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
     if (g + R - 1 < steps) cp_async16(ring + ((g + R - 1) % R) * threads + threadIdx.x, at(g + R - 1));
-    cp_commit();
+    gdl::cp_async_commit();
   }
   if (acc == 0x12345678u) *sink = acc;
 }
@@ -595,15 +561,6 @@ __global__ void ref_layer(const __half* x, const __half* xn, const __half* W, co
   out[(size_t)b * H + n] = __float2half_rn(fit(__half2float(x[(size_t)b * H + n]) + v));
 }
 
-__device__ __forceinline__ float hash_unit(unsigned long long i, unsigned seed) {
-  unsigned h = (unsigned)i ^ (unsigned)(i >> 32) * 0x9E3779B9u ^ seed;
-  h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-  return (float)h * (2.0f / 4294967296.0f) - 1.0f;
-}
-__global__ void fill_half(__half* p, size_t n, unsigned seed, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = __float2half_rn(scale * hash_unit(i, seed));
-}
 __global__ void read_all(const uint4* p, size_t n, unsigned* sink) {  // the plain-read ceiling
   unsigned acc = 0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -620,64 +577,72 @@ static double median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Whether BLOCKS blocks of `kernel` can all be resident at once (a
+// cooperative launch needs it); raises its shared memory limit. Says why not.
+template <typename Kernel>
+static bool fits_cooperatively(Kernel kernel, int threads, size_t smem, const char* what) {
+  int smem_max = 0, per_sm = 0, sms = 0;
+  CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  if (smem > (size_t)smem_max) {
+    printf("%s: %zu bytes of shared memory, more than %d\n", what, smem, smem_max);
+    return false;
+  }
+  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (per_sm * sms < BLOCKS) {
+    printf("%s: %d blocks do not fit (%d per SM)\n", what, BLOCKS, per_sm);
+    return false;
+  }
+  return true;
+}
+
+// y poisoned (NaN), one launch, y against the reference: ||y - ref|| / ||ref||,
+// the worst of `launches` such rounds.
+struct OutputCheck {
+  double worst = 0;
+  bool finite = true;
+  bool ok() const { return finite && worst < 1e-2; }
+};
+static OutputCheck check_output(const std::function<void()>& launch, __half* y, int rows, const std::vector<float>& ref,
+                                int launches) {
+  OutputCheck c;
+  for (int rep = 0; rep < launches; ++rep) {
+    CK(cudaMemset(y, 0xFF, (size_t)8 * H * 2));
+    launch();
+    CK(cudaDeviceSynchronize());
+    std::vector<__half> got((size_t)rows * H);
+    CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double g = __half2float(got[i]), r = ref[i];
+      if (!std::isfinite(g)) c.finite = false;
+      num += (g - r) * (g - r), den += r * r;
+    }
+    c.worst = std::max(c.worst, std::sqrt(num / den));
+  }
+  return c;
+}
+
 template <int WARPS_, int TPW, int R, bool COMPUTE, bool EXCHANGE = true>
 static void run_case(int rows, const __half* x, __half* y, __half* buf0, __half* buf1, const __half* W,
                      const __half* bias, unsigned long long* counter, void* flush, size_t flush_bytes,
                      const std::vector<float>& ref) {
   using S = Shape<WARPS_, TPW, R>;
   const auto kernel = mlp_persistent<WARPS_, TPW, R, COMPUTE, EXCHANGE>;
-  int smem_max = 0;
-  CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  if (S::smem > (size_t)smem_max) {
-    printf("warps %d, %d tiles per slot, ring %d: %zu bytes of shared memory, more than %d\n", WARPS_, TPW, R, S::smem, smem_max);
-    return;
-  }
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::smem));
-  int per_sm = 0, sms = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, S::smem));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  if (per_sm * sms < BLOCKS) {
-    printf("warps %d, %d tiles per slot, ring %d: %d blocks do not fit (%d per SM)\n", WARPS_, TPW, R, BLOCKS, per_sm);
-    return;
-  }
+  char what[80];
+  snprintf(what, sizeof what, "warps %d, %d tiles per slot, ring %d", WARPS_, TPW, R);
+  if (!fits_cooperatively(kernel, S::threads, S::smem, what)) return;
   void* args[] = {(void*)&x, (void*)&y, (void*)&buf0, (void*)&buf1, (void*)&W, (void*)&bias, (void*)&rows, (void*)&counter};
   const auto launch = [&] {
     CK(cudaLaunchCooperativeKernel((void*)kernel, dim3(BLOCKS), dim3(S::threads), args, S::smem, 0));
   };
-  CK(cudaMemset(y, 0xFF, (size_t)8 * H * 2));  // poison: NaN
-  launch();
-  CK(cudaDeviceSynchronize());
-  std::vector<__half> got((size_t)rows * H);
-  CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  bool finite = true;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = __half2float(got[i]), r = ref[i];
-    if (!std::isfinite(g)) finite = false;
-    num += (g - r) * (g - r), den += r * r;
-  }
-  const double err = std::sqrt(num / den);
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> times;
-  for (int i = 0; i < 40; ++i) {
-    CK(cudaMemsetAsync(flush, i, flush_bytes));
-    CK(cudaEventRecord(a));
-    launch();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    if (i >= 5) times.push_back(ms * 1000.0f);
-  }
-  const double us = median(times);
+  const OutputCheck check = check_output(launch, y, rows, ref, 1);
+  const double us = time_us(flush, flush_bytes, launch);
   const double gbytes = (double)L * H * H * 2 / 1e9;
   printf("%s B=%d warps %2d, %d tiles per slot, ring %2d (smem %6zu): %6.1f us, %.2f TB/s of weights, rel err %.2e %s\n",
-         COMPUTE ? (EXCHANGE ? "mma   " : "mma-nx") : (EXCHANGE ? "stream" : "str-nx"), rows, WARPS_, TPW, R, S::smem, us, gbytes / us * 1e3, err,
-         !COMPUTE || !EXCHANGE ? "(not checked)" : finite && err < 1e-2 ? "ok" : "WRONG");
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+         COMPUTE ? (EXCHANGE ? "mma   " : "mma-nx") : (EXCHANGE ? "stream" : "str-nx"), rows, WARPS_, TPW, R, S::smem, us, gbytes / us * 1e3,
+         check.worst, !COMPUTE || !EXCHANGE ? "(not checked)" : check.ok() ? "ok" : "WRONG");
 }
 
 static double time_us(void* flush, size_t flush_bytes, const std::function<void()>& launch) {
@@ -706,44 +671,19 @@ static void run_split(int rows, const __half* x, __half* y, const __half* W, con
                       const std::vector<float>& ref) {
   using S = SplitShape<NC, WARPS_, T, R>;
   const auto kernel = mlp_split<NC, WARPS_, T, R, COMPUTE>;
-  int smem_max = 0, per_sm = 0, sms = 0;
-  CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  if (S::smem > (size_t)smem_max) {
-    printf("split NC %d warps %d T %d ring %d: %zu bytes of shared memory, more than %d\n", NC, WARPS_, T, R, S::smem, smem_max);
-    return;
-  }
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)S::smem));
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, S::threads, S::smem));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  if (per_sm * sms < BLOCKS) {
-    printf("split NC %d warps %d T %d ring %d: does not fit (%d per SM)\n", NC, WARPS_, T, R, per_sm);
-    return;
-  }
+  char what[80];
+  snprintf(what, sizeof what, "split NC %d warps %d T %d ring %d", NC, WARPS_, T, R);
+  if (!fits_cooperatively(kernel, S::threads, S::smem, what)) return;
   void* args[] = {(void*)&x, (void*)&y, (void*)&W, (void*)&bias, (void*)&rows, (void*)&counter, (void*)&acc};
   const auto launch = [&] {
     CK(cudaLaunchCooperativeKernel((void*)kernel, dim3(BLOCKS), dim3(S::threads), args, S::smem, 0));
   };
-  double worst = 0;
-  bool finite = true;
-  for (int rep = 0; rep < 3; ++rep) {  // acc must come back to zero after every launch
-    CK(cudaMemset(y, 0xFF, (size_t)8 * H * 2));  // poison: NaN
-    launch();
-    CK(cudaDeviceSynchronize());
-    std::vector<__half> got((size_t)rows * H);
-    CK(cudaMemcpy(got.data(), y, got.size() * 2, cudaMemcpyDeviceToHost));
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double g = __half2float(got[i]), r = ref[i];
-      if (!std::isfinite(g)) finite = false;
-      num += (g - r) * (g - r), den += r * r;
-    }
-    worst = std::max(worst, std::sqrt(num / den));
-  }
+  const OutputCheck check = check_output(launch, y, rows, ref, 3);  // acc must come back to zero after every launch
   const double us = time_us(flush, flush_bytes, launch);
   const double gbytes = (double)L * H * H * 2 / 1e9;
   printf("%s B=%d NC %3d (%2d row ranges of %4d) warps %2d T %d ring %2d (smem %6zu): %6.1f us, %.2f TB/s, rel err %.2e %s\n",
-         COMPUTE ? "split " : "sstrm ", rows, NC, S::k_ranges, S::kr, WARPS_, T, R, S::smem, us, gbytes / us * 1e3, worst,
-         !COMPUTE ? "(no matmul: not checked)" : finite && worst < 1e-2 ? "ok" : "WRONG");
+         COMPUTE ? "split " : "sstrm ", rows, NC, S::k_ranges, S::kr, WARPS_, T, R, S::smem, us, gbytes / us * 1e3,
+         check.worst, !COMPUTE ? "(no matmul: not checked)" : check.ok() ? "ok" : "WRONG");
 }
 
 int main() {

@@ -29,15 +29,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__,  \
-              cudaGetErrorString(e_));                                         \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
+#include "cuda_bench.cuh"
 
 constexpr int K = 4096, N = 4096;
 constexpr int NMAT = 8;              // 8 x 32 MiB >> 50 MB L2: each launch reads cold W
@@ -50,17 +42,6 @@ constexpr size_t MAT_BYTES = MAT_ELEMS * sizeof(__half);
 constexpr int MAX_SPLITS = 128;      // scratch sized for the largest S used (P3)
 
 // ---------------------------------------------------------------- init kernels
-__device__ __forceinline__ float hash_unit(unsigned long long i, unsigned seed) {
-  unsigned h = (unsigned)i ^ (unsigned)(i >> 32) * 0x9E3779B9u ^ seed;
-  h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-  return (float)h * (2.0f / 4294967296.0f) - 1.0f;  // [-1, 1)
-}
-
-__global__ void fill_half(__half* p, size_t n, unsigned seed, float scale) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = __float2half(hash_unit(i, seed) * scale);
-}
-
 __global__ void fill_float(float* p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     p[i] = hash_unit(i, seed);
@@ -96,6 +77,34 @@ __device__ __forceinline__ void fma8(float (&acc)[M][8], const uint4& w, const f
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+// The block's M x SW partial (red: NWARPS such sums in shared memory, one
+// per warp) added over the warps and stored at part (row stride N).
+template <int M, int SW>
+__device__ __forceinline__ void store_warp_sums(const float* red, float* part, int tid) {
+  const float4* red4 = reinterpret_cast<const float4*>(red);
+  for (int i = tid; i < M * SW / 4; i += THREADS) {
+    float4 s = red4[i];
+#pragma unroll
+    for (int w = 1; w < NWARPS; ++w) s = add4(s, red4[w * M * SW / 4 + i]);
+    const int m = i * 4 / SW, cc = i * 4 % SW;
+    __stcg(reinterpret_cast<float4*>(part + m * N + cc), s);
+  }
+}
+
+// The last block of a strip: its S partials (M x N apart in scratch) added
+// in split order, so the result is deterministic, into y.
+template <int M, int SW>
+__device__ __forceinline__ void add_splits(const float* scratch, float* y, int col0, int S, int tid) {
+  for (int i = tid; i < M * SW / 4; i += THREADS) {
+    const int m = i * 4 / SW, cc = i * 4 % SW;
+    const float* p = scratch + (size_t)m * N + col0 + cc;
+    float4 s = __ldcg(reinterpret_cast<const float4*>(p));
+#pragma unroll 4
+    for (int sp = 1; sp < S; ++sp) s = add4(s, __ldcg(reinterpret_cast<const float4*>(p + (size_t)sp * M * N)));
+    *reinterpret_cast<float4*>(y + m * N + col0 + cc) = s;
+  }
 }
 
 // Block b owns strip (b % STRIPS) and K range (b / STRIPS) of S.
@@ -164,14 +173,7 @@ gemv_pattern(const __half* __restrict__ W, const float* __restrict__ x, float* _
       }
     }
     __syncthreads();
-    const float4* red4 = reinterpret_cast<const float4*>(red);
-    for (int i = tid; i < M * SW / 4; i += THREADS) {
-      float4 s = red4[i];
-#pragma unroll
-      for (int w = 1; w < NWARPS; ++w) s = add4(s, red4[w * M * SW / 4 + i]);
-      const int m = i * 4 / SW, cc = i * 4 % SW;
-      __stcg(reinterpret_cast<float4*>(part + m * N + cc), s);
-    }
+    store_warp_sums<M, SW>(red, part, tid);
   } else {  // one row group (P3): each thread's accumulators already are the partial
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -188,14 +190,7 @@ gemv_pattern(const __half* __restrict__ W, const float* __restrict__ x, float* _
   __syncthreads();
   if (!s_last) return;
   __threadfence();  // acquire side: see every other split's partial
-  for (int i = tid; i < M * SW / 4; i += THREADS) {
-    const int m = i * 4 / SW, cc = i * 4 % SW;
-    const float* p = scratch + (size_t)m * N + col0 + cc;
-    float4 s = __ldcg(reinterpret_cast<const float4*>(p));
-#pragma unroll 4
-    for (int sp = 1; sp < S; ++sp) s = add4(s, __ldcg(reinterpret_cast<const float4*>(p + (size_t)sp * M * N)));
-    *reinterpret_cast<float4*>(y + m * N + col0 + cc) = s;  // summed in split order: deterministic
-  }
+  add_splits<M, SW>(scratch, y, col0, S, tid);
   if (tid == 0) tickets[strip] = 0;  // ready for the next launch
 }
 
@@ -259,15 +254,7 @@ gemv_ring(const __half* __restrict__ W, const float* __restrict__ x, float* __re
     r[1] = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
   }
   __syncthreads();
-  float* part = scratch + (size_t)split * M * N + col0;
-  const float4* red4 = reinterpret_cast<const float4*>(red);
-  for (int i = tid; i < M * SW / 4; i += THREADS) {
-    float4 s4 = red4[i];
-#pragma unroll
-    for (int w = 1; w < NWARPS; ++w) s4 = add4(s4, red4[w * M * SW / 4 + i]);
-    const int m = i * 4 / SW, cc = i * 4 % SW;
-    __stcg(reinterpret_cast<float4*>(part + m * N + cc), s4);
-  }
+  store_warp_sums<M, SW>(red, scratch + (size_t)split * M * N + col0, tid);
   __syncthreads();
   if (tid == 0) {
     __threadfence();
@@ -276,13 +263,7 @@ gemv_ring(const __half* __restrict__ W, const float* __restrict__ x, float* __re
   }
   __syncthreads();
   if (!s_last) return;
-  for (int i = tid; i < M * SW / 4; i += THREADS) {
-    const int m = i * 4 / SW, cc = i * 4 % SW;
-    const float* p = scratch + (size_t)m * N + col0 + cc;
-    float4 s4 = __ldcg(reinterpret_cast<const float4*>(p));
-    for (int sp = 1; sp < S; ++sp) s4 = add4(s4, __ldcg(reinterpret_cast<const float4*>(p + (size_t)sp * M * N)));
-    *reinterpret_cast<float4*>(y + m * N + col0 + cc) = s4;
-  }
+  add_splits<M, SW>(scratch, y, col0, S, tid);
 }
 
 // ---------------------------------------------------------------- ceiling kernel
