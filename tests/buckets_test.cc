@@ -17,20 +17,14 @@
 #include "dynamic_program.h"
 #include "gdl/gdl.h"
 #include "interp.h"
+#include "ir_builder.h"
 #include "pipeline.h"
 #include "plan.h"
 
 namespace gdl {
 namespace {
 
-ir::Graph graph_of(const std::string& text) {
-  SourceFile file("buckets_test.gdl", text);
-  DiagnosticSink diags;
-  std::optional<ir::Graph> g = compile_to_ir(file, diags);
-  INFO(text << "\n" << diags.render(file));
-  REQUIRE(g.has_value());
-  return std::move(*g);
-}
+using testing::graph_of;
 
 // Random non-zero values of both signs for every input and param, at `dims`.
 Bindings random_bindings(const ir::Graph& g, const std::vector<int64_t>& dims, uint64_t seed) {

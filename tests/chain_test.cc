@@ -10,20 +10,14 @@
 #include "artifact.h"
 #include "chain.h"
 #include "codegen.h"
+#include "ir_builder.h"
 #include "pipeline.h"
 #include "plan.h"
 
 namespace gdl {
 namespace {
 
-ir::Graph graph_of(const std::string& text) {
-  SourceFile file("chain_test.gdl", text);
-  DiagnosticSink diags;
-  std::optional<ir::Graph> g = compile_to_ir(file, diags);
-  INFO(text << "\n" << diags.render(file));
-  REQUIRE(g.has_value());
-  return std::move(*g);
-}
+using testing::graph_of;
 
 // L residual layers of width H in dtype T, the W2 layer of the benchmark
 // with a layernorm that has a weight and a bias; `batch` declares B.

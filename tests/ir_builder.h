@@ -11,14 +11,29 @@
 
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "diagnostics.h"
 #include "interp.h"
 #include "ir.h"
+#include "pipeline.h"
+#include "source.h"
 
 namespace gdl::testing {
+
+// The checked, optimised IR of a program text (REQUIREs that it compiles;
+// the diagnostics go to the test's log otherwise).
+inline ir::Graph graph_of(const std::string& text) {
+  SourceFile file("test.gdl", text);
+  DiagnosticSink diags;
+  std::optional<ir::Graph> g = compile_to_ir(file, diags);
+  INFO(text << "\n" << diags.render(file));
+  REQUIRE(g.has_value());
+  return std::move(*g);
+}
 
 // A shape of compile-time extents.
 inline Shape constant_shape(std::initializer_list<int64_t> extents) {
