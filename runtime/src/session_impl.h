@@ -88,6 +88,7 @@ struct Session::Impl {
     cudaGraphExec_t exec = nullptr;
     std::vector<cudaGraphNode_t> nodes;  // one per plan step (a chain's steps share its node)
     std::vector<int> step_chain;         // per plan step: the chain whose node runs it, or -1
+    uint64_t chain_nodes = 0;            // chain kernels among the nodes
     std::vector<cudaGraphNode_t> copy_nodes;  // per input: staging -> arena, or null
     std::vector<int8_t> copy_enabled;         // per input: the node's state in `exec` (-1: not known)
     std::vector<int64_t> applied_layout, built_layout;
@@ -138,6 +139,15 @@ struct Session::Impl {
   std::vector<int64_t> bucket_key(const std::vector<int64_t>& values) const;
   // Per plan step at these layout dims: the chain whose kernel runs it, or -1.
   std::vector<int> chains_at(const std::vector<int64_t>& layout_dims) const;
+  // What runs plan step `step` (step_chain from chains_at): its own kernel;
+  // its chain's kernel at the chain's first step; nothing at the chain's
+  // later steps (runs false: they share the first step's node).
+  struct StepRun {
+    bool runs = false;
+    int chain = -1;
+    rt::StepLaunch launch{};
+  };
+  Expected<StepRun> step_run(const std::vector<int>& step_chain, size_t step, const std::vector<int64_t>& layout_dims) const;
   Status write_valid_block();                // copies the current dims when they changed
   bool copies_in_graph(size_t input) const;  // no update-served dim in its shape
   size_t input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const;

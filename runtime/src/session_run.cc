@@ -168,17 +168,16 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   }
   g.nodes.assign(p.steps.size(), nullptr);
   g.step_chain = chains_at(layout_dims);
+  g.chain_nodes = 0;
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    // A chain: one node at its first step, for all of them.
-    const int chain = g.step_chain[i];
+    Expected<StepRun> run = step_run(g.step_chain, i, layout_dims);
+    if (!run) return run.status();
+    const int chain = run->chain;
     const ChainKernel* ck = chain >= 0 ? &prog.artifact.chains[static_cast<size_t>(chain)] : nullptr;
-    if (ck && static_cast<int>(i) != ck->first) {
+    if (!run->runs) {  // a chain's later step: the node of its first step
       g.nodes[i] = g.nodes[static_cast<size_t>(ck->first)];
       continue;
     }
-    Expected<rt::StepLaunch> launch =
-        ck ? library.chain_launch(prog.artifact, static_cast<size_t>(chain)) : library.step_launch(i, prog.artifact.kernels[i], layout_dims);
-    if (!launch) return launch.status();
     const std::string name = ck ? chain_name(prog, chain) : step_name(prog, i);
     std::vector<cudaGraphNode_t> deps;
     bool from_chain = false;  // a dep is a chain's node
@@ -190,7 +189,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
         }
     std::sort(deps.begin(), deps.end());  // steps of one chain share a node: one edge each
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    NodeParams node(arena, params->base(), args, *launch);
+    NodeParams node(arena, params->base(), args, run->launch);
     // Edges into and out of a chain's node stay ordinary: a cooperative
     // launch whose blocks must all be resident is not started beside the
     // kernel before it, and the chain kernel never lets its dependents
@@ -205,6 +204,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
                    "adding the graph node of " + name);
     }
     if (ck) {
+      g.chain_nodes += 1;
       cudaLaunchAttributeValue cooperative{};
       cooperative.cooperative = 1;
       GDL_CUDA_TRY(cudaGraphKernelNodeSetAttribute(g.nodes[i], cudaLaunchAttributeCooperative, &cooperative),
@@ -275,6 +275,22 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
   return raw;
 }
 
+Expected<Session::Impl::StepRun> Session::Impl::step_run(const std::vector<int>& step_chain, size_t step,
+                                                         const std::vector<int64_t>& layout_dims) const {
+  StepRun run;
+  run.chain = step_chain.at(step);
+  if (run.chain >= 0) {
+    run.runs = static_cast<int>(step) == prog.artifact.chains[static_cast<size_t>(run.chain)].first;
+    if (run.runs) run.launch = library.chain_launch(prog.artifact, static_cast<size_t>(run.chain));
+    return run;
+  }
+  Expected<rt::StepLaunch> launch = library.step_launch(step, prog.artifact.kernels[step], layout_dims);
+  if (!launch) return launch.status();
+  run.runs = true;
+  run.launch = *launch;
+  return run;
+}
+
 std::vector<int> Session::Impl::chains_at(const std::vector<int64_t>& layout_dims) const {
   if (!options.chain_kernels) return std::vector<int>(prog.artifact.kernels.size(), -1);
   return library.chain_of_steps(prog.artifact, layout_dims);
@@ -303,15 +319,12 @@ Status Session::Impl::build_every_bucket() {
 
 Status Session::Impl::update_node(GraphInstance& g, size_t step, const std::vector<int64_t>& layout_dims) {
   Stopwatch update_time;
-  const int chain = g.step_chain.at(step);
-  if (chain >= 0 && static_cast<int>(step) != prog.artifact.chains[static_cast<size_t>(chain)].first)
-    return Status::Ok();  // the chain's node is updated with its first step
-  Expected<rt::StepLaunch> launch = chain >= 0 ? library.chain_launch(prog.artifact, static_cast<size_t>(chain))
-                                               : library.step_launch(step, prog.artifact.kernels[step], layout_dims);
-  if (!launch) return launch.status();
-  NodeParams node(arena, params->base(), kernel_args(layout_dims), *launch);
+  Expected<StepRun> run = step_run(g.step_chain, step, layout_dims);
+  if (!run) return run.status();
+  if (!run->runs) return Status::Ok();  // the chain's node is updated with its first step
+  NodeParams node(arena, params->base(), kernel_args(layout_dims), run->launch);
   GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[step], &node.cuda),
-               "updating the graph node of " + (chain >= 0 ? chain_name(prog, chain) : step_name(prog, step)));
+               "updating the graph node of " + (run->chain >= 0 ? chain_name(prog, run->chain) : step_name(prog, step)));
   stats.node_updates += 1;
   stats.node_update_us += update_time.elapsed_us();
   return Status::Ok();
@@ -388,9 +401,7 @@ Status Session::Impl::run() {
   submit_us_total += stats.last_submit_us;
   stats.runs += 1;
   stats.mean_submit_us = submit_us_total / static_cast<double>(stats.runs);
-  for (size_t i = 0; i < g.step_chain.size(); ++i)
-    if (g.step_chain[i] >= 0 && static_cast<int>(i) == prog.artifact.chains[static_cast<size_t>(g.step_chain[i])].first)
-      stats.chain_launches += 1;
+  stats.chain_launches += g.chain_nodes;
   last_graph = &g;
   count_run(layout_dims);
   after_run(layout_dims, false);
@@ -412,17 +423,17 @@ Status Session::Impl::run_eager() {
   void* pointers[3] = {&arena_arg, &params_arg, &args};
   const std::vector<int> step_chain = chains_at(layout_dims);
   for (size_t i = 0; i < steps; ++i) {
-    if (const int chain = step_chain[i]; chain >= 0) {  // its kernel at the chain's first step, for all of them
-      if (static_cast<int>(i) != prog.artifact.chains[static_cast<size_t>(chain)].first) continue;
-      GDL_RETURN_IF_ERROR(launch_cooperative(library.chain_launch(prog.artifact, static_cast<size_t>(chain)), pointers,
-                                             stream, chain_name(prog, chain)));
+    Expected<StepRun> run = step_run(step_chain, i, layout_dims);
+    if (!run) return run.status();
+    if (!run->runs) continue;  // a chain's later step: its kernel ran at the first
+    if (run->chain >= 0) {
+      GDL_RETURN_IF_ERROR(launch_cooperative(run->launch, pointers, stream, chain_name(prog, run->chain)));
       stats.chain_launches += 1;
       continue;
     }
-    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], layout_dims);
-    if (!launch) return launch.status();
-    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch->kernel), launch->dims.grid, launch->dims.block,
-                                  pointers, launch->dims.shared_bytes, stream),
+    const rt::StepLaunch& launch = run->launch;
+    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch.kernel), launch.dims.grid, launch.dims.block,
+                                  pointers, launch.dims.shared_bytes, stream),
                  "launching " + step_name(prog, i));
   }
   if (options.record_device_time) {
@@ -502,14 +513,9 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   std::memcpy(args.scalars, g.applied_scalars.data(), sizeof args.scalars);
   std::vector<std::pair<cudaGraphNode_t, rt::StepLaunch>> launches;  // per node: a chain's steps share one
   for (size_t i = 0; i < costs.nodes; ++i) {
-    const int chain = g.step_chain[i];
-    if (chain < 0) {
-      Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], g.applied_layout);
-      if (!launch) return launch.status();
-      launches.emplace_back(g.nodes[i], *launch);
-    } else if (static_cast<int>(i) == prog.artifact.chains[static_cast<size_t>(chain)].first) {
-      launches.emplace_back(g.nodes[i], library.chain_launch(prog.artifact, static_cast<size_t>(chain)));
-    }
+    Expected<StepRun> run = step_run(g.step_chain, i, g.applied_layout);
+    if (!run) return run.status();
+    if (run->runs) launches.emplace_back(g.nodes[i], run->launch);
   }
   costs.nodes = launches.size();
   Stopwatch set_params_time;
