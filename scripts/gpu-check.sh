@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | persistent | sanitizer | sanitizer-examples | sanitizer-tests]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | persistent | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -26,6 +26,8 @@
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
+# 4b. sanitizer-chain: memcheck on the chain kernel's GPU tests, racecheck on
+#               the small chain of probe p11; not part of `all`
 # Then a short summary: one line per step with its exit code and time, and
 # the lines that matter from each log.
 set -uo pipefail
@@ -150,6 +152,18 @@ if [[ $what == all || $what == sanitizer || $what == sanitizer-tests ]]; then
   # Shared memory of the norm prologue and of the register-held rows.
   step racecheck_gpu_tests 300 "$SANITIZER" --tool racecheck --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" "--test-case=ops: softmax*,kernels: a norm fused*"
+fi
+
+if [[ $what == sanitizer-chain ]]; then
+  # The chain kernel (gdl_chain.cuh): memcheck on the GPU tests around and
+  # over many replays of chains; racecheck on the small chain of probe p11
+  # (racecheck on the 4096-wide chains did not finish in a minute).
+  step memcheck_chain_tests 300 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+    "$BUILD/tests/gdl_gpu_tests" "--test-case=chain: kernels before*,chain: 200 replays*"
+  for B in 1 8; do
+    step "racecheck_chain_p11_b$B" 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
+      "$BUILD/gdlrun" bench/probes/p11_chain_h1024.gdl --gpu --check --dim "B=$B" --print 0
+  done
 fi
 
 echo

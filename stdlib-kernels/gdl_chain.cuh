@@ -2,14 +2,15 @@
 //
 // Steps s = 0 .. S-1, each c_s = epi_s(pro_s(a_s) @ b_s) with a_{s+1} = c_s,
 // every b_s a [K, K] param (f16 or bf16), at most kMaxRows rows. Launched
-// once, cooperatively, with K / kCols blocks of kThreads threads: block j
-// owns the output columns [kCols j, kCols j + kCols) of every step, and all
-// of K. A grid-wide barrier separates two steps.
+// once, cooperatively, with K / C blocks of kThreads threads, C = cols_for(K)
+// (8, 16 or 32, so that a K of 1024, 2048 or 4096 runs 128 blocks): block j
+// owns the output columns [C j, C j + C) of every step, and all of K. A
+// grid-wide barrier separates two steps.
 //
 // Why one launch (bench/persistent_mlp.cu, docs/performance.md): a launch
 // per step drains and refills the memory pipe at every step, and the next
 // step's blocks cannot be resident while the current one's still are. Here
-// each block streams its strip of every b_s (K rows of 64 bytes) through
+// each block streams its strip of every b_s (K rows of 2 C bytes) through
 // one ring of cp.async slots in shared memory that runs across the step
 // boundaries: while a block waits at the barrier, its first slots of the
 // next step's weights are already in flight.
@@ -19,8 +20,9 @@
 //     over the whole row, and the normalized rows (rounded to T, as the
 //     other matmul kernels do) into shared memory: the block needs all of K;
 //  2. the strip, slot by slot: warp w takes 16 rows of each slot, the tensor
-//     cores (mma.m16n8k16) compute out^T = b^T a^T with the 32 columns as
-//     M (two 16-column halves) and the rows of a as N;
+//     cores (mma.m16n8k16) compute out^T = b^T a^T with the C columns as
+//     M (in 16-column halves; at C = 8 the upper half of M is zero) and the
+//     rows of a as N;
 //  3. the eight warps' sums added in shared memory, the epilogue, the store.
 // Each warp reads back only the tiles it copied itself, so the ring needs
 // no block barrier.
@@ -31,33 +33,43 @@
 namespace gdl {
 namespace chain {
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kCols = 32;        // output columns per block: 64 bytes of each row of b
 constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
-constexpr int kTileElems = kTileRows * kCols;  // one warp's part of a slot: 1 KiB
-constexpr int kSlotBytes = kWarps * kTileElems * 2;
 constexpr int kSmemLimit = 227 * 1024;  // sm_90's largest shared memory per block
 constexpr int kMaxSlots = 24;
+constexpr int kBlocks = 128;     // at most one block per SM of an H100/H200 (132 SMs)
+
+// Output columns per block: the narrowest of 8, 16, 32 that needs at most
+// kBlocks blocks. Narrower strips keep the small chains on all the SMs
+// (K = 1024 with 32 columns ran on 32 of them, docs/performance.md).
+constexpr int cols_for(int k) { return k <= 8 * kBlocks ? 8 : k <= 16 * kBlocks ? 16 : 32; }
 
 // Dynamic shared memory of a chain over K: the ring, the normalized rows,
 // the warps' column sums, the statistics.
 template <int K> struct Layout {
-  static_assert(K % kSlotRows == 0 && K % kCols == 0, "a chain's K is a multiple of 128");
+  static constexpr int cols = cols_for(K);
+  static constexpr int tile_elems = kTileRows * cols;  // one warp's part of a slot: 16 rows of 2 C bytes
+  static constexpr int slot_bytes = kWarps * tile_elems * 2;
+  static_assert(K % kSlotRows == 0 && K % cols == 0, "a chain's K is a multiple of 128");
   static constexpr int xn_stride = K + 8;  // rows 16 bytes apart in the banks
   static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
-  static constexpr int sums_bytes = kWarps * kMaxRows * kCols * 4;
+  static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int misc_bytes = (kWarps * kMaxRows + kMaxRows) * 8;  // parts (kWarps used) and stats
-  static constexpr int fit = (kSmemLimit - xn_bytes - sums_bytes - misc_bytes) / kSlotBytes;
+  static constexpr int fit = (kSmemLimit - xn_bytes - sums_bytes - misc_bytes) / slot_bytes;
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
   static_assert(slots >= 4, "a chain's K leaves no room for its ring");
-  static constexpr int bytes = slots * kSlotBytes + xn_bytes + sums_bytes + misc_bytes;
+  static constexpr int bytes = slots * slot_bytes + xn_bytes + sums_bytes + misc_bytes;
 };
 
-// Row r of a warp's 16 x 32 tile holds its four 16-byte pieces in the order
-// piece ^ ((r >> 1) & 3): the eight rows one ldmatrix phase reads then fall
-// in distinct banks.
-GDL_DEV int tile_at(int row, int piece) { return row * kCols + ((piece ^ ((row >> 1) & 3)) << 3); }
+// Row r of a warp's 16 x C tile holds its C / 8 16-byte pieces in a swizzled
+// order, so that the eight rows one ldmatrix phase reads fall in distinct
+// banks: at C = 32 (64-byte rows) piece ^ ((r >> 1) & 3), at C = 16 piece ^
+// ((r >> 2) & 1); at C = 8 eight rows are 128 contiguous bytes already.
+template <int C> GDL_DEV int tile_at(int row, int piece) {
+  const int swizzle = C == 32 ? (row >> 1) & 3 : C == 16 ? (row >> 2) & 1 : 0;
+  return row * C + ((piece ^ swizzle) << 3);
+}
 
 GDL_DEV void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, __half) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -90,6 +102,10 @@ GDL_DEV void grid_barrier(unsigned long long* counter) {
 
 template <typename T, int K> class MatmulChain {
   using L = chain::Layout<K>;
+  static constexpr int kCols = L::cols;
+  static constexpr int kPieces = kCols / 8;                   // 16-byte pieces per row of a tile
+  static constexpr int kHalves = kCols >= 16 ? kCols / 16 : 1;  // mma M tiles of 16 columns
+  static constexpr int kTileElems = L::tile_elems;
   static constexpr int kSlots = L::slots;
   static constexpr int kStepSlots = K / chain::kSlotRows;
 
@@ -98,28 +114,61 @@ template <typename T, int K> class MatmulChain {
   GDL_DEV MatmulChain(const T* const* weights, int steps, unsigned long long* barrier, unsigned char* smem)
       : weights_(weights), steps_(steps), barrier_(barrier) {
     ring_ = reinterpret_cast<T*>(smem);
-    xn_ = ring_ + kSlots * chain::kWarps * chain::kTileElems;
+    xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
     sums_ = reinterpret_cast<float*>(xn_ + chain::kMaxRows * L::xn_stride);
-    parts_ = reinterpret_cast<float2*>(sums_ + chain::kWarps * chain::kMaxRows * chain::kCols);
+    parts_ = reinterpret_cast<float2*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
     stats_ = parts_ + chain::kWarps * chain::kMaxRows;
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
-    n0_ = blockIdx.x * chain::kCols;
+    n0_ = blockIdx.x * kCols;
   }
 
   // The first slots of step 0: weights only, so a kernel may call it before
   // it waits for the kernels it depends on (gdl_abi.cuh).
   GDL_DEV void start() {
-    if (blockDim.x != chain::kThreads || gridDim.x * chain::kCols != K) __trap();
+    if (blockDim.x != chain::kThreads || gridDim.x * kCols != K) __trap();
     for (int g = 0; g < kSlots - 1; ++g) issue(g);
   }
 
   template <typename I, typename Epi, typename Pro>
   GDL_DEV void step(int s, const T* a, T* c, I rows, const Epi& epi, const Pro& pro) {
     if (rows > chain::kMaxRows) __trap();  // the runtime launches the step kernels instead
+    trace(s, 0);
     if (s > 0) chain::grid_barrier(barrier_);  // a is the previous step's c
+    trace(s, 1);
     load_rows(a, (int)rows, pro);
-    float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    trace(s, 2);
+    multiply_step(s);
+    trace(s, 3);
+    store(c, (int)rows, epi);
+    trace(s, 4);
+    if (s == steps_ - 1) {
+      cp_async_wait<0>();
+      print_trace();
+    }
+  }
+
+ private:
+  // The loads of a and the strip's mma are the same code in every step, so
+  // they are functions of their own (__noinline__), not inlined once per
+  // step: this kernel's speed follows its code size (instruction fetch,
+  // docs/performance.md). Only the epilogue (store) differs per step. Each
+  // works on a copy of the members (`self`): through `this`, which points
+  // to the caller's local memory, every asm "memory" clobber in the loop
+  // would reload them from there.
+  __device__ __noinline__ void multiply_step(int s) const {
+    MatmulChain self = *this;
+    self.multiply_slots(s);
+  }
+  template <typename Pro> __device__ __noinline__ void load_rows(const T* a, int rows, const Pro& pro) const {
+    MatmulChain self = *this;
+    const Pro p = pro;
+    self.stage_rows(a, rows, p);
+  }
+
+  // Step s's slots through the tensor cores; the warp's column sums into sums_.
+  GDL_DEV void multiply_slots(int s) {
+    float d[kHalves][4] = {};
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i;
       cp_async_wait<kSlots - 2>();  // this thread's copies of slot g have landed
@@ -128,47 +177,68 @@ template <typename T, int K> class MatmulChain {
       __syncwarp();                 // the slot read before it is refilled
       issue(g + kSlots - 1);
     }
-    store(c, (int)rows, d, epi);
-    if (s == steps_ - 1) cp_async_wait<0>();
+    const int m = lane_ >> 2, r = 2 * (lane_ & 3);
+    float* mine = sums_ + warp_ * chain::kMaxRows * kCols;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      const int col = 16 * h + m;
+      mine[r * kCols + col] = d[h][0];
+      mine[(r + 1) * kCols + col] = d[h][1];
+      if constexpr (kCols >= 16) {  // at C = 8, d[0][2..3] are the zero columns 8-15
+        mine[r * kCols + col + 8] = d[h][2];
+        mine[(r + 1) * kCols + col + 8] = d[h][3];
+      }
+    }
   }
 
- private:
   // Slot g (of the whole launch): 16 rows per warp of the b of step
-  // g / kStepSlots, two 16-byte copies per lane, each covering 8 rows of 64 bytes.
+  // g / kStepSlots: 16 rows of kPieces 16-byte pieces, one copy per lane
+  // and piece (two per lane at C = 32, half the lanes idle at C = 8).
   GDL_DEV void issue(int g) {
     if (g < steps_ * kStepSlots) {
       const T* b = weights_[g / kStepSlots];
-      T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * chain::kTileElems;
-      const int piece = lane_ & 3;
+      T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
+      constexpr int kCopies = (chain::kTileRows * kPieces + 31) / 32;  // per lane
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = (lane_ >> 2) + 8 * h;
+      for (int j = 0; j < kCopies; ++j) {
+        const int q = lane_ + 32 * j;
+        if (q >= chain::kTileRows * kPieces) break;  // C = 8: lanes 16-31
+        const int row = q / kPieces, piece = q % kPieces;
         const int k = (g % kStepSlots) * chain::kSlotRows + warp_ * chain::kTileRows + row;
-        cp_async16(tile + chain::tile_at(row, piece), b + (size_t)k * K + n0_ + piece * 8);
+        cp_async16(tile + chain::tile_at<kCols>(row, piece), b + (size_t)k * K + n0_ + piece * 8);
       }
     }
     cp_async_commit();
   }
 
-  // mma over one slot: the warp's 16 rows of k, both 16-column halves.
-  GDL_DEV void multiply(int g, int i, float (&d)[2][4]) {
-    const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * chain::kTileElems;
+  // mma over one slot: the warp's 16 rows of k, every 16-column half.
+  GDL_DEV void multiply(int g, int i, float (&d)[kHalves][4]) {
+    const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
     const int k = i * chain::kSlotRows + warp_ * chain::kTileRows + 2 * (lane_ & 3);
     const T* xb = xn_ + (lane_ >> 2) * L::xn_stride + k;
     const unsigned b0 = *reinterpret_cast<const unsigned*>(xb);
     const unsigned b1 = *reinterpret_cast<const unsigned*>(xb + 8);
-    // ldmatrix.x4.trans: lanes 8q .. 8q + 7 give the rows of matrix q: rows
-    // 0-7 then 8-15 of k, columns 0-7 then 8-15 of the half.
-    const int row = (lane_ & 7) + 8 * (lane_ >> 4);
+    if constexpr (kCols == 8) {
+      // ldmatrix.x2.trans: lanes 0-7 give rows 0-7 of k, lanes 8-15 rows
+      // 8-15 (the others' addresses are not read); columns 8-15 of M are zero.
+      const unsigned addr = (unsigned)__cvta_generic_to_shared(tile + chain::tile_at<kCols>(lane_ & 15, 0));
+      unsigned w[4] = {0u, 0u, 0u, 0u};
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[2]) : "r"(addr));
+      chain::mma16816(d[0], w, b0, b1, T{});
+    } else {
+      // ldmatrix.x4.trans: lanes 8q .. 8q + 7 give the rows of matrix q: rows
+      // 0-7 then 8-15 of k, columns 0-7 then 8-15 of the half.
+      const int row = (lane_ & 7) + 8 * (lane_ >> 4);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int piece = 2 * h + ((lane_ >> 3) & 1);
-      const unsigned addr = (unsigned)__cvta_generic_to_shared(tile + chain::tile_at(row, piece));
-      unsigned w[4];
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                   : "r"(addr));
-      chain::mma16816(d[h], w, b0, b1, T{});
+      for (int h = 0; h < kHalves; ++h) {
+        const int piece = 2 * h + ((lane_ >> 3) & 1);
+        const unsigned addr = (unsigned)__cvta_generic_to_shared(tile + chain::tile_at<kCols>(row, piece));
+        unsigned w[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                     : "r"(addr));
+        chain::mma16816(d[h], w, b0, b1, T{});
+      }
     }
   }
 
@@ -177,7 +247,7 @@ template <typename T, int K> class MatmulChain {
   // with __ldcg (L1 may hold an older copy). The loops stay small on
   // purpose: fully unrolled over rows and vectors this ran once per step
   // as straight-line code and the warps stalled on instruction fetch.
-  template <typename Pro> GDL_DEV void load_rows(const T* a, int rows, const Pro& pro) {
+  template <typename Pro> GDL_DEV void stage_rows(const T* a, int rows, const Pro& pro) {
     constexpr int kRowVectors = K / 8;
     const uint4* av = reinterpret_cast<const uint4*>(a);
     if constexpr (Pro::active) {
@@ -238,26 +308,39 @@ template <typename T, int K> class MatmulChain {
     __syncthreads();
   }
 
-  // The warps' sums per column, then the epilogue: one thread per element.
-  template <typename Epi> GDL_DEV void store(T* c, int rows, const float (&d)[2][4], const Epi& epi) {
-    const int m = lane_ >> 2, r = 2 * (lane_ & 3);
-    float* mine = sums_ + warp_ * chain::kMaxRows * chain::kCols;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int col = 16 * h + m;
-      mine[r * chain::kCols + col] = d[h][0];
-      mine[(r + 1) * chain::kCols + col] = d[h][1];
-      mine[r * chain::kCols + col + 8] = d[h][2];
-      mine[(r + 1) * chain::kCols + col + 8] = d[h][3];
-    }
+  // The warps' sums per column added, then the epilogue: one thread per element.
+  template <typename Epi> GDL_DEV void store(T* c, int rows, const Epi& epi) {
     __syncthreads();
-    if ((int)threadIdx.x < rows * chain::kCols) {
-      const int row = threadIdx.x / chain::kCols, col = threadIdx.x % chain::kCols;
+    if ((int)threadIdx.x < rows * kCols) {
+      const int row = threadIdx.x / kCols, col = threadIdx.x % kCols;
       float acc = 0.0f;
-      for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * chain::kCols + col];
+      for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col];
       store_result(c, (long long)row * K + n0_ + col, acc, epi);
     }
   }
+
+  // GDL_CHAIN_TRACE (defined before this header, a measurement build only):
+  // thread 0 of the first and the last block records clock64() at each
+  // phase of each step and prints the phases' cycles at the end: the wait at
+  // the barrier, the rows of a, the slots' mma, the epilogue and store.
+#ifdef GDL_CHAIN_TRACE
+  static constexpr int kTraceSteps = 16;
+  long long trace_[kTraceSteps][5];
+  GDL_DEV bool tracing() const { return threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1); }
+  GDL_DEV void trace(int s, int phase) {
+    if (tracing() && s < kTraceSteps) trace_[s][phase] = clock64();
+  }
+  GDL_DEV void print_trace() const {
+    if (!tracing()) return;
+    for (int s = 0; s < steps_ && s < kTraceSteps; ++s)
+      printf("chain trace K=%d block %d step %d: barrier %lld rows %lld mma %lld store %lld cycles\n", K, (int)blockIdx.x,
+             s, trace_[s][1] - trace_[s][0], trace_[s][2] - trace_[s][1], trace_[s][3] - trace_[s][2],
+             trace_[s][4] - trace_[s][3]);
+  }
+#else
+  GDL_DEV void trace(int, int) {}
+  GDL_DEV void print_trace() const {}
+#endif
 
   const T* const* weights_;
   int steps_;

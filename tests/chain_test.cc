@@ -59,7 +59,7 @@ TEST_CASE("chain: steps the chain kernel cannot run stay out of every chain") {
   const std::vector<Case> cases = {
       {"f32 (the chain is f16 and bf16)", layers("f32", 2048, 4)},
       {"K not a multiple of 128", layers("f16", 2000, 4)},
-      {"K below 2048: fewer blocks than half the SMs", layers("f16", 1024, 4)},
+      {"K below 1024: fewer than 128 blocks of 8 columns", layers("f16", 512, 4)},
       {"K above 4096", layers("f16", 4224, 2)},
       {"more than 8 rows in every run", layers("f16", 2048, 4, "dim B in [16, 64];")},
       {"one step only", layers("f16", 2048, 1)},
@@ -126,8 +126,24 @@ TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share
   }
 }
 
+TEST_CASE("chain: a block owns 8, 16 or 32 columns, so that K = 1024, 2048 and 4096 each run 128 blocks") {
+  CHECK(chain_block_columns(1024) == 8);
+  CHECK(chain_block_columns(2048) == 16);
+  CHECK(chain_block_columns(4096) == 32);
+  CHECK(chain_block_columns(1536) == 16);  // 96 blocks
+  CHECK(chain_block_columns(3072) == 32);  // 96 blocks
+  for (int64_t k = kChainMinK; k <= kChainMaxK; k += kChainKMultiple) {
+    INFO("K = " << k);
+    CHECK(k / chain_block_columns(k) <= kChainBlocks);
+    CHECK(k % chain_block_columns(k) == 0);
+    CHECK(chain_shared_bytes(k) <= 227u * 1024u);
+  }
+}
+
 TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each step in order, and compiles") {
-  plan::Plan p = plan::make_plan(graph_of(layers("bf16", 4096, 3, "dim B in [1, 16];")));
+  for (const int h : {4096, 1024}) {
+  INFO("H = " << h);
+  plan::Plan p = plan::make_plan(graph_of(layers(h == 4096 ? "bf16" : "f16", h, 3, "dim B in [1, 16];")));
   REQUIRE(p.chains.size() == 1);
   const GeneratedCode code = generate_cuda(p);
   REQUIRE(code.chains.size() == 1);
@@ -135,9 +151,9 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   CHECK(k.symbol == "gdl_chain0");
   CHECK(k.first == 0);
   CHECK(k.last == 2);
-  CHECK(k.blocks == 4096 / kChainBlockColumns);
+  CHECK(k.blocks == 128u);
   CHECK(k.threads == kChainThreads);
-  CHECK(k.shared_bytes == chain_shared_bytes(4096));
+  CHECK(k.shared_bytes == chain_shared_bytes(h));
   CHECK(k.shared_bytes <= 227u * 1024u);
   CHECK(uses_chain(k, {8}));
   CHECK(!uses_chain(k, {9}));
@@ -161,6 +177,7 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   INFO(module.status().message());
   REQUIRE(module.ok());
   CHECK(module->ptx.find(".entry gdl_chain0") != std::string::npos);
+  }
 }
 
 TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that do not match the plan") {

@@ -43,12 +43,17 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
 
 }  // namespace
 
+int64_t chain_block_columns(int64_t k) {
+  return k <= 8 * kChainBlocks ? 8 : k <= 16 * kChainBlocks ? 16 : 32;
+}
+
 uint32_t chain_shared_bytes(int64_t k) {
-  constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32, kCols = kChainBlockColumns;
-  constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24, kSlotBytes = kWarps * 16 * kCols * 2;
-  const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * kCols * 4, misc = (kWarps * kMaxRows + kMaxRows) * 8;
-  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - xn - sums - misc) / kSlotBytes);
-  return static_cast<uint32_t>(slots * kSlotBytes + xn + sums + misc);
+  constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32;
+  constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
+  const int64_t cols = chain_block_columns(k), slot_bytes = kWarps * 16 * cols * 2;
+  const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * cols * 4, misc = (kWarps * kMaxRows + kMaxRows) * 8;
+  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - xn - sums - misc) / slot_bytes);
+  return static_cast<uint32_t>(slots * slot_bytes + xn + sums + misc);
 }
 
 std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p) {

@@ -15,16 +15,19 @@
 namespace gdl {
 
 inline constexpr int64_t kChainMaxRows = 8;        // gdl::chain::kMaxRows
-inline constexpr int64_t kChainBlockColumns = 32;  // gdl::chain::kCols: one block per 32 columns
 inline constexpr int64_t kChainKMultiple = 128;    // gdl::chain::kSlotRows
-inline constexpr int64_t kChainMaxK = 4096;        // one block per SM on an H100/H200 (132 SMs)
-// A chain runs K / kChainBlockColumns blocks, one per SM: below half the
-// SMs (K < 2048) it streams the weights through too few of them. Measured
-// on the H200 (docs/performance.md): at K = 1024 (32 blocks) the chain took
-// 57.5 us for W2's eight layers at B=1 against 40.8 us for the steps'
-// kernels; at K = 4096 (128 blocks) 164 against 213 us at B=8.
-inline constexpr int64_t kChainMinK = 2048;
+inline constexpr int64_t kChainBlocks = 128;       // gdl::chain::kBlocks: one block per SM on an H100/H200
+inline constexpr int64_t kChainMaxK = 4096;        // 32 columns per block at most
+// Each block owns chain_block_columns(K) output columns (8, 16 or 32: the
+// narrowest that needs at most kChainBlocks blocks), so K = 1024, 2048 and
+// 4096 all run 128 blocks. With 32 columns at K = 1024 (32 blocks) the chain
+// took 57.5 us for W2's eight layers at B=1 against 40.8 us for the steps'
+// kernels (docs/performance.md), so narrower strips came before K = 1024.
+inline constexpr int64_t kChainMinK = 1024;
 inline constexpr uint32_t kChainThreads = 256;     // gdl::chain::kThreads
+
+// gdl::chain::cols_for(K): the output columns of one block of a chain over K.
+int64_t chain_block_columns(int64_t k);
 
 // The dynamic shared memory of a chain over K: gdl::chain::Layout<K>::bytes
 // (the generated kernel asserts that they agree).

@@ -1066,7 +1066,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, 
   info.first = chain.first;
   info.last = chain.last;
   info.rows = rows;
-  info.blocks = static_cast<uint32_t>(chain.k / kChainBlockColumns);
+  info.blocks = static_cast<uint32_t>(chain.k / chain_block_columns(chain.k));
   info.threads = kChainThreads;
   info.shared_bytes = chain_shared_bytes(chain.k);
   std::string src = "// steps " + std::to_string(chain.first) + "-" + std::to_string(chain.last) +
