@@ -56,6 +56,18 @@ GDL_DEV void allow_dependents() {
 // Pulls the 128-byte line holding p into L2 (a hint: no fault, no result).
 GDL_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// The runtime's input copy (gdl_input_copy, generated into every module):
+// `bytes` from src (an input's pinned staging buffer, read over the bus) to
+// dst (its arena buffer), 16 bytes per thread and step; both are 16-byte
+// aligned (page-aligned staging, kAlignment-aligned arena buffers).
+GDL_DEV void copy_bytes(const unsigned char* src, unsigned char* dst, unsigned long long bytes) {
+  const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x, vectors = bytes / 16;
+  for (unsigned long long i = first; i < vectors; i += threads)
+    reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  for (unsigned long long i = vectors * 16 + first; i < bytes; i += threads) dst[i] = src[i];
+}
+
 // The valid count of run-time dim d for this run, from the block at
 // `block_offset` in the arena.
 GDL_DEV int valid_dim(const unsigned char* arena, unsigned long long block_offset, int d) {

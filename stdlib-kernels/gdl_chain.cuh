@@ -55,7 +55,7 @@ template <int K> struct Layout {
   static constexpr int xn_stride = K + 8;  // rows 16 bytes apart in the banks
   static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
   static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
-  static constexpr int misc_bytes = (kWarps * kMaxRows + kMaxRows) * 8;  // parts (kWarps used) and stats
+  static constexpr int misc_bytes = kWarps * 8;  // the warps' parts of the row statistics
   static constexpr int fit = (kSmemLimit - xn_bytes - sums_bytes - misc_bytes) / slot_bytes;
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
   static_assert(slots >= 4, "a chain's K leaves no room for its ring");
@@ -81,6 +81,16 @@ GDL_DEV void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsign
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// [p, p + bytes) into L2, one 128-byte line per thread of the launch: a
+// step's params besides b (bias, norm weights) are read once, after the
+// barrier, and would come from DRAM; the step's scope calls this before it.
+GDL_DEV void prefetch_l2(const void* p, unsigned long long bytes) {
+  const char* c = static_cast<const char*>(p);
+  const unsigned long long stride = 128ull * gridDim.x * blockDim.x;
+  for (unsigned long long at = 128ull * (blockIdx.x * blockDim.x + threadIdx.x); at < bytes; at += stride)
+    gdl::prefetch_l2(c + at);
 }
 
 // Every block of the launch arrives once per barrier. The counter only
@@ -117,7 +127,6 @@ template <typename T, int K> class MatmulChain {
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
     sums_ = reinterpret_cast<float*>(xn_ + chain::kMaxRows * L::xn_stride);
     parts_ = reinterpret_cast<float2*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
-    stats_ = parts_ + chain::kWarps * chain::kMaxRows;
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
@@ -242,68 +251,73 @@ template <typename T, int K> class MatmulChain {
     }
   }
 
-  // Rows [0, rows) of a into xn_, through the norm prologue; rows past them
-  // are zero. a was written by other blocks of this launch, so it is read
-  // with __ldcg (L1 may hold an older copy). The loops stay small on
-  // purpose: fully unrolled over rows and vectors this ran once per step
-  // as straight-line code and the warps stalled on instruction fetch.
+  // Rows [0, rows) of a into xn_, through the norm prologue, with one read
+  // of a: warp w takes row r = w / per_row (per_row = kWarps over the rows
+  // rounded up to a power of two) and its piece of `span` 16-byte vectors,
+  // which each lane keeps in registers from the statistics (the shifted
+  // sums of norm_row_stats, gdl_matmul.cuh, added over the row's warps) to
+  // the normalized store. a was written by other blocks of this launch, so
+  // it is read with __ldcg (L1 may hold an older copy). Rows of xn_ past
+  // `rows` keep what they held: mma's column n only reaches output row n,
+  // and store() writes rows below `rows` only.
   template <typename Pro> GDL_DEV void stage_rows(const T* a, int rows, const Pro& pro) {
     constexpr int kRowVectors = K / 8;
-    const uint4* av = reinterpret_cast<const uint4*>(a);
-    if constexpr (Pro::active) {
-      // A row over kWarps / rows_p2 warps: the shifted sums of norm_row_stats (gdl_matmul.cuh).
-      int rows_p2 = 1;
-      while (rows_p2 < rows) rows_p2 <<= 1;
-      const int per_row = chain::kWarps / rows_p2, r = warp_ / per_row, piece = warp_ % per_row;
-      const int span = kRowVectors / per_row;
-      float sum = 0.0f, squares = 0.0f;
-      if (r < rows) {
-        const float shift = Pro::center ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
-        const uint4* row = av + (size_t)r * kRowVectors + piece * span;
-#pragma unroll 4
-        for (int i = lane_; i < span; i += 32) {
-          float x[8];
-          widen<T>(__ldcg(row + i), x);
+    constexpr int kPerLane = kRowVectors / 32;  // the most a lane holds: one warp per row
+    int rows_p2 = 1;
+    while (rows_p2 < rows) rows_p2 <<= 1;
+    const int per_row = chain::kWarps / rows_p2, r = warp_ / per_row, piece = warp_ % per_row;
+    const int span = kRowVectors / per_row;
+    const bool mine = r < rows;
+    const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors + piece * span;
+    uint4 v[kPerLane];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float d = x[e] - shift;
-            sum += d;
-            squares = fmaf(d, d, squares);
-          }
+    for (int j = 0; j < kPerLane; ++j) {
+      const int i = lane_ + 32 * j;
+      v[j] = mine && i < span ? __ldcg(row + i) : zero16();
+    }
+    float2 st = make_float2(0.0f, 1.0f);  // (mean, 1 / sqrt(var + eps)) of row r
+    if constexpr (Pro::active) {
+      const float shift = Pro::center && mine ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
+      float sum = 0.0f, squares = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        if (lane_ + 32 * j >= span) continue;
+        float x[8];
+        widen<T>(v[j], x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float d = x[e] - shift;
+          sum += d;
+          squares = fmaf(d, d, squares);
         }
       }
       sum = warp_sum(sum);
       squares = warp_sum(squares);
       if (lane_ == 0) parts_[warp_] = make_float2(sum, squares);
       __syncthreads();
-      if ((int)threadIdx.x < rows) {
-        const int row = threadIdx.x;
-        float s = 0.0f, q = 0.0f;
-        for (int w = row * per_row; w < (row + 1) * per_row; ++w) s += parts_[w].x, q += parts_[w].y;
-        const float mean_d = Pro::center ? s / K : 0.0f;
-        const float var = fmaxf(q / K - mean_d * mean_d, 0.0f);
-        const float shift = Pro::center ? num(__ldcg(a + (size_t)row * K)) : 0.0f;
-        stats_[row] = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
-      }
-      __syncthreads();
+      float s = 0.0f, q = 0.0f;
+      for (int w = r * per_row; w < (r + 1) * per_row; ++w) s += parts_[w].x, q += parts_[w].y;
+      const float mean_d = Pro::center ? s / K : 0.0f;
+      const float var = fmaxf(q / K - mean_d * mean_d, 0.0f);
+      st = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
     }
-    const int count = rows * kRowVectors;
-#pragma unroll 4
-    for (int q = threadIdx.x; q < chain::kMaxRows * kRowVectors; q += chain::kThreads) {
-      const int r = q / kRowVectors, k = (q % kRowVectors) * 8;
-      uint4 out = zero16();
-      if (q < count) {
-        out = __ldcg(av + q);
+    if (mine) {
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int i = lane_ + 32 * j;
+        if (i >= span) continue;
+        const int k = (piece * span + i) * 8;
+        uint4 out = v[j];
         if constexpr (Pro::active) {
           float x[8];
           widen<T>(out, x);
           unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-          for (int e = 0; e < 8; ++e) w[e / 2] |= Vec16<T>::bits(cvt<T>(pro.apply(x[e], k + e, stats_, r))) << (16 * (e % 2));
+          for (int e = 0; e < 8; ++e) w[e / 2] |= Vec16<T>::bits(cvt<T>(pro.apply(x[e], k + e, &st, 0))) << (16 * (e % 2));
           out = make_uint4(w[0], w[1], w[2], w[3]);
         }
+        *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = out;
       }
-      *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = out;
     }
     __syncthreads();
   }
@@ -325,17 +339,21 @@ template <typename T, int K> class MatmulChain {
   // the barrier, the rows of a, the slots' mma, the epilogue and store.
 #ifdef GDL_CHAIN_TRACE
   static constexpr int kTraceSteps = 16;
-  long long trace_[kTraceSteps][5];
+  // In shared memory, not a member: the noinline functions copy the members.
+  GDL_DEV static long long* trace_slots() {
+    __shared__ long long slots[kTraceSteps * 5];
+    return slots;
+  }
   GDL_DEV bool tracing() const { return threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1); }
   GDL_DEV void trace(int s, int phase) {
-    if (tracing() && s < kTraceSteps) trace_[s][phase] = clock64();
+    if (tracing() && s < kTraceSteps) trace_slots()[s * 5 + phase] = clock64();
   }
   GDL_DEV void print_trace() const {
     if (!tracing()) return;
-    for (int s = 0; s < steps_ && s < kTraceSteps; ++s)
+    const long long* t = trace_slots();
+    for (int s = 0; s < steps_ && s < kTraceSteps; ++s, t += 5)
       printf("chain trace K=%d block %d step %d: barrier %lld rows %lld mma %lld store %lld cycles\n", K, (int)blockIdx.x,
-             s, trace_[s][1] - trace_[s][0], trace_[s][2] - trace_[s][1], trace_[s][3] - trace_[s][2],
-             trace_[s][4] - trace_[s][3]);
+             s, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3]);
   }
 #else
   GDL_DEV void trace(int, int) {}
@@ -349,7 +367,6 @@ template <typename T, int K> class MatmulChain {
   T* xn_;
   float* sums_;
   float2* parts_;
-  float2* stats_;
   int lane_, warp_, n0_;
 };
 

@@ -84,6 +84,9 @@ void require_compiles(const GeneratedCode& code) {
       CHECK(contains(module->cubin, symbol));
       CHECK(module->ptx.find(".entry " + symbol) != std::string::npos);
     }
+  // Every module holds the runtime's input copy kernel (codegen.h).
+  CHECK(module->ptx.find(std::string(".entry ") + kInputCopySymbol + "(") != std::string::npos);
+  CHECK(contains(module->cubin, kInputCopySymbol));
 }
 
 // Every elementwise op in each dtype it accepts, with broadcasting against a

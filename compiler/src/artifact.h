@@ -17,8 +17,9 @@
 
 namespace gdl {
 
-// 2: plan steps carry their scratch; 3: a step's large kernel; 4: chains
-inline constexpr uint32_t kArtifactVersion = 4;
+// 2: plan steps carry their scratch; 3: a step's large kernel; 4: chains;
+// 5: the module holds the input copy kernel (codegen.h kInputCopySymbol)
+inline constexpr uint32_t kArtifactVersion = 5;
 
 struct Artifact {
   plan::Plan plan;                  // holds the graph: names, shapes, dtypes

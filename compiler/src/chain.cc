@@ -51,7 +51,7 @@ uint32_t chain_shared_bytes(int64_t k) {
   constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32;
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
   const int64_t cols = chain_block_columns(k), slot_bytes = kWarps * 16 * cols * 2;
-  const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * cols * 4, misc = (kWarps * kMaxRows + kMaxRows) * 8;
+  const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * cols * 4, misc = kWarps * 8;
   const int64_t slots = std::min(kMaxSlots, (kSmemLimit - xn - sums - misc) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + xn + sums + misc);
 }

@@ -373,6 +373,9 @@ class StepEmitter {
     }
     for (const std::string& line : pointer_lines_)
       if (chain_b_.empty() || line.find(" " + chain_b_ + " = ") == std::string::npos) out += "  " + line + "\n";
+    if (variant_ == Variant::kChainStep)  // the step reads them after the barrier: into L2 while it waits there
+      for (const auto& [name, bytes] : param_pointers_)
+        if (name != chain_b_) out += "  gdl::chain::prefetch_l2(" + name + ", " + std::to_string(bytes) + "ull);\n";
     if (!waits_in_body_ && variant_ != Variant::kChainStep)  // let the next kernels launch, wait for the previous ones
       out += "  gdl::allow_dependents();\n  gdl::wait_for_producers();\n";
     return out + body;
@@ -451,6 +454,7 @@ class StepEmitter {
                              " + " + std::to_string(b.offset) + "ull);  // %" + std::to_string(v) + " " + what +
                              " : " + type_to_string(n.type, g_.dims));
     pointer_names_[v] = name;
+    if (b.region == plan::Region::kParams) param_pointers_.emplace_back(name, b.bytes);
     return name;
   }
 
@@ -1031,6 +1035,7 @@ class StepEmitter {
   Variant variant_ = Variant::kFirst;
   int chain_step_ = 0;  // Variant::kChainStep: the step's index in its chain
   std::string chain_b_;  // Variant::kChainStep: b's pointer, which the step leaves undeclared
+  std::vector<std::pair<std::string, uint64_t>> param_pointers_;  // pointers into params, with their buffers' bytes
   int cluster_y_ = 0;  // > 1: the kernel runs in clusters of that many blocks along grid.y
   bool two_kernels_ = false;  // a matmul with a rows and a large kernel
   Shape matmul_rows_;
@@ -1126,6 +1131,11 @@ GeneratedCode generate_cuda(const plan::Plan& p) {
     code.kernels.push_back(std::move(info));
   }
   for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, scalar_slot, code.chains);
+  code.source += std::string("\n// The runtime's input copy: a bound input from its pinned staging buffer into the arena, as a\n") +
+                 "// kernel node (an enabled memcpy node made each graph launch 2-4 us longer on the host).\n"
+                 "extern \"C\" __global__ void __launch_bounds__(256) " + kInputCopySymbol +
+                 "(const unsigned char* src, unsigned char* dst, unsigned long long bytes) {\n"
+                 "  gdl::copy_bytes(src, dst, bytes);\n}\n";
   return code;
 }
 

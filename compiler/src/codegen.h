@@ -83,6 +83,11 @@ struct ChainKernel {
 // Whether a run at these dims launches the chain's kernel.
 bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims);
 
+// Every module also holds this kernel, (const unsigned char* src, unsigned
+// char* dst, unsigned long long bytes): the runtime's graph node that copies
+// a bound input from its pinned staging buffer into the arena.
+inline constexpr const char* kInputCopySymbol = "gdl_input_copy";
+
 struct GeneratedCode {
   std::string source;              // one CUDA C++ translation unit
   std::vector<KernelInfo> kernels; // one per plan step, same order (a step's large kernel in it)

@@ -329,7 +329,7 @@ class Session {
   // copied; a failed bind changes nothing. A host source is copied into a
   // staging buffer before bind returns, so the caller may change or free it
   // at once; from there the next run's graph copies it into the device
-  // buffer (a memcpy node, so bind + run is one launch), or bind itself when
+  // buffer (a copy kernel node, so bind + run is one launch), or bind itself when
   // the input needs padding or follows an update-served dim; a bind waits
   // until no queued copy still reads that staging buffer. A device source
   // is copied on the session's stream: it must stay

@@ -12,6 +12,7 @@
 //    (codegen.h LargeKernel; steps may share a kernel).
 // 4. For rules with dynamic shared memory, raise the kernel's limit on this
 //    device (checked against the device's opt-in max).
+// 4b. The input copy kernel (codegen.h kInputCopySymbol).
 // 5. Each chain kernel (codegen.h ChainKernel) the same way, then whether
 //    the device holds all its blocks at once (cooperative launch support,
 //    the occupancy calculator times the multiprocessors): where it does
@@ -84,6 +85,7 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     }
     return Status::Ok();
   };
+  GDL_CUDA_TRY(cudaLibraryGetKernel(&input_copy_, library_, kInputCopySymbol), "finding the input copy kernel");
   for (const KernelInfo& k : a.kernels) {
     cudaKernel_t kernel = nullptr, large = nullptr;
     GDL_RETURN_IF_ERROR(get(k.symbol, k.launch, kernel));

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,15 @@ struct StepLaunch {
   LaunchDims dims;
 };
 
+// The input copy kernel (codegen.h kInputCopySymbol): blocks of
+// kInputCopyThreads, one 16-byte vector per thread and block step, at most
+// kInputCopyMaxBlocks blocks (what the bus delivers needs no more).
+inline constexpr unsigned kInputCopyThreads = 256, kInputCopyMaxBlocks = 64;
+inline unsigned input_copy_blocks(unsigned long long bytes) {
+  const unsigned long long blocks = (bytes + 16ull * kInputCopyThreads - 1) / (16ull * kInputCopyThreads);
+  return static_cast<unsigned>(std::min<unsigned long long>(std::max<unsigned long long>(blocks, 1), kInputCopyMaxBlocks));
+}
+
 // The loaded module and one kernel handle per plan step (two for a step
 // with a large kernel).
 class KernelLibrary {
@@ -67,9 +77,12 @@ class KernelLibrary {
   // Why chain c never runs on this device ("" when it may).
   const std::string& chain_refusal(size_t c) const { return chain_refusals_.at(c); }
   const std::string& image() const { return image_; }
+  // The module's input copy kernel.
+  cudaKernel_t input_copy() const { return input_copy_; }
 
  private:
   cudaLibrary_t library_ = nullptr;
+  cudaKernel_t input_copy_ = nullptr;
   std::vector<cudaKernel_t> kernels_;
   std::vector<cudaKernel_t> large_kernels_;  // nullptr where a step has one kernel
   std::vector<cudaKernel_t> chain_kernels_;  // per chain; nullptr where the device cannot hold its blocks

@@ -142,6 +142,10 @@ Status Session::Impl::init() {
     if (prog.buffer_of(prog.input_values[i]).region == plan::Region::kNone) continue;
     GDL_CUDA_TRY(cudaMallocHost(&inputs[i].staging, std::max<size_t>(prog.inputs[i].max_bytes, 1)),
                  "allocating the staging buffer of input '" + prog.inputs[i].name + "'");
+    void* on_device = nullptr;  // pinned memory is mapped: the input copy kernel reads it there
+    GDL_CUDA_TRY(cudaHostGetDevicePointer(&on_device, inputs[i].staging, 0),
+                 "mapping the staging buffer of input '" + prog.inputs[i].name + "'");
+    inputs[i].staging_on_device = on_device;
     GDL_CUDA_TRY(cudaEventCreateWithFlags(&inputs[i].uploaded, cudaEventDisableTiming), "creating an event");
   }
   GDL_CUDA_TRY(cudaEventCreateWithFlags(&graph_copies_done, cudaEventDisableTiming), "creating an event");

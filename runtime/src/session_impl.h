@@ -50,13 +50,15 @@ struct Session::Impl {
   // bind above a dim's bound (eager fallback) its contents kept on the host.
   // A host bind of an input whose layout no update-served dim changes, and
   // that needs no padding, only fills the staging buffer (`copy_pending`):
-  // the copy into the arena is a memcpy node of the next run's graph,
+  // the copy into the arena is a kernel node of the next run's graph (the
+  // module's input copy kernel, reading the staging buffer over the bus),
   // enabled for exactly those inputs, so bind + run is one host copy and one
   // launch; runs without a new bind leave the node off. run_eager, the
   // fallback and profile_nodes copy such inputs themselves first
   // (flush_staged_inputs).
   struct InputSlot {
     void* staging = nullptr;
+    const void* staging_on_device = nullptr;  // the staging buffer's address in the device's view
     cudaEvent_t uploaded = nullptr;
     bool upload_pending = false;
     bool copy_pending = false;
@@ -89,7 +91,7 @@ struct Session::Impl {
     std::vector<cudaGraphNode_t> nodes;  // one per plan step (a chain's steps share its node)
     std::vector<int> step_chain;         // per plan step: the chain whose node runs it, or -1
     uint64_t chain_nodes = 0;            // chain kernels among the nodes
-    std::vector<cudaGraphNode_t> copy_nodes;  // per input: staging -> arena, or null
+    std::vector<cudaGraphNode_t> copy_nodes;  // per input: the kernel node copying staging -> arena, or null
     std::vector<int8_t> copy_enabled;         // per input: the node's state in `exec` (-1: not known)
     std::vector<int64_t> applied_layout, built_layout;
     std::array<float, kMaxScalars> applied_scalars{}, built_scalars{};

@@ -9,7 +9,9 @@
 //    bucket that holds its value, each update-served dim at its value. The
 //    bucket key (the capacities of the bucket-served dims) picks the graph;
 //    a key's graph is built at its first use (or in Session::create): a
-//    memcpy node per input from its staging buffer, an event record node
+//    copy kernel node per input reading its pinned staging buffer (the
+//    module's gdl_input_copy; a memcpy node made each launch slower on the
+//    host), an event record node
 //    after them, a cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
 //    steps' deps (programmatic unless SessionOptions::overlap_launches is
@@ -153,11 +155,17 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   g.copy_enabled.assign(inputs.size(), 1);  // a node starts enabled
   std::vector<cudaGraphNode_t> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const size_t bytes = copies_in_graph(i) ? input_layout_bytes(i, layout_dims) : 0;
+    unsigned long long bytes = copies_in_graph(i) ? input_layout_bytes(i, layout_dims) : 0;
     if (bytes == 0) continue;
-    GDL_CUDA_TRY(cudaGraphAddMemcpyNode1D(&g.copy_nodes[i], g.graph, nullptr, 0,
-                                          arena + prog.buffer_of(prog.input_values[i]).offset, inputs[i].staging,
-                                          bytes, cudaMemcpyHostToDevice),
+    const void* source = inputs[i].staging_on_device;
+    unsigned char* target = arena + prog.buffer_of(prog.input_values[i]).offset;
+    void* copy_args[3] = {&source, &target, &bytes};
+    cudaKernelNodeParams copy{};
+    copy.func = reinterpret_cast<void*>(library.input_copy());
+    copy.blockDim = dim3(rt::kInputCopyThreads, 1, 1);
+    copy.gridDim = dim3(rt::input_copy_blocks(bytes), 1, 1);
+    copy.kernelParams = copy_args;
+    GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.copy_nodes[i], g.graph, nullptr, 0, &copy),
                  "adding the copy node of input '" + prog.inputs[i].name + "'");
     copies.push_back(g.copy_nodes[i]);
   }
