@@ -27,6 +27,17 @@ struct gdl_args {
   float scalars[GDL_MAX_SCALARS];
 };
 
+// The runtime's input copy node (gdl_input_copy, generated into every
+// module): entry y copies bytes[y] bytes from src[y] (an input's pinned
+// staging buffer, read over the bus) to dst[y] (its arena buffer); bytes 0
+// skips the entry (an input with no host bind since the last run).
+#define GDL_MAX_INPUT_COPIES 16
+struct gdl_input_copies {
+  const unsigned char* src[GDL_MAX_INPUT_COPIES];
+  unsigned char* dst[GDL_MAX_INPUT_COPIES];
+  unsigned long long bytes[GDL_MAX_INPUT_COPIES];
+};
+
 #define GDL_DEV __device__ __forceinline__
 
 namespace gdl {
@@ -56,10 +67,9 @@ GDL_DEV void allow_dependents() {
 // Pulls the 128-byte line holding p into L2 (a hint: no fault, no result).
 GDL_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// The runtime's input copy (gdl_input_copy, generated into every module):
-// `bytes` from src (an input's pinned staging buffer, read over the bus) to
-// dst (its arena buffer), 16 bytes per thread and step; both are 16-byte
-// aligned (page-aligned staging, kAlignment-aligned arena buffers).
+// One entry of gdl_input_copies over the blocks of x: 16 bytes per thread
+// and step; src and dst are 16-byte aligned (page-aligned staging,
+// kAlignment-aligned arena buffers).
 GDL_DEV void copy_bytes(const unsigned char* src, unsigned char* dst, unsigned long long bytes) {
   const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
   const unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x, vectors = bytes / 16;

@@ -83,9 +83,10 @@ struct ChainKernel {
 // Whether a run at these dims launches the chain's kernel.
 bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims);
 
-// Every module also holds this kernel, (const unsigned char* src, unsigned
-// char* dst, unsigned long long bytes): the runtime's graph node that copies
-// a bound input from its pinned staging buffer into the arena.
+// Every module also holds this kernel, taking a gdl_input_copies by value
+// (gdl_abi.cuh): the runtime's graph node that copies the inputs bound from
+// host memory from their pinned staging buffers into the arena, one entry
+// per blockIdx.y.
 inline constexpr const char* kInputCopySymbol = "gdl_input_copy";
 
 struct GeneratedCode {

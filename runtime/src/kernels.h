@@ -39,9 +39,19 @@ struct StepLaunch {
   LaunchDims dims;
 };
 
-// The input copy kernel (codegen.h kInputCopySymbol): blocks of
-// kInputCopyThreads, one 16-byte vector per thread and block step, at most
-// kInputCopyMaxBlocks blocks (what the bus delivers needs no more).
+// Host mirror of gdl_input_copies (gdl_abi.cuh), the input copy kernel's
+// parameter (codegen.h kInputCopySymbol), passed by value.
+inline constexpr int kMaxInputCopies = 16;  // GDL_MAX_INPUT_COPIES
+struct InputCopies {
+  const void* src[kMaxInputCopies] = {};
+  void* dst[kMaxInputCopies] = {};
+  unsigned long long bytes[kMaxInputCopies] = {};
+};
+static_assert(sizeof(InputCopies) == 24 * kMaxInputCopies, "gdl_input_copies has no padding");
+
+// Its launch: an entry per blockIdx.y, blocks of kInputCopyThreads over x,
+// one 16-byte vector per thread and block step, at most kInputCopyMaxBlocks
+// blocks (what the bus delivers needs no more).
 inline constexpr unsigned kInputCopyThreads = 256, kInputCopyMaxBlocks = 64;
 inline unsigned input_copy_blocks(unsigned long long bytes) {
   const unsigned long long blocks = (bytes + 16ull * kInputCopyThreads - 1) / (16ull * kInputCopyThreads);

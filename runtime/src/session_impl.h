@@ -91,8 +91,18 @@ struct Session::Impl {
     std::vector<cudaGraphNode_t> nodes;  // one per plan step (a chain's steps share its node)
     std::vector<int> step_chain;         // per plan step: the chain whose node runs it, or -1
     uint64_t chain_nodes = 0;            // chain kernels among the nodes
-    std::vector<cudaGraphNode_t> copy_nodes;  // per input: the kernel node copying staging -> arena, or null
-    std::vector<int8_t> copy_enabled;         // per input: the node's state in `exec` (-1: not known)
+    // The input copy nodes: one kernel node per kMaxInputCopies inputs that
+    // the graph copies (InputSlot). A node's params copy the inputs of
+    // `params_mask` (bit e: entry e); `state` is the mask it runs this time,
+    // 0 when it is disabled, -1 when not known (set again at the next run).
+    struct CopyNode {
+      cudaGraphNode_t node = nullptr;
+      std::vector<size_t> inputs;        // entry e copies inputs[e]
+      std::vector<unsigned long long> bytes;  // entry e's bytes at this graph's layout
+      dim3 grid;
+      int64_t params_mask = 0, state = -1;
+    };
+    std::vector<CopyNode> copy_nodes;
     std::vector<int64_t> applied_layout, built_layout;
     std::array<float, kMaxScalars> applied_scalars{}, built_scalars{};
     size_t stats_index = 0;  // into stats.buckets
@@ -153,6 +163,8 @@ struct Session::Impl {
   Status write_valid_block();                // copies the current dims when they changed
   bool copies_in_graph(size_t input) const;  // no update-served dim in its shape
   size_t input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const;
+  // The kernel parameters of copy node `c` copying the entries of `mask`.
+  rt::InputCopies copy_entries(const GraphInstance::CopyNode& c, int64_t mask) const;
   Status wait_staging_free(InputSlot& slot);  // no queued copy still reads the slot's staging buffer
   Status flush_staged_inputs();              // copies the copy_pending inputs now (paths without the graph)
   void stream_idle();                        // after a stream synchronize: no copy is pending

@@ -9,9 +9,9 @@
 //    bucket that holds its value, each update-served dim at its value. The
 //    bucket key (the capacities of the bucket-served dims) picks the graph;
 //    a key's graph is built at its first use (or in Session::create): a
-//    copy kernel node per input reading its pinned staging buffer (the
-//    module's gdl_input_copy; a memcpy node made each launch slower on the
-//    host), an event record node
+//    copy kernel node per 16 inputs reading their pinned staging buffers
+//    (the module's gdl_input_copy; a memcpy node per input made each launch
+//    slower on the host), an event record node
 //    after them, a cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
 //    steps' deps (programmatic unless SessionOptions::overlap_launches is
@@ -24,9 +24,10 @@
 //    cudaGraphExecKernelNodeSetParams (new grid and args; no
 //    re-instantiation). Under buckets a dim changing inside its bucket
 //    changes no node: only the valid-dims block.
-// 5. The copy node of each input switched on when a host bind left it in
-//    its staging buffer since the last copy (session_impl.h InputSlot) and
-//    off otherwise (bind already copied it, or an earlier run did); the valid-dims block when it
+// 5. Each input copy node given the entries of the inputs a host bind left
+//    in their staging buffers since the last copy (session_impl.h
+//    InputSlot), and switched off when there are none (bind already copied
+//    them, or an earlier run did), each only when that set changed; the valid-dims block when it
 //    changed (session.cc); then cudaGraphLaunch on the session stream;
 //    return without waiting.
 // 6. Remember the dims and layout of this run (read), count the bucket's
@@ -68,6 +69,21 @@ struct NodeParams {
     cuda.extra = nullptr;
   }
   NodeParams(const NodeParams&) = delete;  // pointers point into this object
+};
+
+// An input copy node's kernel parameters (gdl_input_copies by value).
+struct CopyNodeParams {
+  rt::InputCopies entries;
+  void* pointers[1];
+  cudaKernelNodeParams cuda{};
+
+  CopyNodeParams(cudaKernel_t kernel, dim3 grid, const rt::InputCopies& e) : entries(e), pointers{&entries} {
+    cuda.func = reinterpret_cast<void*>(kernel);
+    cuda.gridDim = grid;
+    cuda.blockDim = dim3(rt::kInputCopyThreads, 1, 1);
+    cuda.kernelParams = pointers;
+  }
+  CopyNodeParams(const CopyNodeParams&) = delete;  // pointers point into this object
 };
 
 std::string step_name(const Program::Impl& p, size_t step) {
@@ -144,6 +160,17 @@ size_t Session::Impl::bucket_stats_for(const std::vector<int64_t>& key) {
   return stats.buckets.size() - 1;
 }
 
+rt::InputCopies Session::Impl::copy_entries(const GraphInstance::CopyNode& c, int64_t mask) const {
+  rt::InputCopies entries;
+  for (size_t e = 0; e < c.inputs.size(); ++e) {
+    const size_t i = c.inputs[e];
+    entries.src[e] = inputs[i].staging_on_device;
+    entries.dst[e] = arena + prog.buffer_of(prog.input_values[i]).offset;
+    entries.bytes[e] = (mask >> e) & 1 ? c.bytes[e] : 0;
+  }
+  return entries;
+}
+
 Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
   const plan::Plan& p = prog.plan();
   const rt::KernelArgs args = kernel_args(layout_dims);
@@ -151,23 +178,24 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   GDL_CUDA_TRY(cudaGraphCreate(&g.graph, 0), "creating the graph");
   // The input copies (InputSlot), then an event after them; every kernel
   // without a dep waits for the copies, so every kernel runs after them.
-  g.copy_nodes.assign(inputs.size(), nullptr);
-  g.copy_enabled.assign(inputs.size(), 1);  // a node starts enabled
-  std::vector<cudaGraphNode_t> copies;
+  g.copy_nodes.clear();
   for (size_t i = 0; i < inputs.size(); ++i) {
-    unsigned long long bytes = copies_in_graph(i) ? input_layout_bytes(i, layout_dims) : 0;
+    const unsigned long long bytes = copies_in_graph(i) ? input_layout_bytes(i, layout_dims) : 0;
     if (bytes == 0) continue;
-    const void* source = inputs[i].staging_on_device;
-    unsigned char* target = arena + prog.buffer_of(prog.input_values[i]).offset;
-    void* copy_args[3] = {&source, &target, &bytes};
-    cudaKernelNodeParams copy{};
-    copy.func = reinterpret_cast<void*>(library.input_copy());
-    copy.blockDim = dim3(rt::kInputCopyThreads, 1, 1);
-    copy.gridDim = dim3(rt::input_copy_blocks(bytes), 1, 1);
-    copy.kernelParams = copy_args;
-    GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.copy_nodes[i], g.graph, nullptr, 0, &copy),
-                 "adding the copy node of input '" + prog.inputs[i].name + "'");
-    copies.push_back(g.copy_nodes[i]);
+    if (g.copy_nodes.empty() || g.copy_nodes.back().inputs.size() == static_cast<size_t>(rt::kMaxInputCopies))
+      g.copy_nodes.emplace_back();
+    GraphInstance::CopyNode& c = g.copy_nodes.back();
+    c.inputs.push_back(i);
+    c.bytes.push_back(bytes);
+    c.grid = dim3(std::max(c.grid.x, rt::input_copy_blocks(bytes)), static_cast<unsigned>(c.inputs.size()), 1);
+  }
+  std::vector<cudaGraphNode_t> copies;
+  for (GraphInstance::CopyNode& c : g.copy_nodes) {  // built copying every entry, enabled
+    c.params_mask = c.state = (int64_t{1} << c.inputs.size()) - 1;
+    rt::InputCopies entries = copy_entries(c, c.params_mask);
+    CopyNodeParams node(library.input_copy(), c.grid, entries);
+    GDL_CUDA_TRY(cudaGraphAddKernelNode(&c.node, g.graph, nullptr, 0, &node.cuda), "adding an input copy node");
+    copies.push_back(c.node);
   }
   if (!copies.empty()) {
     cudaGraphNode_t recorded = nullptr;
@@ -385,16 +413,22 @@ Status Session::Impl::run() {
   GraphInstance& g = **found;
   Stopwatch submit;
   GDL_RETURN_IF_ERROR(sync_nodes(g, layout_dims));
-  bool copies = false;  // the copy nodes of the inputs bound since the last copy on, the others off
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!g.copy_nodes[i]) continue;
-    const int8_t wanted = inputs[i].copy_pending ? 1 : 0;
-    if (g.copy_enabled[i] != wanted) {
-      GDL_CUDA_TRY(cudaGraphNodeSetEnabled(g.exec, g.copy_nodes[i], wanted),
-                   "switching the copy node of input '" + prog.inputs[i].name + "'");
-      g.copy_enabled[i] = wanted;
-    }
+  bool copies = false;  // the inputs bound since the last copy are copied, the others not
+  for (GraphInstance::CopyNode& c : g.copy_nodes) {
+    int64_t wanted = 0;
+    for (size_t e = 0; e < c.inputs.size(); ++e)
+      if (inputs[c.inputs[e]].copy_pending) wanted |= int64_t{1} << e;
     copies |= wanted != 0;
+    if (wanted == c.state) continue;  // the usual case: the same inputs bound as last time
+    if (wanted != 0 && (wanted != c.params_mask || c.state < 0)) {
+      rt::InputCopies entries = copy_entries(c, wanted);
+      CopyNodeParams node(library.input_copy(), c.grid, entries);
+      GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, c.node, &node.cuda), "updating an input copy node");
+      c.params_mask = wanted;
+    }
+    if ((wanted != 0) != (c.state > 0) || c.state < 0)
+      GDL_CUDA_TRY(cudaGraphNodeSetEnabled(g.exec, c.node, wanted != 0 ? 1 : 0), "switching an input copy node");
+    c.state = wanted;
   }
   GDL_RETURN_IF_ERROR(write_valid_block());
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
@@ -543,7 +577,7 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   costs.exec_update_us = update_time.elapsed_us() / repeats;
   g.applied_layout = g.built_layout;
   g.applied_scalars = g.built_scalars;
-  std::fill(g.copy_enabled.begin(), g.copy_enabled.end(), int8_t{-1});  // set again at the next run
+  for (GraphInstance::CopyNode& c : g.copy_nodes) c.state = -1;  // set again at the next run
 
   // 3. A second exec of the same graph, destroyed at once (not timed).
   double instantiate_total = 0;

@@ -332,6 +332,45 @@ TEST_CASE("semantics: host and device binds alternate; every run sees the last b
   cudaFree(device);
 }
 
+TEST_CASE("semantics: 18 inputs, each bound from host or device memory at random, through two input copy nodes") {
+  // 18 inputs: the graph copies host binds in two copy nodes (16 entries
+  // and 2, session_run.cc); each run's host-bound set changes the nodes'
+  // entries, device binds leave their entries out.
+  std::string text = "program many_inputs;\n";
+  std::string sum;
+  for (int i = 0; i < 18; ++i) {
+    text += "input x" + std::to_string(i) + " : f32[96];\n";
+    sum += (i ? " + x" : "x") + std::to_string(i) + " * " + std::to_string(i + 1) + ".0";
+  }
+  text += "output y : f32[96];\ny = " + sum + ";\n";
+  INFO(text);
+  Program program = compile_text(text);
+  std::unique_ptr<Session> s = make_session(program);
+  std::mt19937_64 rng(seed_for("18 inputs"));
+  std::vector<void*> device(18, nullptr);
+  for (void*& d : device) REQUIRE(cudaMalloc(&d, 96 * sizeof(float)) == cudaSuccess);
+  for (int round = 0; round < 8; ++round) {
+    std::map<std::string, TensorData> tensors = random_bindings(program, {}, rng);
+    std::string how;
+    for (int i = 0; i < 18; ++i) {
+      const std::string name = "x" + std::to_string(i);
+      const TensorData& t = tensors.at(name);
+      // round 0 all from host, round 1 all from device, then at random
+      const bool from_device = round == 1 || (round > 1 && rng() % 2 == 0);
+      how += from_device ? 'd' : 'h';
+      if (from_device) {
+        REQUIRE(cudaMemcpy(device[i], t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+        GDL_REQUIRE_OK(s->bind(name, device[i], t.bytes.size(), t.dtype, t.shape, MemoryKind::kDevice));
+      } else {
+        GDL_REQUIRE_OK(s->bind(name, t.bytes.data(), t.bytes.size(), t.dtype, t.shape));
+      }
+    }
+    INFO("round " << round << ", binds " << how);
+    CHECK(expect_match(run_and_read(*s, false), reference(program, tensors), "graph run, binds " + how));
+  }
+  for (void* d : device) cudaFree(d);
+}
+
 TEST_CASE("semantics: sessions run concurrently without interfering; params are shared") {
   const Program& program = semantics_program();
   std::mt19937_64 rng(seed_for("concurrent"));
