@@ -652,12 +652,13 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     Summary sum = summarize(times);
     medians[key] = sum.median;
     json.add(key, sum.json());
-    json.add(key + "_bind", summarize(binds).json());
-    json.add(key + "_run", summarize(run_calls).json());
-    json.add(key + "_submit", summarize(submits).json());
+    const Summary bind = summarize(binds), run_call = summarize(run_calls), submit = summarize(submits);
+    json.add(key + "_bind", bind.json());
+    json.add(key + "_run", run_call.json());
+    json.add(key + "_submit", submit.json());
     std::printf("  host %s: bind %.2f us, run() %.2f us (of which submit %.2f us), median of %zu\n",
-                from_device ? "from device memory" : "from host memory", summarize(binds).median,
-                summarize(run_calls).median, summarize(submits).median, binds.size());
+                from_device ? "from device memory" : "from host memory", bind.median, run_call.median,
+                submit.median, bind.runs);
   }
 
   // 7. Back-to-back loop.
