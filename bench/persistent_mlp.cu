@@ -52,6 +52,28 @@ using gdl::chain::grid_barrier;
 __device__ __forceinline__ float fit(float x) { return __half2float(__float2half_rn(x)); }
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }
 
+// Shifted one-pass row statistics, as gdl's norm_row_stats: a pair of f16
+// values into the shifted sums, each warp's sums into part[warp] (then a
+// block barrier), and the (mean, 1 / sqrt(var + eps)) of the row whose sums
+// are part[first .. first + count).
+__device__ __forceinline__ void add_shifted(float2 f, float shift, float& sum, float& squares) {
+  const float a = f.x - shift, b = f.y - shift;
+  sum += a + b;
+  squares = fmaf(a, a, fmaf(b, b, squares));
+}
+__device__ __forceinline__ void publish_parts(float sum, float squares, float2* part, int warp, int lane) {
+  sum = warp_sum(sum);
+  squares = warp_sum(squares);
+  if (lane == 0) part[warp] = make_float2(sum, squares);
+  __syncthreads();
+}
+__device__ __forceinline__ float2 row_stats(const float2* part, int first, int count, float shift) {
+  float s = 0.0f, q = 0.0f;
+  for (int w = first; w < first + count; ++w) s += part[w].x, q += part[w].y;
+  const float mean_d = s / H;
+  return make_float2(shift + mean_d, 1.0f / sqrtf(fmaxf(q / H - mean_d * mean_d, 0.0f) + EPS));
+}
+
 
 // Normalizes rows [0, rows) of x (f16, from L2) into xn. A row is spread
 // over WARPS / rows_p2 warps; shifted one-pass statistics like gdl's
@@ -78,23 +100,12 @@ __device__ void layernorm_rows(const __half* x, int rows, __half* xn, int xs, fl
     if (active && i < vectors) {
       const __half2* h = reinterpret_cast<const __half2*>(&v[i]);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __half22float2(h[j]);
-        const float a = f.x - shift, b = f.y - shift;
-        sum += a + b;
-        squares = fmaf(a, a, fmaf(b, b, squares));
-      }
+      for (int j = 0; j < 4; ++j) add_shifted(__half22float2(h[j]), shift, sum, squares);
     }
-  sum = warp_sum(sum);
-  squares = warp_sum(squares);
-  if (lane == 0) part[warp] = make_float2(sum, squares);
-  __syncthreads();
+  publish_parts(sum, squares, part, warp, lane);
   if (!active) return;
-  float s = 0.0f, q = 0.0f;
-  for (int w = r * per_row; w < (r + 1) * per_row; ++w) s += part[w].x, q += part[w].y;
-  const float mean_d = s / H;
-  const float inv = 1.0f / sqrtf(fmaxf(q / H - mean_d * mean_d, 0.0f) + EPS);
-  const float mean = shift + mean_d;
+  const float2 st = row_stats(part, r * per_row, per_row, shift);
+  const float mean = st.x, inv = st.y;
 #pragma unroll
   for (int i = 0; i < kMaxVectors; ++i)
     if (i < vectors) {
@@ -309,24 +320,10 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
       if (r < rows) {
         const float shift = __half2float(xs[(size_t)r * H]);
         const __half2* row = reinterpret_cast<const __half2*>(xs + (size_t)r * H + piece * span);
-        for (int i = lane; i < span / 2; i += 32) {
-          const float2 f = __half22float2(row[i]);
-          const float a = f.x - shift, b = f.y - shift;
-          sum += a + b;
-          squares = fmaf(a, a, fmaf(b, b, squares));
-        }
+        for (int i = lane; i < span / 2; i += 32) add_shifted(__half22float2(row[i]), shift, sum, squares);
       }
-      sum = warp_sum(sum);
-      squares = warp_sum(squares);
-      if (lane == 0) part[warp] = make_float2(sum, squares);
-      __syncthreads();
-      if (t < rows) {
-        float s = 0.0f, q = 0.0f;
-        for (int w = t * per_row; w < (t + 1) * per_row; ++w) s += part[w].x, q += part[w].y;
-        const float mean_d = s / H;
-        stats[t] = make_float2(__half2float(xs[(size_t)t * H]) + mean_d,
-                               1.0f / sqrtf(fmaxf(q / H - mean_d * mean_d, 0.0f) + EPS));
-      }
+      publish_parts(sum, squares, part, warp, lane);
+      if (t < rows) stats[t] = row_stats(part, t * per_row, per_row, __half2float(xs[(size_t)t * H]));
       __syncthreads();
     }
     for (int i = t; i < rows * S::kr; i += S::threads) {

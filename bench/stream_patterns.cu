@@ -79,6 +79,18 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 
+// A warp's M x 8 accumulators (its lane's 8 columns from `col`) into its
+// M x SW sum in red, for store_warp_sums.
+template <int M, int SW>
+__device__ __forceinline__ void put_warp_sums(float* red, const float (&acc)[M][8], int warp, int col) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float4* r = reinterpret_cast<float4*>(red + (warp * M + m) * SW + col);
+    r[0] = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
+    r[1] = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
+  }
+}
+
 // The block's M x SW partial (red: NWARPS such sums in shared memory, one
 // per warp) added over the warps and stored at part (row stride N).
 template <int M, int SW>
@@ -164,14 +176,7 @@ gemv_pattern(const __half* __restrict__ W, const float* __restrict__ x, float* _
     }
     float* red = xs + M * Kr;  // M*Kr*4 bytes is a multiple of 16
     const int warp = tid / 32, lane = tid % 32;
-    if (lane < TPR) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float4* r = reinterpret_cast<float4*>(red + (warp * M + m) * SW + c * 8);
-        r[0] = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
-        r[1] = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
-      }
-    }
+    if (lane < TPR) put_warp_sums<M, SW>(red, acc, warp, c * 8);
     __syncthreads();
     store_warp_sums<M, SW>(red, part, tid);
   } else {  // one row group (P3): each thread's accumulators already are the partial
@@ -247,12 +252,7 @@ gemv_ring(const __half* __restrict__ W, const float* __restrict__ x, float* __re
   cp_async_wait<0>();
   __syncthreads();  // the ring becomes the cross-warp sums
   float* red = reinterpret_cast<float*>(smem4);
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    float4* r = reinterpret_cast<float4*>(red + (warp * M + m) * SW + lane * 8);
-    r[0] = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
-    r[1] = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
-  }
+  put_warp_sums<M, SW>(red, acc, warp, lane * 8);
   __syncthreads();
   store_warp_sums<M, SW>(red, scratch + (size_t)split * M * N + col0, tid);
   __syncthreads();
