@@ -40,6 +40,47 @@ namespace att {
 __host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 __host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
+
+// The block's result for (row, split): value(d) = sum_t p_t * v[t][d] over
+// its positions, m its maximum score and l = sum_t p_t. With one split the
+// block writes the row value(d) / l; otherwise it stores (m, l, value) as
+// its part and the last block of the row to arrive combines the parts:
+// M = max m_i, out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i - M) l_i.
+// An empty part (m = -inf, l = 0) weighs nothing. Called by every thread.
+template <typename I, typename TO, typename Value>
+GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I split, I rows, int S, I DV,
+                        SplitScratch sk) {
+  const int tid = threadIdx.x, BLOCK = blockDim.x;
+  float* part_ml = S > 1 ? sk.partials : nullptr;                 // [rows][splits][2]: m, l
+  float* part_acc = S > 1 ? sk.partials + rows * S * 2 : nullptr;  // [rows][splits][DV]
+  const I part = row * S + split;
+  for (I d = tid; d < DV; d += BLOCK) {
+    const float sum = value(d);
+    if (S == 1) o[d] = cvt<TO>(sum / l);
+    else __stcg(part_acc + part * DV + d, sum);
+  }
+  if (S == 1) return;
+  if (tid == 0) {
+    __stcg(part_ml + part * 2, m);
+    __stcg(part_ml + part * 2 + 1, l);
+  }
+  if (!split_arrive(sk.tickets + row, S)) return;
+  float peak_all = -inf_f32();
+  for (int i = 0; i < S; ++i) peak_all = fmaxf(peak_all, __ldcg(part_ml + (row * S + i) * 2));
+  float weight_sum = 0.0f;
+  for (int i = 0; i < S; ++i) {
+    const float mi = __ldcg(part_ml + (row * S + i) * 2);
+    if (mi != -inf_f32()) weight_sum += __ldcg(part_ml + (row * S + i) * 2 + 1) * exp2f(mi - peak_all);
+  }
+  for (I d = tid; d < DV; d += BLOCK) {
+    float sum = 0.0f;
+    for (int i = 0; i < S; ++i) {
+      const float mi = __ldcg(part_ml + (row * S + i) * 2);
+      if (mi != -inf_f32()) sum += __ldcg(part_acc + (row * S + i) * DV + d) * exp2f(mi - peak_all);
+    }
+    o[d] = cvt<TO>(sum / weight_sum);
+  }
+}
 }  // namespace att
 
 template <int D_MAX, int DV_MAX, int CHUNK, typename I, typename T, typename TO, typename Len>
@@ -186,40 +227,204 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
 #pragma unroll
       for (int j = 0; j < V; ++j) slice_s[slice * ROW_W + (cv + i * TPR_V) * V + j] = acc[i][j];
     __syncthreads();
-    float* part_ml = S > 1 ? sk.partials : nullptr;                 // [rows][splits][2]: m, l
-    float* part_acc = S > 1 ? sk.partials + rows * S * 2 : nullptr;  // [rows][splits][DV]
-    const I part = row * S + split;
-    for (I d = tid; d < DV; d += BLOCK) {
+    auto value = [&](I d) {
       float sum = 0.0f;
 #pragma unroll
       for (int sl = 0; sl < SLICES; ++sl) sum += slice_s[sl * ROW_W + (int)d];
-      if (S == 1) o[d] = cvt<TO>(sum / l);
-      else __stcg(part_acc + part * DV + d, sum);
-    }
-    if (S > 1) {
-      if (tid == 0) {
-        __stcg(part_ml + part * 2, m);
-        __stcg(part_ml + part * 2 + 1, l);
-      }
-      if (split_arrive(sk.tickets + row, S)) {
-        float peak_all = -inf_f32();
-        for (int i = 0; i < S; ++i) peak_all = fmaxf(peak_all, __ldcg(part_ml + (row * S + i) * 2));
-        float weight_sum = 0.0f;
-        for (int i = 0; i < S; ++i) {
-          const float mi = __ldcg(part_ml + (row * S + i) * 2);
-          if (mi != -inf_f32()) weight_sum += __ldcg(part_ml + (row * S + i) * 2 + 1) * exp2f(mi - peak_all);
-        }
-        for (I d = tid; d < DV; d += BLOCK) {
-          float sum = 0.0f;
-          for (int i = 0; i < S; ++i) {
-            const float mi = __ldcg(part_ml + (row * S + i) * 2);
-            if (mi != -inf_f32()) sum += __ldcg(part_acc + (row * S + i) * DV + d) * exp2f(mi - peak_all);
-          }
-          o[d] = cvt<TO>(sum / weight_sum);
-        }
-      }
-    }
+      return sum;
+    };
+    att::write_part(o, value, m, l, row, split, rows, S, DV, sk);
     __syncthreads();  // q_s and slice_s are rewritten by the next task
+  }
+}
+
+// ------------------------------------------------------------ streamed
+// attention_stream: the same result for static head dims D and DV whose
+// rows are whole 16-byte vectors (at most 32 of them), with k and v 16-byte
+// aligned. Made for decode, where the kernel only has to read the K and V
+// bytes at the copy rate: a block's positions are contiguous rows of k and
+// of v, so one thread moves a stage of positions of each with two bulk
+// copies into a ring of kStages stages in shared memory, and the ring stays
+// full while the block computes (bytes in flight without registers; the
+// split kernel above waits for its loads once per chunk and reached about
+// half the DRAM rate on the H200). Per stage:
+//  - a group of LPR lanes takes positions g, g + GROUPS, ...: its lanes
+//    hold one 16-byte vector of q (times scale * log2 e) in registers and
+//    read the position's row of k from shared memory; a shuffle reduction
+//    gives the score s_t in every lane of the group;
+//  - each group keeps its own running maximum m, sum l and accumulators
+//    (one 16-byte vector of the output per lane): no block barrier between
+//    the scores and the weighted sum of v;
+//  - a __syncthreads, then the issuing thread refills the stage.
+// At the end the groups' (m, l, acc) are combined through shared memory
+// (the ring, idle by then) and written by att::write_part, as above.
+template <int D, int DV, typename T, int POSITIONS, int STAGES> struct AttentionStream {
+  static constexpr int V = Vec16<T>::n;
+  static constexpr int QV = D / V, VV = DV / V;  // 16-byte vectors per row of k and of v
+  static constexpr int LPR = att::pow2_at_least(att::max_of(QV, VV));
+  static constexpr int GROUPS = kAttentionThreads / LPR;
+  static constexpr int kPositions = POSITIONS;  // per stage; chosen by gdlc (kernel_choice.cc)
+  static constexpr int k_bytes = kPositions * D * (int)sizeof(T);
+  static constexpr int stage_bytes = k_bytes + kPositions * DV * (int)sizeof(T);
+  static constexpr int kStages = STAGES;  // chosen by gdlc (kernel_choice.cc): how many blocks share a multiprocessor
+  static constexpr int bytes = kStages * stage_bytes;  // the dynamic shared memory of a block
+  static_assert(D % V == 0 && DV % V == 0 && QV <= 32 && VV <= 32, "rows of whole vectors, at most 32 of them");
+  static_assert(STAGES >= 2, "a stage computed while the next one lands");
+  static_assert(POSITIONS % GROUPS == 0, "every group takes as many positions of a stage");
+  static_assert(GROUPS * (2 + DV) * 4 <= bytes, "the groups' results fit in the ring");
+};
+
+// 16 bytes of shared memory as one load (a uint4 dereference may be split into four).
+GDL_DEV uint4 load_shared16(const void* p) {
+  uint4 r;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"((unsigned)__cvta_generic_to_shared(p))
+               : "memory");  // after the barrier wait that makes the bytes visible
+  return r;
+}
+
+template <int D, int DV, int POSITIONS, int STAGES, typename I, typename T, typename TO, typename Len>
+GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I positions,
+                              float scale, SplitScratch sk, unsigned char* ring) {
+  using A = AttentionStream<D, DV, T, POSITIONS, STAGES>;
+  constexpr int V = A::V, LPR = A::LPR, GROUPS = A::GROUPS, P = A::kPositions, NS = A::kStages;
+  constexpr int G = P / GROUPS;  // positions of one group per stage
+  constexpr float kLog2e = 1.4426950408889634f;
+  __shared__ unsigned long long full[NS];
+
+  if (blockDim.x != kAttentionThreads) __trap();  // a launch that breaks the LaunchRule
+  const int tid = threadIdx.x, sub = tid % LPR, group = tid / LPR;
+  if (tid == 0)
+    for (int s = 0; s < NS; ++s) bulk::barrier_init(&full[s]);
+  __syncthreads();
+  const int S = sk.splits;
+  const I tasks = rows * S;
+  unsigned used = 0;  // stages consumed by this block so far: stage j of a task is ring slot (used + j) % NS
+
+  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+    const I row = task / S, split = task % S;
+    const int len = len_source.get();
+    const I valid = len <= 0 ? (I)0 : ((I)len < positions ? (I)len : positions);
+    TO* o = out + row * DV;
+    if (valid <= 0) {
+      if (split == 0)
+        for (I d = tid; d < DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
+      continue;
+    }
+    // The split's stages: `chunk` stages of the row from stage `lo` (fewer
+    // or none at the end of the row).
+    const I row_stages = ceil_div(valid, (I)P);
+    const I chunk = ceil_div(row_stages, (I)S);
+    const I lo = split * chunk;
+    const I left = lo < row_stages ? row_stages - lo : (I)0;
+    const int stages = (int)(left < chunk ? left : chunk);
+    auto first_of = [&](int j) { return (lo + (I)j) * (I)P; };
+    auto count_of = [&](int j) { return (int)(valid - first_of(j) < (I)P ? valid - first_of(j) : (I)P); };
+    const T* kr = k + row * positions * D;
+    const T* vr = v + row * positions * DV;
+    auto issue = [&](int j) {  // stage j of the task into its slot
+      const unsigned slot = (used + j) % NS;
+      const int n = count_of(j);
+      unsigned char* dst = ring + slot * A::stage_bytes;
+      bulk::expect_bytes(&full[slot], (unsigned)(n * (D + DV) * (int)sizeof(T)));
+      bulk::copy(dst, kr + first_of(j) * D, (unsigned)(n * D * (int)sizeof(T)), &full[slot]);
+      bulk::copy(dst + A::k_bytes, vr + first_of(j) * DV, (unsigned)(n * DV * (int)sizeof(T)), &full[slot]);
+    };
+    if (tid == 0)
+      for (int j = 0; j < NS && j < stages; ++j) issue(j);
+
+    float qf[V];
+    {
+      const uint4 raw = sub < A::QV ? __ldg(reinterpret_cast<const uint4*>(q + row * D) + sub) : zero16();
+      widen<T>(raw, qf);
+#pragma unroll
+      for (int e = 0; e < V; ++e) qf[e] *= scale * kLog2e;  // scores in base 2: exp2f does the exponentials
+    }
+    float m = -inf_f32(), l = 0.0f, acc[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = 0.0f;
+
+    for (int j = 0; j < stages; ++j) {
+      const unsigned slot = (used + j) % NS;
+      bulk::wait(&full[slot], ((used + j) / NS) & 1u);
+      const int n = count_of(j);
+      const unsigned char* ks = ring + slot * A::stage_bytes;
+      const unsigned char* vs = ks + A::k_bytes;
+      float score[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int t = group + g * GROUPS;
+        float dot = 0.0f;
+        if (t < n && sub < A::QV) {
+          float f[V], half_dot[2] = {0.0f, 0.0f};  // two chains of FMAs in flight
+          widen<T>(load_shared16(ks + (t * D + sub * V) * (int)sizeof(T)), f);
+#pragma unroll
+          for (int e = 0; e < V; ++e) half_dot[e & 1] = fmaf(qf[e], f[e], half_dot[e & 1]);
+          dot = half_dot[0] + half_dot[1];
+        }
+#pragma unroll
+        for (int offset = LPR / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        score[g] = t < n ? dot : -inf_f32();
+      }
+      float peak = score[0];
+#pragma unroll
+      for (int g = 1; g < G; ++g) peak = fmaxf(peak, score[g]);
+      if (peak != -inf_f32()) {  // the same in every lane of the group
+        const float m_new = fmaxf(m, peak);
+        const float rescale = exp2f(m - m_new);  // 0 while m is -inf, when acc and l are still 0
+        l *= rescale;
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] *= rescale;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const int t = group + g * GROUPS;
+          if (t < n) {
+            const float p = exp2f(score[g] - m_new);
+            l += p;
+            if (sub < A::VV) {
+              float f[V];
+              widen<T>(load_shared16(vs + (t * DV + sub * V) * (int)sizeof(T)), f);
+#pragma unroll
+              for (int e = 0; e < V; ++e) acc[e] = fmaf(p, f[e], acc[e]);
+            }
+          }
+        }
+        m = m_new;
+      }
+      __syncthreads();  // every group is done with the slot
+      if (tid == 0 && j + NS < stages) issue(j + NS);
+    }
+    used += (unsigned)stages;
+
+    // The groups' results, in the idle ring: ml [GROUPS][2] (m, l), accs [GROUPS][DV].
+    float* ml = reinterpret_cast<float*>(ring);
+    float* accs = ml + 2 * GROUPS;
+    if (sub == 0) {
+      ml[2 * group] = m;
+      ml[2 * group + 1] = l;
+    }
+    if (sub < A::VV)
+#pragma unroll
+      for (int e = 0; e < V; ++e) accs[group * DV + sub * V + e] = acc[e];
+    __syncthreads();
+    float block_m = -inf_f32();
+#pragma unroll
+    for (int i = 0; i < GROUPS; ++i) block_m = fmaxf(block_m, ml[2 * i]);
+    float block_l = 0.0f, weight[GROUPS];
+#pragma unroll
+    for (int i = 0; i < GROUPS; ++i) {
+      weight[i] = ml[2 * i] == -inf_f32() ? 0.0f : exp2f(ml[2 * i] - block_m);
+      block_l += weight[i] * ml[2 * i + 1];
+    }
+    auto value = [&](I d) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < GROUPS; ++i) sum += weight[i] * accs[i * DV + (int)d];
+      return sum;
+    };
+    att::write_part(o, value, block_m, block_l, row, split, rows, S, (I)DV, sk);
+    __syncthreads();  // the ring is refilled by the next task
   }
 }
 

@@ -18,6 +18,11 @@
 //    cluster barrier, and loads from another block's shared memory of the
 //    cluster (distributed shared memory), for a split whose parts stay in
 //    shared memory (gdl_matmul.cuh, cluster split).
+// 4. Bulk copies (sm_90): one thread moves a whole contiguous range of
+//    global memory into shared memory (cp.async.bulk, the copy engine of
+//    the multiprocessor, no registers), and an mbarrier counts the bytes
+//    that have landed. A stage of a ring is one barrier: the issuing thread
+//    arms it with the bytes to expect, every reader waits on its phase.
 #pragma once
 
 #include "gdl_types.cuh"
@@ -56,6 +61,16 @@ template <typename T> GDL_DEV float vec_elem(const uint4& r, int j) {
 template <typename T> GDL_DEV void widen(const uint4& r, float (&f)[Vec16<T>::n]) {
 #pragma unroll
   for (int j = 0; j < Vec16<T>::n; ++j) f[j] = vec_elem<T>(r, j);
+}
+// f16 pairs at once: one conversion per element, straight from either half of a word.
+template <> GDL_DEV void widen<__half>(const uint4& r, float (&f)[8]) {
+  const unsigned words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+    f[2 * i] = pair.x;
+    f[2 * i + 1] = pair.y;
+  }
 }
 
 GDL_DEV uint4 zero16() { return make_uint4(0u, 0u, 0u, 0u); }
@@ -139,5 +154,42 @@ GDL_DEV float4 cluster_load4(unsigned address) {
                : "r"(address) : "memory");
   return v;
 }
+
+// ------------------------------------------------------------ bulk copies
+namespace bulk {
+GDL_DEV unsigned shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// One thread, before any copy uses the barrier; a __syncthreads must follow.
+GDL_DEV void barrier_init(unsigned long long* barrier) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(barrier)) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the copy engine
+}
+
+// Arms the barrier's current phase: it completes once `bytes` have landed.
+GDL_DEV void expect_bytes(unsigned long long* barrier, unsigned bytes) {
+  asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n\t}" ::"r"(
+                   shared_address(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+
+// global [src, src + bytes) -> shared [dst, ...); both 16-byte aligned, bytes a multiple of 16.
+GDL_DEV void copy(void* dst, const void* src, unsigned bytes, unsigned long long* barrier) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   shared_address(dst)),
+               "l"(src), "r"(bytes), "r"(shared_address(barrier))
+               : "memory");
+}
+
+// Until the barrier's phase `parity` (0 or 1) has completed.
+GDL_DEV void wait(unsigned long long* barrier, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done)
+                 : "r"(shared_address(barrier)), "r"(parity)
+                 : "memory");
+}
+}  // namespace bulk
 
 }  // namespace gdl

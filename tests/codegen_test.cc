@@ -427,9 +427,13 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     const size_t kernel_start = src.rfind("extern \"C\"", prefetch);
     REQUIRE(kernel_start != std::string::npos);
     CHECK(src.find("gdl::wait_for_producers();", kernel_start) > prefetch);
-    CHECK(src.find("gdl::attention_split<128, 128, ") != std::string::npos);
-    CHECK(src.find("gdl::attention_split<40, 24, ") != std::string::npos);
-    CHECK(src.find("// attention kernel: split, 12 block(s) per row") != std::string::npos);
+    // Rows of 8 to 32 whole 16-byte vectors stream: 128 wide in every dtype,
+    // 40 and 24 wide in f32 (10 and 6 vectors) but not in f16 or bf16 (5 and 3).
+    CHECK(src.find("gdl::attention_stream<128, 128, ") != std::string::npos);  // then the stages
+    CHECK(src.find("// attention kernel: streamed, 8 block(s) per row") != std::string::npos);
+    CHECK(src.find(f32 ? "gdl::attention_stream<40, 24, " : "gdl::attention_split<40, 24, ") != std::string::npos);
+    CHECK(src.find(f32 ? "// attention kernel: streamed, 2 block(s) per row" : "// attention kernel: split, 2 block(s) per row") !=
+          std::string::npos);
 
     // rows: at most 8 rows, 4096 / 64 (f16) or 4096 / 32 (f32) strips, K split
     // so that the grid has about 264 blocks.
@@ -518,16 +522,24 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(ragged.tile_splits == 1);
     CHECK(p.steps[step_writing(p, k.value["ragged"])].scratch_bytes == 0);
 
-    // attention: 32 rows, 12 splits of 4096 positions; 6 rows of 100: 2.
+    // attention: 32 rows of 4096 positions, 12 splits for the split kernel,
+    // 8 for the streamed one (two blocks of a 96 KiB ring per multiprocessor:
+    // 32 x 8 = 256 of 264 resident), scratch for the larger; 6 rows of 100: 2.
     const AttentionChoice decode = choose_attention(p.graph, p.graph.node(k.value["decode"]));
     CHECK(decode.splits == 12);
+    CHECK(decode.stream_splits == 8);
+    CHECK(decode.stream_stages == (f32 ? 3 : 6));  // stages of 32 positions: 32 or 16 KiB
+    CHECK(decode.stream_shared_bytes == 96 * 1024);
     CHECK(decode.scratch.tickets == 32);
     CHECK(decode.scratch.partial_floats == 32 * 12 * 130);
     s = step_writing(p, k.value["decode"]);
-    CHECK(code.kernels[s].launch.grid_y == 32 * 12);
+    CHECK(code.kernels[s].launch.grid_y == 32 * 8);
+    CHECK(code.kernels[s].launch.shared_bytes == 96 * 1024);
     CHECK(p.steps[s].tickets_bytes == decode.scratch.ticket_bytes());
     CHECK(p.steps[s].scratch_bytes == decode.scratch.partial_bytes());
-    CHECK(choose_attention(p.graph, p.graph.node(k.value["odd"])).splits == 2);
+    const AttentionChoice odd = choose_attention(p.graph, p.graph.node(k.value["odd"]));
+    CHECK(odd.splits == 2);
+    CHECK(odd.stream_splits == (f32 ? 2 : 0));  // f32: 10 and 6 vectors
 
     // The scratch area: the tickets of each step in step order, then the
     // partial tiles. Every output here is independent: nothing is shared.

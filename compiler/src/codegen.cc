@@ -998,6 +998,26 @@ class StepEmitter {
         const AttentionChoice choice = choose_attention(g_, n);
         local("rows", product(qs, 0, qs.size() - 1));
         local("positions", dim(ks[ks.size() - 2]));
+        const bool aligned = plan::buffer_alignment(plan_.buffers.at(static_cast<size_t>(n.args[1]))) >= 16 &&
+                             plan::buffer_alignment(plan_.buffers.at(static_cast<size_t>(n.args[2]))) >= 16;
+        if (choice.stream_splits > 0 && aligned) {
+          const std::string d = std::to_string(d_max), dv = std::to_string(dv_max);
+          const std::string stages = std::to_string(choice.stream_stages);
+          const std::string bytes = std::to_string(choice.stream_shared_bytes);
+          body += "  // attention kernel: streamed, " + std::to_string(choice.stream_splits) +
+                  " block(s) per row over the positions, a ring of " + bytes + " bytes\n";
+          body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
+          const std::string positions = std::to_string(choice.stream_positions);
+          body += "  static_assert(gdl::AttentionStream<" + d + ", " + dv + ", " + storage_type(n.type.dtype) + ", " +
+                  positions + ", " + stages + ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
+          body += "  gdl::attention_stream<" + d + ", " + dv + ", " + positions + ", " + stages + ", " + idx_ + ">(" + args[0] + ", " + args[1] + ", " +
+                  args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, " + float_literal(n.attrs.value) +
+                  ", " + split_scratch(choice.stream_splits, false, choice.scratch, body) + ", attention_ring);\n";
+          rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}},
+                             kAttentionBlock);
+          rule.shared_bytes = choice.stream_shared_bytes;
+          return body;
+        }
         local("D", dim(qs.back()));
         local("DV", dim(vs.back()));
         body += "  // attention kernel: split, " + std::to_string(choice.splits) + " block(s) per row over the positions\n";

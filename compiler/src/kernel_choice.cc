@@ -22,15 +22,20 @@
 // 4. Scratch: one ticket per tile and splits partial tiles, for whichever
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
-// choose_attention: positions split into about
+// choose_attention: for the split kernel, positions split into about
 // kTargetMultiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
 // parts, at most kAttentionMaxSplits, each at least 64 positions long at the
-// largest T; scratch is one ticket per row and, per row and split, (max,
-// sum) and DV partial sums, for the largest binding.
+// largest T. The streamed kernel is possible for static head dims whose
+// rows are 8 to 32 whole 16-byte vectors; its ring (the layout of
+// gdl::AttentionStream) sets how many blocks share a multiprocessor, and its
+// splits aim at filling them, each at least two stages long. Scratch is one
+// ticket per row and, per row and split, (max, sum) and DV partial sums,
+// for the largest binding and the kernel with more splits.
 #include "kernel_choice.h"
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "diagnostics.h"
 
@@ -91,6 +96,43 @@ int64_t split_cap() {
     return v >= 1 ? static_cast<int64_t>(v) : std::max<int64_t>(kMaxSplits, kAttentionMaxSplits);
   }();
   return cap;
+}
+
+// GDL_ATTENTION_STREAM=0 leaves every attention to the split kernel,
+// GDL_ATTENTION_RING_KIB=N sets the streamed kernel's ring to about N KiB
+// and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage (32);
+// GDL_ATTENTION_SPLITS=N asks for N splits of a row (within the same caps).
+// Experiment knobs like the one above, for A/B runs of the kernels.
+bool attention_stream_allowed() {
+  static const bool allowed = [] {
+    const char* text = std::getenv("GDL_ATTENTION_STREAM");
+    return !(text && std::string(text) == "0");
+  }();
+  return allowed;
+}
+int64_t attention_stage_positions() {
+  static const int64_t n = [] {
+    const char* text = std::getenv("GDL_ATTENTION_STAGE_POSITIONS");
+    long long v = text ? std::atoll(text) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t{32};
+  }();
+  return n;
+}
+int64_t attention_splits_wanted() {
+  static const int64_t n = [] {
+    const char* text = std::getenv("GDL_ATTENTION_SPLITS");
+    long long v = text ? std::atoll(text) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t{0};
+  }();
+  return n;
+}
+int64_t attention_ring_bytes() {
+  static const int64_t bytes = [] {
+    const char* text = std::getenv("GDL_ATTENTION_RING_KIB");
+    long long v = text ? std::atoll(text) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) * 1024 : kAttentionStreamRingBytes;
+  }();
+  return bytes;
 }
 
 // Whether the `splits` K splits of each of `units` output tiles (or rows
@@ -203,15 +245,41 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   const int64_t rows_max = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, true));
   const int64_t t_max = std::max<int64_t>(1, extent_at(ks[ks.size() - 2], g, true));
   const int64_t dv_max = std::max<int64_t>(1, extent_at(vs.back(), g, true));
+  // Splits of `positions_per_block`-long minimum parts aiming at `blocks` blocks, within the scratch cap.
+  auto splits_for = [&](int64_t blocks, int64_t min_positions) {
+    const int64_t most = std::min({int64_t{kAttentionMaxSplits}, ceil_div(t_max, min_positions), split_cap()});
+    int64_t s = std::clamp<int64_t>(blocks / rows_min, 1, std::max<int64_t>(1, most));
+    while (s > 1 && static_cast<uint64_t>(rows_max * s * (2 + dv_max)) * 4 > kMaxScratchBytes) --s;
+    return static_cast<int>(s);
+  };
   AttentionChoice c;
-  const int64_t wanted = kTargetMultiprocessors * kAttentionBlocksPerSM / rows_min;
-  const int64_t most =
-      std::min({int64_t{kAttentionMaxSplits}, ceil_div(t_max, kMinPositionsPerSplit), split_cap()});
-  c.splits = static_cast<int>(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, most)));
-  while (c.splits > 1 && static_cast<uint64_t>(rows_max * c.splits * (2 + dv_max)) * 4 > kMaxScratchBytes) --c.splits;
-  if (c.splits > 1) {
+  c.splits = splits_for(kTargetMultiprocessors * kAttentionBlocksPerSM, kMinPositionsPerSplit);
+
+  const Dim& d = qs.back();
+  const Dim& dv = vs.back();
+  const int64_t esize = static_cast<int64_t>(dtype_size(n.type.dtype));
+  const bool float_type = n.type.dtype == DType::kF16 || n.type.dtype == DType::kBF16 || n.type.dtype == DType::kF32;
+  if (attention_stream_allowed() && float_type && !d.is_runtime() && !dv.is_runtime() && (d.extent * esize) % 16 == 0 && (dv.extent * esize) % 16 == 0) {
+    // The layout of gdl::AttentionStream (gdl_attention.cuh).
+    const int64_t qv = d.extent * esize / 16, vv = dv.extent * esize / 16;
+    if (std::max(qv, vv) >= 8 && std::max(qv, vv) <= 32) {
+      const int64_t lanes = pow2_at_least(std::max(qv, vv));
+      const int64_t groups = 256 / lanes;  // == gdl::AttentionStream::GROUPS
+      const int64_t positions = (std::max(attention_stage_positions(), groups) + groups - 1) / groups * groups;
+      const int64_t stage = positions * (d.extent + dv.extent) * esize;
+      c.stream_stages = static_cast<int>(std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12));
+      while (c.stream_stages > 2 && c.stream_stages * stage > kSharedBytesPerSM - 8 * 1024) --c.stream_stages;
+      c.stream_positions = static_cast<int>(positions);
+      c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
+      const int64_t per_sm = std::max<int64_t>(1, kSharedBytesPerSM / (c.stream_shared_bytes + 1024));
+      const int64_t wanted = attention_splits_wanted();
+      c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : kTargetMultiprocessors * per_sm, 2 * positions);
+    }
+  }
+  const int most = std::max(c.splits, c.stream_splits);
+  if (most > 1) {
     c.scratch.tickets = rows_max;
-    c.scratch.partial_floats = rows_max * c.splits * (2 + dv_max);
+    c.scratch.partial_floats = rows_max * most * (2 + dv_max);
   }
   return c;
 }

@@ -71,9 +71,21 @@ struct MatmulChoice {
 };
 MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul);
 
+// The ring of gdl::attention_stream: about this many bytes of stages per
+// block (2 to 8 stages), so that several blocks share a multiprocessor.
+inline constexpr int64_t kAttentionStreamRingBytes = 96 * 1024;
+inline constexpr int64_t kSharedBytesPerSM = 227 * 1024;  // sm_90: usable by the blocks of one multiprocessor
+
 struct AttentionChoice {
-  int splits = 1;  // blocks per row of q, each taking a range of positions
-  SplitScratchSize scratch;
+  int splits = 1;  // gdl::attention_split: blocks per row of q, each taking a range of positions
+  // gdl::attention_stream, possible when the head dims are static and each
+  // row of k and v is 8 to 32 whole 16-byte vectors; codegen takes it when k
+  // and v are also 16-byte aligned. 0 when not possible.
+  int stream_splits = 0;
+  int stream_stages = 0;             // stages of its ring
+  int stream_positions = 0;          // positions of k and v per stage
+  uint32_t stream_shared_bytes = 0;  // the ring: == gdl::AttentionStream<D, DV, T, positions, stages>::bytes
+  SplitScratchSize scratch;  // enough for either kernel
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
 
