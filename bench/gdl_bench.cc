@@ -4,6 +4,7 @@
 // with bench/torch_bench.py and what each figure means.
 //
 //   gdl_bench --data DIR --out gdl.json [--repo ROOT] [--only w2,w3] [--runs 200] [--warmup 20] [--no-chains]
+//             [--flush write|read]
 //   gdl_bench --data DIR --out gdl.json --cpu-check   # no GPU: compile, CPU reference, compare
 //
 // 1. Read DIR/manifest.json (the small JSON reader below); keep the variants
@@ -20,12 +21,12 @@
 //    --cpu-check does this step with Program::run_reference instead.
 // 5. Device time of run() and of run_eager(), per run, from the session's own
 //    events (SessionOptions.record_device_time, stats().last_device_us).
-//    Before each run a 256 MiB memset on the legacy stream, which the
-//    session's stream waits for (gdl.h: its copies order with the legacy
-//    stream): it evicts the L2, so rotating inputs and cold weights are what
-//    is timed, and it keeps the GPU busy while the host submits, so the start
-//    event fires when the run can start rather than before its submission
-//    reached the GPU. Then the inputs are bound from device memory.
+//    Before each run the L2 is flushed (L2Flush below) by 256 MiB of memory
+//    traffic that the session's stream waits for (gdl.h: its copies order
+//    with the legacy stream): rotating inputs and cold weights are what is
+//    timed, and the GPU is busy while the host submits, so the start event
+//    fires when the run can start rather than before its submission reached
+//    the GPU. Then the inputs are bound from device memory.
 //    Median, p10 and p90 over --runs runs after --warmup, rotating over the
 //    timed sets. A batch of runs timed on the host would instead report
 //    max(host submit, device time) whenever a run is shorter than its
@@ -479,6 +480,51 @@ struct Options {
   bool chains = true;  // --no-chains: SessionOptions::chain_kernels off in every session (an A/B of the chain kernels)
   std::string compile_cache = "-";  // no cache: compile_ms is a real compile
   size_t flush_bytes = size_t(256) << 20;
+  std::string flush = "read";  // --flush: L2Flush's mode (bench/README.md, "L2 flush")
+};
+
+// Empties the L2 before a timed run, in one of two ways (--flush):
+//  - "write": a memset of flush_bytes on the legacy stream. The L2 is then
+//    full of dirty lines, which the timed run writes back to DRAM while it
+//    reads its own bytes.
+//  - "read": bench/l2_flush.gdl, which reads 256 MiB and writes 256 KiB, in
+//    a session of its own, then a 4-byte memset on the legacy stream that
+//    orders it before the timed session's stream. The L2 then holds clean
+//    lines, as after the weight-reading kernels of a model's other layers.
+class L2Flush {
+ public:
+  Status init(const Options& opt) {
+    mode_ = opt.flush;
+    if (mode_ == "write") {
+      BENCH_TRY(cuda_check(cudaMalloc(&buffer_.ptr, opt.flush_bytes), "allocating the L2 flush buffer"));
+      buffer_.bytes = opt.flush_bytes;
+      return Status::Ok();
+    }
+    BENCH_TRY(cuda_check(cudaMalloc(&buffer_.ptr, 16), "allocating the flush's ordering word"));
+    buffer_.bytes = 16;
+    gdl::CompileSettings settings;
+    settings.cache_dir = opt.compile_cache;
+    gdl::Expected<gdl::Program> p = gdl::Program::compile((opt.repo / "bench/l2_flush.gdl").string(), settings);
+    if (!p.ok()) return p.status();
+    program_ = std::move(p).value();
+    gdl::Expected<std::unique_ptr<gdl::Session>> s = gdl::Session::create(*program_, gdl::SessionOptions{.device = 0});
+    if (!s.ok()) return s.status();
+    session_ = std::move(s).value();
+    std::vector<float> x(size_t(65536) * 1024);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 1000);
+    return session_->set_param("x", x.data(), x.size() * sizeof(float));
+  }
+  Status run(int i) {
+    if (mode_ == "write") return cuda_check(cudaMemsetAsync(buffer_.ptr, i & 0xFF, buffer_.bytes, cudaStreamLegacy), "flush memset");
+    BENCH_TRY(session_->run());
+    return cuda_check(cudaMemsetAsync(buffer_.ptr, i & 0xFF, 4, cudaStreamLegacy), "flush ordering memset");
+  }
+
+ private:
+  std::string mode_;
+  DeviceBuffer buffer_;
+  std::optional<gdl::Program> program_;
+  std::unique_ptr<gdl::Session> session_;
 };
 
 struct CompiledProgram {
@@ -516,7 +562,7 @@ Status read_output(gdl::Session& s, const TensorFile& out, std::vector<double>& 
 
 // Steps 3-7 for one variant on the GPU; fills `json` with what it measured.
 Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program& program,
-                       const std::vector<std::vector<uint8_t>>& params, const DeviceBuffer& flush, JsonObject& json) {
+                       const std::vector<std::vector<uint8_t>>& params, L2Flush& flush, JsonObject& json) {
   gdl::Expected<std::unique_ptr<gdl::Session>> created =
       gdl::Session::create(program, gdl::SessionOptions{.device = 0, .record_device_time = true, .chain_kernels = opt.chains});
   if (!created.ok()) return created.status();
@@ -616,7 +662,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     std::vector<double> times;
     for (int i = 0; i < opt.warmup + runs; ++i) {
       size_t k = pick(i);
-      BENCH_TRY(cuda_check(cudaMemsetAsync(flush.ptr, i & 0xFF, flush.bytes, cudaStreamLegacy), "flush memset"));
+      BENCH_TRY(flush.run(i));
       BENCH_TRY(bind_set(timed_session, v.sets[k], sets[k], true));
       BENCH_TRY(eager ? timed_session.run_eager() : timed_session.run());
       double us = timed_session.stats().last_device_us;
@@ -748,6 +794,7 @@ int usage(const char* why) {
   std::fprintf(stderr,
                "gdl_bench: %s\n"
                "usage: gdl_bench --data DIR --out FILE [--repo ROOT] [--only a,b] [--runs N] [--warmup N] [--no-chains]\n"
+               "                 [--flush write|read]\n"
                "                 [--loop-runs N] [--max-mode-s S] [--time-budget-s S] [--compile-cache DIR|-]\n"
                "                 [--cpu-check]\n",
                why);
@@ -761,7 +808,7 @@ int run(const Options& opt) {
     return 2;
   }
   std::string device = "cpu reference";
-  DeviceBuffer flush;
+  L2Flush flush;
   if (!opt.cpu_check) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -772,17 +819,16 @@ int run(const Options& opt) {
     }
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) device = prop.name;
-    if (Status s = cuda_check(cudaMalloc(&flush.ptr, opt.flush_bytes), "allocating the L2 flush buffer"); !s.ok()) {
-      std::fprintf(stderr, "gdl_bench: %s\n", s.message().c_str());
+    if (Status s = flush.init(opt); !s.ok()) {
+      std::fprintf(stderr, "gdl_bench: the L2 flush: %s\n", s.message().c_str());
       return 3;
     }
-    flush.bytes = opt.flush_bytes;
   }
 
   JsonObject settings;
   settings.num("runs", opt.runs).num("warmup", opt.warmup).num("loop_runs", opt.loop_runs);
   settings.num("max_mode_s", opt.max_mode_s).num("time_budget_s", opt.time_budget_s);
-  settings.num("flush_bytes", double(opt.flush_bytes)).str("compile_cache", opt.compile_cache);
+  settings.num("flush_bytes", double(opt.flush_bytes)).str("flush", opt.flush).str("compile_cache", opt.compile_cache);
   std::string variants_json;
   // Rewritten after every variant, so that a run stopped by a time limit
   // still leaves what it measured.
@@ -912,6 +958,10 @@ int main(int argc, char** argv) {
       opt.cpu_check = true;
     } else if (a == "--no-chains") {
       opt.chains = false;
+    } else if (a == "--flush") {
+      const char* v = next();
+      if (!v || (std::strcmp(v, "write") != 0 && std::strcmp(v, "read") != 0)) return usage("--flush needs write or read");
+      opt.flush = v;
     } else {
       return usage(("unknown argument " + a).c_str());
     }

@@ -160,6 +160,10 @@ def markdown(torch_res, gdl_res, ceilings, assumed, main, host, once):
     runs = get(gdl_res, "settings", "runs") or get(torch_res, "settings", "runs")
     cache = get(gdl_res, "settings", "compile_cache")
     compile_note = "without NVRTC cache" if cache in (None, "-") else f"with the NVRTC cache {cache}"
+    flushes = {get(torch_res, "settings", "flush") or "write", get(gdl_res, "settings", "flush") or "write"}
+    flush = ("256 MiB read, the L2 left clean" if flushes == {"read"} else
+             "256 MiB memset, the L2 left dirty" if flushes == {"write"} else
+             "DIFFERENT flushes in the two tools: " + " / ".join(sorted(flushes)) + ", not comparable")
     lines = [
         "## Benchmarks",
         "",
@@ -168,7 +172,7 @@ def markdown(torch_res, gdl_res, ceilings, assumed, main, host, once):
         "",
         "Device time per run in microseconds, median of "
         f"{runs or '?'} runs after warm-up, rotating over several input sets, the L2 emptied "
-        "before each run (256 MiB memset). gdl: the session's own CUDA events around the graph "
+        "before each run (" + flush + ", bench/README.md). gdl: the session's own CUDA events around the graph "
         "launch (`record_device_time`); \"no overlap\": the same graph with ordinary edges "
         "instead of programmatic ones (`overlap_launches = false`); torch: CUDA events around `graph.replay()` (the "
         "`static_x.copy_(new_x)` before it is not timed, like gdl's bind) or around the eager call. "

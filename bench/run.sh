@@ -22,7 +22,8 @@
 # GDL_BENCH_RUNS (timed runs per mode, default 200), GDL_BENCH_ONLY (comma-
 # separated substrings of variant names), GDL_BENCH_COMPILE_CACHE (an NVRTC
 # cache folder for the compiles; default none, so compile ms is a real
-# compile), GDL_BENCH_DRY_RUN=1 (no GPU: the
+# compile), GDL_BENCH_FLUSH (write or read: how both tools empty the L2
+# before a timed run, bench/README.md; default read), GDL_BENCH_DRY_RUN=1 (no GPU: the
 # data, pure-Python references and fake torch times, gdl_bench --cpu-check).
 set -uo pipefail
 
@@ -33,8 +34,9 @@ mkdir -p "$OUT" "$DATA"
 OUT=$(cd "$OUT" && pwd)
 BIN=${GDL_BENCH_BIN:-build-release/bench/gdl_bench}
 RUNS=${GDL_BENCH_RUNS:-200}
-torch_args=(--runs "$RUNS" --time-budget-s 170)
-gdl_args=(--runs "$RUNS" --time-budget-s 200)
+FLUSH=${GDL_BENCH_FLUSH:-read}
+torch_args=(--runs "$RUNS" --time-budget-s 170 --flush "$FLUSH")
+gdl_args=(--runs "$RUNS" --time-budget-s 200 --flush "$FLUSH")
 if [ -n "${GDL_BENCH_ONLY:-}" ]; then
   torch_args+=(--only "$GDL_BENCH_ONLY")
   gdl_args+=(--only "$GDL_BENCH_ONLY")

@@ -17,8 +17,11 @@
 4. Timing, rotating over the timed sets, --runs runs after --warmup:
    eager, and a CUDA graph captured after warm-up on a side stream whose
    replay is preceded by `static_x.copy_(new_x)`. Device time per run with
-   CUDA events; before each run a 256 MiB zero_() empties the L2 and keeps
-   the GPU busy while the host submits, so the events time the run alone.
+   CUDA events; before each run 256 MiB of memory traffic empties the L2
+   and keeps the GPU busy while the host submits, so the events time the
+   run alone: a zero_() (--flush write, which leaves the L2 full of dirty
+   lines for the run to write back) or a row maximum of a [65536, 1024] f32
+   tensor (--flush read, clean lines; gdl_bench's L2Flush does the same).
    Host time per run (copy_ + replay, host clock, no sync inside) and
    back-to-back loop time (N runs between two syncs, divided by N).
 5. One JSON file (--out): ceilings and, per variant, median/p10/p90 of each
@@ -340,7 +343,7 @@ def dry_run(args, manifest, log):
     """References from the pure-Python model where cheap, and fake timings."""
     root = args.data
     out = {"tool": "torch", "dry_run": True, "device": "none (dry run)", "torch": None,
-           "settings": {"runs": args.runs, "warmup": args.warmup, "flush_bytes": FLUSH_BYTES},
+           "settings": {"runs": args.runs, "warmup": args.warmup, "flush_bytes": FLUSH_BYTES, "flush": args.flush},
            "ceilings": {"copy_bytes_per_s": 4.26e12,
                         "matmul_flops_per_s": {"f16": 7.8e14, "bf16": 7.8e14, "f32": 5.0e13}},
            "variants": {}}
@@ -411,7 +414,7 @@ def run_torch(args, manifest, log, save_partial):
     props = torch.cuda.get_device_properties(dev)
     out = {"tool": "torch", "dry_run": False, "torch": torch.__version__, "cuda": torch.version.cuda,
            "device": props.name, "sm_count": props.multi_processor_count,
-           "settings": {"runs": args.runs, "warmup": args.warmup, "flush_bytes": FLUSH_BYTES, "fp32": fp32_mode,
+           "settings": {"runs": args.runs, "warmup": args.warmup, "flush_bytes": FLUSH_BYTES, "flush": args.flush, "fp32": fp32_mode,
                         "loop_runs": args.loop_runs},
            "variants": {}}
 
@@ -433,7 +436,7 @@ def run_torch(args, manifest, log, save_partial):
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
         for i in range(runs):
-            flush.zero_()  # empties the L2 and keeps the GPU busy while the host submits
+            empty_l2()  # and keeps the GPU busy while the host submits
             before(i)
             starts[i].record()
             body(i)
@@ -442,7 +445,12 @@ def run_torch(args, manifest, log, save_partial):
         return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
 
     # Ceilings -------------------------------------------------------------
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+    if args.flush == "write":
+        flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
+        empty_l2 = flush.zero_
+    else:
+        flush = torch.rand(FLUSH_BYTES // 4 // 1024, 1024, device=dev)
+        empty_l2 = lambda: flush.amax(dim=1)
     src = torch.randn(1 << 28, device=dev)  # 1 GiB
     dst = torch.empty_like(src)
     for _ in range(3):
@@ -621,6 +629,8 @@ def main():
     parser.add_argument("--runs", type=int, default=200, help="timed runs per mode (at least 200 for the report)")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--loop-runs", type=int, default=200, help="runs per back-to-back loop (3 loops)")
+    parser.add_argument("--flush", choices=("write", "read"), default="read",
+                        help="how the L2 is emptied before each timed run (step 4)")
     parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
     parser.add_argument("--time-budget-s", type=float, default=0, help="> 0: variants not started by then are skipped")
     parser.add_argument("--gen-only", action="store_true", help="write the data and stop")

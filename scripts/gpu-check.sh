@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | persistent | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | persistent | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -28,6 +28,10 @@
 #               the norm prologue and softmax tests
 # 4b. sanitizer-chain: memcheck on the chain kernel's GPU tests, racecheck on
 #               the small chain of probe p11; not part of `all`
+# 4c. sanitizer-attention: memcheck and racecheck on the attention GPU
+#               tests (both kernels of gdl_attention.cuh: the streamed one's
+#               ring of bulk copies, the split one's shared scores) and
+#               racecheck on W3's probe p9; not part of `all`
 # Then a short summary: one line per step with its exit code and time, and
 # the lines that matter from each log.
 set -uo pipefail
@@ -164,6 +168,15 @@ if [[ $what == sanitizer-chain ]]; then
     step "racecheck_chain_p11_b$B" 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
       "$BUILD/gdlrun" bench/probes/p11_chain_h1024.gdl --gpu --check --dim "B=$B" --print 0
   done
+fi
+
+if [[ $what == sanitizer-attention ]]; then
+  step memcheck_attention_tests 360 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+    "$BUILD/tests/gdl_gpu_tests" "--test-case=kernels: attention*,ops: attention*,dynamic: a KV length*"
+  step racecheck_attention_tests 300 "$SANITIZER" --tool racecheck --error-exitcode 99 \
+    "$BUILD/tests/gdl_gpu_tests" "--test-case=kernels: attention with head dims*,ops: attention*"
+  step racecheck_attention_p9 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
+    "$BUILD/gdlrun" bench/probes/p9_attention.gdl --gpu --check --set len=4096 --print 0
 fi
 
 echo
