@@ -240,40 +240,20 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
 
 // ------------------------------------------------------------ streamed
 // attention_stream: the same result for static head dims D and DV whose
-// rows are whole 16-byte vectors (at most 32 of them), with k and v 16-byte
-// aligned. Made for decode, where the kernel only has to read the K and V
-// bytes at the copy rate: a block's positions are contiguous rows of k and
-// of v, so one thread moves a stage of positions of each with two bulk
-// copies into a ring of kStages stages in shared memory, and the ring stays
-// full while the block computes (bytes in flight without registers; the
-// split kernel above waits for its loads once per chunk and reached about
-// half the DRAM rate on the H200). Per stage:
-//  - a group of LPR lanes takes positions g, g + GROUPS, ...: its lanes
-//    hold one 16-byte vector of q (times scale * log2 e) in registers and
-//    read the position's row of k from shared memory; a shuffle reduction
-//    gives the score s_t in every lane of the group;
-//  - each group keeps its own running maximum m, sum l and accumulators
-//    (one 16-byte vector of the output per lane): no block barrier between
-//    the scores and the weighted sum of v;
-//  - a __syncthreads, then the issuing thread refills the stage.
-// At the end the groups' (m, l, acc) are combined through shared memory
-// (the ring, idle by then) and written by att::write_part, as above.
-template <int D, int DV, typename T, int POSITIONS, int STAGES> struct AttentionStream {
-  static constexpr int V = Vec16<T>::n;
-  static constexpr int QV = D / V, VV = DV / V;  // 16-byte vectors per row of k and of v
-  static constexpr int LPR = att::pow2_at_least(att::max_of(QV, VV));
-  static constexpr int GROUPS = kAttentionThreads / LPR;
-  static constexpr int kPositions = POSITIONS;  // per stage; chosen by gdlc (kernel_choice.cc)
-  static constexpr int k_bytes = kPositions * D * (int)sizeof(T);
-  static constexpr int stage_bytes = k_bytes + kPositions * DV * (int)sizeof(T);
-  static constexpr int kStages = STAGES;  // chosen by gdlc (kernel_choice.cc): how many blocks share a multiprocessor
-  static constexpr int bytes = kStages * stage_bytes;  // the dynamic shared memory of a block
-  static_assert(D % V == 0 && DV % V == 0 && QV <= 32 && VV <= 32, "rows of whole vectors, at most 32 of them");
-  static_assert(STAGES >= 2, "a stage computed while the next one lands");
-  static_assert(POSITIONS % GROUPS == 0, "every group takes as many positions of a stage");
-  static_assert(GROUPS * (2 + DV) * 4 <= bytes, "the groups' results fit in the ring");
-};
-
+// rows are whole 16-byte vectors (at most 32 of them), with q, k and v
+// 16-byte aligned. Made for decode, where the kernel only has to read the K
+// and V bytes at the copy rate: a block's positions are contiguous rows of
+// k and of v, so one thread moves a stage of positions of each with two
+// bulk copies into a ring of kStages stages in shared memory, and the ring
+// stays full while the block computes (bytes in flight without registers;
+// the split kernel above waits for its loads once per chunk and reached
+// about half the DRAM rate on the H200). A stage is computed by one of two
+// math paths (below), each in groups of lanes that keep their own running
+// maximum m, sum l and accumulators, so no block barrier separates the
+// scores from the weighted sum of v; then a __syncthreads, and the issuing
+// thread refills the stage. At the end the groups' (m, l, acc) are
+// combined through shared memory (the ring, idle by then) and written by
+// att::write_part, as above.
 // 16 bytes of shared memory as one load (a uint4 dereference may be split into four).
 GDL_DEV uint4 load_shared16(const void* p) {
   uint4 r;
@@ -284,23 +264,241 @@ GDL_DEV uint4 load_shared16(const void* p) {
   return r;
 }
 
+namespace att {
+
+template <bool C, typename A, typename B> struct Pick { using type = A; };
+template <typename A, typename B> struct Pick<false, A, B> { using type = B; };
+
+// f16 and bf16 heads of 64, 128, 192 or 256 take the tensor-core scores.
+template <typename T, int D, int DV> struct StreamUsesMma {
+  static constexpr bool value = sizeof(T) == 2 && D % 64 == 0 && DV % 64 == 0;
+};
+
+// One online-softmax update of a group with the scores (base 2) of its
+// positions in a stage; `v_row(i, f)` widens position i's part of v into f.
+// Positions with a score of -inf (past the valid ones) weigh nothing and
+// are not read.
+template <int N, int E, typename VRow>
+GDL_DEV void softmax_update(const float (&score)[N], float& m, float& l, float (&acc)[E], const VRow& v_row) {
+  float peak = score[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) peak = fmaxf(peak, score[i]);
+  if (peak == -inf_f32()) return;  // the same in every lane of the group
+  const float m_new = fmaxf(m, peak);
+  const float rescale = exp2f(m - m_new);  // 0 while m is -inf, when acc and l are still 0
+  l *= rescale;
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] *= rescale;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (score[i] == -inf_f32()) continue;
+    const float p = exp2f(score[i] - m_new);
+    l += p;
+    float f[E];
+    if (v_row(i, f))
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] = fmaf(p, f[e], acc[e]);
+  }
+  m = m_new;
+}
+
+// CUDA-core path: a group of LPR lanes takes positions g, g + GROUPS, ... of
+// a stage; its lanes hold one 16-byte vector of q (times scale * log2 e) in
+// registers and read the position's row of k from shared memory, a shuffle
+// reduction gives the score in every lane of the group, and each lane
+// accumulates one 16-byte vector of the output.
+template <int D, int DV, typename T, int P> struct StreamLanes {
+  static constexpr int V = Vec16<T>::n;
+  static constexpr int QV = D / V, VV = DV / V;  // 16-byte vectors per row of k and of v
+  static constexpr int LPR = pow2_at_least(max_of(QV, VV));
+  static constexpr int kGroups = kAttentionThreads / LPR;
+  static constexpr int G = P / kGroups;  // positions of one group per stage
+  static_assert(P % kGroups == 0, "every group takes as many positions of a stage");
+  static_assert(QV <= 32 && VV <= 32, "rows of at most 32 vectors");
+
+  int sub = (int)threadIdx.x % LPR, group = (int)threadIdx.x / LPR;
+  float qf[V];
+  float m, l, acc[V];
+
+  GDL_DEV void start(const T* q_row, float q_scale) {
+    const uint4 raw = sub < QV ? __ldg(reinterpret_cast<const uint4*>(q_row) + sub) : zero16();
+    widen<T>(raw, qf);
+#pragma unroll
+    for (int e = 0; e < V; ++e) qf[e] *= q_scale;
+    m = -inf_f32(), l = 0.0f;
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = 0.0f;
+  }
+
+  GDL_DEV void stage(const unsigned char* ks, const unsigned char* vs, int n) {
+    float score[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int t = group + g * kGroups;
+      float dot = 0.0f;
+      if (t < n && sub < QV) {
+        float f[V], half_dot[2] = {0.0f, 0.0f};  // two chains of FMAs in flight
+        widen<T>(load_shared16(ks + (t * D + sub * V) * (int)sizeof(T)), f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) half_dot[e & 1] = fmaf(qf[e], f[e], half_dot[e & 1]);
+        dot = half_dot[0] + half_dot[1];
+      }
+#pragma unroll
+      for (int offset = LPR / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      score[g] = t < n ? dot : -inf_f32();
+    }
+    softmax_update(score, m, l, acc, [&](int g, float (&f)[V]) {
+      if (sub >= VV) return false;
+      widen<T>(load_shared16(vs + ((group + g * kGroups) * DV + sub * V) * (int)sizeof(T)), f);
+      return true;
+    });
+  }
+
+  // (m, l) of each group and its accumulators, into ml [kGroups][2] and accs [kGroups][DV].
+  GDL_DEV void publish(float* ml, float* accs) const {
+    if (sub == 0) ml[2 * group] = m, ml[2 * group + 1] = l;
+    if (sub < VV)
+#pragma unroll
+      for (int e = 0; e < V; ++e) accs[group * DV + sub * V + e] = acc[e];
+  }
+};
+
+// Tensor-core path (f16, bf16): the scores of 16 positions are one
+// mma.m16n8k16 per 16 of D, k's rows as A and q in B's fragment. Rows of k
+// are D * 2 bytes apart, a multiple of 128, so the same words of eight rows
+// share a bank; instead lane (g = lane / 4, t = lane % 4) reads, for k step
+// j, the word pair m = (4 j + t + 4 g) mod (D / 4) of rows g and g + 8 (one
+// 8-byte load each, conflict-free), and holds the same pair of q as B's
+// column g. Row r of A and column n of B then sum the same products when
+// n = r mod 8, so the scores are C's diagonal C[r][r mod 8], one per
+// position, held by lane 4 (r mod 8) + (r mod 8) / 2. The stage's 16-row
+// tiles are shared by kWarps / tiles warps each (each computes its tile's
+// scores) that take the tile's positions in parts for v, a warp per group:
+// every lane holds DV / 32 output columns.
+template <int D, int DV, typename T, int P> struct StreamMma {
+  static constexpr int kWarps = kAttentionThreads / 32;
+  static constexpr int kGroups = kWarps;
+  static constexpr int kTiles = P / 16, kWarpsPerTile = kWarps / kTiles, PW = 16 / kWarpsPerTile;
+  static constexpr int KS = D / 16, DP = D / 4, VL = DV / 32;  // k steps, word pairs per row, v columns per lane
+  static_assert(P % 16 == 0 && kWarps % kTiles == 0, "16-row tiles, each shared by whole warps");
+  static_assert(D % 64 == 0 && DV % 64 == 0 && sizeof(T) == 2, "f16 or bf16, heads of 64, 128, 192 or 256");
+
+  int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+  int g = lane >> 2, t = lane & 3;
+  unsigned qb[KS][2];  // B's fragment of q for each k step
+  float q_scale_;
+  float m, l, acc[VL];
+
+  GDL_DEV int pair(int j) const { return (4 * j + t + 4 * g) % DP; }
+
+  GDL_DEV void start(const T* q_row, float q_scale) {
+    const uint2* pairs = reinterpret_cast<const uint2*>(q_row);
+#pragma unroll
+    for (int j = 0; j < KS; ++j) {
+      const uint2 w = __ldg(pairs + pair(j));
+      qb[j][0] = w.x, qb[j][1] = w.y;
+    }
+    q_scale_ = q_scale;
+    m = -inf_f32(), l = 0.0f;
+#pragma unroll
+    for (int e = 0; e < VL; ++e) acc[e] = 0.0f;
+  }
+
+  GDL_DEV void stage(const unsigned char* ks, const unsigned char* vs, int n) {
+    const int tile = (warp / kWarpsPerTile) * 16, first = tile + (warp % kWarpsPerTile) * PW;
+    float score[PW];
+#pragma unroll
+    for (int i = 0; i < PW; ++i) score[i] = -inf_f32();
+    if (tile < n) {
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const unsigned char* row_g = ks + (tile + g) * D * 2;
+#pragma unroll
+      for (int j = 0; j < KS; ++j) {
+        const uint2 lo = load_shared8(row_g + pair(j) * 8), hi = load_shared8(row_g + 8 * D * 2 + pair(j) * 8);
+        const unsigned a[4] = {lo.x, hi.x, lo.y, hi.y};
+        mma16816(c, a, qb[j][0], qb[j][1], T{});
+      }
+      const float diag_lo = g & 1 ? c[1] : c[0], diag_hi = g & 1 ? c[3] : c[2];  // rows g and g + 8, if t == g / 2
+#pragma unroll
+      for (int i = 0; i < PW; ++i) {
+        const int r = first - tile + i, owner = 4 * (r & 7) + ((r & 7) >> 1);
+        const float s = __shfl_sync(0xffffffffu, r < 8 ? diag_lo : diag_hi, owner);
+        if (first + i < n) score[i] = s * q_scale_;
+      }
+    }
+    softmax_update(score, m, l, acc, [&](int i, float (&f)[VL]) {
+      widen_n<T, VL>(vs + ((first + i) * DV + lane * VL) * 2, f);
+      return true;
+    });
+  }
+
+  GDL_DEV void publish(float* ml, float* accs) const {
+    if (lane == 0) ml[2 * warp] = m, ml[2 * warp + 1] = l;
+#pragma unroll
+    for (int e = 0; e < VL; ++e) accs[warp * DV + lane * VL + e] = acc[e];
+  }
+
+  // 8 bytes of shared memory as one load.
+  static GDL_DEV uint2 load_shared8(const void* p) {
+    uint2 r;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+    return r;
+  }
+  // N (2, 4 or 8) 16-bit elements of shared memory, widened.
+  template <typename U, int N> static GDL_DEV void widen_n(const unsigned char* p, float (&f)[N]) {
+    unsigned w[4];
+    if constexpr (N == 8) {
+      const uint4 r = load_shared16(p);
+      w[0] = r.x, w[1] = r.y, w[2] = r.z, w[3] = r.w;
+    } else if constexpr (N == 4) {
+      const uint2 r = load_shared8(p);
+      w[0] = r.x, w[1] = r.y;
+    } else {
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w[0]) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+    }
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      f[2 * i] = Vec16<U>::elem(w[i], 0);
+      f[2 * i + 1] = Vec16<U>::elem(w[i], 1);
+    }
+  }
+};
+
+}  // namespace att
+
+template <int D, int DV, typename T, int POSITIONS, int STAGES> struct AttentionStream {
+  static constexpr bool kMma = att::StreamUsesMma<T, D, DV>::value;  // gdlc asks the same (kernel_choice.cc)
+  using Math = typename att::Pick<kMma, att::StreamMma<D, DV, T, POSITIONS>, att::StreamLanes<D, DV, T, POSITIONS>>::type;
+  static constexpr int kPositions = POSITIONS;  // per stage; chosen by gdlc (kernel_choice.cc)
+  static constexpr int k_bytes = kPositions * D * (int)sizeof(T);
+  static constexpr int stage_bytes = k_bytes + kPositions * DV * (int)sizeof(T);
+  static constexpr int kStages = STAGES;  // chosen by gdlc (kernel_choice.cc): how many blocks share a multiprocessor
+  static constexpr int bytes = kStages * stage_bytes;  // the dynamic shared memory of a block
+  static_assert(D % Vec16<T>::n == 0 && DV % Vec16<T>::n == 0, "rows of whole 16-byte vectors");
+  static_assert(STAGES >= 2, "a stage computed while the next one lands");
+  static_assert(Math::kGroups * (2 + DV) * 4 <= bytes, "the groups' results fit in the ring");
+};
+
+// 16 bytes of shared memory as one load (a uint4 dereference may be split into four).
+
 template <int D, int DV, int POSITIONS, int STAGES, typename I, typename T, typename TO, typename Len>
 GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I positions,
                               float scale, SplitScratch sk, unsigned char* ring) {
   using A = AttentionStream<D, DV, T, POSITIONS, STAGES>;
-  constexpr int V = A::V, LPR = A::LPR, GROUPS = A::GROUPS, P = A::kPositions, NS = A::kStages;
-  constexpr int G = P / GROUPS;  // positions of one group per stage
+  using Math = typename A::Math;
+  constexpr int P = A::kPositions, NS = A::kStages, GROUPS = Math::kGroups;
   constexpr float kLog2e = 1.4426950408889634f;
   __shared__ unsigned long long full[NS];
 
   if (blockDim.x != kAttentionThreads) __trap();  // a launch that breaks the LaunchRule
-  const int tid = threadIdx.x, sub = tid % LPR, group = tid / LPR;
+  const int tid = threadIdx.x;
   if (tid == 0)
     for (int s = 0; s < NS; ++s) bulk::barrier_init(&full[s]);
   __syncthreads();
   const int S = sk.splits;
   const I tasks = rows * S;
   unsigned used = 0;  // stages consumed by this block so far: stage j of a task is ring slot (used + j) % NS
+  Math math;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const I row = task / S, split = task % S;
@@ -334,64 +532,12 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
     if (tid == 0)
       for (int j = 0; j < NS && j < stages; ++j) issue(j);
 
-    float qf[V];
-    {
-      const uint4 raw = sub < A::QV ? __ldg(reinterpret_cast<const uint4*>(q + row * D) + sub) : zero16();
-      widen<T>(raw, qf);
-#pragma unroll
-      for (int e = 0; e < V; ++e) qf[e] *= scale * kLog2e;  // scores in base 2: exp2f does the exponentials
-    }
-    float m = -inf_f32(), l = 0.0f, acc[V];
-#pragma unroll
-    for (int e = 0; e < V; ++e) acc[e] = 0.0f;
-
+    math.start(q + row * D, scale * kLog2e);  // scores in base 2: exp2f does the exponentials
     for (int j = 0; j < stages; ++j) {
       const unsigned slot = (used + j) % NS;
       bulk::wait(&full[slot], ((used + j) / NS) & 1u);
-      const int n = count_of(j);
       const unsigned char* ks = ring + slot * A::stage_bytes;
-      const unsigned char* vs = ks + A::k_bytes;
-      float score[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const int t = group + g * GROUPS;
-        float dot = 0.0f;
-        if (t < n && sub < A::QV) {
-          float f[V], half_dot[2] = {0.0f, 0.0f};  // two chains of FMAs in flight
-          widen<T>(load_shared16(ks + (t * D + sub * V) * (int)sizeof(T)), f);
-#pragma unroll
-          for (int e = 0; e < V; ++e) half_dot[e & 1] = fmaf(qf[e], f[e], half_dot[e & 1]);
-          dot = half_dot[0] + half_dot[1];
-        }
-#pragma unroll
-        for (int offset = LPR / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-        score[g] = t < n ? dot : -inf_f32();
-      }
-      float peak = score[0];
-#pragma unroll
-      for (int g = 1; g < G; ++g) peak = fmaxf(peak, score[g]);
-      if (peak != -inf_f32()) {  // the same in every lane of the group
-        const float m_new = fmaxf(m, peak);
-        const float rescale = exp2f(m - m_new);  // 0 while m is -inf, when acc and l are still 0
-        l *= rescale;
-#pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] *= rescale;
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const int t = group + g * GROUPS;
-          if (t < n) {
-            const float p = exp2f(score[g] - m_new);
-            l += p;
-            if (sub < A::VV) {
-              float f[V];
-              widen<T>(load_shared16(vs + (t * DV + sub * V) * (int)sizeof(T)), f);
-#pragma unroll
-              for (int e = 0; e < V; ++e) acc[e] = fmaf(p, f[e], acc[e]);
-            }
-          }
-        }
-        m = m_new;
-      }
+      math.stage(ks, ks + A::k_bytes, count_of(j));
       __syncthreads();  // every group is done with the slot
       if (tid == 0 && j + NS < stages) issue(j + NS);
     }
@@ -400,13 +546,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
     // The groups' results, in the idle ring: ml [GROUPS][2] (m, l), accs [GROUPS][DV].
     float* ml = reinterpret_cast<float*>(ring);
     float* accs = ml + 2 * GROUPS;
-    if (sub == 0) {
-      ml[2 * group] = m;
-      ml[2 * group + 1] = l;
-    }
-    if (sub < A::VV)
-#pragma unroll
-      for (int e = 0; e < V; ++e) accs[group * DV + sub * V + e] = acc[e];
+    math.publish(ml, accs);
     __syncthreads();
     float block_m = -inf_f32();
 #pragma unroll

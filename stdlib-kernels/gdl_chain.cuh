@@ -71,18 +71,6 @@ template <int C> GDL_DEV int tile_at(int row, int piece) {
   return row * C + ((piece ^ swizzle) << 3);
 }
 
-GDL_DEV void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, __half) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-GDL_DEV void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, __nv_bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // [p, p + bytes) into L2, one 128-byte line per thread of the launch: a
 // step's params besides b (bias, norm weights) are read once, after the
 // barrier, and would come from DRAM; the step's scope calls this before it.
@@ -233,7 +221,7 @@ template <typename T, int K> class MatmulChain {
       const unsigned addr = (unsigned)__cvta_generic_to_shared(tile + chain::tile_at<kCols>(lane_ & 15, 0));
       unsigned w[4] = {0u, 0u, 0u, 0u};
       asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[2]) : "r"(addr));
-      chain::mma16816(d[0], w, b0, b1, T{});
+      mma16816(d[0], w, b0, b1, T{});
     } else {
       // ldmatrix.x4.trans: lanes 8q .. 8q + 7 give the rows of matrix q: rows
       // 0-7 then 8-15 of k, columns 0-7 then 8-15 of the half.
@@ -246,7 +234,7 @@ template <typename T, int K> class MatmulChain {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                      : "r"(addr));
-        chain::mma16816(d[h], w, b0, b1, T{});
+        mma16816(d[h], w, b0, b1, T{});
       }
     }
   }

@@ -155,6 +155,21 @@ GDL_DEV float4 cluster_load4(unsigned address) {
   return v;
 }
 
+// ------------------------------------------------------------ tensor cores
+// d += a b for one m16n8k16 tile (row.col, f32 accumulators), f16 or bf16
+// by the type of the last argument; the fragments as the PTX ISA lays them.
+GDL_DEV void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, __half) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+GDL_DEV void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // ------------------------------------------------------------ bulk copies
 namespace bulk {
 GDL_DEV unsigned shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }

@@ -528,7 +528,10 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     const AttentionChoice decode = choose_attention(p.graph, p.graph.node(k.value["decode"]));
     CHECK(decode.splits == 12);
     CHECK(decode.stream_splits == 8);
-    CHECK(decode.stream_stages == (f32 ? 3 : 6));  // stages of 32 positions: 32 or 16 KiB
+    // f16 and bf16 take the tensor-core scores, 64 positions (32 KiB) a
+    // stage; f32 the lanes' dot products, 32 positions (32 KiB).
+    CHECK(decode.stream_positions == (f32 ? 32 : 64));
+    CHECK(decode.stream_stages == 3);
     CHECK(decode.stream_shared_bytes == 96 * 1024);
     CHECK(decode.scratch.tickets == 32);
     CHECK(decode.scratch.partial_floats == 32 * 12 * 130);

@@ -998,8 +998,10 @@ class StepEmitter {
         const AttentionChoice choice = choose_attention(g_, n);
         local("rows", product(qs, 0, qs.size() - 1));
         local("positions", dim(ks[ks.size() - 2]));
-        const bool aligned = plan::buffer_alignment(plan_.buffers.at(static_cast<size_t>(n.args[1]))) >= 16 &&
-                             plan::buffer_alignment(plan_.buffers.at(static_cast<size_t>(n.args[2]))) >= 16;
+        auto aligned16 = [&](int arg) {
+          return plan::buffer_alignment(plan_.buffers.at(static_cast<size_t>(n.args.at(arg)))) >= 16;
+        };
+        const bool aligned = aligned16(0) && aligned16(1) && aligned16(2);  // q, k, v
         if (choice.stream_splits > 0 && aligned) {
           const std::string d = std::to_string(d_max), dv = std::to_string(dv_max);
           const std::string stages = std::to_string(choice.stream_stages);

@@ -27,10 +27,11 @@
 // parts, at most kAttentionMaxSplits, each at least 64 positions long at the
 // largest T. The streamed kernel is possible for static head dims whose
 // rows are 8 to 32 whole 16-byte vectors; its ring (the layout of
-// gdl::AttentionStream) sets how many blocks share a multiprocessor, and its
-// splits aim at filling them, each at least two stages long. Scratch is one
-// ticket per row and, per row and split, (max, sum) and DV partial sums,
-// for the largest binding and the kernel with more splits.
+// gdl::AttentionStream) sets how many blocks share a multiprocessor, and
+// its splits aim at filling them, each at least a stage and 64 positions
+// long. Scratch is one ticket per row and, per row and split, (max, sum)
+// and DV partial sums, for the largest binding and the kernel with more
+// splits.
 #include "kernel_choice.h"
 
 #include <algorithm>
@@ -100,7 +101,7 @@ int64_t split_cap() {
 
 // GDL_ATTENTION_STREAM=0 leaves every attention to the split kernel,
 // GDL_ATTENTION_RING_KIB=N sets the streamed kernel's ring to about N KiB
-// and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage (32);
+// and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage;
 // GDL_ATTENTION_SPLITS=N asks for N splits of a row (within the same caps).
 // Experiment knobs like the one above, for A/B runs of the kernels.
 bool attention_stream_allowed() {
@@ -114,7 +115,7 @@ int64_t attention_stage_positions() {
   static const int64_t n = [] {
     const char* text = std::getenv("GDL_ATTENTION_STAGE_POSITIONS");
     long long v = text ? std::atoll(text) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) : int64_t{32};
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t{0};
   }();
   return n;
 }
@@ -264,8 +265,14 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
     const int64_t qv = d.extent * esize / 16, vv = dv.extent * esize / 16;
     if (std::max(qv, vv) >= 8 && std::max(qv, vv) <= 32) {
       const int64_t lanes = pow2_at_least(std::max(qv, vv));
-      const int64_t groups = 256 / lanes;  // == gdl::AttentionStream::GROUPS
-      const int64_t positions = (std::max(attention_stage_positions(), groups) + groups - 1) / groups * groups;
+      // f16/bf16 heads of 64-256 take the tensor-core scores (att::StreamMma):
+      // 16-row tiles shared by the 8 warps, 64 positions a stage by default.
+      // The others take att::StreamLanes: 256 / lanes groups, 32 positions.
+      const bool mma = esize == 2 && d.extent % 64 == 0 && dv.extent % 64 == 0;  // == att::StreamUsesMma
+      const int64_t unit = mma ? 16 : 256 / lanes;
+      const int64_t asked = attention_stage_positions() > 0 ? attention_stage_positions() : (mma ? 64 : 32);
+      const int64_t positions = mma ? std::min<int64_t>(pow2_at_least(std::max(asked, unit)), 128)  // tiles dividing 8 warps
+                                    : (std::max(asked, unit) + unit - 1) / unit * unit;
       const int64_t stage = positions * (d.extent + dv.extent) * esize;
       c.stream_stages = static_cast<int>(std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12));
       while (c.stream_stages > 2 && c.stream_stages * stage > kSharedBytesPerSM - 8 * 1024) --c.stream_stages;
@@ -273,7 +280,8 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
       const int64_t per_sm = std::max<int64_t>(1, kSharedBytesPerSM / (c.stream_shared_bytes + 1024));
       const int64_t wanted = attention_splits_wanted();
-      c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : kTargetMultiprocessors * per_sm, 2 * positions);
+      c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : kTargetMultiprocessors * per_sm,
+                                   std::max(kMinPositionsPerSplit, positions));
     }
   }
   const int most = std::max(c.splits, c.stream_splits);
