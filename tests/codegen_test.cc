@@ -16,7 +16,9 @@
 #include "codegen.h"
 #include "kernel_choice.h"
 #include "ir_builder.h"
+#include "pipeline.h"
 #include "plan.h"
+#include "source_loader.h"
 
 namespace gdl {
 namespace {
@@ -395,6 +397,32 @@ TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the
     CHECK((code.source.find("gdl::matmul_rows<8, 8>(") != std::string::npos) == !f32);
     CHECK((p.steps[0].scratch_bytes == 0) == !f32);
     CHECK(code.kernels[0].launch.grid_y == (f32 ? 32 : 16) * 8);
+  }
+}
+
+// The streamed attention copies k and v with bulk copies and reads q as
+// 16-byte vectors: a k that is a view at an offset of 6 bytes must take the
+// split kernel, the same view at 16 bytes the streamed one, and both compile.
+TEST_CASE("codegen: attention over a k view off 16-byte alignment takes the split kernel") {
+  for (const char* offset : {"3", "8"}) {  // f16 elements: 6 and 16 bytes
+    INFO("k starts at element " << offset);
+    const std::string text = std::string("program att_view;\nparam flat : f16[8200];\nparam v : f16[4, 16, 128];\n") +
+                             "input q : f16[4, 128];\ninput len : i32;\noutput o : f16[4, 128];\n" +
+                             "let k = reshape(flat[" + offset + ":" + std::to_string(std::stoi(offset) + 8192) +
+                             "], [4, 16, 128]);\no = attention(q, k, v, len);\n";
+    SourceFile file = source_from_string("att_view.gdl", text);
+    DiagnosticSink diags;
+    std::optional<ir::Graph> g = compile_to_ir(file, diags);
+    INFO(diags.render(file));
+    REQUIRE(g.has_value());
+    plan::Plan p = plan_of(*g);
+    GeneratedCode code = generate_cuda(p);
+    const bool aligned = std::string(offset) == "8";
+    CHECK((code.source.find("gdl::attention_stream<128, 128, ") != std::string::npos) == aligned);
+    CHECK((code.source.find("gdl::attention_split<128, 128, ") != std::string::npos) == !aligned);
+    CHECK(code.kernels.size() == 1);
+    CHECK(code.kernels[0].launch.shared_bytes == (aligned ? 96u * 1024 : 0u));
+    require_compiles(code);
   }
 }
 
