@@ -7,9 +7,14 @@
 //   out[r] = sum_t softmax_t(scale * q[r] . k[r, t]) * v[r, t],  t < L
 // and a zero row when L == 0. Positions t >= L are never read.
 //
-// The positions of a row are split across `splits` blocks so that small
-// row counts still fill the GPU: task (row, split) takes positions
-// [split * c, min(L, (split + 1) * c)), c = ceil(L / splits). A block:
+// Two kernels compute it: attention_split (this comment, any head dims) and
+// attention_stream (further down: static head dims of whole 16-byte vectors,
+// k and v moved by bulk copies); kernel_choice.cc picks one per step.
+//
+// attention_split: the positions of a row are split across `splits` blocks
+// so that small row counts still fill the GPU: task (row, split) takes
+// positions [split * c, min(L, (split + 1) * c)), c = ceil(L / splits). A
+// block:
 //  1. stages q * scale * log2(e) in shared memory (scores in base 2, so
 //     exp2f does the exponentials);
 //  2. per chunk of up to CHUNK positions: scores, each warp taking RPW

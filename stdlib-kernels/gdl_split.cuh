@@ -23,6 +23,8 @@
 //    the multiprocessor, no registers), and an mbarrier counts the bytes
 //    that have landed. A stage of a ring is one barrier: the issuing thread
 //    arms it with the bytes to expect, every reader waits on its phase.
+// 5. mma16816: one m16n8k16 tensor-core tile (f16 or bf16 in, f32
+//    accumulators), for the chain and the streamed attention.
 #pragma once
 
 #include "gdl_types.cuh"
