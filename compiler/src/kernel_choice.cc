@@ -246,7 +246,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   const int64_t rows_max = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, true));
   const int64_t t_max = std::max<int64_t>(1, extent_at(ks[ks.size() - 2], g, true));
   const int64_t dv_max = std::max<int64_t>(1, extent_at(vs.back(), g, true));
-  // Splits of `positions_per_block`-long minimum parts aiming at `blocks` blocks, within the scratch cap.
+  // Splits of at least `min_positions` positions aiming at `blocks` blocks, within the scratch cap.
   auto splits_for = [&](int64_t blocks, int64_t min_positions) {
     const int64_t most = std::min({int64_t{kAttentionMaxSplits}, ceil_div(t_max, min_positions), split_cap()});
     int64_t s = std::clamp<int64_t>(blocks / rows_min, 1, std::max<int64_t>(1, most));
@@ -260,7 +260,9 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   const Dim& dv = vs.back();
   const int64_t esize = static_cast<int64_t>(dtype_size(n.type.dtype));
   const bool float_type = n.type.dtype == DType::kF16 || n.type.dtype == DType::kBF16 || n.type.dtype == DType::kF32;
-  if (attention_stream_allowed() && float_type && !d.is_runtime() && !dv.is_runtime() && (d.extent * esize) % 16 == 0 && (dv.extent * esize) % 16 == 0) {
+  const bool whole_vectors = !d.is_runtime() && !dv.is_runtime() && (d.extent * esize) % 16 == 0 &&
+                             (dv.extent * esize) % 16 == 0;
+  if (attention_stream_allowed() && float_type && whole_vectors) {
     // The layout of gdl::AttentionStream (gdl_attention.cuh).
     const int64_t qv = d.extent * esize / 16, vv = dv.extent * esize / 16;
     if (std::max(qv, vv) >= 8 && std::max(qv, vv) <= 32) {
@@ -275,6 +277,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
                                     : (std::max(asked, unit) + unit - 1) / unit * unit;
       const int64_t stage = positions * (d.extent + dv.extent) * esize;
       c.stream_stages = static_cast<int>(std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12));
+      // A large ring (the knob) leaves room for the block's static shared memory.
       while (c.stream_stages > 2 && c.stream_stages * stage > kSharedBytesPerSM - 8 * 1024) --c.stream_stages;
       c.stream_positions = static_cast<int>(positions);
       c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
