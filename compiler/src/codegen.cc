@@ -1003,18 +1003,18 @@ class StepEmitter {
         };
         const bool aligned = aligned16(0) && aligned16(1) && aligned16(2);  // q, k, v
         if (choice.stream_splits > 0 && aligned) {
-          const std::string d = std::to_string(d_max), dv = std::to_string(dv_max);
-          const std::string stages = std::to_string(choice.stream_stages);
+          const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
+          const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
           const std::string bytes = std::to_string(choice.stream_shared_bytes);
           body += "  // attention kernel: streamed, " + std::to_string(choice.stream_splits) +
                   " block(s) per row over the positions, a ring of " + bytes + " bytes\n";
           body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
-          const std::string positions = std::to_string(choice.stream_positions);
-          body += "  static_assert(gdl::AttentionStream<" + d + ", " + dv + ", " + storage_type(n.type.dtype) + ", " +
-                  positions + ", " + stages + ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
-          body += "  gdl::attention_stream<" + d + ", " + dv + ", " + positions + ", " + stages + ", " + idx_ + ">(" + args[0] + ", " + args[1] + ", " +
-                  args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, " + float_literal(n.attrs.value) +
-                  ", " + split_scratch(choice.stream_splits, false, choice.scratch, body) + ", attention_ring);\n";
+          body += "  static_assert(gdl::AttentionStream<" + layout + ", " + storage_type(n.type.dtype) + ", " + ring +
+                  ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
+          const std::string scratch = split_scratch(choice.stream_splits, false, choice.scratch, body);
+          body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + idx_ + ">(" + args[0] + ", " + args[1] +
+                  ", " + args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, " +
+                  float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
           rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}},
                              kAttentionBlock);
           rule.shared_bytes = choice.stream_shared_bytes;
