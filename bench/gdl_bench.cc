@@ -515,7 +515,8 @@ class L2Flush {
     return session_->set_param("x", x.data(), x.size() * sizeof(float));
   }
   Status run(int i) {
-    if (mode_ == "write") return cuda_check(cudaMemsetAsync(buffer_.ptr, i & 0xFF, buffer_.bytes, cudaStreamLegacy), "flush memset");
+    if (mode_ == "write")
+      return cuda_check(cudaMemsetAsync(buffer_.ptr, i & 0xFF, buffer_.bytes, cudaStreamLegacy), "flush memset");
     BENCH_TRY(session_->run());
     return cuda_check(cudaMemsetAsync(buffer_.ptr, i & 0xFF, 4, cudaStreamLegacy), "flush ordering memset");
   }

@@ -446,7 +446,10 @@ template <int D, int DV, typename T, int P> struct StreamMma {
   // 8 bytes of shared memory as one load.
   static GDL_DEV uint2 load_shared8(const void* p) {
     uint2 r;
-    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
+                 : "=r"(r.x), "=r"(r.y)
+                 : "r"((unsigned)__cvta_generic_to_shared(p))
+                 : "memory");
     return r;
   }
   // N (2, 4 or 8) 16-bit elements of shared memory, widened.
@@ -473,7 +476,8 @@ template <int D, int DV, typename T, int P> struct StreamMma {
 
 template <int D, int DV, typename T, int POSITIONS, int STAGES> struct AttentionStream {
   static constexpr bool kMma = att::StreamUsesMma<T, D, DV>::value;  // gdlc asks the same (kernel_choice.cc)
-  using Math = typename att::Pick<kMma, att::StreamMma<D, DV, T, POSITIONS>, att::StreamLanes<D, DV, T, POSITIONS>>::type;
+  using Math =
+      typename att::Pick<kMma, att::StreamMma<D, DV, T, POSITIONS>, att::StreamLanes<D, DV, T, POSITIONS>>::type;
   static constexpr int kPositions = POSITIONS;  // per stage; chosen by gdlc (kernel_choice.cc)
   static constexpr int k_bytes = kPositions * D * (int)sizeof(T);
   static constexpr int stage_bytes = k_bytes + kPositions * DV * (int)sizeof(T);

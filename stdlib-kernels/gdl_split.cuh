@@ -202,7 +202,8 @@ GDL_DEV void copy(void* dst, const void* src, unsigned bytes, unsigned long long
 GDL_DEV void wait(unsigned long long* barrier, unsigned parity) {
   unsigned done = 0;
   while (!done)
-    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
                  : "=r"(done)
                  : "r"(shared_address(barrier)), "r"(parity)
                  : "memory");
