@@ -13,12 +13,16 @@
    the correctness verdict of gdl_bench's check.
 3. A second table: host time of one run (bind + submit) and back-to-back loop
    time per run; a third: one-time costs per program.
-4. Print the tables as text; with --md, write them as markdown ready for
+4. The targets of issue 5 against this run (TARGETS below): each target's
+   ratio per variant, met only where every variant it names was measured,
+   checked correct and inside the limit.
+5. Print the tables as text; with --md, write them as markdown ready for
    docs/performance.md, with the ceilings and the method.
 """
 import argparse
 import json
 import os
+import re
 import sys
 
 # Used only when torch_bench.py could not measure them (marked 'assumed').
@@ -125,6 +129,61 @@ def build(torch_res, gdl_res):
     return ceilings, assumed, main, host, once
 
 
+# The targets of issue 5: (what, variant name pattern, quantity, limit).
+# Quantities: "torch" = gdl graph / torch graph, "floor" = gdl graph / floor,
+# "host" and "host_dev" = gdl bind + run in us, inputs in host or device memory.
+TARGETS = [
+    ("W1 at most 1/20 of PyTorch's CUDA graph", r"w1_chain$", "torch", 1 / 20),
+    ("W2 H=1024 f16 at most half of PyTorch's CUDA graph", r"w2_mlp_h1024_f16_b\d+$", "torch", 0.5),
+    ("W2 H=4096 f16/bf16, B <= 8, within 1.25x of the floor", r"w2_mlp_h4096_b?f16_b[18]$", "floor", 1.25),
+    ("W2 f32 no slower than PyTorch's CUDA graph", r"w2_mlp_h\d+_f32_b\d+$", "torch", 1.0),
+    ("W3 within 1.25x of the KV floor", r"w3_attention$", "floor", 1.25),
+    ("host time (bind + run) at most 5 us, inputs in host memory", r".*", "host", 5.0),
+    ("host time (bind + run) at most 5 us, inputs in device memory", r".*", "host_dev", 5.0),
+]
+
+
+def target_rows(torch_res, gdl_res, ceilings):
+    """One row per target: its name, the worst value and where, and whether it is met."""
+    tv = get(torch_res, "variants") or {}
+    gv = get(gdl_res, "variants") or {}
+    names = list(tv) + [n for n in gv if n not in tv]
+    rows = []
+    for what, pattern, quantity, limit in TARGETS:
+        values = []  # (value or None, name, checked ok)
+        for name in names:
+            if not re.match(pattern, name):
+                continue
+            t, g = tv.get(name), gv.get(name)
+            gg, tg = get(g, "graph", "median_us"), get(t, "graph", "median_us")
+            if quantity == "torch":
+                v = gg / tg if gg is not None and tg else None
+            elif quantity == "floor":
+                fl, _ = floor_us(t or g, ceilings)
+                v = gg / fl if gg is not None and fl else None
+            else:
+                v = get(g, "host" if quantity == "host" else "host_device_bind", "median_us")
+            values.append((v, name, verdict(g).startswith("ok")))
+        if not values:
+            rows.append([what, "no variant in this run", "not measured"])
+            continue
+        unit = (lambda v: f"{v:.2f} us") if quantity.startswith("host") else (lambda v: f"{v:.2f}x")
+        measured = [(v, n, ok) for v, n, ok in values if v is not None]
+        inside = [n for v, n, ok in measured if ok and v <= limit]
+        if not measured:
+            rows.append([what, "not timed", "not measured"])
+            continue
+        worst = max(measured)
+        result = f"worst {unit(worst[0])} ({worst[1]}), limit {unit(limit)}"
+        if len(inside) == len(values):
+            met = "yes"
+        else:
+            met = f"no: {len(inside)} of {len(values)} variants"
+        rows.append([what, result, met])
+    return rows
+
+
+TARGET_HEAD = ["target", "this run", "met"]
 MAIN_HEAD = ["workload", "gdl graph", "gdl graph, no overlap", "gdl eager", "torch eager", "torch graph", "gdl/torch graph",
              "floor", "gdl/floor", "correct (err vs torch)"]
 HOST_HEAD = ["workload", "gdl bind+run (host mem)", "gdl bind+run (dev mem)", "torch copy_+replay",
@@ -208,9 +267,14 @@ def report(torch_res, gdl_res, md_path=None, out=sys.stdout):
     print("\ndevice time per run, us (median)\n" + text_table(MAIN_HEAD, main), file=out)
     print("\nhost time per run, us (median)\n" + text_table(HOST_HEAD, host), file=out)
     print("\none-time costs\n" + text_table(ONCE_HEAD, once), file=out)
+    targets = target_rows(torch_res, gdl_res, ceilings)
+    print("\ntargets of issue 5 (met: every variant measured, checked correct and inside the limit)\n" +
+          text_table(TARGET_HEAD, targets), file=out)
     if md_path:
         with open(md_path, "w") as f:
             f.write(markdown(torch_res, gdl_res, ceilings, assumed, main, host, once))
+            f.write("\nThe targets of issue 5 in this run (met: every variant measured, checked correct and "
+                    "inside the limit; `bench/report.py`, TARGETS).\n\n" + md_table(TARGET_HEAD, targets) + "\n")
         print(f"\nwrote {md_path}", file=out)
     failed = [r[0] for r in main if not r[-1].startswith("ok")]
     if failed:
@@ -262,6 +326,16 @@ def self_test():
         problems.append("the W2 floor is not 62.4 us (mem)")
     if md_text.count("\n| w1_chain |") != 3 or "## Benchmarks" not in md_text:  # main, host, one-time
         problems.append("markdown tables incomplete")
+    # Targets: W1 3.1 / 226 us is inside 1/20; W2 H=4096 f16 B=1 failed its
+    # check and B=8 has no time; W3 was not run by gdl.
+    expect_targets = [("W1 at most", "yes"), ("W2 H=4096 f16/bf16", "no: 0 of 2 variants"),
+                      ("W3 within", "not measured")]
+    for start, needle in expect_targets:
+        line = next((l for l in text.splitlines() if l.startswith(start)), "")
+        if not line.rstrip().endswith(needle):
+            problems.append(f"target {start!r} does not end with {needle!r}: {line!r}")
+    if "| W1 at most 1/20 of PyTorch's CUDA graph |" not in md_text:
+        problems.append("markdown targets table missing")
     print(text)
     if rc != 0 or problems:
         print("self-test FAILED:\n  " + "\n  ".join(problems))
