@@ -199,7 +199,8 @@ def text_table(head, rows):
 
 
 def md_table(head, rows):
-    text_columns = (0, len(head) - 1) if head is MAIN_HEAD else (0,)  # the verdict is text too
+    # The verdict is text too, and every column of the targets.
+    text_columns = (0, len(head) - 1) if head is MAIN_HEAD else range(len(head)) if head is TARGET_HEAD else (0,)
     out = ["| " + " | ".join(head) + " |",
            "|" + "|".join("---" if i in text_columns else "---:" for i in range(len(head))) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
