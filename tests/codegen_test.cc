@@ -426,6 +426,36 @@ TEST_CASE("codegen: attention over a k view off 16-byte alignment takes the spli
   }
 }
 
+// Bulk copies and mbarrier byte counts need sm_90: for an older target the
+// same decode attention takes the split kernel (its scratch already fits
+// either kernel), and the module compiles for that target.
+TEST_CASE("codegen: below sm_90 the decode attention takes the split kernel and compiles") {
+  CHECK(sm_number("sm_90") == 90);
+  CHECK(sm_number("sm_90a") == 90);
+  CHECK(sm_number("sm_100") == 100);
+  CHECK(sm_number("compute_90") == 0);
+  GraphBuilder b;
+  b.g.program_name = "decode_sm80";
+  ValueId q = b.input("q", {DType::kF16, dims({c(32), c(128)})});
+  ValueId k = b.param("k", {DType::kF16, dims({c(32), c(4096), c(128)})});
+  ValueId v = b.param("v", {DType::kF16, dims({c(32), c(4096), c(128)})});
+  ValueId len = b.input("len", {DType::kI32, {}});
+  b.output("o", b.op(Op::kAttention, {q, k, v, len}, {DType::kF16, dims({c(32), c(128)})}, testing::value_attrs(0.088)));
+  plan::Plan p = plan_of(b.g);
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    INFO(arch);
+    GeneratedCode code = generate_cuda(p, arch);
+    const bool stream = std::string(arch) == "sm_90";
+    CHECK((code.source.find("gdl::attention_stream<") != std::string::npos) == stream);
+    CHECK((code.source.find("gdl::attention_split<") != std::string::npos) == !stream);
+    CompileOptions options = options_in("-");
+    options.arch = arch;
+    auto module = compile_cuda(code.source, options);
+    INFO(module.status().message());
+    CHECK(module.ok());
+  }
+}
+
 TEST_CASE("codegen: each matmul kernel and the split attention are chosen by shape, named, and compile") {
   for (DType t : kFloats) {
     INFO(dtype_name(t));

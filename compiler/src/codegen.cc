@@ -41,6 +41,7 @@
 #include "codegen.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -273,9 +274,9 @@ enum class Variant { kFirst, kLarge, kChainStep };
 
 class StepEmitter {
  public:
-  StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot,
+  StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot, int sm,
               Variant variant = Variant::kFirst, int chain_step = 0)
-      : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot),
+      : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot), sm_(sm),
         variant_(variant), chain_step_(chain_step) {}
 
   // After emit(): the step is a matmul with a rows and a large kernel, and
@@ -1002,7 +1003,7 @@ class StepEmitter {
           return plan::buffer_alignment(plan_.buffers.at(static_cast<size_t>(n.args.at(arg)))) >= 16;
         };
         const bool aligned = aligned16(0) && aligned16(1) && aligned16(2);  // q, k, v
-        if (choice.stream_splits > 0 && aligned) {
+        if (choice.stream_splits > 0 && aligned && sm_ >= 90) {  // bulk copies and mbarrier byte counts: sm_90
           const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
           const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
           const std::string bytes = std::to_string(choice.stream_shared_bytes);
@@ -1041,6 +1042,7 @@ class StepEmitter {
   size_t index_;
   const plan::Step& step_;
   const std::map<ValueId, int>& scalar_slot_;
+  int sm_;  // the target's compute capability (90 for sm_90)
 
   std::string idx_ = "int";
   std::set<ValueId> in_step_;
@@ -1070,7 +1072,7 @@ class StepEmitter {
 // The kernel of plan chain `c` (gdl::MatmulChain, gdl_chain.cuh): the
 // weights of every step, the chain, then each step as a block of its own
 // (StepEmitter, Variant::kChainStep). Appends its ChainKernel to `out`.
-std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, int>& scalar_slot,
+std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, int>& scalar_slot, int sm,
                          std::vector<ChainKernel>& out) {
   const plan::Chain& chain = p.chains[c];
   const ir::Graph& g = p.graph;
@@ -1115,7 +1117,8 @@ std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, 
   src += "  chain.start();  // the first slots of weights, before the wait (gdl_abi.cuh)\n";
   src += "  gdl::wait_for_producers();\n";
   for (int s = chain.first; s <= chain.last; ++s)
-    src += StepEmitter(p, static_cast<size_t>(s), scalar_slot, Variant::kChainStep, s - chain.first).emit_chain_step();
+    src += StepEmitter(p, static_cast<size_t>(s), scalar_slot, sm, Variant::kChainStep, s - chain.first)
+               .emit_chain_step();
   src += "}\n";
   out.push_back(std::move(info));
   return src;
@@ -1123,7 +1126,15 @@ std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, 
 
 }  // namespace
 
-GeneratedCode generate_cuda(const plan::Plan& p) {
+int sm_number(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return 0;
+  int n = 0;
+  for (size_t i = 3; i < arch.size() && std::isdigit(static_cast<unsigned char>(arch[i])); ++i) n = n * 10 + (arch[i] - '0');
+  return n;
+}
+
+GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
+  const int sm = sm_number(arch);
   const ir::Graph& g = p.graph;
   GDL_INTERNAL_ASSERT(g.dims.size() <= static_cast<size_t>(kMaxRuntimeDims),
                       "more run-time dims than gdl_args holds");
@@ -1142,17 +1153,17 @@ GeneratedCode generate_cuda(const plan::Plan& p) {
       "#include \"gdl_stdlib.cuh\"\n";
   for (size_t s = 0; s < p.steps.size(); ++s) {
     KernelInfo info;
-    StepEmitter first(p, s, scalar_slot);
+    StepEmitter first(p, s, scalar_slot, sm);
     code.source += "\n" + first.emit(info);
     if (first.has_large_kernel()) {
       KernelInfo large;
-      code.source += "\n" + StepEmitter(p, s, scalar_slot, Variant::kLarge).emit(large);
+      code.source += "\n" + StepEmitter(p, s, scalar_slot, sm, Variant::kLarge).emit(large);
       info.large = {large.symbol, large.launch, first.matmul_rows(), kMatmulRowsLimit};
       info.depends_on_dims = true;  // the rows pick the kernel
     }
     code.kernels.push_back(std::move(info));
   }
-  for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, scalar_slot, code.chains);
+  for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, scalar_slot, sm, code.chains);
   code.source += std::string("\n// The runtime's input copy: the inputs bound from host memory, from their pinned staging\n") +
                  "// buffers into the arena, in one kernel node (a memcpy node per input made each graph launch\n"
                  "// 2-4 us longer on the host).\n"

@@ -95,7 +95,13 @@ struct GeneratedCode {
   std::vector<ChainKernel> chains; // one per plan chain, same order
 };
 
-GeneratedCode generate_cuda(const plan::Plan& p);
+// `arch` is the CUBIN target ("sm_90"): below sm_90 the kernels that need
+// its bulk copies (the streamed attention) give way to portable ones.
+GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch = "sm_90");
+
+// The compute capability in an arch name: "sm_90" and "sm_90a" -> 90; 0 when
+// it is not an sm_ name.
+int sm_number(const std::string& arch);
 
 struct CompileOptions {
   std::string arch = "sm_90";      // CUBIN target; PTX is always kept too

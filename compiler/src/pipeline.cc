@@ -59,7 +59,7 @@ Expected<Artifact> build_artifact(ir::Graph graph, const CompileOptions& options
   artifact.plan = plan::make_plan(std::move(graph));
   std::string unsound = plan::check_plan(artifact.plan);
   if (!unsound.empty()) return Status::Internal("the planner produced an unsound plan: " + unsound);
-  GeneratedCode code = generate_cuda(artifact.plan);
+  GeneratedCode code = generate_cuda(artifact.plan, options.arch);
   Expected<CompiledModule> module = compile_cuda(code.source, options);
   if (!module.ok()) return module.status();
   artifact.kernels = std::move(code.kernels);

@@ -126,7 +126,7 @@ int run(const Args& args) {
   }
   if (args.emit == "cuda") {
     gdl::plan::Plan plan = gdl::plan::make_plan(std::move(*graph), args.plan);
-    std::fputs(gdl::generate_cuda(plan).source.c_str(), stdout);
+    std::fputs(gdl::generate_cuda(plan, args.pipeline.codegen.arch).source.c_str(), stdout);
     return kExitOk;
   }
   gdl::Expected<gdl::Artifact> artifact = gdl::build_artifact(std::move(*graph), args.pipeline.codegen);
