@@ -87,14 +87,21 @@ int64_t tile_count(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c)
          ceil_div(std::max<int64_t>(1, extent_at(rs.back(), g, true)), kTileCols);
 }
 
+// A positive count from the environment variable `name`; 0 when it is
+// unset or not a positive number. Read once per knob (the callers keep it).
+int64_t env_count(const char* name) {
+  const char* text = std::getenv(name);
+  const long long v = text ? std::atoll(text) : 0;
+  return v >= 1 ? static_cast<int64_t>(v) : 0;
+}
+
 // GDL_MAX_SPLITS=N caps every split count (matmul K, attention positions)
 // at N. An experiment knob, for measuring what the splits cost
 // (docs/performance.md); unset, the choice below stands.
 int64_t split_cap() {
   static const int64_t cap = [] {
-    const char* text = std::getenv("GDL_MAX_SPLITS");
-    long long v = text ? std::atoll(text) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) : std::max<int64_t>(kMaxSplits, kAttentionMaxSplits);
+    const int64_t v = env_count("GDL_MAX_SPLITS");
+    return v >= 1 ? v : std::max<int64_t>(kMaxSplits, kAttentionMaxSplits);
   }();
   return cap;
 }
@@ -112,26 +119,17 @@ bool attention_stream_allowed() {
   return allowed;
 }
 int64_t attention_stage_positions() {
-  static const int64_t n = [] {
-    const char* text = std::getenv("GDL_ATTENTION_STAGE_POSITIONS");
-    long long v = text ? std::atoll(text) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) : int64_t{0};
-  }();
+  static const int64_t n = env_count("GDL_ATTENTION_STAGE_POSITIONS");
   return n;
 }
 int64_t attention_splits_wanted() {
-  static const int64_t n = [] {
-    const char* text = std::getenv("GDL_ATTENTION_SPLITS");
-    long long v = text ? std::atoll(text) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) : int64_t{0};
-  }();
+  static const int64_t n = env_count("GDL_ATTENTION_SPLITS");
   return n;
 }
 int64_t attention_ring_bytes() {
   static const int64_t bytes = [] {
-    const char* text = std::getenv("GDL_ATTENTION_RING_KIB");
-    long long v = text ? std::atoll(text) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) * 1024 : kAttentionStreamRingBytes;
+    const int64_t kib = env_count("GDL_ATTENTION_RING_KIB");
+    return kib >= 1 ? kib * 1024 : kAttentionStreamRingBytes;
   }();
   return bytes;
 }
