@@ -29,8 +29,9 @@ struct gdl_args {
 
 // The runtime's input copy node (gdl_input_copy, generated into every
 // module): entry y copies bytes[y] bytes from src[y] (an input's pinned
-// staging buffer, read over the bus) to dst[y] (its arena buffer); bytes 0
-// skips the entry (an input with no host bind since the last run).
+// staging buffer, read over the bus, or the caller's device memory) to
+// dst[y] (its arena buffer); bytes 0 skips the entry (an input with no bind
+// since the last run).
 #define GDL_MAX_INPUT_COPIES 16
 struct gdl_input_copies {
   const unsigned char* src[GDL_MAX_INPUT_COPIES];
@@ -68,8 +69,8 @@ GDL_DEV void allow_dependents() {
 GDL_DEV void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // One entry of gdl_input_copies over the blocks of x: 16 bytes per thread
-// and step; src and dst are 16-byte aligned (page-aligned staging,
-// kAlignment-aligned arena buffers).
+// and step; src and dst are 16-byte aligned (page-aligned staging, device
+// sources checked by bind, kAlignment-aligned arena buffers).
 GDL_DEV void copy_bytes(const unsigned char* src, unsigned char* dst, unsigned long long bytes) {
   const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
   const unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x, vectors = bytes / 16;

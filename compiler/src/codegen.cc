@@ -1164,8 +1164,8 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
     code.kernels.push_back(std::move(info));
   }
   for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, scalar_slot, sm, code.chains);
-  code.source += std::string("\n// The runtime's input copy: the inputs bound from host memory, from their pinned staging\n") +
-                 "// buffers into the arena, in one kernel node (a memcpy node per input made each graph launch\n"
+  code.source += std::string("\n// The runtime's input copy: the bound inputs, from their pinned staging buffers or the\n") +
+                 "// caller's device memory into the arena, in one kernel node (a memcpy node per input made each graph launch\n"
                  "// 2-4 us longer on the host).\n"
                  "extern \"C\" __global__ void __launch_bounds__(256) " + kInputCopySymbol + "(gdl_input_copies copies) {\n"
                  "  gdl::copy_bytes(copies.src[blockIdx.y], copies.dst[blockIdx.y], copies.bytes[blockIdx.y]);\n}\n";

@@ -221,7 +221,9 @@ struct SessionStats {
   double last_submit_us = 0, mean_submit_us = 0;
   // Host time of one run_eager(): one cudaLaunchKernel per node.
   double last_eager_submit_us = 0, mean_eager_submit_us = 0;
-  // Device time of the last run() or run_eager() (record_device_time only; else -1).
+  // Device time of the last run() or run_eager() (record_device_time only;
+  // else -1), from the input copies that bind left to the run (see bind) to
+  // the last kernel's end.
   double last_device_us = -1;
   // Input copies bound: count, bytes, and bind's host time (staging copy, plus
   // the enqueue where bind copies itself).
@@ -332,10 +334,15 @@ class Session {
   // buffer (a copy kernel node, so bind + run is one launch), or bind itself when
   // the input needs padding or follows an update-served dim; a bind waits
   // until no queued copy still reads that staging buffer. A device source
-  // is copied on the session's stream: it must stay
-  // unchanged until the copy runs (work the caller puts on the legacy default
-  // stream waits for it; on other streams, call synchronize() first).
-  // The copy is ordered after every run already submitted, so it never
+  // is read on the session's stream by the next run (the same copy node,
+  // from the caller's memory: bind then costs only a pointer check), or by
+  // a copy bind enqueues itself (padding, an update-served dim, a pointer
+  // not 16-byte aligned or on another device). Either way it must stay
+  // allocated and unchanged until the next run() or run_eager() is done:
+  // work the caller puts on the legacy default stream after that run waits
+  // for it; on other streams, call synchronize() first. A run copies what
+  // was bound since the run before, so later runs without a bind keep the
+  // contents. The copy is ordered after every run already submitted, so it never
   // overwrites an input that an earlier run still reads. A bind that changes
   // a run-time dim's value sets it for the next run; every input that uses
   // that dim must then be bound with the same value before run(). Under

@@ -17,9 +17,12 @@
 //    otherwise each is built at its first run.
 //
 // bind: validate everything (name, role, dtype, shape, bounds, byte count)
-// before touching any state; then copy the caller's bytes into the staging
-// buffer (after the previous upload from it has finished) and enqueue the
-// upload on the stream, so it is ordered after every run already submitted.
+// before touching any state; then copy the caller's host bytes into the
+// staging buffer (after the previous upload from it has finished), and
+// leave the copy into the arena to the next run's graph (session_impl.h
+// InputSlot: a device source is only recorded), or, for padded inputs and
+// inputs an update-served dim lays out, enqueue it on the stream at once, so
+// it is ordered after every run already submitted.
 // Under buckets the buffer is laid out at the bucket's capacity: the valid
 // rows go in by strided copies (buckets.h strided_copy_pieces; one piece when
 // the dim leads). A bind above a dim's bound (eager_fallback) keeps the
@@ -28,6 +31,7 @@
 // write_valid_block: before a run, when the dims differ from what the block
 // holds, copy them from a pinned ring slot on the stream.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "arena_scratch.h"
@@ -331,11 +335,13 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
                                    " bytes, got " + std::to_string(bytes));
   if (!data && bytes > 0) return Status::InvalidArgument("input '" + name + "': data is null");
   const plan::Buffer& buffer = prog.buffer_of(prog.input_values[index]);
+  bool on_this_device = false;  // the graph's copy kernel may read it
   if (kind == MemoryKind::kDevice) {
     cudaPointerAttributes attributes{};
     GDL_CUDA_TRY(cudaPointerGetAttributes(&attributes, data), "checking the device pointer bound to '" + name + "'");
     if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
       return Status::InvalidArgument("input '" + name + "' was bound as device memory, but the pointer is not device memory");
+    on_this_device = attributes.device == device;
   }
   bool above_bound = false;
   std::vector<int64_t> values = dims;  // the dims with this bind's values
@@ -349,6 +355,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   InputSlot& slot = inputs[index];
   slot.fallback_bytes.clear();
   slot.copy_pending = false;
+  slot.device_source = nullptr;
   if (above_bound) {
     // The arena slot is too small: keep the contents for the fallback run.
     slot.fallback_bytes.resize(bytes);
@@ -366,12 +373,19 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
     const bool is_padded = padded != shape;
     const size_t unit = element_size(dtype);
     const void* source = data;
+    const bool graph_copies = !is_padded && copies_in_graph(index);
     if (kind == MemoryKind::kHost) {
       GDL_RETURN_IF_ERROR(wait_staging_free(slot));
       std::memcpy(slot.staging, data, bytes);
       source = slot.staging;
       // The run's graph copies it from the staging buffer (InputSlot).
-      slot.copy_pending = !is_padded && copies_in_graph(index);
+      slot.copy_pending = graph_copies;
+      slot.staged_bytes = bytes;
+    } else if (graph_copies && on_this_device && reinterpret_cast<uintptr_t>(data) % 16 == 0) {
+      // The run's graph copies it from the caller's memory (the copy kernel
+      // moves 16-byte vectors; another device's memory is copied here).
+      slot.copy_pending = true;
+      slot.device_source = data;
       slot.staged_bytes = bytes;
     }
     if (!slot.copy_pending) {
@@ -430,12 +444,17 @@ Status Session::Impl::flush_staged_inputs() {
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputSlot& slot = inputs[i];
     if (!slot.copy_pending) continue;
-    GDL_CUDA_TRY(cudaMemcpyAsync(arena + prog.buffer_of(prog.input_values[i]).offset, slot.staging, slot.staged_bytes,
-                                 cudaMemcpyHostToDevice, stream),
+    const bool from_staging = slot.device_source == nullptr;
+    GDL_CUDA_TRY(cudaMemcpyAsync(arena + prog.buffer_of(prog.input_values[i]).offset,
+                                 from_staging ? slot.staging : slot.device_source, slot.staged_bytes,
+                                 from_staging ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice, stream),
                  "copying input '" + prog.inputs[i].name + "' to the device");
-    GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + prog.inputs[i].name + "'");
-    slot.upload_pending = true;
+    if (from_staging) {
+      GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + prog.inputs[i].name + "'");
+      slot.upload_pending = true;
+    }
     slot.copy_pending = false;
+    slot.device_source = nullptr;
   }
   return Status::Ok();
 }

@@ -48,21 +48,23 @@ struct Session::Impl {
   // event after its last upload (the staging buffer is reused only after it),
   // the dims it was bound with (-1 where it does not use one), and for a
   // bind above a dim's bound (eager fallback) its contents kept on the host.
-  // A host bind of an input whose layout no update-served dim changes, and
-  // that needs no padding, only fills the staging buffer (`copy_pending`):
-  // the copy into the arena is a kernel node of the next run's graph (the
-  // module's input copy kernel, reading the staging buffer over the bus),
-  // enabled for exactly those inputs, so bind + run is one host copy and one
-  // launch; runs without a new bind leave the node off. run_eager, the
-  // fallback and profile_nodes copy such inputs themselves first
-  // (flush_staged_inputs).
+  // A bind of an input whose layout no update-served dim changes, and that
+  // needs no padding, copies nothing itself (`copy_pending`): a host bind
+  // fills the staging buffer, a device bind (a 16-byte aligned pointer on
+  // the session's device) only records the pointer, and the copy into the
+  // arena is a kernel node of the next run's graph (the module's input copy
+  // kernel, reading the staging buffer over the bus or the caller's device
+  // memory), enabled for exactly those inputs, so bind + run is one launch;
+  // runs without a new bind leave the node off. run_eager, the fallback and
+  // profile_nodes copy such inputs themselves first (flush_staged_inputs).
   struct InputSlot {
     void* staging = nullptr;
     const void* staging_on_device = nullptr;  // the staging buffer's address in the device's view
     cudaEvent_t uploaded = nullptr;
     bool upload_pending = false;
     bool copy_pending = false;
-    size_t staged_bytes = 0;
+    const void* device_source = nullptr;  // copy_pending from the caller's device memory; null: from staging
+    size_t staged_bytes = 0;              // the bytes copy_pending moves
     bool bound = false;
     std::vector<int64_t> bound_dims;
     std::vector<uint8_t> fallback_bytes;  // non-empty: the contents are here, not in the arena
@@ -101,6 +103,7 @@ struct Session::Impl {
       std::vector<unsigned long long> bytes;  // entry e's bytes at this graph's layout
       dim3 grid;
       int64_t params_mask = 0, state = -1;
+      std::array<const void*, rt::kMaxInputCopies> params_src{};  // entry e's source in the node's params
     };
     std::vector<CopyNode> copy_nodes;
     std::vector<int64_t> applied_layout, built_layout;
@@ -165,6 +168,7 @@ struct Session::Impl {
   size_t input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const;
   // The kernel parameters of copy node `c` copying the entries of `mask`.
   rt::InputCopies copy_entries(const GraphInstance::CopyNode& c, int64_t mask) const;
+  const void* copy_source(size_t input) const;  // where the graph's copy of the input reads (device view)
   Status wait_staging_free(InputSlot& slot);  // no queued copy still reads the slot's staging buffer
   Status flush_staged_inputs();              // copies the copy_pending inputs now (paths without the graph)
   void stream_idle();                        // after a stream synchronize: no copy is pending

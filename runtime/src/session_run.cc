@@ -9,8 +9,8 @@
 //    bucket that holds its value, each update-served dim at its value. The
 //    bucket key (the capacities of the bucket-served dims) picks the graph;
 //    a key's graph is built at its first use (or in Session::create): a
-//    copy kernel node per 16 inputs reading their pinned staging buffers
-//    (the module's gdl_input_copy; a memcpy node per input made each launch
+//    copy kernel node per 16 inputs reading their pinned staging buffers or
+//    the caller's device memory (the module's gdl_input_copy; a memcpy node per input made each launch
 //    slower on the host), an event record node
 //    after them, a cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
@@ -24,10 +24,11 @@
 //    cudaGraphExecKernelNodeSetParams (new grid and args; no
 //    re-instantiation). Under buckets a dim changing inside its bucket
 //    changes no node: only the valid-dims block.
-// 5. Each input copy node given the entries of the inputs a host bind left
-//    in their staging buffers since the last copy (session_impl.h
-//    InputSlot), and switched off when there are none (bind already copied
-//    them, or an earlier run did), each only when that set changed; the valid-dims block when it
+// 5. Each input copy node given the entries of the inputs bound since the
+//    last copy, from their staging buffers or the caller's device memory
+//    (session_impl.h InputSlot), and switched off when there are none (bind
+//    already copied them, or an earlier run did), each only when that set
+//    or a source changed; the valid-dims block when it
 //    changed (session.cc); then cudaGraphLaunch on the session stream;
 //    return without waiting.
 // 6. Remember the dims and layout of this run (read), count the bucket's
@@ -160,11 +161,16 @@ size_t Session::Impl::bucket_stats_for(const std::vector<int64_t>& key) {
   return stats.buckets.size() - 1;
 }
 
+const void* Session::Impl::copy_source(size_t input) const {
+  const InputSlot& slot = inputs[input];
+  return slot.device_source ? slot.device_source : slot.staging_on_device;
+}
+
 rt::InputCopies Session::Impl::copy_entries(const GraphInstance::CopyNode& c, int64_t mask) const {
   rt::InputCopies entries;
   for (size_t e = 0; e < c.inputs.size(); ++e) {
     const size_t i = c.inputs[e];
-    entries.src[e] = inputs[i].staging_on_device;
+    entries.src[e] = copy_source(i);
     entries.dst[e] = arena + prog.buffer_of(prog.input_values[i]).offset;
     entries.bytes[e] = (mask >> e) & 1 ? c.bytes[e] : 0;
   }
@@ -193,6 +199,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   for (GraphInstance::CopyNode& c : g.copy_nodes) {  // built copying every entry, enabled
     c.params_mask = c.state = (int64_t{1} << c.inputs.size()) - 1;
     rt::InputCopies entries = copy_entries(c, c.params_mask);
+    std::copy(entries.src, entries.src + c.inputs.size(), c.params_src.begin());
     CopyNodeParams node(library.input_copy(), c.grid, entries);
     GDL_CUDA_TRY(cudaGraphAddKernelNode(&c.node, g.graph, nullptr, 0, &node.cuda), "adding an input copy node");
     copies.push_back(c.node);
@@ -416,15 +423,20 @@ Status Session::Impl::run() {
   bool copies = false;  // the inputs bound since the last copy are copied, the others not
   for (GraphInstance::CopyNode& c : g.copy_nodes) {
     int64_t wanted = 0;
+    bool moved = false;  // a wanted entry reads another source than the node's params say
     for (size_t e = 0; e < c.inputs.size(); ++e)
-      if (inputs[c.inputs[e]].copy_pending) wanted |= int64_t{1} << e;
+      if (inputs[c.inputs[e]].copy_pending) {
+        wanted |= int64_t{1} << e;
+        moved |= copy_source(c.inputs[e]) != c.params_src[e];
+      }
     copies |= wanted != 0;
-    if (wanted == c.state) continue;  // the usual case: the same inputs bound as last time
-    if (wanted != 0 && (wanted != c.params_mask || c.state < 0)) {
+    if (wanted == c.state && !moved) continue;  // the usual case: the same inputs bound as last time
+    if (wanted != 0 && (wanted != c.params_mask || moved || c.state < 0)) {
       rt::InputCopies entries = copy_entries(c, wanted);
       CopyNodeParams node(library.input_copy(), c.grid, entries);
       GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, c.node, &node.cuda), "updating an input copy node");
       c.params_mask = wanted;
+      std::copy(entries.src, entries.src + c.inputs.size(), c.params_src.begin());
     }
     if ((wanted != 0) != (c.state > 0) || c.state < 0)
       GDL_CUDA_TRY(cudaGraphNodeSetEnabled(g.exec, c.node, wanted != 0 ? 1 : 0), "switching an input copy node");
@@ -434,7 +446,10 @@ Status Session::Impl::run() {
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   GDL_CUDA_TRY(cudaGraphLaunch(g.exec, stream), "launching the graph");
   if (copies) graph_copies_pending = true;
-  for (InputSlot& slot : inputs) slot.copy_pending = false;  // queued: later work on the stream sees the copies
+  for (InputSlot& slot : inputs) {  // queued: later work on the stream sees the copies
+    slot.copy_pending = false;
+    slot.device_source = nullptr;
+  }
   if (options.record_device_time) {
     GDL_CUDA_TRY(cudaEventRecord(run_end, stream), "recording the run end");
     timed_run_pending = true;
@@ -456,9 +471,10 @@ Status Session::Impl::run_eager() {
   const size_t steps = prog.artifact.kernels.size();
   const std::vector<int64_t> layout_dims = layout(dims);
   Stopwatch submit;
-  GDL_RETURN_IF_ERROR(flush_staged_inputs());
   GDL_RETURN_IF_ERROR(write_valid_block());
+  // Timed from before the input copies, as a graph run's time includes its copy nodes.
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
+  GDL_RETURN_IF_ERROR(flush_staged_inputs());
   unsigned char* arena_arg = arena;
   const unsigned char* params_arg = params->base();
   rt::KernelArgs args = kernel_args(layout_dims);

@@ -293,22 +293,43 @@ y = attention(q, k, v, len);
   CHECK(s->stats().node_updates == updates);
 }
 
+// A device bind is read by the next run: by the graph's copy node (a
+// 16-byte aligned pointer and an unpadded input: B = 8 and 64 are bucket
+// capacities) or by a copy bind enqueues (B = 10 is padded; a pointer 4 bytes
+// off alignment). The contract: the source stays unchanged until that run is
+// done. After it the source may change: the run copied it, and a second run
+// without a bind keeps what was bound.
 TEST_CASE("semantics: binding from device memory") {
-  Fixture f("device bind", 10);
-  TensorData x = f.new_x(10);
-  void* device = nullptr;
-  REQUIRE(cudaMalloc(&device, x.bytes.size()) == cudaSuccess);
-  REQUIRE(cudaMemcpy(device, x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-  GDL_REQUIRE_OK(f.session->bind("x", device, x.bytes.size(), x.dtype, x.shape, MemoryKind::kDevice));
-  REQUIRE(cudaMemset(device, 0, x.bytes.size()) == cudaSuccess);  // legacy stream: waits for the bind's copy
-  CHECK(expect_match(run_and_read(*f.session, false), f.want(x), "device-bound input"));
+  Fixture f("device bind", 8);
+  unsigned char* device = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&device), 64 * 33 * sizeof(float) + 16) == cudaSuccess);
+  struct Case {
+    int64_t batch;
+    size_t offset;
+    bool eager;
+  };
+  for (const Case c : {Case{8, 0, false}, Case{64, 0, false}, Case{10, 0, false}, Case{8, 4, false}, Case{64, 0, true},
+                       Case{8, 0, false}}) {
+    INFO("B = " << c.batch << ", pointer offset " << c.offset << (c.eager ? ", eager" : ", graph"));
+    TensorData x = f.new_x(c.batch);
+    unsigned char* source = device + c.offset;
+    REQUIRE(cudaMemcpy(source, x.bytes.data(), x.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    GDL_REQUIRE_OK(f.session->bind("x", source, x.bytes.size(), x.dtype, x.shape, MemoryKind::kDevice));
+    GDL_REQUIRE_OK(c.eager ? f.session->run_eager() : f.session->run());
+    // Legacy stream: waits for the run. The input buffer keeps what the run copied.
+    REQUIRE(cudaMemset(device, 0x7F, 64 * 33 * sizeof(float) + 16) == cudaSuccess);
+    std::map<std::string, TensorData> want = f.want(x);
+    CHECK(expect_match(read_outputs(*f.session), want, "device-bound input"));
+    CHECK(expect_match(run_and_read(*f.session, false), want, "a second run without a bind"));
+  }
   cudaFree(device);
 }
 
 // A host bind leaves the input in its staging buffer and the graph's copy
-// node moves it (session_impl.h, InputSlot); a device bind copies at once
-// and switches that node off. Alternating them, with graph and eager runs
-// and a bucket change in between, every run must see the last bind.
+// node moves it (session_impl.h, InputSlot); a device bind gives that node
+// its pointer instead, or copies at once where the input is padded (B = 3).
+// Alternating them, with graph and eager runs and a bucket change in
+// between, every run must see the last bind.
 TEST_CASE("semantics: host and device binds alternate; every run sees the last bind") {
   Fixture f("alternating binds", 8);
   void* device = nullptr;
@@ -333,9 +354,9 @@ TEST_CASE("semantics: host and device binds alternate; every run sees the last b
 }
 
 TEST_CASE("semantics: 18 inputs, each bound from host or device memory at random, through two input copy nodes") {
-  // 18 inputs: the graph copies host binds in two copy nodes (16 entries
-  // and 2, session_run.cc); each run's host-bound set changes the nodes'
-  // entries, device binds leave their entries out.
+  // 18 inputs: the graph copies every bind in two copy nodes (16 entries
+  // and 2, session_run.cc); each run's mix changes the entries' sources
+  // (a staging buffer or the caller's device memory).
   std::string text = "program many_inputs;\n";
   std::string sum;
   for (int i = 0; i < 18; ++i) {
