@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | persistent | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | kvread | persistent | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -19,6 +19,10 @@
 # 3c. stream:   bench/stream_patterns.cu (nvcc here): a 32 MiB weight
 #               stream per launch by access pattern and a pure read, the
 #               ceiling of one W2 H=4096 layer; not part of `all`
+# 3e. kvread:   bench/kv_read_patterns.cu (nvcc here): W3's 64 MiB of K and
+#               V read by access pattern (grid-stride, the attention kernel's
+#               splits, chunks interleaved across blocks) and mechanism
+#               (plain loads, a ring of bulk copies); not part of `all`
 # 3d. persistent: bench/persistent_mlp.cu (nvcc here): W2's eight H=4096
 #               layers in one cooperative launch by design, the load paths
 #               of one block per SM and the grid barrier (the experiment
@@ -128,6 +132,12 @@ if [[ $what == stream ]]; then
   step stream_patterns 120 "$OUT/stream_patterns"
 fi
 
+if [[ $what == kvread ]]; then
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  step kvread_build 180 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/kv_read_patterns" bench/kv_read_patterns.cu
+  step kv_read_patterns 120 "$OUT/kv_read_patterns"
+fi
+
 if [[ $what == persistent ]]; then
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   step persistent_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/persistent_mlp" bench/persistent_mlp.cu
@@ -212,6 +222,8 @@ PY
       ;;
     stream_patterns)
       grep -E "^(device|pattern|strip|warp|block|ceiling|pdl)" "$log" | sed "s/^/$name: /" ;;
+    kv_read_patterns)
+      sed "s/^/$name: /" "$log" ;;
     persistent_mlp)
       grep -E "^(mma|split|stream|str-nx|mma-nx|sstrm|load|grid|plain)" "$log" | sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*)

@@ -488,14 +488,38 @@ template <int D, int DV, typename T, int POSITIONS, int STAGES> struct Attention
   static_assert(Math::kGroups * (2 + DV) * 4 <= bytes, "the groups' results fit in the ring");
 };
 
-// 16 bytes of shared memory as one load (a uint4 dereference may be split into four).
+namespace att {
+// The stages of task (row, split) for `valid` positions: `stages` stages of
+// the row from stage `lo` (fewer or none at the end of the row).
+template <typename I, int P> struct StreamRange {
+  I lo = 0, valid = 0;
+  int stages = 0;
+  StreamRange() = default;
+  GDL_DEV StreamRange(I valid_positions, I split, int S) : valid(valid_positions) {
+    const I row_stages = ceil_div(valid, (I)P);
+    const I chunk = ceil_div(row_stages, (I)S);
+    lo = split * chunk;
+    const I left = lo < row_stages ? row_stages - lo : (I)0;
+    stages = (int)(left < chunk ? left : chunk);
+  }
+  GDL_DEV I first(int j) const { return (lo + (I)j) * (I)P; }
+  GDL_DEV int count(int j) const { return (int)(valid - first(j) < (I)P ? valid - first(j) : (I)P); }
+};
+}  // namespace att
 
-template <int D, int DV, int POSITIONS, int STAGES, typename I, typename T, typename TO, typename Len>
+// KV_EARLY (k and v are params, which no kernel writes): the kernel waits
+// for the kernels it depends on itself (gdl_abi.cuh), after issuing its
+// first task's first stages as if every position were valid; once the
+// length is known, those stages are kept where they match the real ones and
+// waited out otherwise. The copies then run while the kernels before this
+// one (the input copy) finish.
+template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, typename I, typename T, typename TO, typename Len>
 GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I positions,
                               float scale, SplitScratch sk, unsigned char* ring) {
   using A = AttentionStream<D, DV, T, POSITIONS, STAGES>;
   using Math = typename A::Math;
-  constexpr int P = A::kPositions, NS = A::kStages, GROUPS = Math::kGroups;
+  using Range = att::StreamRange<I, A::kPositions>;
+  constexpr int NS = A::kStages, GROUPS = Math::kGroups;
   constexpr float kLog2e = 1.4426950408889634f;
   __shared__ unsigned long long full[NS];
 
@@ -508,47 +532,67 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
   const I tasks = rows * S;
   unsigned used = 0;  // stages consumed by this block so far: stage j of a task is ring slot (used + j) % NS
   Math math;
+  // Stage j of a task (its row's k and v, its range) into its slot; thread 0 only.
+  auto issue = [&](const T* kr, const T* vr, const Range& range, int j) {
+    const unsigned slot = (used + j) % NS;
+    const int n = range.count(j);
+    unsigned char* dst = ring + slot * A::stage_bytes;
+    bulk::expect_bytes(&full[slot], (unsigned)(n * (D + DV) * (int)sizeof(T)));
+    bulk::copy(dst, kr + range.first(j) * D, (unsigned)(n * D * (int)sizeof(T)), &full[slot]);
+    bulk::copy(dst + A::k_bytes, vr + range.first(j) * DV, (unsigned)(n * DV * (int)sizeof(T)), &full[slot]);
+  };
+
+  Range early;  // KV_EARLY: the first task's range as issued before the wait (stages: how many)
+  if constexpr (KV_EARLY) {
+    const I task = task_first<I>();
+    if (task < tasks) {
+      const I row = task / S;
+      early = Range(positions, task % S, S);
+      early.stages = early.stages < NS ? early.stages : NS;
+      if (tid == 0)
+        for (int j = 0; j < early.stages; ++j) issue(k + row * positions * D, v + row * positions * DV, early, j);
+    }
+    allow_dependents();
+    wait_for_producers();
+  }
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const I row = task / S, split = task % S;
     const int len = len_source.get();
     const I valid = len <= 0 ? (I)0 : ((I)len < positions ? (I)len : positions);
+    const Range range(valid, split, S);
+    int in_flight = 0;  // stages of this task issued already (before the wait)
+    if (early.stages > 0) {
+      bool same = range.lo == early.lo && range.stages >= early.stages;
+      for (int j = 0; same && j < early.stages; ++j) same = range.count(j) == early.count(j);
+      if (same) {
+        in_flight = early.stages;
+      } else {  // land them, unread, before the ring is used again
+        for (int j = 0; j < early.stages; ++j) bulk::wait(&full[(used + j) % NS], ((used + j) / NS) & 1u);
+        used += (unsigned)early.stages;
+      }
+      early.stages = 0;
+    }
     TO* o = out + row * DV;
     if (valid <= 0) {
       if (split == 0)
         for (I d = tid; d < DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
       continue;
     }
-    // The split's stages: `chunk` stages of the row from stage `lo` (fewer
-    // or none at the end of the row).
-    const I row_stages = ceil_div(valid, (I)P);
-    const I chunk = ceil_div(row_stages, (I)S);
-    const I lo = split * chunk;
-    const I left = lo < row_stages ? row_stages - lo : (I)0;
-    const int stages = (int)(left < chunk ? left : chunk);
-    auto first_of = [&](int j) { return (lo + (I)j) * (I)P; };
-    auto count_of = [&](int j) { return (int)(valid - first_of(j) < (I)P ? valid - first_of(j) : (I)P); };
+    const int stages = range.stages;
     const T* kr = k + row * positions * D;
     const T* vr = v + row * positions * DV;
-    auto issue = [&](int j) {  // stage j of the task into its slot
-      const unsigned slot = (used + j) % NS;
-      const int n = count_of(j);
-      unsigned char* dst = ring + slot * A::stage_bytes;
-      bulk::expect_bytes(&full[slot], (unsigned)(n * (D + DV) * (int)sizeof(T)));
-      bulk::copy(dst, kr + first_of(j) * D, (unsigned)(n * D * (int)sizeof(T)), &full[slot]);
-      bulk::copy(dst + A::k_bytes, vr + first_of(j) * DV, (unsigned)(n * DV * (int)sizeof(T)), &full[slot]);
-    };
     if (tid == 0)
-      for (int j = 0; j < NS && j < stages; ++j) issue(j);
+      for (int j = in_flight; j < NS && j < stages; ++j) issue(kr, vr, range, j);
 
     math.start(q + row * D, scale * kLog2e);  // scores in base 2: exp2f does the exponentials
     for (int j = 0; j < stages; ++j) {
       const unsigned slot = (used + j) % NS;
       bulk::wait(&full[slot], ((used + j) / NS) & 1u);
       const unsigned char* ks = ring + slot * A::stage_bytes;
-      math.stage(ks, ks + A::k_bytes, count_of(j));
+      math.stage(ks, ks + A::k_bytes, range.count(j));
       __syncthreads();  // every group is done with the slot
-      if (tid == 0 && j + NS < stages) issue(j + NS);
+      if (tid == 0 && j + NS < stages) issue(kr, vr, range, j + NS);
     }
     used += (unsigned)stages;
 

@@ -456,6 +456,31 @@ TEST_CASE("codegen: below sm_90 the decode attention takes the split kernel and 
   }
 }
 
+// k and v params (a KV cache): the streamed kernel issues its first copies
+// before it waits for the kernels it depends on, so the step emits no wait of
+// its own; k and v inputs (written by the input copy): the wait comes first.
+TEST_CASE("codegen: the streamed attention copies a param KV cache before it waits, an input one after") {
+  for (bool params : {true, false}) {
+    INFO((params ? "k and v params" : "k and v inputs"));
+    GraphBuilder b;
+    b.g.program_name = "decode_early";
+    const TensorType kv{DType::kF16, dims({c(32), c(4096), c(128)})};
+    ValueId q = b.input("q", {DType::kF16, dims({c(32), c(128)})});
+    ValueId k = params ? b.param("k", kv) : b.input("k", kv);
+    ValueId v = params ? b.param("v", kv) : b.input("v", kv);
+    ValueId len = b.input("len", {DType::kI32, {}});
+    b.output("o", b.op(Op::kAttention, {q, k, v, len}, {DType::kF16, dims({c(32), c(128)})}, testing::value_attrs(0.088)));
+    GeneratedCode code = generate_cuda(plan_of(b.g));
+    const std::string& src = code.source;
+    const size_t call = src.find(std::string("gdl::attention_stream<128, 128, 64, 3, ") + (params ? "true" : "false"));
+    REQUIRE(call != std::string::npos);
+    const size_t kernel_start = src.rfind("extern \"C\"", call);
+    const size_t wait = src.find("gdl::wait_for_producers();", kernel_start);
+    CHECK((wait < call) == !params);
+    require_compiles(code);
+  }
+}
+
 TEST_CASE("codegen: each matmul kernel and the split attention are chosen by shape, named, and compile") {
   for (DType t : kFloats) {
     INFO(dtype_name(t));

@@ -13,7 +13,9 @@
 //       overlap, gdl_abi.cuh); a matmul with weights in params pulls the
 //       start of its part of them into L2 first, then waits, then lets its
 //       dependents launch only if its work is short (weights_prefetch,
-//       gdl::matmul_allow_dependents);
+//       gdl::matmul_allow_dependents); the streamed attention over a
+//       param KV cache issues its first copies of it before it waits
+//       (gdl_attention.cuh KV_EARLY);
 //    b. the computation. Elementwise values (a fused step's chain or tree
 //       of them, fuse.cc) and the data-movement ops (reshape, transpose,
 //       slice, concat, gather; alone in their step) become one lambda over
@@ -1013,7 +1015,15 @@ class StepEmitter {
           body += "  static_assert(gdl::AttentionStream<" + layout + ", " + storage_type(n.type.dtype) + ", " + ring +
                   ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
           const std::string scratch = split_scratch(choice.stream_splits, false, choice.scratch, body);
-          body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + idx_ + ">(" + args[0] + ", " + args[1] +
+          // k and v params (a KV cache that persists across runs): their first copies go out before the
+          // kernel waits for the ones it depends on (gdl_attention.cuh KV_EARLY), so it waits in its body.
+          auto param = [&](int arg) {
+            return plan_.buffers.at(static_cast<size_t>(n.args.at(arg))).region == plan::Region::kParams;
+          };
+          const bool kv_early = param(1) && param(2);
+          waits_in_body_ |= kv_early;
+          body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " +
+                  idx_ + ">(" + args[0] + ", " + args[1] +
                   ", " + args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, " +
                   float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
           rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}},
@@ -1168,6 +1178,7 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
                  "// caller's device memory into the arena, in one kernel node (a memcpy node per input made each graph launch\n"
                  "// 2-4 us longer on the host).\n"
                  "extern \"C\" __global__ void __launch_bounds__(256) " + kInputCopySymbol + "(gdl_input_copies copies) {\n"
+                 "  gdl::allow_dependents();  // they wait for this copy before they read the arena\n"
                  "  gdl::copy_bytes(copies.src[blockIdx.y], copies.dst[blockIdx.y], copies.bytes[blockIdx.y]);\n}\n";
   return code;
 }

@@ -14,7 +14,8 @@
 //    slower on the host), an event record node
 //    after them, a cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
-//    steps' deps (programmatic unless SessionOptions::overlap_launches is
+//    steps' deps, or from the copy nodes for a step without deps
+//    (programmatic unless SessionOptions::overlap_launches is
 //    off: each kernel waits for its producers itself, gdl_abi.cuh; ordinary
 //    into and out of a chain's node, which runs its steps: one node, the
 //    cooperative attribute);
@@ -232,20 +233,17 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
         }
     std::sort(deps.begin(), deps.end());  // steps of one chain share a node: one edge each
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    if (deps.empty()) deps = copies;  // a kernel without a dep waits for the input copies
     NodeParams node(arena, params->base(), args, run->launch);
     // Edges into and out of a chain's node stay ordinary: a cooperative
     // launch whose blocks must all be resident is not started beside the
     // kernel before it, and the chain kernel never lets its dependents
-    // launch early anyway (gdl_chain.cuh).
+    // launch early anyway (gdl_chain.cuh). The copy kernel lets its
+    // dependents launch at once: they read only params before their wait.
     const bool programmatic = options.overlap_launches && !deps.empty() && !ck && !from_chain;
-    if (deps.empty() && !copies.empty()) {  // ordinary edges from the copies
-      GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, copies.data(), copies.size(), &node.cuda),
-                   "adding the graph node of " + name);
-    } else {
-      GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
-                                          programmatic ? 0 : deps.size(), &node.cuda),
-                   "adding the graph node of " + name);
-    }
+    GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
+                                        programmatic ? 0 : deps.size(), &node.cuda),
+                 "adding the graph node of " + name);
     if (ck) {
       g.chain_nodes += 1;
       cudaLaunchAttributeValue cooperative{};
