@@ -1020,7 +1020,7 @@ class StepEmitter {
           auto param = [&](int arg) {
             return plan_.buffers.at(static_cast<size_t>(n.args.at(arg))).region == plan::Region::kParams;
           };
-          const bool kv_early = param(1) && param(2);
+          const bool kv_early = choice.stream_early && param(1) && param(2);
           waits_in_body_ |= kv_early;
           body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " +
                   idx_ + ">(" + args[0] + ", " + args[1] +

@@ -107,15 +107,22 @@ int64_t split_cap() {
 }
 
 // GDL_ATTENTION_STREAM=0 leaves every attention to the split kernel,
+// GDL_ATTENTION_KV_EARLY=0 makes the streamed kernel wait before its first
+// copies even of a param KV cache,
 // GDL_ATTENTION_RING_KIB=N sets the streamed kernel's ring to about N KiB
 // and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage;
 // GDL_ATTENTION_SPLITS=N asks for N splits of a row (within the same caps).
 // Experiment knobs like the one above, for A/B runs of the kernels.
+bool env_off(const char* name) {
+  const char* text = std::getenv(name);
+  return text && std::string(text) == "0";
+}
 bool attention_stream_allowed() {
-  static const bool allowed = [] {
-    const char* text = std::getenv("GDL_ATTENTION_STREAM");
-    return !(text && std::string(text) == "0");
-  }();
+  static const bool allowed = !env_off("GDL_ATTENTION_STREAM");
+  return allowed;
+}
+bool attention_kv_early_allowed() {
+  static const bool allowed = !env_off("GDL_ATTENTION_KV_EARLY");
   return allowed;
 }
 int64_t attention_stage_positions() {
@@ -285,6 +292,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
                                    std::max(kMinPositionsPerSplit, positions));
     }
   }
+  c.stream_early = attention_kv_early_allowed();
   const int most = std::max(c.splits, c.stream_splits);
   if (most > 1) {
     c.scratch.tickets = rows_max;

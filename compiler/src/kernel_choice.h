@@ -85,6 +85,7 @@ struct AttentionChoice {
   int stream_stages = 0;             // stages of its ring
   int stream_positions = 0;          // positions of k and v per stage
   uint32_t stream_shared_bytes = 0;  // the ring: == gdl::AttentionStream<D, DV, T, positions, stages>::bytes
+  bool stream_early = true;          // over a param KV cache, copies before the wait (KV_EARLY)
   SplitScratchSize scratch;  // enough for either kernel
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
