@@ -2,7 +2,8 @@
 # Builds the GPU binaries here (Release) and stages them under .device/ (git
 # ignored) for the GPU machine, with an NVRTC cache filled by compiling every
 # GPU test program once here, so the GPU machine spends its time running.
-# Then, on the GPU machine, from the repo root:
+# Then, on the GPU machine, from the repo root (carry build-pack):
+#   tar xzf build-pack/device.tgz
 #   BUILD=.device/build-release GDL_CACHE_DIR=$PWD/.device/cache scripts/gpu-check.sh tests
 #   bash bench/run.sh OUT          (GDL_BENCH_BIN=.device/build-release/bench/gdl_bench)
 set -euo pipefail
@@ -23,4 +24,17 @@ cp "$BUILD/bench/gdl_bench" "$stage/bench/"
 # Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program.
 GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \
   "$stage/tests/gdl_gpu_tests" -tc="ops:*,examples:*,kernels:*,chain:*" >/dev/null || true
-du -sh .device
+# The benchmark's programs into their own cache (GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache).
+mkdir -p .device/bench-cache
+for program in bench/workloads/*.gdl bench/l2_flush.gdl; do
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
+done
+rm -f /tmp/stage-device.gdlx
+# What the GPU machine does not run goes; the rest is stripped and packed:
+# the device tool carries at most 64 MiB, the pack about a third of that.
+# On the GPU machine, from the repo root: tar xzf build-pack/device.tgz
+rm -f "$stage/gdlc" "$stage/examples/hello_host" "$stage/bench/gdl_dynamic_bench"
+strip "$stage"/tests/* "$stage"/examples/* "$stage"/bench/* "$stage/gdlrun"
+mkdir -p build-pack
+tar czf build-pack/device.tgz .device
+du -sh .device build-pack/device.tgz
