@@ -66,6 +66,7 @@ Artifact sample_artifact() {
     k.launch.shared_bytes = static_cast<uint32_t>(i * 512);
     if (i % 2) k.scalars_used = {0};
     k.depends_on_dims = i % 2 == 0;
+    k.early_start = i % 3 == 0;
     if (i == 1) {  // a step with a large kernel (codegen.h LargeKernel)
       k.large.symbol = k.symbol + "_tiled";
       k.large.launch.work = k.launch.work;
@@ -151,6 +152,7 @@ void check_same_artifact(const Artifact& x, const Artifact& y) {
     CHECK(a.launch.shared_bytes == b.launch.shared_bytes);
     CHECK(a.scalars_used == b.scalars_used);
     CHECK(a.depends_on_dims == b.depends_on_dims);
+    CHECK(a.early_start == b.early_start);
     CHECK(a.large.symbol == b.large.symbol);
     CHECK(a.large.launch.work == b.large.launch.work);
     CHECK(a.large.launch.items_per_block == b.large.launch.items_per_block);

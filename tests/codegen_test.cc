@@ -477,6 +477,8 @@ TEST_CASE("codegen: the streamed attention copies a param KV cache before it wai
     const size_t kernel_start = src.rfind("extern \"C\"", call);
     const size_t wait = src.find("gdl::wait_for_producers();", kernel_start);
     CHECK((wait < call) == !params);
+    REQUIRE(code.kernels.size() == 1);
+    CHECK(code.kernels[0].early_start == params);  // the runtime's programmatic edge from the input copies
     require_compiles(code);
   }
 }

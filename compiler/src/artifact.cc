@@ -161,6 +161,7 @@ void write_kernels(Writer& w, const std::vector<KernelInfo>& kernels) {
     write_launch(w, k.launch);
     w.vec(k.scalars_used, [&](int s) { w.i32(s); });
     w.boolean(k.depends_on_dims);
+    w.boolean(k.early_start);
     w.str(k.large.symbol);
     if (k.large.symbol.empty()) return;
     write_launch(w, k.large.launch);
@@ -425,6 +426,7 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
         r.fail(where + " uses scalar #" + std::to_string(s) + ", which does not exist");
     }
     k.depends_on_dims = r.boolean("depends_on_dims");
+    k.early_start = r.boolean("early_start");
     k.large.symbol = r.str("large kernel symbol");
     if (r.failed() || k.large.symbol.empty()) continue;
     k.large.launch = read_launch(r, g, where + "'s large kernel");

@@ -18,8 +18,9 @@
 namespace gdl {
 
 // 2: plan steps carry their scratch; 3: a step's large kernel; 4: chains;
-// 5: the module holds the input copy kernel (codegen.h kInputCopySymbol)
-inline constexpr uint32_t kArtifactVersion = 5;
+// 5: the module holds the input copy kernel (codegen.h kInputCopySymbol);
+// 6: a kernel's early_start
+inline constexpr uint32_t kArtifactVersion = 6;
 
 struct Artifact {
   plan::Plan plan;                  // holds the graph: names, shapes, dtypes

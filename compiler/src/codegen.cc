@@ -311,6 +311,7 @@ class StepEmitter {
     info.launch = rule;
     info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
     info.depends_on_dims = !dims_used_.empty() || !all_constant(rule.work);
+    info.early_start = early_start_;
 
     std::string out = "// step " + std::to_string(index_);
     if (!step_.deps.empty()) {
@@ -1022,6 +1023,7 @@ class StepEmitter {
           };
           const bool kv_early = choice.stream_early && param(1) && param(2);
           waits_in_body_ |= kv_early;
+          early_start_ |= kv_early;
           body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " +
                   idx_ + ">(" + args[0] + ", " + args[1] +
                   ", " + args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, " +
@@ -1074,6 +1076,7 @@ class StepEmitter {
   bool two_kernels_ = false;  // a matmul with a rows and a large kernel
   Shape matmul_rows_;
   bool waits_in_body_ = false;  // the body calls wait_for_producers itself, after its prefetch
+  bool early_start_ = false;    // KernelInfo::early_start
   ValueId norm_prologue_ = ir::kNoValue;  // a norm fused in front of the step's matmul
   ValueId anchor_ = ir::kNoValue;    // the step's first value after any prologue
   bool structured_ = false;          // the anchor is a structured op (not elementwise or data movement)

@@ -61,6 +61,12 @@ struct KernelInfo {
   LaunchRule launch;
   std::vector<int> scalars_used;   // indexes into the scalar list (for node updates)
   bool depends_on_dims = false;    // launch or indexing uses a run-time dim
+  // It works before it waits for its producers on more than an L2 prefetch
+  // (the streamed attention's early KV copies): the runtime makes its edges
+  // from the input copy nodes programmatic, so it starts beside them. Into
+  // other kernels those edges stay ordinary, which measured faster for the
+  // matmuls (docs/performance.md).
+  bool early_start = false;
   LargeKernel large;
 };
 

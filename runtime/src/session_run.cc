@@ -15,7 +15,9 @@
 //    after them, a cudaGraphAddKernelNode per plan step with the arena pointer, the params
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
 //    steps' deps, or from the copy nodes for a step without deps
-//    (programmatic unless SessionOptions::overlap_launches is
+//    (ordinary from the copies unless the kernel starts before its wait,
+//    KernelInfo::early_start; otherwise programmatic unless
+//    SessionOptions::overlap_launches is
 //    off: each kernel waits for its producers itself, gdl_abi.cuh; ordinary
 //    into and out of a chain's node, which runs its steps: one node, the
 //    cooperative attribute);
@@ -233,14 +235,17 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
         }
     std::sort(deps.begin(), deps.end());  // steps of one chain share a node: one edge each
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    if (deps.empty()) deps = copies;  // a kernel without a dep waits for the input copies
+    const bool from_copies = deps.empty() && !copies.empty();
+    if (from_copies) deps = copies;  // a kernel without a dep waits for the input copies
     NodeParams node(arena, params->base(), args, run->launch);
     // Edges into and out of a chain's node stay ordinary: a cooperative
     // launch whose blocks must all be resident is not started beside the
     // kernel before it, and the chain kernel never lets its dependents
-    // launch early anyway (gdl_chain.cuh). The copy kernel lets its
-    // dependents launch at once: they read only params before their wait.
-    const bool programmatic = options.overlap_launches && !deps.empty() && !ck && !from_chain;
+    // launch early anyway (gdl_chain.cuh). Edges from the copy nodes are
+    // programmatic only into a kernel that starts work before its wait
+    // (KernelInfo::early_start; the copy kernel lets it launch at once).
+    const bool programmatic = options.overlap_launches && !deps.empty() && !ck && !from_chain &&
+                              (!from_copies || prog.artifact.kernels[i].early_start);
     GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
                                         programmatic ? 0 : deps.size(), &node.cuda),
                  "adding the graph node of " + name);
