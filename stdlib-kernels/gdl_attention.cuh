@@ -46,28 +46,6 @@ __host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 *
 __host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
 
-// The row out of its S parts (m_i, l_i, acc_i), each read through the
-// accessors: M = max m_i, out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i -
-// M) l_i; an empty part (m = -inf, l = 0) weighs nothing.
-template <typename TO, typename I, typename M, typename L, typename Acc>
-GDL_DEV void combine_parts(TO* o, int S, I DV, const M& m_of, const L& l_of, const Acc& acc_of) {
-  float peak_all = -inf_f32();
-  for (int i = 0; i < S; ++i) peak_all = fmaxf(peak_all, m_of(i));
-  float weight_sum = 0.0f;
-  for (int i = 0; i < S; ++i) {
-    const float mi = m_of(i);
-    if (mi != -inf_f32()) weight_sum += l_of(i) * exp2f(mi - peak_all);
-  }
-  for (I d = threadIdx.x; d < DV; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int i = 0; i < S; ++i) {
-      const float mi = m_of(i);
-      if (mi != -inf_f32()) sum += acc_of(i, d) * exp2f(mi - peak_all);
-    }
-    o[d] = cvt<TO>(sum / weight_sum);
-  }
-}
-
 // The block's result for (row, split): value(d) = sum_t p_t * v[t][d] over
 // its positions, m its maximum score and l = sum_t p_t. With one split the
 // block writes the row value(d) / l; otherwise it stores (m, l, value) as
@@ -92,28 +70,21 @@ GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I sp
     __stcg(part_ml + part * 2 + 1, l);
   }
   if (!split_arrive(sk.tickets + row, S)) return;
-  combine_parts(
-      o, S, DV, [&](int i) { return __ldcg(part_ml + (row * S + i) * 2); },
-      [&](int i) { return __ldcg(part_ml + (row * S + i) * 2 + 1); },
-      [&](int i, I d) { return __ldcg(part_acc + (row * S + i) * DV + d); });
-}
-// write_part for a row whose S splits are one cluster (attention_stream's
-// CLUSTER): the block's part (m, l, value) goes to `part` in its own shared
-// memory (the same offset in every block), and rank 0 combines the S parts
-// as write_part's last block does. Called by every thread of every block of
-// the cluster.
-template <typename TO, typename Value>
-GDL_DEV void cluster_combine(TO* o, const Value& value, float m, float l, float* part, int S, int DV) {
-  const int tid = threadIdx.x;
-  for (int d = tid; d < DV; d += blockDim.x) part[2 + d] = value(d);
-  if (tid == 0) part[0] = m, part[1] = l;
-  cluster_sync();  // every part written
-  if (cluster_rank() == 0)
-    combine_parts(
-        o, S, DV, [&](int i) { return cluster_load(cluster_map(part, i)); },
-        [&](int i) { return cluster_load(cluster_map(part + 1, i)); },
-        [&](int i, int d) { return cluster_load(cluster_map(part + 2 + d, i)); });
-  cluster_sync();  // the parts stay until rank 0 has read them
+  float peak_all = -inf_f32();
+  for (int i = 0; i < S; ++i) peak_all = fmaxf(peak_all, __ldcg(part_ml + (row * S + i) * 2));
+  float weight_sum = 0.0f;
+  for (int i = 0; i < S; ++i) {
+    const float mi = __ldcg(part_ml + (row * S + i) * 2);
+    if (mi != -inf_f32()) weight_sum += __ldcg(part_ml + (row * S + i) * 2 + 1) * exp2f(mi - peak_all);
+  }
+  for (I d = tid; d < DV; d += BLOCK) {
+    float sum = 0.0f;
+    for (int i = 0; i < S; ++i) {
+      const float mi = __ldcg(part_ml + (row * S + i) * 2);
+      if (mi != -inf_f32()) sum += __ldcg(part_acc + (row * S + i) * DV + d) * exp2f(mi - peak_all);
+    }
+    o[d] = cvt<TO>(sum / weight_sum);
+  }
 }
 }  // namespace att
 
@@ -514,7 +485,7 @@ template <int D, int DV, typename T, int POSITIONS, int STAGES> struct Attention
   static constexpr int bytes = kStages * stage_bytes;  // the dynamic shared memory of a block
   static_assert(D % Vec16<T>::n == 0 && DV % Vec16<T>::n == 0, "rows of whole 16-byte vectors");
   static_assert(STAGES >= 2, "a stage computed while the next one lands");
-  static_assert((Math::kGroups * (2 + DV) + 2 + DV) * 4 <= bytes, "the groups' results and the part fit in the ring");
+  static_assert(Math::kGroups * (2 + DV) * 4 <= bytes, "the groups' results fit in the ring");
 };
 
 namespace att {
@@ -542,14 +513,7 @@ template <typename I, int P> struct StreamRange {
 // length is known, those stages are kept where they match the real ones and
 // waited out otherwise. The copies then run while the kernels before this
 // one (the input copy) finish.
-// CLUSTER: the S splits of a row are one thread-block cluster (the launch
-// is rows * S blocks along grid.y, one task each, __cluster_dims__(1, S,
-// 1)); each block leaves its part in its shared memory and the cluster's
-// rank 0 combines them over distributed shared memory, two cluster barriers
-// instead of att::write_part's global parts, fence and ticket (which cost
-// W3 about 2 us, docs/performance.md).
-template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, bool CLUSTER, typename I, typename T, typename TO,
-          typename Len>
+template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, typename I, typename T, typename TO, typename Len>
 GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I positions,
                               float scale, SplitScratch sk, unsigned char* ring) {
   using A = AttentionStream<D, DV, T, POSITIONS, STAGES>;
@@ -652,12 +616,8 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
       for (int i = 0; i < GROUPS; ++i) sum += weight[i] * accs[i * DV + (int)d];
       return sum;
     };
-    if constexpr (CLUSTER) {
-      att::cluster_combine(o, value, block_m, block_l, accs + GROUPS * DV, S, DV);
-    } else {
-      att::write_part(o, value, block_m, block_l, row, split, rows, S, (I)DV, sk);
-      __syncthreads();  // the ring is refilled by the next task
-    }
+    att::write_part(o, value, block_m, block_l, row, split, rows, S, (I)DV, sk);
+    __syncthreads();  // the ring is refilled by the next task
   }
 }
 

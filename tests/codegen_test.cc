@@ -483,44 +483,6 @@ TEST_CASE("codegen: the streamed attention copies a param KV cache before it wai
   }
 }
 
-// The streamed attention's splits of a row combine in a cluster when the
-// rows are static (one block per task along grid.y, a row's splits one
-// cluster); with a run-time batch they combine through global memory.
-TEST_CASE("codegen: the streamed attention's splits form a cluster only over static rows") {
-  for (bool runtime_rows : {false, true}) {
-    INFO((runtime_rows ? "rows [B, 32], B at run time" : "rows [32]"));
-    GraphBuilder b;
-    b.g.program_name = "decode_cluster";
-    std::vector<Dim> q_dims = {c(32), c(128)}, kv_dims = {c(32), c(4096), c(128)}, o_dims = q_dims;
-    if (runtime_rows) {
-      const Dim B = b.dim("B", 1, 4);
-      q_dims.insert(q_dims.begin(), B);
-      kv_dims.insert(kv_dims.begin(), B);
-      o_dims = q_dims;
-    }
-    ValueId q = b.input("q", {DType::kF16, Shape(q_dims)});
-    ValueId k = b.param("k", {DType::kF16, Shape(kv_dims)});
-    ValueId v = b.param("v", {DType::kF16, Shape(kv_dims)});
-    ValueId len = b.input("len", {DType::kI32, {}});
-    b.output("o", b.op(Op::kAttention, {q, k, v, len}, {DType::kF16, Shape(o_dims)}, testing::value_attrs(0.088)));
-    plan::Plan p = plan_of(b.g);
-    const ir::Node& attention = p.graph.node(p.steps.at(0).values.at(0));
-    const AttentionChoice choice = choose_attention(p.graph, attention);
-    REQUIRE(choice.stream_splits >= 2);
-    CHECK(choice.stream_cluster == !runtime_rows);
-    GeneratedCode code = generate_cuda(p);
-    const std::string cluster = "__cluster_dims__(1, " + std::to_string(choice.stream_splits) + ", 1)";
-    CHECK((code.source.find(cluster) != std::string::npos) == !runtime_rows);
-    CHECK(code.source.find(std::string("gdl::attention_stream<128, 128, 64, 3, true, ") +
-                           (runtime_rows ? "false" : "true")) != std::string::npos);
-    if (!runtime_rows) {
-      CHECK(code.kernels.at(0).launch.grid_y == 32u * static_cast<uint32_t>(choice.stream_splits));  // task = blockIdx.y
-      CHECK(code.kernels.at(0).launch.work.empty());
-    }
-    require_compiles(code);
-  }
-}
-
 TEST_CASE("codegen: each matmul kernel and the split attention are chosen by shape, named, and compile") {
   for (DType t : kFloats) {
     INFO(dtype_name(t));

@@ -1011,13 +1011,11 @@ class StepEmitter {
           const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
           const std::string bytes = std::to_string(choice.stream_shared_bytes);
           body += "  // attention kernel: streamed, " + std::to_string(choice.stream_splits) +
-                  " block(s) per row over the positions" + (choice.stream_cluster ? " (one cluster)" : "") +
-                  ", a ring of " + bytes + " bytes\n";
+                  " block(s) per row over the positions, a ring of " + bytes + " bytes\n";
           body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
           body += "  static_assert(gdl::AttentionStream<" + layout + ", " + storage_type(n.type.dtype) + ", " + ring +
                   ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
-          const std::string scratch = split_scratch(choice.stream_splits, choice.stream_cluster, choice.scratch, body);
-          if (choice.stream_cluster) cluster_y_ = choice.stream_splits;  // a row's splits: one cluster
+          const std::string scratch = split_scratch(choice.stream_splits, false, choice.scratch, body);
           // k and v params (a KV cache that persists across runs): their first copies go out before the
           // kernel waits for the ones it depends on (gdl_attention.cuh KV_EARLY), so it waits in its body.
           auto param = [&](int arg) {
@@ -1027,7 +1025,7 @@ class StepEmitter {
           waits_in_body_ |= kv_early;
           early_start_ |= kv_early;
           body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " +
-                  (choice.stream_cluster ? "true" : "false") + ", " + idx_ + ">(" + args[0] + ", " + args[1] +
+                  idx_ + ">(" + args[0] + ", " + args[1] +
                   ", " + args[2] + ", " + out_ptr + ", " + args[3] + ", rows, positions, " +
                   float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
           rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}},

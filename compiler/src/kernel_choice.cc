@@ -108,8 +108,7 @@ int64_t split_cap() {
 
 // GDL_ATTENTION_STREAM=0 leaves every attention to the split kernel,
 // GDL_ATTENTION_KV_EARLY=0 makes the streamed kernel wait before its first
-// copies even of a param KV cache, GDL_ATTENTION_CLUSTER=0 makes it combine
-// its splits through global memory,
+// copies even of a param KV cache,
 // GDL_ATTENTION_RING_KIB=N sets the streamed kernel's ring to about N KiB
 // and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage;
 // GDL_ATTENTION_SPLITS=N asks for N splits of a row (within the same caps).
@@ -120,10 +119,6 @@ bool env_off(const char* name) {
 }
 bool attention_stream_allowed() {
   static const bool allowed = !env_off("GDL_ATTENTION_STREAM");
-  return allowed;
-}
-bool attention_cluster_allowed() {
-  static const bool allowed = !env_off("GDL_ATTENTION_CLUSTER");
   return allowed;
 }
 bool attention_kv_early_allowed() {
@@ -298,10 +293,6 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
     }
   }
   c.stream_early = attention_kv_early_allowed();
-  bool static_rows = true;
-  for (size_t i = 0; i + 1 < qs.size(); ++i) static_rows &= !qs[i].is_runtime();
-  c.stream_cluster = attention_cluster_allowed() && c.stream_splits >= 2 && c.stream_splits <= kMaxClusterSplits &&
-                     static_rows && rows_max * c.stream_splits <= 65535;
   const int most = std::max(c.splits, c.stream_splits);
   if (most > 1) {
     c.scratch.tickets = rows_max;

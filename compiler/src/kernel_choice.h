@@ -86,10 +86,6 @@ struct AttentionChoice {
   int stream_positions = 0;          // positions of k and v per stage
   uint32_t stream_shared_bytes = 0;  // the ring: == gdl::AttentionStream<D, DV, T, positions, stages>::bytes
   bool stream_early = true;          // over a param KV cache, copies before the wait (KV_EARLY)
-  // The splits of a row are one cluster that combines them in shared memory
-  // (CLUSTER): 2 to kMaxClusterSplits splits, the rows static and rows *
-  // splits blocks along grid.y, one task each.
-  bool stream_cluster = false;
   SplitScratchSize scratch;  // enough for either kernel
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
