@@ -52,6 +52,9 @@ __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
 // its part and the last block of the row to arrive combines the parts:
 // M = max m_i, out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i - M) l_i.
 // An empty part (m = -inf, l = 0) weighs nothing. Called by every thread.
+// Every block of the row reaches the ticket, so a row of S > 1 always has a
+// last block, and its split 0 holds positions whenever the row has any: the
+// weight sum is positive.
 template <typename I, typename TO, typename Value>
 GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I split, I rows, int S, I DV,
                         SplitScratch sk) {
@@ -70,18 +73,37 @@ GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I sp
     __stcg(part_ml + part * 2 + 1, l);
   }
   if (!split_arrive(sk.tickets + row, S)) return;
-  float peak_all = -inf_f32();
-  for (int i = 0; i < S; ++i) peak_all = fmaxf(peak_all, __ldcg(part_ml + (row * S + i) * 2));
-  float weight_sum = 0.0f;
-  for (int i = 0; i < S; ++i) {
-    const float mi = __ldcg(part_ml + (row * S + i) * 2);
-    if (mi != -inf_f32()) weight_sum += __ldcg(part_ml + (row * S + i) * 2 + 1) * exp2f(mi - peak_all);
-  }
+  // The parts in rounds of kRound, each round's loads issued together (one
+  // trip to L2 per round, not one per part and quantity: the combine is
+  // the kernel's tail), merged as the online softmax merges positions.
+  constexpr int kRound = 8;
   for (I d = tid; d < DV; d += BLOCK) {
-    float sum = 0.0f;
-    for (int i = 0; i < S; ++i) {
-      const float mi = __ldcg(part_ml + (row * S + i) * 2);
-      if (mi != -inf_f32()) sum += __ldcg(part_acc + (row * S + i) * DV + d) * exp2f(mi - peak_all);
+    float peak = -inf_f32(), weight_sum = 0.0f, sum = 0.0f;
+    for (int first = 0; first < S; first += kRound) {
+      float m[kRound], l[kRound], acc[kRound];
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) {
+        const I i = row * S + first + j;
+        const bool in = first + j < S;
+        m[j] = in ? __ldcg(part_ml + i * 2) : -inf_f32();
+        l[j] = in ? __ldcg(part_ml + i * 2 + 1) : 0.0f;
+        acc[j] = in ? __ldcg(part_acc + i * DV + d) : 0.0f;
+      }
+      float round_peak = peak;
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) round_peak = fmaxf(round_peak, m[j]);
+      if (round_peak == -inf_f32()) continue;
+      const float rescale = exp2f(peak - round_peak);  // 0 while peak is -inf, when the sums are still 0
+      weight_sum *= rescale;
+      sum *= rescale;
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) {
+        if (m[j] == -inf_f32()) continue;
+        const float w = exp2f(m[j] - round_peak);
+        weight_sum += l[j] * w;
+        sum += acc[j] * w;
+      }
+      peak = round_peak;
     }
     o[d] = cvt<TO>(sum / weight_sum);
   }
