@@ -1,8 +1,7 @@
 // A chain of square matmul steps in one persistent kernel (gdl::MatmulChain).
 //
 // Steps s = 0 .. S-1, each c_s = epi_s(pro_s(a_s) @ b_s) with a_{s+1} = c_s,
-// every b_s a [K, K] param (f16 or bf16), at most R rows (8, or 64 in a
-// second kernel where the rows fit in shared memory: K = 1024). Launched
+// every b_s a [K, K] param (f16 or bf16), at most kMaxRows rows. Launched
 // once, cooperatively, with K / C blocks of kThreads threads, C = cols_for(K)
 // (8, 16 or 32, so that a K of 1024, 2048 or 4096 runs 128 blocks): block j
 // owns the output columns [C j, C j + C) of every step, and all of K. A
@@ -25,8 +24,6 @@
 //     M (in 16-column halves; at C = 8 the upper half of M is zero) and the
 //     rows of a as N;
 //  3. the eight warps' sums added in shared memory, the epilogue, the store.
-// Above 8 rows, a warp stages rows w, w + 8, ... (four of them in flight),
-// and the mma takes R / 8 tiles of 8 rows along N.
 // Each warp reads back only the tiles it copied itself, so the ring needs
 // no block barrier.
 #pragma once
@@ -36,7 +33,7 @@
 namespace gdl {
 namespace chain {
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kMaxRows = 8;      // the rows of a are mma's N: one n-tile (the second kernel: R)
+constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
 constexpr int kSmemLimit = 227 * 1024;  // sm_90's largest shared memory per block
@@ -48,17 +45,16 @@ constexpr int kBlocks = 128;     // at most one block per SM of an H100/H200 (13
 // (K = 1024 with 32 columns ran on 32 of them, docs/performance.md).
 constexpr int cols_for(int k) { return k <= 8 * kBlocks ? 8 : k <= 16 * kBlocks ? 16 : 32; }
 
-// Dynamic shared memory of a chain over K for at most R rows: the ring, the
-// normalized rows, the warps' column sums, the statistics.
-template <int K, int R> struct Layout {
+// Dynamic shared memory of a chain over K: the ring, the normalized rows,
+// the warps' column sums, the statistics.
+template <int K> struct Layout {
   static constexpr int cols = cols_for(K);
   static constexpr int tile_elems = kTileRows * cols;  // one warp's part of a slot: 16 rows of 2 C bytes
   static constexpr int slot_bytes = kWarps * tile_elems * 2;
   static_assert(K % kSlotRows == 0 && K % cols == 0, "a chain's K is a multiple of 128");
   static constexpr int xn_stride = K + 8;  // rows 16 bytes apart in the banks
-  static_assert(R % kMaxRows == 0, "rows in tiles of 8");
-  static constexpr int xn_bytes = R * xn_stride * 2;
-  static constexpr int sums_bytes = kWarps * R * cols * 4;
+  static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
+  static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int misc_bytes = kWarps * 8;  // the warps' parts of the row statistics
   static constexpr int fit = (kSmemLimit - xn_bytes - sums_bytes - misc_bytes) / slot_bytes;
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
@@ -102,9 +98,8 @@ GDL_DEV void grid_barrier(unsigned long long* counter) {
 }
 }  // namespace chain
 
-template <typename T, int K, int R> class MatmulChain {
-  using L = chain::Layout<K, R>;
-  static constexpr int kRowTiles = R / chain::kMaxRows;  // mma n-tiles
+template <typename T, int K> class MatmulChain {
+  using L = chain::Layout<K>;
   static constexpr int kCols = L::cols;
   static constexpr int kPieces = kCols / 8;                   // 16-byte pieces per row of a tile
   static constexpr int kHalves = kCols >= 16 ? kCols / 16 : 1;  // mma M tiles of 16 columns
@@ -118,8 +113,8 @@ template <typename T, int K, int R> class MatmulChain {
       : weights_(weights), steps_(steps), barrier_(barrier) {
     ring_ = reinterpret_cast<T*>(smem);
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
-    sums_ = reinterpret_cast<float*>(xn_ + R * L::xn_stride);
-    parts_ = reinterpret_cast<float2*>(sums_ + chain::kWarps * R * kCols);
+    sums_ = reinterpret_cast<float*>(xn_ + chain::kMaxRows * L::xn_stride);
+    parts_ = reinterpret_cast<float2*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
@@ -134,7 +129,7 @@ template <typename T, int K, int R> class MatmulChain {
 
   template <typename I, typename Epi, typename Pro>
   GDL_DEV void step(int s, const T* a, T* c, I rows, const Epi& epi, const Pro& pro) {
-    if (rows > R) __trap();  // the runtime launches the step kernels instead
+    if (rows > chain::kMaxRows) __trap();  // the runtime launches the step kernels instead
     trace(s, 0);
     if (s > 0) chain::grid_barrier(barrier_);  // a is the previous step's c
     trace(s, 1);
@@ -170,7 +165,7 @@ template <typename T, int K, int R> class MatmulChain {
 
   // Step s's slots through the tensor cores; the warp's column sums into sums_.
   GDL_DEV void multiply_slots(int s) {
-    float d[kHalves][kRowTiles][4] = {};
+    float d[kHalves][4] = {};
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i;
       cp_async_wait<kSlots - 2>();  // this thread's copies of slot g have landed
@@ -179,20 +174,16 @@ template <typename T, int K, int R> class MatmulChain {
       __syncwarp();                 // the slot read before it is refilled
       issue(g + kSlots - 1);
     }
-    const int m = lane_ >> 2;
-    float* mine = sums_ + warp_ * R * kCols;
+    const int m = lane_ >> 2, r = 2 * (lane_ & 3);
+    float* mine = sums_ + warp_ * chain::kMaxRows * kCols;
 #pragma unroll
-    for (int nt = 0; nt < kRowTiles; ++nt) {
-      const int r = 8 * nt + 2 * (lane_ & 3);
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-        const int col = 16 * h + m;
-        mine[r * kCols + col] = d[h][nt][0];
-        mine[(r + 1) * kCols + col] = d[h][nt][1];
-        if constexpr (kCols >= 16) {  // at C = 8, d[0][nt][2..3] are the zero columns 8-15
-          mine[r * kCols + col + 8] = d[h][nt][2];
-          mine[(r + 1) * kCols + col + 8] = d[h][nt][3];
-        }
+    for (int h = 0; h < kHalves; ++h) {
+      const int col = 16 * h + m;
+      mine[r * kCols + col] = d[h][0];
+      mine[(r + 1) * kCols + col] = d[h][1];
+      if constexpr (kCols >= 16) {  // at C = 8, d[0][2..3] are the zero columns 8-15
+        mine[r * kCols + col + 8] = d[h][2];
+        mine[(r + 1) * kCols + col + 8] = d[h][3];
       }
     }
   }
@@ -217,25 +208,20 @@ template <typename T, int K, int R> class MatmulChain {
     cp_async_commit();
   }
 
-  // mma over one slot: the warp's 16 rows of k, every 16-column half, every n-tile of 8 rows of a.
-  GDL_DEV void multiply(int g, int i, float (&d)[kHalves][kRowTiles][4]) {
+  // mma over one slot: the warp's 16 rows of k, every 16-column half.
+  GDL_DEV void multiply(int g, int i, float (&d)[kHalves][4]) {
     const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
     const int k = i * chain::kSlotRows + warp_ * chain::kTileRows + 2 * (lane_ & 3);
-    unsigned b0[kRowTiles], b1[kRowTiles];
-#pragma unroll
-    for (int nt = 0; nt < kRowTiles; ++nt) {
-      const T* xb = xn_ + ((lane_ >> 2) + 8 * nt) * L::xn_stride + k;
-      b0[nt] = *reinterpret_cast<const unsigned*>(xb);
-      b1[nt] = *reinterpret_cast<const unsigned*>(xb + 8);
-    }
+    const T* xb = xn_ + (lane_ >> 2) * L::xn_stride + k;
+    const unsigned b0 = *reinterpret_cast<const unsigned*>(xb);
+    const unsigned b1 = *reinterpret_cast<const unsigned*>(xb + 8);
     if constexpr (kCols == 8) {
       // ldmatrix.x2.trans: lanes 0-7 give rows 0-7 of k, lanes 8-15 rows
       // 8-15 (the others' addresses are not read); columns 8-15 of M are zero.
       const unsigned addr = (unsigned)__cvta_generic_to_shared(tile + chain::tile_at<kCols>(lane_ & 15, 0));
       unsigned w[4] = {0u, 0u, 0u, 0u};
       asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[2]) : "r"(addr));
-#pragma unroll
-      for (int nt = 0; nt < kRowTiles; ++nt) mma16816(d[0][nt], w, b0[nt], b1[nt], T{});
+      mma16816(d[0], w, b0, b1, T{});
     } else {
       // ldmatrix.x4.trans: lanes 8q .. 8q + 7 give the rows of matrix q: rows
       // 0-7 then 8-15 of k, columns 0-7 then 8-15 of the half.
@@ -248,8 +234,7 @@ template <typename T, int K, int R> class MatmulChain {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                      : "r"(addr));
-#pragma unroll
-        for (int nt = 0; nt < kRowTiles; ++nt) mma16816(d[h][nt], w, b0[nt], b1[nt], T{});
+        mma16816(d[h], w, b0, b1, T{});
       }
     }
   }
@@ -264,10 +249,6 @@ template <typename T, int K, int R> class MatmulChain {
   // `rows` keep what they held: mma's column n only reaches output row n,
   // and store() writes rows below `rows` only.
   template <typename Pro> GDL_DEV void stage_rows(const T* a, int rows, const Pro& pro) {
-    if (R > chain::kWarps && rows > chain::kWarps) {
-      stage_many_rows(a, rows, pro);
-      return;
-    }
     constexpr int kRowVectors = K / 8;
     constexpr int kPerLane = kRowVectors / 32;  // the most a lane holds: one warp per row
     int rows_p2 = 1;
@@ -285,13 +266,28 @@ template <typename T, int K, int R> class MatmulChain {
     float2 st = make_float2(0.0f, 1.0f);  // (mean, 1 / sqrt(var + eps)) of row r
     if constexpr (Pro::active) {
       const float shift = Pro::center && mine ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
-      const float2 sums = shifted_sums(v, (span - lane_ + 31) / 32, shift);
-      const float sum = warp_sum(sums.x), squares = warp_sum(sums.y);
+      float sum = 0.0f, squares = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        if (lane_ + 32 * j >= span) continue;
+        float x[8];
+        widen<T>(v[j], x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float d = x[e] - shift;
+          sum += d;
+          squares = fmaf(d, d, squares);
+        }
+      }
+      sum = warp_sum(sum);
+      squares = warp_sum(squares);
       if (lane_ == 0) parts_[warp_] = make_float2(sum, squares);
       __syncthreads();
       float s = 0.0f, q = 0.0f;
       for (int w = r * per_row; w < (r + 1) * per_row; ++w) s += parts_[w].x, q += parts_[w].y;
-      st = row_stats<Pro>(s, q, shift, pro.eps);
+      const float mean_d = Pro::center ? s / K : 0.0f;
+      const float var = fmaxf(q / K - mean_d * mean_d, 0.0f);
+      st = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
     }
     if (mine) {
 #pragma unroll
@@ -299,90 +295,28 @@ template <typename T, int K, int R> class MatmulChain {
         const int i = lane_ + 32 * j;
         if (i >= span) continue;
         const int k = (piece * span + i) * 8;
-        *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = normalized(v[j], k, st, pro);
-      }
-    }
-    __syncthreads();
-  }
-
-  // The shifted sums (sum of x - shift, sum of its squares) of a lane's
-  // first `count` vectors of a row (norm_row_stats, gdl_matmul.cuh).
-  template <int N> static GDL_DEV float2 shifted_sums(const uint4 (&v)[N], int count, float shift) {
-    float sum = 0.0f, squares = 0.0f;
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      if (j >= count) continue;
-      float x[8];
-      widen<T>(v[j], x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float d = x[e] - shift;
-        sum += d;
-        squares = fmaf(d, d, squares);
-      }
-    }
-    return make_float2(sum, squares);
-  }
-  // (mean, 1 / sqrt(var + eps)) of a row from its shifted sums over K.
-  template <typename Pro> static GDL_DEV float2 row_stats(float sum, float squares, float shift, float eps) {
-    const float mean_d = Pro::center ? sum / K : 0.0f;
-    const float var = fmaxf(squares / K - mean_d * mean_d, 0.0f);
-    return make_float2(shift + mean_d, 1.0f / sqrtf(var + eps));
-  }
-  // The 16-byte vector at column k of a row through the prologue, rounded to T.
-  template <typename Pro> static GDL_DEV uint4 normalized(uint4 v, int k, const float2& st, const Pro& pro) {
-    if constexpr (!Pro::active) return v;
-    float x[8];
-    widen<T>(v, x);
-    unsigned w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) w[e / 2] |= Vec16<T>::bits(cvt<T>(pro.apply(x[e], k + e, &st, 0))) << (16 * (e % 2));
-    return make_uint4(w[0], w[1], w[2], w[3]);
-  }
-
-  // Above 8 rows: warp w stages rows w, w + 8, ..., kBatch of them at a time
-  // with all their loads in flight, each row's statistics within the warp
-  // (the same shifted sums as stage_rows).
-  template <typename Pro> GDL_DEV void stage_many_rows(const T* a, int rows, const Pro& pro) {
-    constexpr int kRowVectors = K / 8, kPerLane = kRowVectors / 32;
-    constexpr int kBatch = kPerLane >= 16 ? 1 : 16 / kPerLane;
-    for (int first = warp_; first < rows; first += chain::kWarps * kBatch) {
-      uint4 v[kBatch][kPerLane];
-      float shift[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int r = first + b * chain::kWarps;
-        const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) v[b][j] = r < rows ? __ldcg(row + lane_ + 32 * j) : zero16();
-        shift[b] = Pro::center && r < rows ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int r = first + b * chain::kWarps;
-        if (r >= rows) break;  // the same in every lane
-        float2 st = make_float2(0.0f, 1.0f);
+        uint4 out = v[j];
         if constexpr (Pro::active) {
-          const float2 sums = shifted_sums(v[b], kPerLane, shift[b]);
-          st = row_stats<Pro>(warp_sum(sums.x), warp_sum(sums.y), shift[b], pro.eps);
-        }
+          float x[8];
+          widen<T>(out, x);
+          unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          const int k = (lane_ + 32 * j) * 8;
-          *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = normalized(v[b][j], k, st, pro);
+          for (int e = 0; e < 8; ++e) w[e / 2] |= Vec16<T>::bits(cvt<T>(pro.apply(x[e], k + e, &st, 0))) << (16 * (e % 2));
+          out = make_uint4(w[0], w[1], w[2], w[3]);
         }
+        *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = out;
       }
     }
     __syncthreads();
   }
 
-  // The warps' sums per column added, then the epilogue: a thread per element.
+  // The warps' sums per column added, then the epilogue: one thread per element.
   template <typename Epi> GDL_DEV void store(T* c, int rows, const Epi& epi) {
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * kCols; e += chain::kThreads) {
-      const int row = e / kCols, col = e % kCols;
+    if ((int)threadIdx.x < rows * kCols) {
+      const int row = threadIdx.x / kCols, col = threadIdx.x % kCols;
       float acc = 0.0f;
-      for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * R + row) * kCols + col];
+      for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col];
       store_result(c, (long long)row * K + n0_ + col, acc, epi);
     }
   }

@@ -136,11 +136,7 @@ TEST_CASE("chain: a block owns 8, 16 or 32 columns, so that K = 1024, 2048 and 4
     INFO("K = " << k);
     CHECK(k / chain_block_columns(k) <= kChainBlocks);
     CHECK(k % chain_block_columns(k) == 0);
-    CHECK(chain_shared_bytes(k, kChainMaxRows) <= 227u * 1024u);
-    CHECK(chain_fits(k, kChainMaxRows));
-    // 64 rows of a in shared memory (about 128 KiB at K = 1024) leave room for a ring up to K = 1408.
-    CHECK(chain_fits(k, kChainWideRows) == (k <= 1408));
-    if (chain_fits(k, kChainWideRows)) CHECK(chain_shared_bytes(k, kChainWideRows) <= 227u * 1024u);
+    CHECK(chain_shared_bytes(k) <= 227u * 1024u);
   }
 }
 
@@ -150,33 +146,17 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   plan::Plan p = plan::make_plan(graph_of(layers(h == 4096 ? "bf16" : "f16", h, 3, "dim B in [1, 16];")));
   REQUIRE(p.chains.size() == 1);
   const GeneratedCode code = generate_cuda(p);
-  // H = 1024: a second kernel for 9 to 64 rows, after the first.
-  REQUIRE(code.chains.size() == (h == 1024 ? 2u : 1u));
+  REQUIRE(code.chains.size() == 1);
   const ChainKernel& k = code.chains[0];
   CHECK(k.symbol == "gdl_chain0");
-  CHECK(k.plan_chain == 0);
   CHECK(k.first == 0);
   CHECK(k.last == 2);
   CHECK(k.blocks == 128u);
   CHECK(k.threads == kChainThreads);
-  CHECK(k.shared_bytes == chain_shared_bytes(h, kChainMaxRows));
+  CHECK(k.shared_bytes == chain_shared_bytes(h));
   CHECK(k.shared_bytes <= 227u * 1024u);
-  CHECK(uses_chain(k, {1}));
   CHECK(uses_chain(k, {8}));
   CHECK(!uses_chain(k, {9}));
-  if (h == 1024) {
-    const ChainKernel& wide = code.chains[1];
-    CHECK(wide.symbol == "gdl_chain0_rows64");
-    CHECK(wide.plan_chain == 0);
-    CHECK((wide.first == 0 && wide.last == 2));
-    CHECK(wide.blocks == k.blocks);  // the two share the barrier's counter
-    CHECK(wide.shared_bytes == chain_shared_bytes(h, kChainWideRows));
-    CHECK(!uses_chain(wide, {8}));
-    CHECK(uses_chain(wide, {9}));
-    CHECK(uses_chain(wide, {64}));
-    CHECK(!uses_chain(wide, {65}));
-    CHECK(code.source.find("gdl::MatmulChain<__half, 1024, 64> chain(") != std::string::npos);
-  }
   const size_t kernel = code.source.find("void __launch_bounds__(256, 1) gdl_chain0(");
   REQUIRE(kernel != std::string::npos);
   for (const KernelInfo& info : code.kernels) CHECK(code.source.find(" " + info.symbol + "(") < kernel);
@@ -196,8 +176,7 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   Expected<CompiledModule> module = compile_cuda(code.source, options);
   INFO(module.status().message());
   REQUIRE(module.ok());
-  CHECK(module->ptx.find(".entry gdl_chain0(") != std::string::npos);
-  CHECK((module->ptx.find(".entry gdl_chain0_rows64(") != std::string::npos) == (h == 1024));
+  CHECK(module->ptx.find(".entry gdl_chain0") != std::string::npos);
   }
 }
 
@@ -230,36 +209,6 @@ TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that d
   refused = deserialize_artifact(serialize_artifact(missing));
   REQUIRE(!refused.ok());
   CHECK(refused.status().message().find("the plan's chains have no kernels") != std::string::npos);
-
-  // A second kernel of the chain: kept when its rows follow the first's,
-  // refused when they overlap, when it claims to be the first, or when its
-  // grid differs (the barrier's counter is shared).
-  Artifact two = a;
-  ChainKernel wide = a.chains[0];
-  wide.symbol = "gdl_chain0_rows64";
-  wide.min_rows = kChainMaxRows;
-  wide.max_rows = kChainWideRows;
-  two.chains.push_back(wide);
-  Expected<Artifact> kept = deserialize_artifact(serialize_artifact(two));
-  REQUIRE(kept.ok());
-  REQUIRE(kept->chains.size() == 2);
-  CHECK(kept->chains[1].min_rows == kChainMaxRows);
-  CHECK(kept->chains[1].max_rows == kChainWideRows);
-  Artifact overlap = two;
-  overlap.chains[1].min_rows = 4;
-  refused = deserialize_artifact(serialize_artifact(overlap));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("serves rows that chain kernel 0 serves") != std::string::npos);
-  Artifact swapped = two;
-  std::swap(swapped.chains[0], swapped.chains[1]);
-  refused = deserialize_artifact(serialize_artifact(swapped));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("is not the first kernel of plan chain 0") != std::string::npos);
-  Artifact grid = two;
-  grid.chains[1].blocks = 64;
-  refused = deserialize_artifact(serialize_artifact(grid));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("has another grid than chain kernel 0") != std::string::npos);
 }
 
 }  // namespace gdl

@@ -173,12 +173,9 @@ void write_kernels(Writer& w, const std::vector<KernelInfo>& kernels) {
 void write_chains(Writer& w, const std::vector<ChainKernel>& chains) {
   w.vec(chains, [&](const ChainKernel& c) {
     w.str(c.symbol);
-    w.i32(c.plan_chain);
     w.i32(c.first);
     w.i32(c.last);
     write_shape(w, c.rows);
-    w.i64(c.min_rows);
-    w.i64(c.max_rows);
     w.u32(c.blocks);
     w.u32(c.threads);
     w.u32(c.shared_bytes);
@@ -441,43 +438,26 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
   return kernels;
 }
 
-// Each chain kernel must match the plan chain it names, the kernels of one
-// plan chain must serve disjoint row ranges, and kernel i must be plan chain
-// i's first (from no rows up).
+// Each chain kernel must match the plan chain at its index.
 std::vector<ChainKernel> read_chains(Reader& r, const plan::Plan& p) {
-  std::vector<ChainKernel> chains(r.count(43, "chain kernel"));
+  std::vector<ChainKernel> chains(r.count(23, "chain kernel"));
   for (size_t i = 0; i < chains.size() && !r.failed(); ++i) {
     ChainKernel& c = chains[i];
     const std::string where = "chain kernel " + std::to_string(i);
     c.symbol = r.str("chain kernel symbol");
-    c.plan_chain = r.i32();
     c.first = r.i32();
     c.last = r.i32();
     c.rows = read_shape(r, p.graph.dims, where);
-    c.min_rows = r.i64();
-    c.max_rows = r.i64();
     c.blocks = r.u32();
     c.threads = r.u32();
     c.shared_bytes = r.u32();
     if (r.failed()) break;
-    const size_t pc = static_cast<size_t>(c.plan_chain);
-    if (c.plan_chain < 0 || pc >= p.chains.size() || p.chains[pc].first != c.first || p.chains[pc].last != c.last)
+    if (i >= p.chains.size() || p.chains[i].first != c.first || p.chains[i].last != c.last)
       r.fail(where + " runs steps the plan holds no chain for");
-    else if (i < p.chains.size() && (pc != i || c.min_rows != 0))
-      r.fail(where + " is not the first kernel of plan chain " + std::to_string(i));
-    else if (c.min_rows < 0 || c.max_rows <= c.min_rows)
-      r.fail(where + " serves no rows");
     else if (c.symbol.empty() || c.blocks == 0 || c.threads == 0 || c.threads > 1024)
       r.fail(where + " has an impossible launch");
-    for (size_t j = 0; j < i && !r.failed(); ++j) {
-      if (chains[j].plan_chain != c.plan_chain) continue;
-      if (chains[j].max_rows > c.min_rows && c.max_rows > chains[j].min_rows)
-        r.fail(where + " serves rows that chain kernel " + std::to_string(j) + " serves");
-      else if (chains[j].blocks != c.blocks)  // they share the grid barrier's counter (gdl_chain.cuh)
-        r.fail(where + " has another grid than chain kernel " + std::to_string(j) + " of the same chain");
-    }
   }
-  if (!r.failed() && chains.size() < p.chains.size()) r.fail("the plan's chains have no kernels");
+  if (!r.failed() && chains.size() != p.chains.size()) r.fail("the plan's chains have no kernels");
   return chains;
 }
 

@@ -19,8 +19,7 @@ namespace gdl {
 
 // 2: plan steps carry their scratch; 3: a step's large kernel; 4: chains;
 // 5: the module holds the input copy kernel (codegen.h kInputCopySymbol);
-// 6: a kernel's early_start; a chain's kernels name their plan chain and
-// row range (a second kernel for up to 64 rows)
+// 6: a kernel's early_start
 inline constexpr uint32_t kArtifactVersion = 6;
 
 struct Artifact {

@@ -47,26 +47,14 @@ int64_t chain_block_columns(int64_t k) {
   return k <= 8 * kChainBlocks ? 8 : k <= 16 * kChainBlocks ? 16 : 32;
 }
 
-namespace {
-// gdl::chain::Layout<K, R>: the slots of the ring and the bytes besides it.
-struct ChainLayout {
-  int64_t slots, slot_bytes, other_bytes;
-};
-ChainLayout chain_layout(int64_t k, int64_t rows) {
-  constexpr int64_t kWarps = kChainThreads / 32, kSmemLimit = 227 * 1024, kMaxSlots = 24;
+uint32_t chain_shared_bytes(int64_t k) {
+  constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32;
+  constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
   const int64_t cols = chain_block_columns(k), slot_bytes = kWarps * 16 * cols * 2;
-  const int64_t xn = rows * (k + 8) * 2, sums = kWarps * rows * cols * 4, misc = kWarps * 8;
-  const int64_t other = xn + sums + misc;
-  return {std::min(kMaxSlots, (kSmemLimit - other) / slot_bytes), slot_bytes, other};
+  const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * cols * 4, misc = kWarps * 8;
+  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - xn - sums - misc) / slot_bytes);
+  return static_cast<uint32_t>(slots * slot_bytes + xn + sums + misc);
 }
-}  // namespace
-
-uint32_t chain_shared_bytes(int64_t k, int64_t rows) {
-  const ChainLayout l = chain_layout(k, rows);
-  return static_cast<uint32_t>(l.slots * l.slot_bytes + l.other_bytes);
-}
-
-bool chain_fits(int64_t k, int64_t rows) { return chain_layout(k, rows).slots >= 4; }
 
 std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p) {
   std::vector<plan::Chain> chains;

@@ -4,10 +4,8 @@
 // A launch per layer drains the memory pipe at every layer boundary; a chain
 // streams the weights of all its steps through one ring and separates the
 // steps by a grid-wide barrier instead (docs/performance.md). The chain
-// serves runs whose rows are at most kChainMaxRows, and where a second
-// kernel's rows fit in shared memory (chain_fits: K = 1024) those up to
-// kChainWideRows; the steps' own kernels serve the others, so a chain never
-// changes what a program computes.
+// serves runs whose rows are at most kChainMaxRows; the steps' own kernels
+// serve the others, so a chain never changes what a program computes.
 #pragma once
 
 #include <vector>
@@ -17,7 +15,6 @@
 namespace gdl {
 
 inline constexpr int64_t kChainMaxRows = 8;        // gdl::chain::kMaxRows
-inline constexpr int64_t kChainWideRows = 64;      // the second kernel's R (gdl::MatmulChain<T, K, R>)
 inline constexpr int64_t kChainKMultiple = 128;    // gdl::chain::kSlotRows
 inline constexpr int64_t kChainBlocks = 128;       // gdl::chain::kBlocks: one block per SM on an H100/H200
 inline constexpr int64_t kChainMaxK = 4096;        // 32 columns per block at most
@@ -32,11 +29,9 @@ inline constexpr uint32_t kChainThreads = 256;     // gdl::chain::kThreads
 // gdl::chain::cols_for(K): the output columns of one block of a chain over K.
 int64_t chain_block_columns(int64_t k);
 
-// The dynamic shared memory of a chain over K for at most `rows` rows:
-// gdl::chain::Layout<K, rows>::bytes (the generated kernel asserts that they
-// agree), and whether that leaves its ring at least 4 slots.
-uint32_t chain_shared_bytes(int64_t k, int64_t rows);
-bool chain_fits(int64_t k, int64_t rows);
+// The dynamic shared memory of a chain over K: gdl::chain::Layout<K>::bytes
+// (the generated kernel asserts that they agree).
+uint32_t chain_shared_bytes(int64_t k);
 
 // The maximal runs of at least two consecutive plan steps where every step
 // is a matmul (with its norm prologue and epilogue, if any) that the chain

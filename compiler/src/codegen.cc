@@ -1085,8 +1085,8 @@ class StepEmitter {
 // The kernel of plan chain `c` (gdl::MatmulChain, gdl_chain.cuh): the
 // weights of every step, the chain, then each step as a block of its own
 // (StepEmitter, Variant::kChainStep). Appends its ChainKernel to `out`.
-std::string chain_kernel(const plan::Plan& p, size_t c, int64_t min_rows, int64_t max_rows,
-                         const std::map<ValueId, int>& scalar_slot, int sm, std::vector<ChainKernel>& out) {
+std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, int>& scalar_slot, int sm,
+                         std::vector<ChainKernel>& out) {
   const plan::Chain& chain = p.chains[c];
   const ir::Graph& g = p.graph;
   std::vector<std::string> weights;
@@ -1102,32 +1102,29 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t min_rows, int64_
     rows = sub_shape(matmul.type.shape, 0, matmul.type.shape.size() - 1);
     weights.push_back(std::to_string(b.offset));
   }
-  const std::string t = storage_type(dtype), k = std::to_string(chain.k), r = std::to_string(max_rows);
+  const std::string t = storage_type(dtype), k = std::to_string(chain.k);
   ChainKernel info;
-  info.symbol = "gdl_chain" + std::to_string(c) + (min_rows > 0 ? "_rows" + r : "");
-  info.plan_chain = static_cast<int>(c);
+  info.symbol = "gdl_chain" + std::to_string(c);
   info.first = chain.first;
   info.last = chain.last;
   info.rows = rows;
-  info.min_rows = min_rows;
-  info.max_rows = max_rows;
   info.blocks = static_cast<uint32_t>(chain.k / chain_block_columns(chain.k));
   info.threads = kChainThreads;
-  info.shared_bytes = chain_shared_bytes(chain.k, max_rows);
+  info.shared_bytes = chain_shared_bytes(chain.k);
   std::string src = "// steps " + std::to_string(chain.first) + "-" + std::to_string(chain.last) +
                     " as one persistent kernel (gdl_chain.cuh), launched in place of their kernels while the rows are "
-                    "in (" + std::to_string(min_rows) + ", " + r + "]: " + std::to_string(info.blocks) + " blocks of " +
+                    "at most " + std::to_string(kChainMaxRows) + ": " + std::to_string(info.blocks) + " blocks of " +
                     std::to_string(info.threads) + ", all resident (cooperative launch)\n";
   src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) " + info.symbol +
          "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
   src += "  extern __shared__ __align__(128) unsigned char chain_smem[];\n";
-  src += "  static_assert(gdl::chain::Layout<" + k + ", " + r + ">::bytes == " + std::to_string(info.shared_bytes) +
+  src += "  static_assert(gdl::chain::Layout<" + k + ">::bytes == " + std::to_string(info.shared_bytes) +
          ", \"the shared memory gdlc asks the launch for\");\n";
   src += "  const " + t + "* const chain_weights[" + std::to_string(weights.size()) + "] = {";
   for (size_t i = 0; i < weights.size(); ++i)
     src += std::string(i ? ", " : "") + "reinterpret_cast<const " + t + "*>(params + " + weights[i] + "ull)";
   src += "};\n";
-  src += "  gdl::MatmulChain<" + t + ", " + k + ", " + r + "> chain(chain_weights, " + std::to_string(weights.size()) +
+  src += "  gdl::MatmulChain<" + t + ", " + k + "> chain(chain_weights, " + std::to_string(weights.size()) +
          ", reinterpret_cast<unsigned long long*>(arena + " + std::to_string(chain.barrier_offset) +
          "ull), chain_smem);\n";
   src += "  chain.start();  // the first slots of weights, before the wait (gdl_abi.cuh)\n";
@@ -1179,10 +1176,7 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
     }
     code.kernels.push_back(std::move(info));
   }
-  for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, 0, kChainMaxRows, scalar_slot, sm, code.chains);
-  for (size_t c = 0; c < p.chains.size(); ++c)  // the second kernels, after every chain's first (ChainKernel)
-    if (chain_fits(p.chains[c].k, kChainWideRows))
-      code.source += "\n" + chain_kernel(p, c, kChainMaxRows, kChainWideRows, scalar_slot, sm, code.chains);
+  for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, scalar_slot, sm, code.chains);
   code.source += std::string("\n// The runtime's input copy: the bound inputs, from their pinned staging buffers or the\n") +
                  "// caller's device memory into the arena, in one kernel node (a memcpy node per input made each graph launch\n"
                  "// 2-4 us longer on the host).\n"
@@ -1193,8 +1187,7 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
 }
 
 bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims) {
-  const int64_t rows = element_count(c.rows, dims);
-  return rows > c.min_rows && rows <= c.max_rows;
+  return element_count(c.rows, dims) <= kChainMaxRows;
 }
 
 bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims) {

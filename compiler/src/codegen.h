@@ -74,23 +74,19 @@ struct KernelInfo {
 // kernel.
 bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims);
 
-// A kernel of a plan::Chain (chain.h, gdl_chain.cuh): launched
+// The kernel of a plan::Chain (chain.h, gdl_chain.cuh): launched
 // cooperatively with `blocks` blocks of `threads`, every block resident at
 // once (the runtime checks that they fit on the device, else it keeps the
 // steps' kernels), in place of steps [first, last] while the rows, the
-// element count of `rows` at the run's dims, are in (min_rows, max_rows]:
-// (0, kChainMaxRows], and for a second kernel of the same plan chain where
-// it fits, (kChainMaxRows, kChainWideRows].
+// element count of `rows` at the run's dims, are at most kChainMaxRows.
 struct ChainKernel {
   std::string symbol;
-  int plan_chain = 0;  // index into plan::Plan::chains
   int first = 0, last = 0;
   Shape rows;
-  int64_t min_rows = 0, max_rows = 0;
   uint32_t blocks = 0, threads = 0, shared_bytes = 0;
 };
 
-// Whether a run at these dims launches this chain kernel.
+// Whether a run at these dims launches the chain's kernel.
 bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims);
 
 // Every module also holds this kernel, taking a gdl_input_copies by value

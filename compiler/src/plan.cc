@@ -859,9 +859,8 @@ std::string print_plan(const Plan& p) {
   }
   for (const Chain& c : p.chains)
     out += "  chain: steps " + std::to_string(c.first) + "-" + std::to_string(c.last) +
-           " as one persistent kernel while the rows are at most " + std::to_string(kChainMaxRows) +
-           (chain_fits(c.k, kChainWideRows) ? ", and a second one up to " + std::to_string(kChainWideRows) : "") +
-           " (K = " + std::to_string(c.k) + "); barrier @" + std::to_string(c.barrier_offset) + "\n";
+           " as one persistent kernel while the rows are at most " + std::to_string(kChainMaxRows) + " (K = " +
+           std::to_string(c.k) + "); barrier @" + std::to_string(c.barrier_offset) + "\n";
   for (const ir::Output& o : g.outputs)
     out += "  output \"" + o.name + "\" = " + value_ref(o.value) + " -> " +
            region_text(p.buffers.at(static_cast<size_t>(o.value))) + "\n";
@@ -900,12 +899,10 @@ std::string plan_to_dot(const Plan& p) {
     out += "  s" + std::to_string(s) + " [label=\"#" + std::to_string(s) + " " + step_summary(p, st) + "\\n" +
            dot_escape(type_to_string(g.node(st.result).type, g.dims)) + "\"];\n";
   }
-  // A chain's steps in one box: one kernel runs them while the rows are at
-  // most kChainMaxRows (a second one up to kChainWideRows where it fits).
+  // A chain's steps in one box: one kernel runs them while the rows are at most kChainMaxRows.
   for (size_t c = 0; c < p.chains.size(); ++c) {
-    const int64_t most = chain_fits(p.chains[c].k, kChainWideRows) ? kChainWideRows : kChainMaxRows;
     out += "  subgraph cluster_chain" + std::to_string(c) + " {\n    label=\"chain " + std::to_string(c) +
-           ": one kernel at <= " + std::to_string(most) + " rows\";\n    style=dashed;\n   ";
+           ": one kernel at <= " + std::to_string(kChainMaxRows) + " rows\";\n    style=dashed;\n   ";
     for (int s = p.chains[c].first; s <= p.chains[c].last; ++s) out += " s" + std::to_string(s) + ";";
     out += "\n  }\n";
   }

@@ -77,11 +77,10 @@ class KernelLibrary {
   // or its large kernel where the rows call for it, and the launch dims.
   Expected<StepLaunch> step_launch(size_t step, const KernelInfo& info, const std::vector<int64_t>& dims) const;
 
-  // Per plan step, the chain kernel (codegen.h ChainKernel, an index into
-  // Artifact::chains) that runs it at these layout dims, or -1 where the
-  // step's own kernel runs: a chain kernel runs while the rows are in its
-  // range, if the device holds every one of its blocks at once (load()
-  // checks).
+  // Per plan step, the chain (codegen.h ChainKernel) whose kernel runs it at
+  // these layout dims, or -1 where the step's own kernel runs: a chain runs
+  // while its rows are at most kChainMaxRows, if the device holds every one
+  // of its blocks at once (load() checks).
   std::vector<int> chain_of_steps(const Artifact& a, const std::vector<int64_t>& dims) const;
   // Chain c's kernel and its launch dims (grid = its blocks, launched cooperatively).
   StepLaunch chain_launch(const Artifact& a, size_t c) const;

@@ -1,8 +1,7 @@
 // The chain kernel (gdl::MatmulChain, stdlib-kernels/gdl_chain.cuh): runs of
 // square matmul steps in one cooperative launch with grid-wide barriers,
 // against the CPU reference on a poisoned arena, graph and eager runs, the
-// row count crossing the chain's limits of 8 rows (and 64 at K = 1024, its
-// second kernel) within one session (the
+// row count crossing the chain's limit of 8 rows within one session (the
 // chain's barrier counter, which only grows, and the steps' own kernels with
 // their tickets must both stay right), under buckets and under node updates,
 // and with chains switched off.
@@ -23,16 +22,11 @@ std::string layers(const std::string& t, int h, int l, const std::string& batch,
          ";\n}\ny = h;\n";
 }
 
-// Which kernels run `rows` rows: the steps' (0), the chain's first (1, at
-// most 8 rows) or its second (2, at most `wide_rows`; 8 where it has none).
-int chain_kind(int64_t rows, int64_t wide_rows) { return rows <= 8 ? 1 : rows <= wide_rows ? 2 : 0; }
-
 // One session over `rows_sequence`: fresh inputs each time, two graph runs
-// and an eager run, each against the CPU reference, and a chain kernel
-// launched exactly when the rows are at most 8, or at most `wide_rows` where
-// the chain has a second kernel (K = 1024).
+// and an eager run, each against the CPU reference, and the chain kernel
+// launched exactly when the rows are at most 8.
 void check_rows(const Program& program, const std::string& what, const std::vector<int64_t>& rows_sequence,
-                const SessionOptions& options, bool updates, int64_t wide_rows) {
+                const SessionOptions& options, bool updates) {
   std::mt19937_64 rng(seed_for(what));
   std::map<std::string, TensorData> params = random_bindings(program, {rows_sequence.front()}, rng);
   if (cpu_only) {
@@ -55,12 +49,11 @@ void check_rows(const Program& program, const std::string& what, const std::vect
     for (int r = 0; r < 2; ++r) CHECK(expect_match(run_and_read(*s, false), want, at + ", graph run " + std::to_string(r)));
     CHECK(expect_match(run_and_read(*s, true), want, at + ", eager run"));
     INFO(at);
-    CHECK(s->stats().chain_launches - before == (chains && chain_kind(rows, wide_rows) != 0 ? 3u : 0u));
+    CHECK(s->stats().chain_launches - before == (chains && rows <= 8 ? 3u : 0u));
   }
-  // Under node updates each change of the kernels that run rebuilds the graph; buckets never do.
+  // Under node updates each crossing of the limit rebuilds the graph; buckets never do.
   uint64_t crossings = 0;
-  for (size_t i = 1; i < rows_sequence.size(); ++i)
-    crossings += chain_kind(rows_sequence[i], wide_rows) != chain_kind(rows_sequence[i - 1], wide_rows);
+  for (size_t i = 1; i < rows_sequence.size(); ++i) crossings += (rows_sequence[i] <= 8) != (rows_sequence[i - 1] <= 8);
   CHECK(s->stats().reinstantiations == (chains && updates ? crossings : 0u));
 }
 
@@ -77,11 +70,9 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
   const std::vector<Case> cases = {
       {"f16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3, 16, 8}},
       {"bf16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3}},
-      // 8 columns per block (K = 1024), with and without a norm; above 8 rows
-      // the chain's second kernel (up to 64 rows, partial tiles of 8 at 13 and 37)
+      // 8 columns per block (K = 1024), with and without a norm
       {"f16", 1024, 4, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 7, 8, 40, 2, 64, 8}},
-      {"bf16", 1024, 3, "dim B in [1, 48];", "tanh((h @ W[l]) * 0.02 + bias[l])", {8, 3, 13, 37, 16, 1}},
-      {"f16", 1024, 3, "dim B in [1, 64];", "h + rmsnorm(h, g[l]) @ W[l]", {20, 64, 9, 2}},
+      {"bf16", 1024, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {8, 3, 16, 1}},
       // node updates: one graph whose chain node comes and goes with the rows
       // (2 -> 5: the chain's node updated in place; 5 -> 12 -> 8: rebuilt)
       {"f16", 4096, 3, "dim B in [1, 16];", "h + rmsnorm(h, g[l]) @ W[l]", {2, 5, 12, 8}},
@@ -95,18 +86,16 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
     Program program = compile_text(text);
     CHECK(program.node_count() == static_cast<size_t>(c.l));  // the steps' kernels; the chain replaces them
     const std::string what = "chain " + c.t + " H=" + std::to_string(c.h) + " " + c.layer;
-    // Every case is one chain: one chain kernel per run while the rows are at
-    // most 8, or at most 64 at H = 1024 (its second kernel).
+    // Every case is one chain: one chain kernel per run while the rows are at most 8.
     // Programs without buckets run under node updates (one graph for every
     // B; the default policy would give them power-of-two buckets).
     const bool updates = c.batch.find("buckets") == std::string::npos;
     SessionOptions on;
     if (updates) on.dim_policy = DimPolicyChoice::kUpdate;
-    const int64_t wide_rows = c.h == 1024 ? 64 : 8;
-    check_rows(program, what, c.rows, on, updates, wide_rows);
+    check_rows(program, what, c.rows, on, updates);
     SessionOptions off = on;
     off.chain_kernels = false;
-    check_rows(program, what + " (chains off)", {c.rows.back()}, off, updates, wide_rows);
+    check_rows(program, what + " (chains off)", {c.rows.back()}, off, updates);
   }
 }
 
