@@ -640,6 +640,9 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
     };
     att::write_part(o, value, block_m, block_l, row, split, rows, S, (I)DV, sk);
     __syncthreads();  // the ring is refilled by the next task
+    // The groups' results were written to the ring through the generic
+    // proxy; the next task's bulk copies write it through the async proxy.
+    if (tid == 0) bulk::fence_shared_for_copies();
   }
 }
 

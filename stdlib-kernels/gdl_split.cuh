@@ -198,6 +198,11 @@ GDL_DEV void copy(void* dst, const void* src, unsigned bytes, unsigned long long
                : "memory");
 }
 
+// Orders this block's earlier shared-memory writes (the generic proxy)
+// before the bulk copies it issues next into the same bytes (the async
+// proxy); by the issuing thread, after a barrier of the writers.
+GDL_DEV void fence_shared_for_copies() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Until the barrier's phase `parity` (0 or 1) has completed.
 GDL_DEV void wait(unsigned long long* barrier, unsigned parity) {
   unsigned done = 0;
