@@ -28,6 +28,8 @@
    back-to-back loop time (N runs between two syncs, divided by N).
 5. One JSON file (--out): ceilings and, per variant, median/p10/p90 of each
    mode, the correctness figures and the output files.
+--refs-only stops after step 3 (the data and PyTorch's outputs, nothing
+timed): what a gdl_bench A/B run of gdl's variants needs to check them.
 --dry-run needs neither torch nor a GPU: it makes the data (a small subset
 unless --only says otherwise), float64 references from a pure-Python model
 where they are cheap, and plausible fake timings, so that gdl_bench
@@ -552,6 +554,10 @@ def run_torch(args, manifest, log, save_partial):
                     err64 = max(err64, rel_err(y, r))
                     eager_out.append(y.clone())
                     rec["outputs"].append({"set": k, "file": s["torch_out"], "head": y.flatten()[:4].float().tolist()})
+            if args.refs_only:  # the outputs gdl_bench checks against, no timing
+                rec["check"] = {"sets": len(sets), "err_vs_ref64": err64}
+                log(f"{name}: references of {len(sets)} sets, err vs f64 {err64:.2e}")
+                continue
             timed = [ins for s, ins in zip(entry["sets"], sets) if s["timed"]]
             nt = len(timed)
 
@@ -645,6 +651,8 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
     parser.add_argument("--time-budget-s", type=float, default=0, help="> 0: variants not started by then are skipped")
     parser.add_argument("--gen-only", action="store_true", help="write the data and stop")
+    parser.add_argument("--refs-only", action="store_true",
+                        help="write the data and PyTorch's outputs (what gdl_bench checks against), time nothing")
     parser.add_argument("--dry-run", action="store_true", help="no torch, no GPU: data, pure-Python references, fake times")
     args = parser.parse_args()
 
