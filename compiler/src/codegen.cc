@@ -1002,9 +1002,10 @@ class StepEmitter {
         const AttentionChoice choice = choose_attention(g_, n);
         local("rows", product(qs, 0, qs.size() - 1));
         local("positions", dim(ks[ks.size() - 2]));
-        auto aligned16 = [&](int arg) {
-          return plan::buffer_alignment(plan_.buffers.at(static_cast<size_t>(n.args.at(arg)))) >= 16;
+        auto buffer = [&](int arg) -> const plan::Buffer& {
+          return plan_.buffers.at(static_cast<size_t>(n.args.at(arg)));
         };
+        auto aligned16 = [&](int arg) { return plan::buffer_alignment(buffer(arg)) >= 16; };
         const bool aligned = aligned16(0) && aligned16(1) && aligned16(2);  // q, k, v
         if (choice.stream_splits > 0 && aligned && sm_ >= 90) {  // bulk copies and mbarrier byte counts: sm_90
           const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
@@ -1018,9 +1019,7 @@ class StepEmitter {
           const std::string scratch = split_scratch(choice.stream_splits, false, choice.scratch, body);
           // k and v params (a KV cache that persists across runs): their first copies go out before the
           // kernel waits for the ones it depends on (gdl_attention.cuh KV_EARLY), so it waits in its body.
-          auto param = [&](int arg) {
-            return plan_.buffers.at(static_cast<size_t>(n.args.at(arg))).region == plan::Region::kParams;
-          };
+          auto param = [&](int arg) { return buffer(arg).region == plan::Region::kParams; };
           const bool kv_early = choice.stream_early && param(1) && param(2);
           waits_in_body_ |= kv_early;
           early_start_ |= kv_early;

@@ -354,8 +354,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   // Everything is valid: from here on the bind takes effect.
   InputSlot& slot = inputs[index];
   slot.fallback_bytes.clear();
-  slot.copy_pending = false;
-  slot.device_source = nullptr;
+  slot.clear_pending();
   if (above_bound) {
     // The arena slot is too small: keep the contents for the fallback run.
     slot.fallback_bytes.resize(bytes);
@@ -453,8 +452,7 @@ Status Session::Impl::flush_staged_inputs() {
       GDL_CUDA_TRY(cudaEventRecord(slot.uploaded, stream), "recording the upload of '" + prog.inputs[i].name + "'");
       slot.upload_pending = true;
     }
-    slot.copy_pending = false;
-    slot.device_source = nullptr;
+    slot.clear_pending();
   }
   return Status::Ok();
 }

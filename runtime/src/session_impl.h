@@ -65,6 +65,10 @@ struct Session::Impl {
     bool copy_pending = false;
     const void* device_source = nullptr;  // copy_pending from the caller's device memory; null: from staging
     size_t staged_bytes = 0;              // the bytes copy_pending moves
+    void clear_pending() {                // copied (or superseded by a new bind)
+      copy_pending = false;
+      device_source = nullptr;
+    }
     bool bound = false;
     std::vector<int64_t> bound_dims;
     std::vector<uint8_t> fallback_bytes;  // non-empty: the contents are here, not in the arena

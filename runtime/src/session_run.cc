@@ -449,10 +449,7 @@ Status Session::Impl::run() {
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   GDL_CUDA_TRY(cudaGraphLaunch(g.exec, stream), "launching the graph");
   if (copies) graph_copies_pending = true;
-  for (InputSlot& slot : inputs) {  // queued: later work on the stream sees the copies
-    slot.copy_pending = false;
-    slot.device_source = nullptr;
-  }
+  for (InputSlot& slot : inputs) slot.clear_pending();  // queued: later work on the stream sees the copies
   if (options.record_device_time) {
     GDL_CUDA_TRY(cudaEventRecord(run_end, stream), "recording the run end");
     timed_run_pending = true;
