@@ -31,7 +31,8 @@
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
 # 4b. sanitizer-chain: memcheck on the chain kernel's GPU tests, racecheck on
-#               the small chain of probe p11; not part of `all`
+#               the small chains of probes p11 and p12 (row groups); not part
+#               of `all`
 # 4c. sanitizer-attention: memcheck and racecheck on the attention GPU
 #               tests (both kernels of gdl_attention.cuh: the streamed one's
 #               ring of bulk copies, the split one's shared scores) and
@@ -177,6 +178,12 @@ if [[ $what == sanitizer-chain ]]; then
   for B in 1 8; do
     step "racecheck_chain_p11_b$B" 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
       "$BUILD/gdlrun" bench/probes/p11_chain_h1024.gdl --gpu --check --dim "B=$B" --print 0
+  done
+  # The kernel in row groups: 64 rows (eight full groups) and 13 (the bucket
+  # of 16: one full group, one partial, six without rows).
+  for B in 64 13; do
+    step "racecheck_chain_p12_b$B" 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
+      "$BUILD/gdlrun" bench/probes/p12_chain_h1024_rows64.gdl --gpu --check --dim "B=$B" --print 0
   done
 fi
 

@@ -1,11 +1,16 @@
 // A chain of square matmul steps in one persistent kernel (gdl::MatmulChain).
 //
 // Steps s = 0 .. S-1, each c_s = epi_s(pro_s(a_s) @ b_s) with a_{s+1} = c_s,
-// every b_s a [K, K] param (f16 or bf16), at most kMaxRows rows. Launched
-// once, cooperatively, with K / C blocks of kThreads threads, C = cols_for(K)
-// (8, 16 or 32, so that a K of 1024, 2048 or 4096 runs 128 blocks): block j
-// owns the output columns [C j, C j + C) of every step, and all of K. A
-// grid-wide barrier separates two steps.
+// every b_s a [K, K] param (f16 or bf16). Launched once, cooperatively, with
+// a grid of (K / C) x G blocks of kThreads threads: block (j, g) owns the
+// output columns [C j, C j + C) of rows [8 g, 8 g + 8) of every step, and
+// all of K. A barrier over the K / C blocks of one row group separates two
+// steps (the groups never read each other's rows).
+//  - G = 1 (at most kMaxRows rows): C = cols_for(K), 8, 16 or 32, so that a
+//    K of 1024, 2048 or 4096 runs 128 blocks.
+//  - G > 1 (row groups, more rows at K = 1024): C = group_cols_for(K, G),
+//    again 128 blocks; every group streams the same weights, the groups
+//    after the first mostly from L2. A group without rows returns.
 //
 // Why one launch (bench/persistent_mlp.cu, docs/performance.md): a launch
 // per step drains and refills the memory pipe at every step, and the next
@@ -16,9 +21,10 @@
 // next step's weights are already in flight.
 //
 // A step in a block:
-//  1. (after the barrier) the rows of a_s, the norm prologue's statistics
-//     over the whole row, and the normalized rows (rounded to T, as the
-//     other matmul kernels do) into shared memory: the block needs all of K;
+//  1. (after the barrier) the group's rows of a_s, the norm prologue's
+//     statistics over the whole row, and the normalized rows (rounded to T,
+//     as the other matmul kernels do) into shared memory: the block needs
+//     all of K;
 //  2. the strip, slot by slot: warp w takes 16 rows of each slot, the tensor
 //     cores (mma.m16n8k16) compute out^T = b^T a^T with the C columns as
 //     M (in 16-column halves; at C = 8 the upper half of M is zero) and the
@@ -39,16 +45,30 @@ constexpr int kSlotRows = kWarps * kTileRows;
 constexpr int kSmemLimit = 227 * 1024;  // sm_90's largest shared memory per block
 constexpr int kMaxSlots = 24;
 constexpr int kBlocks = 128;     // at most one block per SM of an H100/H200 (132 SMs)
+constexpr int kMaxGroups = 8;    // row groups of kMaxRows: up to 64 rows
+constexpr int kGroupMaxK = 1024; // row groups only where measured (docs/performance.md)
+// The barrier counters: the ungrouped kernel's first, then one per row
+// group, each on a 128-byte line of its own (the groups spin apart).
+constexpr int kCounterStride = 128 / 8;
+constexpr int kBarrierBytes = (1 + kMaxGroups) * 128;
 
 // Output columns per block: the narrowest of 8, 16, 32 that needs at most
 // kBlocks blocks. Narrower strips keep the small chains on all the SMs
 // (K = 1024 with 32 columns ran on 32 of them, docs/performance.md).
 constexpr int cols_for(int k) { return k <= 8 * kBlocks ? 8 : k <= 16 * kBlocks ? 16 : 32; }
 
-// Dynamic shared memory of a chain over K: the ring, the normalized rows,
-// the warps' column sums, the statistics.
-template <int K> struct Layout {
-  static constexpr int cols = cols_for(K);
+// Output columns per block of a launch in `groups` row groups: the
+// narrowest of 8 to 64 whose (K / C) x groups blocks are at most kBlocks.
+constexpr int group_cols_for(int k, int groups) {
+  int c = 8;
+  while (c < 64 && (k / c) * groups > kBlocks) c *= 2;
+  return c;
+}
+
+// Dynamic shared memory of a chain over K with C columns per block: the
+// ring, the normalized rows, the warps' column sums, the statistics.
+template <int K, int C = cols_for(K)> struct Layout {
+  static constexpr int cols = C;
   static constexpr int tile_elems = kTileRows * cols;  // one warp's part of a slot: 16 rows of 2 C bytes
   static constexpr int slot_bytes = kWarps * tile_elems * 2;
   static_assert(K % kSlotRows == 0 && K % cols == 0, "a chain's K is a multiple of 128");
@@ -64,10 +84,11 @@ template <int K> struct Layout {
 
 // Row r of a warp's 16 x C tile holds its C / 8 16-byte pieces in a swizzled
 // order, so that the eight rows one ldmatrix phase reads fall in distinct
-// banks: at C = 32 (64-byte rows) piece ^ ((r >> 1) & 3), at C = 16 piece ^
-// ((r >> 2) & 1); at C = 8 eight rows are 128 contiguous bytes already.
+// banks: at C = 64 (128-byte rows) piece ^ (r & 7), at C = 32 piece ^
+// ((r >> 1) & 3), at C = 16 piece ^ ((r >> 2) & 1); at C = 8 eight rows are
+// 128 contiguous bytes already.
 template <int C> GDL_DEV int tile_at(int row, int piece) {
-  const int swizzle = C == 32 ? (row >> 1) & 3 : C == 16 ? (row >> 2) & 1 : 0;
+  const int swizzle = C == 64 ? row & 7 : C == 32 ? (row >> 1) & 3 : C == 16 ? (row >> 2) & 1 : 0;
   return row * C + ((piece ^ swizzle) << 3);
 }
 
@@ -76,14 +97,16 @@ template <int C> GDL_DEV int tile_at(int row, int piece) {
 // barrier, and would come from DRAM; the step's scope calls this before it.
 GDL_DEV void prefetch_l2(const void* p, unsigned long long bytes) {
   const char* c = static_cast<const char*>(p);
-  const unsigned long long stride = 128ull * gridDim.x * blockDim.x;
-  for (unsigned long long at = 128ull * (blockIdx.x * blockDim.x + threadIdx.x); at < bytes; at += stride)
+  const unsigned long long stride = 128ull * gridDim.x * gridDim.y * blockDim.x;
+  const unsigned long long block = blockIdx.y * gridDim.x + blockIdx.x;
+  for (unsigned long long at = 128ull * (block * blockDim.x + threadIdx.x); at < bytes; at += stride)
     gdl::prefetch_l2(c + at);
 }
 
-// Every block of the launch arrives once per barrier. The counter only
-// grows (launches of one chain never overlap), so a barrier's target is the
-// next multiple of the grid size above the count the block found: no reset.
+// Every block of a row group (gridDim.x of them) arrives once per barrier.
+// The counter only grows (launches of one chain never overlap), so a
+// barrier's target is the next multiple of the group's size above the
+// count the block found: no reset.
 GDL_DEV void grid_barrier(unsigned long long* counter) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -98,8 +121,8 @@ GDL_DEV void grid_barrier(unsigned long long* counter) {
 }
 }  // namespace chain
 
-template <typename T, int K> class MatmulChain {
-  using L = chain::Layout<K>;
+template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
+  using L = chain::Layout<K, C>;
   static constexpr int kCols = L::cols;
   static constexpr int kPieces = kCols / 8;                   // 16-byte pieces per row of a tile
   static constexpr int kHalves = kCols >= 16 ? kCols / 16 : 1;  // mma M tiles of 16 columns
@@ -108,9 +131,11 @@ template <typename T, int K> class MatmulChain {
   static constexpr int kStepSlots = K / chain::kSlotRows;
 
  public:
-  // weights[s]: step s's b. barrier: 8 bytes of scratch, this chain's only.
+  // weights[s]: step s's b. barrier: chain::kBarrierBytes of scratch, this
+  // chain's only; row group g (blockIdx.y) counts on its own line of it.
   GDL_DEV MatmulChain(const T* const* weights, int steps, unsigned long long* barrier, unsigned char* smem)
-      : weights_(weights), steps_(steps), barrier_(barrier) {
+      : weights_(weights), steps_(steps),
+        barrier_(barrier + (gridDim.y > 1 ? chain::kCounterStride * (1 + blockIdx.y) : 0)) {
     ring_ = reinterpret_cast<T*>(smem);
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
     sums_ = reinterpret_cast<float*>(xn_ + chain::kMaxRows * L::xn_stride);
@@ -118,30 +143,35 @@ template <typename T, int K> class MatmulChain {
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
+    row0_ = blockIdx.y * chain::kMaxRows;
   }
 
   // The first slots of step 0: weights only, so a kernel may call it before
   // it waits for the kernels it depends on (gdl_abi.cuh).
   GDL_DEV void start() {
-    if (blockDim.x != chain::kThreads || gridDim.x * kCols != K) __trap();
+    if (blockDim.x != chain::kThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
     for (int g = 0; g < kSlots - 1; ++g) issue(g);
   }
 
+  // rows: all of a's rows; this block takes those of its row group.
   template <typename I, typename Epi, typename Pro>
   GDL_DEV void step(int s, const T* a, T* c, I rows, const Epi& epi, const Pro& pro) {
-    if (rows > chain::kMaxRows) __trap();  // the runtime launches the step kernels instead
-    trace(s, 0);
-    if (s > 0) chain::grid_barrier(barrier_);  // a is the previous step's c
-    trace(s, 1);
-    load_rows(a, (int)rows, pro);
-    trace(s, 2);
-    multiply_step(s);
-    trace(s, 3);
-    store(c, (int)rows, epi);
-    trace(s, 4);
-    if (s == steps_ - 1) {
+    if ((long long)rows > (long long)chain::kMaxRows * gridDim.y) __trap();  // the runtime launches the step kernels instead
+    const int mine = (int)min((long long)rows - row0_, (long long)chain::kMaxRows);
+    if (mine > 0) {
+      trace(s, 0);
+      if (s > 0) chain::grid_barrier(barrier_);  // a is the previous step's c
+      trace(s, 1);
+      load_rows(a + (size_t)row0_ * K, mine, pro);
+      trace(s, 2);
+      multiply_step(s);
+      trace(s, 3);
+      store(c, mine, epi);
+      trace(s, 4);
+    }
+    if (s == steps_ - 1) {  // a group without rows only waits out its first slots
       cp_async_wait<0>();
-      print_trace();
+      if (mine > 0) print_trace();
     }
   }
 
@@ -190,7 +220,7 @@ template <typename T, int K> class MatmulChain {
 
   // Slot g (of the whole launch): 16 rows per warp of the b of step
   // g / kStepSlots: 16 rows of kPieces 16-byte pieces, one copy per lane
-  // and piece (two per lane at C = 32, half the lanes idle at C = 8).
+  // and piece (two per lane at C = 32, four at C = 64, half the lanes idle at C = 8).
   GDL_DEV void issue(int g) {
     if (g < steps_ * kStepSlots) {
       const T* b = weights_[g / kStepSlots];
@@ -310,14 +340,15 @@ template <typename T, int K> class MatmulChain {
     __syncthreads();
   }
 
-  // The warps' sums per column added, then the epilogue: one thread per element.
+  // The warps' sums per column added, then the epilogue: one thread per
+  // element (two at C = 64). The epilogue's index is the element's in c.
   template <typename Epi> GDL_DEV void store(T* c, int rows, const Epi& epi) {
     __syncthreads();
-    if ((int)threadIdx.x < rows * kCols) {
-      const int row = threadIdx.x / kCols, col = threadIdx.x % kCols;
+    for (int e = threadIdx.x; e < rows * kCols; e += chain::kThreads) {
+      const int row = e / kCols, col = e % kCols;
       float acc = 0.0f;
       for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col];
-      store_result(c, (long long)row * K + n0_ + col, acc, epi);
+      store_result(c, (long long)(row0_ + row) * K + n0_ + col, acc, epi);
     }
   }
 
@@ -355,7 +386,7 @@ template <typename T, int K> class MatmulChain {
   T* xn_;
   float* sums_;
   float2* parts_;
-  int lane_, warp_, n0_;
+  int lane_, warp_, n0_, row0_;
 };
 
 }  // namespace gdl

@@ -264,10 +264,10 @@ TEST_CASE("artifact: a corrupt header is refused with what is wrong") {
     bad[i] ^= 0x20;
     CHECK(refusal(bad) == "not a gdl artifact (bad magic)");
   }
-  std::vector<uint8_t> v7 = file;
-  v7[8] = 7;
-  CHECK(refusal(v7) == "artifact format version 7, this gdl reads version " + std::to_string(kArtifactVersion) +
-                           ": recompile the program with this gdlc");
+  std::vector<uint8_t> older = file;
+  older[8] = static_cast<uint8_t>(kArtifactVersion - 1);
+  CHECK(refusal(older) == "artifact format version " + std::to_string(kArtifactVersion - 1) + ", this gdl reads version " +
+                              std::to_string(kArtifactVersion) + ": recompile the program with this gdlc");
   std::vector<uint8_t> high = file;
   high[11] = 1;
   CHECK(refusal(high).find("artifact format version " + std::to_string((1u << 24) + kArtifactVersion)) == 0);

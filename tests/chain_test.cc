@@ -41,7 +41,9 @@ TEST_CASE("chain: the W2 layers form one chain over every step, with its own bar
     CHECK(p.chains[0].last == 3);
     CHECK(p.chains[0].k == 2048);
     CHECK(p.chains[0].barrier_offset % plan::kAlignment == 0);
-    CHECK(p.chains[0].barrier_offset + plan::kAlignment == p.arena_bytes + p.scratch_bytes);  // last in the area
+    const uint64_t barrier_bytes = (kChainBarrierBytes + plan::kAlignment - 1) / plan::kAlignment * plan::kAlignment;
+    CHECK(p.chains[0].barrier_offset + barrier_bytes == p.arena_bytes + p.scratch_bytes);  // last in the area
+    CHECK(p.chains[0].row_groups == 0);  // K = 2048: no row groups
     for (const plan::Step& st : p.steps)
       if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].barrier_offset);
     CHECK(plan::print_plan(p).find("chain: steps 0-3 as one persistent kernel while the rows are at most 8") !=
@@ -122,7 +124,66 @@ TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share
   {
     plan::Plan bad = good;
     bad.chains[0].barrier_offset = bad.arena_bytes + bad.scratch_bytes;
-    CHECK(plan::check_plan(bad).find("its barrier lies outside the scratch area") != std::string::npos);
+    CHECK(plan::check_plan(bad).find("its barriers lie outside the scratch area") != std::string::npos);
+  }
+  for (const int64_t groups : {1, 3, 9}) {
+    plan::Plan bad = good;  // K = 4096: no row groups at all
+    bad.chains[0].row_groups = groups;
+    INFO(groups);
+    CHECK(plan::check_plan(bad).find("row groups at K = 4096 are not a launch its kernel can run") != std::string::npos);
+  }
+}
+
+TEST_CASE("chain: at K = 1024 a second kernel serves up to 64 rows in row groups of 8") {
+  CHECK(chain_row_groups(1024, 64) == 8);
+  CHECK(chain_row_groups(1024, 1000) == 8);  // the rest run the steps' kernels
+  CHECK(chain_row_groups(1024, 16) == 2);
+  CHECK(chain_row_groups(1024, 9) == 2);
+  CHECK(chain_row_groups(1024, 8) == 0);  // the first kernel serves them all
+  CHECK(chain_row_groups(2048, 64) == 0);  // measured at K = 1024 only
+  CHECK(chain_group_columns(1024, 8) == 64);
+  CHECK(chain_group_columns(1024, 4) == 32);
+  CHECK(chain_group_columns(1024, 2) == 16);
+  for (const int64_t groups : {2, 4, 8}) {
+    const int64_t cols = chain_group_columns(1024, groups);
+    CHECK(1024 / cols * groups == kChainBlocks);
+    CHECK(chain_shared_bytes(1024, cols) <= 227u * 1024u);
+  }
+
+  struct Case {
+    std::string batch;
+    int64_t groups;
+  };
+  for (const Case& c : std::vector<Case>{{"dim B in [1, 64] buckets(1, 8, 64);", 8}, {"dim B in [1, 16];", 2},
+                                          {"dim B in [1, 8];", 0}}) {
+    INFO(c.batch);
+    plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 3, c.batch)));
+    REQUIRE(plan::check_plan(p) == "");
+    REQUIRE(p.chains.size() == 1);
+    CHECK(p.chains[0].row_groups == c.groups);
+    const GeneratedCode code = generate_cuda(p);
+    REQUIRE(code.chains.size() == (c.groups > 0 ? 2u : 1u));
+    CHECK(code.chains[0].groups == 1u);
+    CHECK(code.chains[0].max_rows == 8);
+    if (c.groups == 0) continue;
+    CHECK(plan::print_plan(p).find("and one in " + std::to_string(c.groups) + " row groups of 8 up to " +
+                                   std::to_string(8 * c.groups)) != std::string::npos);
+    const ChainKernel& k = code.chains[1];
+    const int64_t cols = chain_group_columns(1024, c.groups);
+    CHECK(k.symbol == "gdl_chain0_rows" + std::to_string(8 * c.groups));
+    CHECK(k.chain == 0);
+    CHECK(k.first == 0);
+    CHECK(k.last == 2);
+    CHECK(k.groups == static_cast<uint32_t>(c.groups));
+    CHECK(k.blocks == static_cast<uint32_t>(1024 / cols));
+    CHECK(k.shared_bytes == chain_shared_bytes(1024, cols));
+    CHECK(!uses_chain(k, {8}));
+    CHECK(uses_chain(k, {9}));
+    CHECK(uses_chain(k, {8 * c.groups}));
+    CHECK(!uses_chain(k, {8 * c.groups + 1}));
+    CHECK(uses_chain(code.chains[0], {8}));
+    CHECK(!uses_chain(code.chains[0], {9}));
+    CHECK(code.source.find("gdl::MatmulChain<__half, 1024, " + std::to_string(cols) + "> chain(") != std::string::npos);
   }
 }
 
@@ -136,7 +197,7 @@ TEST_CASE("chain: a block owns 8, 16 or 32 columns, so that K = 1024, 2048 and 4
     INFO("K = " << k);
     CHECK(k / chain_block_columns(k) <= kChainBlocks);
     CHECK(k % chain_block_columns(k) == 0);
-    CHECK(chain_shared_bytes(k) <= 227u * 1024u);
+    CHECK(chain_shared_bytes(k, chain_block_columns(k)) <= 227u * 1024u);
   }
 }
 
@@ -146,14 +207,14 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   plan::Plan p = plan::make_plan(graph_of(layers(h == 4096 ? "bf16" : "f16", h, 3, "dim B in [1, 16];")));
   REQUIRE(p.chains.size() == 1);
   const GeneratedCode code = generate_cuda(p);
-  REQUIRE(code.chains.size() == 1);
+  REQUIRE(code.chains.size() == (h == 1024 ? 2u : 1u));  // K = 1024: and one in two row groups for B up to 16
   const ChainKernel& k = code.chains[0];
   CHECK(k.symbol == "gdl_chain0");
   CHECK(k.first == 0);
   CHECK(k.last == 2);
   CHECK(k.blocks == 128u);
   CHECK(k.threads == kChainThreads);
-  CHECK(k.shared_bytes == chain_shared_bytes(h));
+  CHECK(k.shared_bytes == chain_shared_bytes(h, chain_block_columns(h)));
   CHECK(k.shared_bytes <= 227u * 1024u);
   CHECK(uses_chain(k, {8}));
   CHECK(!uses_chain(k, {9}));
@@ -176,13 +237,23 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   Expected<CompiledModule> module = compile_cuda(code.source, options);
   INFO(module.status().message());
   REQUIRE(module.ok());
-  CHECK(module->ptx.find(".entry gdl_chain0") != std::string::npos);
+  CHECK(module->ptx.find(".entry gdl_chain0(") != std::string::npos);
   }
+  // The kernel in row groups (K = 1024, up to 64 rows) compiles too.
+  const GeneratedCode grouped = generate_cuda(plan::make_plan(graph_of(layers("f16", 1024, 2))));
+  REQUIRE(grouped.chains.size() == 2);
+  CompileOptions options;
+  options.cache_dir = "-";
+  Expected<CompiledModule> module = compile_cuda(grouped.source, options);
+  INFO(module.status().message());
+  REQUIRE(module.ok());
+  CHECK(module->ptx.find(".entry gdl_chain0_rows64(") != std::string::npos);
 }
 
 TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that do not match the plan") {
-  plan::Plan p = plan::make_plan(graph_of(layers("f16", 2048, 2)));
+  plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 2)));  // two kernels: up to 8 rows, up to 64
   REQUIRE(p.chains.size() == 1);
+  REQUIRE(p.chains[0].row_groups == 8);
   Artifact a;
   a.plan = p;
   GeneratedCode code = generate_cuda(p);
@@ -194,19 +265,45 @@ TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that d
   REQUIRE(back.ok());
   REQUIRE(back->plan.chains.size() == 1);
   CHECK(back->plan.chains[0].barrier_offset == p.chains[0].barrier_offset);
-  REQUIRE(back->chains.size() == 1);
-  CHECK(back->chains[0].symbol == a.chains[0].symbol);
-  CHECK(back->chains[0].shared_bytes == a.chains[0].shared_bytes);
-  CHECK(back->chains[0].rows == a.chains[0].rows);
+  CHECK(back->plan.chains[0].row_groups == 8);
+  REQUIRE(back->chains.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(back->chains[i].symbol == a.chains[i].symbol);
+    CHECK(back->chains[i].shared_bytes == a.chains[i].shared_bytes);
+    CHECK(back->chains[i].rows == a.chains[i].rows);
+    CHECK(back->chains[i].blocks == a.chains[i].blocks);
+    CHECK(back->chains[i].groups == a.chains[i].groups);
+    CHECK(back->chains[i].min_rows == a.chains[i].min_rows);
+    CHECK(back->chains[i].max_rows == a.chains[i].max_rows);
+  }
 
   Artifact wrong = a;
   wrong.chains[0].last = 0;
   Expected<Artifact> refused = deserialize_artifact(serialize_artifact(wrong));
   REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("runs steps the plan holds no chain for") != std::string::npos);
+  CHECK(refused.status().message().find("runs steps or row groups the plan holds no chain for") != std::string::npos);
+  Artifact regrouped = a;
+  regrouped.chains[1].groups = 4;
+  refused = deserialize_artifact(serialize_artifact(regrouped));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find("runs steps or row groups the plan holds no chain for") != std::string::npos);
+  Artifact rows = a;
+  rows.chains[1].max_rows = 65;
+  refused = deserialize_artifact(serialize_artifact(rows));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find("serves rows [9, 65], not those of its 8 row groups") != std::string::npos);
+  Artifact swapped = a;
+  std::swap(swapped.chains[0], swapped.chains[1]);
+  refused = deserialize_artifact(serialize_artifact(swapped));
+  REQUIRE(!refused.ok());
   Artifact missing = a;
   missing.chains.clear();
   refused = deserialize_artifact(serialize_artifact(missing));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find("the plan's chains have no kernels") != std::string::npos);
+  Artifact ungrouped = a;
+  ungrouped.chains.pop_back();
+  refused = deserialize_artifact(serialize_artifact(ungrouped));
   REQUIRE(!refused.ok());
   CHECK(refused.status().message().find("the plan's chains have no kernels") != std::string::npos);
 }

@@ -24,6 +24,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
+
+#include "chain.h"
 
 namespace gdl {
 namespace {
@@ -144,6 +147,7 @@ void write_plan(Writer& w, const plan::Plan& p) {
     w.i32(c.last);
     w.i64(c.k);
     w.u64(c.barrier_offset);
+    w.i64(c.row_groups);
   });
 }
 
@@ -173,10 +177,14 @@ void write_kernels(Writer& w, const std::vector<KernelInfo>& kernels) {
 void write_chains(Writer& w, const std::vector<ChainKernel>& chains) {
   w.vec(chains, [&](const ChainKernel& c) {
     w.str(c.symbol);
+    w.i32(c.chain);
     w.i32(c.first);
     w.i32(c.last);
     write_shape(w, c.rows);
+    w.i64(c.min_rows);
+    w.i64(c.max_rows);
     w.u32(c.blocks);
+    w.u32(c.groups);
     w.u32(c.threads);
     w.u32(c.shared_bytes);
   });
@@ -390,12 +398,13 @@ void read_plan(Reader& r, plan::Plan& p) {
   p.naive_bytes = r.u64();
   p.live_lower_bound = r.u64();
   p.scratch_bytes = r.u64();
-  p.chains.resize(r.count(24, "chain"));
+  p.chains.resize(r.count(32, "chain"));
   for (plan::Chain& c : p.chains) {  // check_plan judges them
     c.first = r.i32();
     c.last = r.i32();
     c.k = r.i64();
     c.barrier_offset = r.u64();
+    c.row_groups = r.i64();
   }
 }
 
@@ -438,26 +447,41 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
   return kernels;
 }
 
-// Each chain kernel must match the plan chain at its index.
+// The chain kernels must be, in plan order, each plan chain's kernel for at
+// most kChainMaxRows rows and then, where the plan gives it row groups, its
+// kernel in that many groups; each names its chain's steps.
 std::vector<ChainKernel> read_chains(Reader& r, const plan::Plan& p) {
-  std::vector<ChainKernel> chains(r.count(23, "chain kernel"));
+  std::vector<ChainKernel> chains(r.count(47, "chain kernel"));
+  std::vector<std::pair<int, int64_t>> expected;  // (plan chain, groups)
+  for (size_t c = 0; c < p.chains.size(); ++c) {
+    expected.emplace_back(static_cast<int>(c), 1);
+    if (p.chains[c].row_groups > 1) expected.emplace_back(static_cast<int>(c), p.chains[c].row_groups);
+  }
   for (size_t i = 0; i < chains.size() && !r.failed(); ++i) {
     ChainKernel& c = chains[i];
     const std::string where = "chain kernel " + std::to_string(i);
     c.symbol = r.str("chain kernel symbol");
+    c.chain = r.i32();
     c.first = r.i32();
     c.last = r.i32();
     c.rows = read_shape(r, p.graph.dims, where);
+    c.min_rows = r.i64();
+    c.max_rows = r.i64();
     c.blocks = r.u32();
+    c.groups = r.u32();
     c.threads = r.u32();
     c.shared_bytes = r.u32();
     if (r.failed()) break;
-    if (i >= p.chains.size() || p.chains[i].first != c.first || p.chains[i].last != c.last)
-      r.fail(where + " runs steps the plan holds no chain for");
+    if (i >= expected.size() || expected[i].first != c.chain || expected[i].second != c.groups ||
+        p.chains[static_cast<size_t>(c.chain)].first != c.first || p.chains[static_cast<size_t>(c.chain)].last != c.last)
+      r.fail(where + " runs steps or row groups the plan holds no chain for");
     else if (c.symbol.empty() || c.blocks == 0 || c.threads == 0 || c.threads > 1024)
       r.fail(where + " has an impossible launch");
+    else if (c.max_rows != static_cast<int64_t>(c.groups) * kChainMaxRows || c.min_rows < 0 || c.min_rows > c.max_rows)
+      r.fail(where + " serves rows [" + std::to_string(c.min_rows) + ", " + std::to_string(c.max_rows) +
+             "], not those of its " + std::to_string(c.groups) + " row groups");
   }
-  if (!r.failed() && chains.size() != p.chains.size()) r.fail("the plan's chains have no kernels");
+  if (!r.failed() && chains.size() != expected.size()) r.fail("the plan's chains have no kernels");
   return chains;
 }
 

@@ -19,13 +19,13 @@ namespace gdl {
 
 // 2: plan steps carry their scratch; 3: a step's large kernel; 4: chains;
 // 5: the module holds the input copy kernel (codegen.h kInputCopySymbol);
-// 6: a kernel's early_start
-inline constexpr uint32_t kArtifactVersion = 6;
+// 6: a kernel's early_start; 7: a chain's row groups and their kernel
+inline constexpr uint32_t kArtifactVersion = 7;
 
 struct Artifact {
   plan::Plan plan;                  // holds the graph: names, shapes, dtypes
   std::vector<KernelInfo> kernels;  // one per plan step
-  std::vector<ChainKernel> chains;  // one per plan chain
+  std::vector<ChainKernel> chains;  // per plan chain: one, or two with row groups (codegen.h)
   CompiledModule module;            // CUBIN + PTX
   std::string cuda_source;          // kept for --emit=cuda on an artifact and for debugging
 };

@@ -15,8 +15,8 @@ using ir::ValueId;
 
 // A step the chain kernel can compute: its matmul's K (== N), else 0.
 // `input` receives the value the step reads as a (the norm's input when the
-// norm is the matmul's prologue).
-int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input) {
+// norm is the matmul's prologue), `rows_max` its rows at the largest binding.
+int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input, int64_t& rows_max) {
   const ir::Graph& g = p.graph;
   if (step.values.empty()) return 0;
   const ValueId norm = matmul_prologue(g, step.values);
@@ -38,6 +38,7 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
   const MatmulChoice choice = choose_matmul(g, matmul);
   if (!choice.fold_batch || !choice.use_rows || choice.rows_min > kChainMaxRows) return 0;
   input = norm == ir::kNoValue ? matmul.args[0] : g.node(norm).args[0];
+  rows_max = choice.rows_max;
   return k;
 }
 
@@ -47,10 +48,22 @@ int64_t chain_block_columns(int64_t k) {
   return k <= 8 * kChainBlocks ? 8 : k <= 16 * kChainBlocks ? 16 : 32;
 }
 
-uint32_t chain_shared_bytes(int64_t k) {
+int64_t chain_group_columns(int64_t k, int64_t groups) {
+  int64_t c = 8;
+  while (c < 64 && (k / c) * groups > kChainBlocks) c *= 2;
+  return c;
+}
+
+int64_t chain_row_groups(int64_t k, int64_t max_rows) {
+  if (max_rows <= kChainMaxRows || k > kChainGroupMaxK) return 0;
+  const int64_t groups = std::min(kChainMaxGroups, (max_rows + kChainMaxRows - 1) / kChainMaxRows);
+  return (k / chain_group_columns(k, groups)) * groups <= kChainBlocks ? groups : 0;
+}
+
+uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
   constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32;
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
-  const int64_t cols = chain_block_columns(k), slot_bytes = kWarps * 16 * cols * 2;
+  const int64_t slot_bytes = kWarps * 16 * cols * 2;
   const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * cols * 4, misc = kWarps * 8;
   const int64_t slots = std::min(kMaxSlots, (kSmemLimit - xn - sums - misc) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + xn + sums + misc);
@@ -66,15 +79,17 @@ std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p) {
   };
   for (size_t i = 0; i < p.steps.size(); ++i) {
     ValueId input = ir::kNoValue;
-    const int64_t k = chain_step_k(p, p.steps[i], input);
+    int64_t rows_max = 0;
+    const int64_t k = chain_step_k(p, p.steps[i], input, rows_max);
     const int step = static_cast<int>(i);
     if (run_k > 0 && k == run_k && input == p.steps[i - 1].result) {
       run.last = step;
+      run.row_groups = std::min(run.row_groups, chain_row_groups(k, rows_max));  // the same rows, a from the step before
       continue;
     }
     close();
     if (k > 0) {
-      run = plan::Chain{step, step, k, 0};
+      run = plan::Chain{step, step, k, 0, chain_row_groups(k, rows_max)};
       run_k = k;
     }
   }

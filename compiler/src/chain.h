@@ -3,9 +3,11 @@
 //
 // A launch per layer drains the memory pipe at every layer boundary; a chain
 // streams the weights of all its steps through one ring and separates the
-// steps by a grid-wide barrier instead (docs/performance.md). The chain
-// serves runs whose rows are at most kChainMaxRows; the steps' own kernels
-// serve the others, so a chain never changes what a program computes.
+// steps by a grid-wide barrier instead (docs/performance.md). The chain's
+// kernel serves runs whose rows are at most kChainMaxRows; at K = 1024 a
+// second kernel serves up to kChainMaxGroups row groups of kChainMaxRows
+// (plan::Chain::row_groups); the steps' own kernels serve the others, so a
+// chain never changes what a program computes.
 #pragma once
 
 #include <vector>
@@ -25,13 +27,28 @@ inline constexpr int64_t kChainMaxK = 4096;        // 32 columns per block at mo
 // kernels (docs/performance.md), so narrower strips came before K = 1024.
 inline constexpr int64_t kChainMinK = 1024;
 inline constexpr uint32_t kChainThreads = 256;     // gdl::chain::kThreads
+inline constexpr int64_t kChainMaxGroups = 8;      // gdl::chain::kMaxGroups: up to 64 rows
+inline constexpr int64_t kChainGroupMaxK = 1024;   // gdl::chain::kGroupMaxK
+inline constexpr uint64_t kChainBarrierBytes = (1 + kChainMaxGroups) * 128;  // gdl::chain::kBarrierBytes
 
 // gdl::chain::cols_for(K): the output columns of one block of a chain over K.
 int64_t chain_block_columns(int64_t k);
 
-// The dynamic shared memory of a chain over K: gdl::chain::Layout<K>::bytes
-// (the generated kernel asserts that they agree).
-uint32_t chain_shared_bytes(int64_t k);
+// gdl::chain::group_cols_for(K, groups): the output columns of one block of
+// a chain's kernel in row groups.
+int64_t chain_group_columns(int64_t k, int64_t groups);
+
+// The row groups of the second kernel of a chain over K whose rows reach
+// max_rows (every run-time dim at its upper bound): 0 where the first
+// kernel serves them all, K is above kChainGroupMaxK, or fewer than two
+// groups would run; else enough groups of kChainMaxRows for max_rows, at
+// most kChainMaxGroups.
+int64_t chain_row_groups(int64_t k, int64_t max_rows);
+
+// The dynamic shared memory of a chain over K with `cols` columns per
+// block: gdl::chain::Layout<K, C>::bytes (the generated kernel asserts that
+// they agree).
+uint32_t chain_shared_bytes(int64_t k, int64_t cols);
 
 // The maximal runs of at least two consecutive plan steps where every step
 // is a matmul (with its norm prologue and epilogue, if any) that the chain
@@ -41,7 +58,8 @@ uint32_t chain_shared_bytes(int64_t k);
 //     multiple of kChainKMultiple in [kChainMinK, kChainMaxK], K the same in
 //     every step of the run, the rows kernel serving the smallest bindings;
 //   - its result has a's dtype.
-// barrier_offset is left 0 for make_plan to place.
+// barrier_offset is left 0 for make_plan to place; row_groups is
+// chain_row_groups at the largest binding.
 std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p);
 
 }  // namespace gdl

@@ -38,6 +38,11 @@
 // 3. KernelInfo per step: the launch rule (elementwise: a grid-stride loop
 //    over the result; structured ops: one block per task, see task_launch),
 //    the run-time scalars read, and whether run-time dims enter.
+// 4. Each plan chain (chain.h) becomes gdl_chain<c>, one gdl::MatmulChain
+//    kernel for its steps at up to kChainMaxRows rows, and, where the plan
+//    gives it row groups, gdl_chain<c>_rows<R> for up to R rows (codegen.h
+//    ChainKernel); every step inside is the step's own prologue, pointers
+//    and epilogue around the chain's step call.
 // Everything is emitted in step and value order from the plan alone, so
 // the same plan gives the same text.
 #include "codegen.h"
@@ -1081,11 +1086,12 @@ class StepEmitter {
   bool structured_ = false;          // the anchor is a structured op (not elementwise or data movement)
 };
 
-// The kernel of plan chain `c` (gdl::MatmulChain, gdl_chain.cuh): the
-// weights of every step, the chain, then each step as a block of its own
-// (StepEmitter, Variant::kChainStep). Appends its ChainKernel to `out`.
-std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, int>& scalar_slot, int sm,
-                         std::vector<ChainKernel>& out) {
+// A kernel of plan chain `c` (gdl::MatmulChain, gdl_chain.cuh) in `groups`
+// row groups (1: the kernel for at most kChainMaxRows rows): the weights of
+// every step, the chain, then each step as a block of its own (StepEmitter,
+// Variant::kChainStep). Appends its ChainKernel to `out`.
+std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const std::map<ValueId, int>& scalar_slot,
+                         int sm, std::vector<ChainKernel>& out) {
   const plan::Chain& chain = p.chains[c];
   const ir::Graph& g = p.graph;
   std::vector<std::string> weights;
@@ -1101,29 +1107,36 @@ std::string chain_kernel(const plan::Plan& p, size_t c, const std::map<ValueId, 
     rows = sub_shape(matmul.type.shape, 0, matmul.type.shape.size() - 1);
     weights.push_back(std::to_string(b.offset));
   }
-  const std::string t = storage_type(dtype), k = std::to_string(chain.k);
+  const int64_t cols = groups > 1 ? chain_group_columns(chain.k, groups) : chain_block_columns(chain.k);
+  const std::string t = storage_type(dtype), k = std::to_string(chain.k), cols_text = std::to_string(cols);
   ChainKernel info;
-  info.symbol = "gdl_chain" + std::to_string(c);
+  info.symbol = "gdl_chain" + std::to_string(c) + (groups > 1 ? "_rows" + std::to_string(groups * kChainMaxRows) : "");
+  info.chain = static_cast<int>(c);
   info.first = chain.first;
   info.last = chain.last;
   info.rows = rows;
-  info.blocks = static_cast<uint32_t>(chain.k / chain_block_columns(chain.k));
+  info.min_rows = groups > 1 ? kChainMaxRows + 1 : 0;
+  info.max_rows = groups * kChainMaxRows;
+  info.blocks = static_cast<uint32_t>(chain.k / cols);
+  info.groups = static_cast<uint32_t>(groups);
   info.threads = kChainThreads;
-  info.shared_bytes = chain_shared_bytes(chain.k);
+  info.shared_bytes = chain_shared_bytes(chain.k, cols);
   std::string src = "// steps " + std::to_string(chain.first) + "-" + std::to_string(chain.last) +
-                    " as one persistent kernel (gdl_chain.cuh), launched in place of their kernels while the rows are "
-                    "at most " + std::to_string(kChainMaxRows) + ": " + std::to_string(info.blocks) + " blocks of " +
-                    std::to_string(info.threads) + ", all resident (cooperative launch)\n";
+                    " as one persistent kernel (gdl_chain.cuh), launched in place of their kernels while the rows are " +
+                    (groups > 1 ? std::to_string(info.min_rows) + " to " : "at most ") +
+                    std::to_string(info.max_rows) + ": " + std::to_string(info.blocks) + " x " +
+                    std::to_string(info.groups) + " blocks of " + std::to_string(info.threads) + " (" + cols_text +
+                    " columns of " + std::to_string(kChainMaxRows) + " rows each), all resident (cooperative launch)\n";
   src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) " + info.symbol +
          "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
   src += "  extern __shared__ __align__(128) unsigned char chain_smem[];\n";
-  src += "  static_assert(gdl::chain::Layout<" + k + ">::bytes == " + std::to_string(info.shared_bytes) +
+  src += "  static_assert(gdl::chain::Layout<" + k + ", " + cols_text + ">::bytes == " + std::to_string(info.shared_bytes) +
          ", \"the shared memory gdlc asks the launch for\");\n";
   src += "  const " + t + "* const chain_weights[" + std::to_string(weights.size()) + "] = {";
   for (size_t i = 0; i < weights.size(); ++i)
     src += std::string(i ? ", " : "") + "reinterpret_cast<const " + t + "*>(params + " + weights[i] + "ull)";
   src += "};\n";
-  src += "  gdl::MatmulChain<" + t + ", " + k + "> chain(chain_weights, " + std::to_string(weights.size()) +
+  src += "  gdl::MatmulChain<" + t + ", " + k + ", " + cols_text + "> chain(chain_weights, " + std::to_string(weights.size()) +
          ", reinterpret_cast<unsigned long long*>(arena + " + std::to_string(chain.barrier_offset) +
          "ull), chain_smem);\n";
   src += "  chain.start();  // the first slots of weights, before the wait (gdl_abi.cuh)\n";
@@ -1175,7 +1188,11 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
     }
     code.kernels.push_back(std::move(info));
   }
-  for (size_t c = 0; c < p.chains.size(); ++c) code.source += "\n" + chain_kernel(p, c, scalar_slot, sm, code.chains);
+  for (size_t c = 0; c < p.chains.size(); ++c) {
+    code.source += "\n" + chain_kernel(p, c, 1, scalar_slot, sm, code.chains);
+    if (p.chains[c].row_groups > 1)
+      code.source += "\n" + chain_kernel(p, c, p.chains[c].row_groups, scalar_slot, sm, code.chains);
+  }
   code.source += std::string("\n// The runtime's input copy: the bound inputs, from their pinned staging buffers or the\n") +
                  "// caller's device memory into the arena, in one kernel node (a memcpy node per input made each graph launch\n"
                  "// 2-4 us longer on the host).\n"
@@ -1186,7 +1203,8 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
 }
 
 bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims) {
-  return element_count(c.rows, dims) <= kChainMaxRows;
+  const int64_t rows = element_count(c.rows, dims);
+  return rows >= c.min_rows && rows <= c.max_rows;
 }
 
 bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims) {

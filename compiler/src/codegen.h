@@ -74,19 +74,23 @@ struct KernelInfo {
 // kernel.
 bool uses_large_kernel(const KernelInfo& k, const std::vector<int64_t>& dims);
 
-// The kernel of a plan::Chain (chain.h, gdl_chain.cuh): launched
-// cooperatively with `blocks` blocks of `threads`, every block resident at
-// once (the runtime checks that they fit on the device, else it keeps the
-// steps' kernels), in place of steps [first, last] while the rows, the
-// element count of `rows` at the run's dims, are at most kChainMaxRows.
+// A kernel of a plan::Chain (chain.h, gdl_chain.cuh): launched
+// cooperatively with a grid of `blocks` x `groups` blocks of `threads`,
+// every block resident at once (the runtime checks that they fit on the
+// device, else it keeps the steps' kernels), in place of steps [first, last]
+// while the rows, the element count of `rows` at the run's dims, lie in
+// [min_rows, max_rows]. A chain has one kernel for up to kChainMaxRows rows
+// (groups = 1) and, with row groups, a second one for more.
 struct ChainKernel {
   std::string symbol;
-  int first = 0, last = 0;
+  int chain = 0;            // index in plan::Plan::chains
+  int first = 0, last = 0;  // that chain's steps
   Shape rows;
-  uint32_t blocks = 0, threads = 0, shared_bytes = 0;
+  int64_t min_rows = 0, max_rows = 0;
+  uint32_t blocks = 0, groups = 1, threads = 0, shared_bytes = 0;
 };
 
-// Whether a run at these dims launches the chain's kernel.
+// Whether a run at these dims launches this chain kernel.
 bool uses_chain(const ChainKernel& c, const std::vector<int64_t>& dims);
 
 // Every module also holds this kernel, taking a gdl_input_copies by value
@@ -98,7 +102,7 @@ inline constexpr const char* kInputCopySymbol = "gdl_input_copy";
 struct GeneratedCode {
   std::string source;              // one CUDA C++ translation unit
   std::vector<KernelInfo> kernels; // one per plan step, same order (a step's large kernel in it)
-  std::vector<ChainKernel> chains; // one per plan chain, same order
+  std::vector<ChainKernel> chains; // per plan chain in order: its kernel, then its row groups' if any
 };
 
 // `arch` is the CUBIN target ("sm_90"): below sm_90 the kernels that need

@@ -548,7 +548,7 @@ Plan make_plan(ir::Graph graph, const PlanOptions& options) {
   if (options.chain_matmuls) p.chains = find_matmul_chains(p);
   for (Chain& c : p.chains) {
     c.barrier_offset = align_up(scratch_end);
-    scratch_end = c.barrier_offset + kAlignment;
+    scratch_end = c.barrier_offset + align_up(kChainBarrierBytes);
   }
   p.scratch_bytes = scratch_end - p.arena_bytes;
   return p;
@@ -796,9 +796,12 @@ std::string check_plan(const Plan& p) {
       return name + " is not a run of at least two steps after the chain before it";
     chain_end = c.last;
     if (c.barrier_offset % kAlignment != 0 || c.barrier_offset < p.arena_bytes || c.barrier_offset > area_end ||
-        kAlignment > area_end - c.barrier_offset)
-      return name + ": its barrier lies outside the scratch area or is not aligned";
-    ranges.push_back({c.barrier_offset, c.barrier_offset + kAlignment, static_cast<size_t>(c.first), true});
+        kChainBarrierBytes > area_end - c.barrier_offset)
+      return name + ": its barriers lie outside the scratch area or are not aligned";
+    if (c.row_groups != 0 && c.row_groups != chain_row_groups(c.k, c.row_groups * kChainMaxRows))
+      return name + ": " + std::to_string(c.row_groups) + " row groups at K = " + std::to_string(c.k) +
+             " are not a launch its kernel can run";
+    ranges.push_back({c.barrier_offset, c.barrier_offset + kChainBarrierBytes, static_cast<size_t>(c.first), true});
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) { return x.begin < y.begin; });
   for (size_t i = 0; i < ranges.size(); ++i)
@@ -859,8 +862,12 @@ std::string print_plan(const Plan& p) {
   }
   for (const Chain& c : p.chains)
     out += "  chain: steps " + std::to_string(c.first) + "-" + std::to_string(c.last) +
-           " as one persistent kernel while the rows are at most " + std::to_string(kChainMaxRows) + " (K = " +
-           std::to_string(c.k) + "); barrier @" + std::to_string(c.barrier_offset) + "\n";
+           " as one persistent kernel while the rows are at most " + std::to_string(kChainMaxRows) +
+           (c.row_groups > 0 ? ", and one in " + std::to_string(c.row_groups) + " row groups of " +
+                                   std::to_string(kChainMaxRows) + " up to " +
+                                   std::to_string(c.row_groups * kChainMaxRows)
+                             : std::string()) +
+           " (K = " + std::to_string(c.k) + "); barriers @" + std::to_string(c.barrier_offset) + "\n";
   for (const ir::Output& o : g.outputs)
     out += "  output \"" + o.name + "\" = " + value_ref(o.value) + " -> " +
            region_text(p.buffers.at(static_cast<size_t>(o.value))) + "\n";
@@ -902,7 +909,10 @@ std::string plan_to_dot(const Plan& p) {
   // A chain's steps in one box: one kernel runs them while the rows are at most kChainMaxRows.
   for (size_t c = 0; c < p.chains.size(); ++c) {
     out += "  subgraph cluster_chain" + std::to_string(c) + " {\n    label=\"chain " + std::to_string(c) +
-           ": one kernel at <= " + std::to_string(kChainMaxRows) + " rows\";\n    style=dashed;\n   ";
+           ": one kernel at <= " + std::to_string(kChainMaxRows) + " rows" +
+           (p.chains[c].row_groups > 0 ? ", one at <= " + std::to_string(p.chains[c].row_groups * kChainMaxRows)
+                                       : std::string()) +
+           "\";\n    style=dashed;\n   ";
     for (int s = p.chains[c].first; s <= p.chains[c].last; ++s) out += " s" + std::to_string(s) + ";";
     out += "\n  }\n";
   }

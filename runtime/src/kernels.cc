@@ -111,9 +111,10 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
       GDL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel),
                                                                  static_cast<int>(c.threads), c.shared_bytes),
                    "asking how many blocks of chain kernel '" + c.symbol + "' fit");
+      const int64_t blocks = static_cast<int64_t>(c.blocks) * c.groups;
       if (!cooperative) refusal = "the device has no cooperative launch";
-      else if (static_cast<int64_t>(per_sm) * sms < c.blocks)
-        refusal = std::to_string(c.blocks) + " blocks, the device holds " + std::to_string(per_sm * sms) + " at once";
+      else if (static_cast<int64_t>(per_sm) * sms < blocks)
+        refusal = std::to_string(blocks) + " blocks, the device holds " + std::to_string(per_sm * sms) + " at once";
     }
     chain_kernels_.push_back(refusal.empty() ? kernel : nullptr);
     chain_refusals_.push_back(refusal);
@@ -132,7 +133,7 @@ std::vector<int> KernelLibrary::chain_of_steps(const Artifact& a, const std::vec
 StepLaunch KernelLibrary::chain_launch(const Artifact& a, size_t c) const {
   const ChainKernel& k = a.chains.at(c);
   LaunchDims dims;
-  dims.grid = dim3(k.blocks, 1, 1);
+  dims.grid = dim3(k.blocks, k.groups, 1);
   dims.block = dim3(k.threads, 1, 1);
   dims.shared_bytes = k.shared_bytes;
   return StepLaunch{chain_kernels_.at(c), dims};

@@ -77,14 +77,14 @@ class KernelLibrary {
   // or its large kernel where the rows call for it, and the launch dims.
   Expected<StepLaunch> step_launch(size_t step, const KernelInfo& info, const std::vector<int64_t>& dims) const;
 
-  // Per plan step, the chain (codegen.h ChainKernel) whose kernel runs it at
-  // these layout dims, or -1 where the step's own kernel runs: a chain runs
-  // while its rows are at most kChainMaxRows, if the device holds every one
-  // of its blocks at once (load() checks).
+  // Per plan step, the chain kernel (an index in Artifact::chains, codegen.h
+  // ChainKernel) that runs it at these layout dims, or -1 where the step's
+  // own kernel runs: a chain kernel runs while the rows lie in its range, if
+  // the device holds every one of its blocks at once (load() checks).
   std::vector<int> chain_of_steps(const Artifact& a, const std::vector<int64_t>& dims) const;
-  // Chain c's kernel and its launch dims (grid = its blocks, launched cooperatively).
+  // Chain kernel c and its launch dims (grid = its blocks x row groups, launched cooperatively).
   StepLaunch chain_launch(const Artifact& a, size_t c) const;
-  // Why chain c never runs on this device ("" when it may).
+  // Why chain kernel c never runs on this device ("" when it may).
   const std::string& chain_refusal(size_t c) const { return chain_refusals_.at(c); }
   const std::string& image() const { return image_; }
   // The module's input copy kernel.
@@ -95,7 +95,7 @@ class KernelLibrary {
   cudaKernel_t input_copy_ = nullptr;
   std::vector<cudaKernel_t> kernels_;
   std::vector<cudaKernel_t> large_kernels_;  // nullptr where a step has one kernel
-  std::vector<cudaKernel_t> chain_kernels_;  // per chain; nullptr where the device cannot hold its blocks
+  std::vector<cudaKernel_t> chain_kernels_;  // per chain kernel; nullptr where the device cannot hold its blocks
   std::vector<std::string> chain_refusals_;
   std::string image_;
 };

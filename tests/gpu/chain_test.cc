@@ -3,8 +3,9 @@
 // against the CPU reference on a poisoned arena, graph and eager runs, the
 // row count crossing the chain's limit of 8 rows within one session (the
 // chain's barrier counter, which only grows, and the steps' own kernels with
-// their tickets must both stay right), under buckets and under node updates,
-// and with chains switched off.
+// their tickets must both stay right), at K = 1024 the kernel in row groups
+// for up to 64 rows (full and partial groups, groups without rows), under
+// buckets and under node updates, and with chains switched off.
 #include <string>
 #include <vector>
 
@@ -22,11 +23,23 @@ std::string layers(const std::string& t, int h, int l, const std::string& batch,
          ";\n}\ny = h;\n";
 }
 
+// Which kernel runs a chain at `rows` rows, the layout's (a bucket's capacity
+// under buckets): 1 its kernel for up to 8 rows, 2 its kernel in row groups
+// (for up to `group_rows`, 0 where it has none), 0 the steps' kernels.
+int chain_kernel_for(int64_t rows, const std::vector<int64_t>& buckets, int64_t group_rows) {
+  for (int64_t b : buckets)
+    if (b >= rows) {
+      rows = b;
+      break;
+    }
+  return rows <= 8 ? 1 : rows <= group_rows ? 2 : 0;
+}
+
 // One session over `rows_sequence`: fresh inputs each time, two graph runs
-// and an eager run, each against the CPU reference, and the chain kernel
-// launched exactly when the rows are at most 8.
+// and an eager run, each against the CPU reference, and a chain kernel
+// launched exactly when chain_kernel_for says so.
 void check_rows(const Program& program, const std::string& what, const std::vector<int64_t>& rows_sequence,
-                const SessionOptions& options, bool updates) {
+                const SessionOptions& options, bool updates, const std::vector<int64_t>& buckets, int64_t group_rows) {
   std::mt19937_64 rng(seed_for(what));
   std::map<std::string, TensorData> params = random_bindings(program, {rows_sequence.front()}, rng);
   if (cpu_only) {
@@ -49,11 +62,13 @@ void check_rows(const Program& program, const std::string& what, const std::vect
     for (int r = 0; r < 2; ++r) CHECK(expect_match(run_and_read(*s, false), want, at + ", graph run " + std::to_string(r)));
     CHECK(expect_match(run_and_read(*s, true), want, at + ", eager run"));
     INFO(at);
-    CHECK(s->stats().chain_launches - before == (chains && rows <= 8 ? 3u : 0u));
+    CHECK(s->stats().chain_launches - before == (chains && chain_kernel_for(rows, buckets, group_rows) > 0 ? 3u : 0u));
   }
-  // Under node updates each crossing of the limit rebuilds the graph; buckets never do.
+  // Under node updates each change of the kernel rebuilds the graph; buckets never do.
   uint64_t crossings = 0;
-  for (size_t i = 1; i < rows_sequence.size(); ++i) crossings += (rows_sequence[i] <= 8) != (rows_sequence[i - 1] <= 8);
+  for (size_t i = 1; i < rows_sequence.size(); ++i)
+    crossings += chain_kernel_for(rows_sequence[i], buckets, group_rows) !=
+                 chain_kernel_for(rows_sequence[i - 1], buckets, group_rows);
   CHECK(s->stats().reinstantiations == (chains && updates ? crossings : 0u));
 }
 
@@ -65,20 +80,26 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
     int h, l;
     std::string batch, layer;
     std::vector<int64_t> rows;  // the CPU reference of the 4096-wide layers is slow: fewer runs there
+    int64_t group_rows;         // rows the chain's kernel in row groups serves (0: it has none)
   };
   const std::string w2 = "h + gelu(layernorm(h, g[l], beta[l], eps = 1e-5) @ W[l] + bias[l])";
   const std::vector<Case> cases = {
-      {"f16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3, 16, 8}},
-      {"bf16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3}},
-      // 8 columns per block (K = 1024), with and without a norm
-      {"f16", 1024, 4, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 7, 8, 40, 2, 64, 8}},
-      {"bf16", 1024, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {8, 3, 16, 1}},
+      {"f16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3, 16, 8}, 0},
+      {"bf16", 2048, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 5, 8, 12, 3}, 0},
+      // K = 1024: 8 columns per block up to 8 rows, then 8 row groups of 64
+      // columns per block (the bucket of 64), with and without a norm
+      {"f16", 1024, 4, "dim B in [1, 64] buckets(1, 8, 64);", w2, {1, 7, 8, 40, 2, 64, 8}, 64},
+      {"bf16", 1024, 3, "dim B in [1, 64] buckets(1, 8, 64);", w2, {64, 3, 33}, 64},
+      // two row groups of 16 columns per block; 13 rows: a partial group
+      {"bf16", 1024, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {8, 3, 16, 13, 1}, 16},
+      // node updates on 8 row groups: 37 and 20 rows leave groups without rows
+      {"f16", 1024, 3, "dim B in [1, 64];", w2, {37, 64, 5, 20}, 64},
       // node updates: one graph whose chain node comes and goes with the rows
       // (2 -> 5: the chain's node updated in place; 5 -> 12 -> 8: rebuilt)
-      {"f16", 4096, 3, "dim B in [1, 16];", "h + rmsnorm(h, g[l]) @ W[l]", {2, 5, 12, 8}},
-      {"bf16", 4096, 3, "dim B in [1, 16];", w2, {8, 9, 1}},
+      {"f16", 4096, 3, "dim B in [1, 16];", "h + rmsnorm(h, g[l]) @ W[l]", {2, 5, 12, 8}, 0},
+      {"bf16", 4096, 3, "dim B in [1, 16];", w2, {8, 9, 1}, 0},
       // no norm: the chain stages a as it is
-      {"f16", 2048, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {3, 7, 16, 1}},
+      {"f16", 2048, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {3, 7, 16, 1}, 0},
   };
   for (const Case& c : cases) {
     const std::string text = layers(c.t, c.h, c.l, c.batch, c.layer);
@@ -86,16 +107,17 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
     Program program = compile_text(text);
     CHECK(program.node_count() == static_cast<size_t>(c.l));  // the steps' kernels; the chain replaces them
     const std::string what = "chain " + c.t + " H=" + std::to_string(c.h) + " " + c.layer;
-    // Every case is one chain: one chain kernel per run while the rows are at most 8.
+    // Every case is one chain: one chain kernel per run while chain_kernel_for says so.
     // Programs without buckets run under node updates (one graph for every
     // B; the default policy would give them power-of-two buckets).
     const bool updates = c.batch.find("buckets") == std::string::npos;
     SessionOptions on;
     if (updates) on.dim_policy = DimPolicyChoice::kUpdate;
-    check_rows(program, what, c.rows, on, updates);
+    const std::vector<int64_t> buckets = updates ? std::vector<int64_t>{} : std::vector<int64_t>{1, 8, 64};
+    check_rows(program, what, c.rows, on, updates, buckets, c.group_rows);
     SessionOptions off = on;
     off.chain_kernels = false;
-    check_rows(program, what + " (chains off)", {c.rows.back()}, off, updates);
+    check_rows(program, what + " (chains off)", {c.rows.back()}, off, updates, buckets, c.group_rows);
   }
 }
 
@@ -137,28 +159,38 @@ TEST_CASE("chain: kernels before and after a chain, and two chains in one progra
   }
 }
 
-TEST_CASE("chain: 200 replays in one session keep the barrier counter and the results right") {
-  const std::string text = layers("f16", 2048, 4, "dim B in [1, 8];", "h + gelu(layernorm(h, g[l], beta[l]) @ W[l] + bias[l])");
-  Program program = compile_text(text);
-  std::mt19937_64 rng(seed_for("chain replays"));
-  std::map<std::string, TensorData> tensors = random_bindings(program, {4}, rng);
-  if (cpu_only) {
-    CHECK(!reference(program, tensors).empty());
-    return;
+TEST_CASE("chain: 200 replays in one session keep the barrier counters and the results right") {
+  struct Case {
+    int h;
+    std::string batch;
+    int64_t rows;
+  };
+  // K = 2048 at 4 rows: the grid-wide barrier; K = 1024 at 45 rows (the
+  // default power-of-two bucket of 64): eight row groups, each its counter.
+  for (const Case& c : std::vector<Case>{{2048, "dim B in [1, 8];", 4}, {1024, "dim B in [1, 64];", 45}}) {
+    const std::string text = layers("f16", c.h, 4, c.batch, "h + gelu(layernorm(h, g[l], beta[l]) @ W[l] + bias[l])");
+    INFO(text);
+    Program program = compile_text(text);
+    std::mt19937_64 rng(seed_for("chain replays " + std::to_string(c.h)));
+    std::map<std::string, TensorData> tensors = random_bindings(program, {c.rows}, rng);
+    if (cpu_only) {
+      CHECK(!reference(program, tensors).empty());
+      continue;
+    }
+    std::unique_ptr<Session> s = make_session(program);
+    bind_all(*s, tensors);
+    const std::map<std::string, TensorData> want = reference(program, tensors);
+    const std::map<std::string, TensorData> first = run_and_read(*s, false);
+    CHECK(expect_match(first, want, "first run"));
+    for (int r = 0; r < 200; ++r) GDL_REQUIRE_OK(s->run());
+    const std::map<std::string, TensorData> last = read_outputs(*s);
+    CHECK(expect_match(last, first, "run 201 against run 1"));
+    CHECK(relative_error(last.at("y"), first.at("y")) == 0.0);  // the same kernel, the same order of sums: the same bits
+    if (s->stats().chain_refusals.empty()) CHECK(s->stats().chain_launches == 201u);
+    // Node updates on the chain's node (the graph update costs) leave the graph computing the same.
+    Expected<GraphUpdateCosts> costs = s->measure_graph_update_costs(3);
+    REQUIRE(costs.ok());
+    if (s->stats().chain_refusals.empty()) CHECK(costs->nodes == 1u);
+    CHECK(relative_error(run_and_read(*s, false).at("y"), first.at("y")) == 0.0);
   }
-  std::unique_ptr<Session> s = make_session(program);
-  bind_all(*s, tensors);
-  const std::map<std::string, TensorData> want = reference(program, tensors);
-  const std::map<std::string, TensorData> first = run_and_read(*s, false);
-  CHECK(expect_match(first, want, "first run"));
-  for (int r = 0; r < 200; ++r) GDL_REQUIRE_OK(s->run());
-  const std::map<std::string, TensorData> last = read_outputs(*s);
-  CHECK(expect_match(last, first, "run 201 against run 1"));
-  CHECK(relative_error(last.at("y"), first.at("y")) == 0.0);  // the same kernel, the same order of sums: the same bits
-  if (s->stats().chain_refusals.empty()) CHECK(s->stats().chain_launches == 201u);
-  // Node updates on the chain's node (the graph update costs) leave the graph computing the same.
-  Expected<GraphUpdateCosts> costs = s->measure_graph_update_costs(3);
-  REQUIRE(costs.ok());
-  if (s->stats().chain_refusals.empty()) CHECK(costs->nodes == 1u);
-  CHECK(relative_error(run_and_read(*s, false).at("y"), first.at("y")) == 0.0);
 }
