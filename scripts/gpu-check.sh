@@ -179,11 +179,11 @@ if [[ $what == sanitizer-chain ]]; then
     step "racecheck_chain_p11_b$B" 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
       "$BUILD/gdlrun" bench/probes/p11_chain_h1024.gdl --gpu --check --dim "B=$B" --print 0
   done
-  # The kernel in row groups: 64 rows (eight full groups) and 13 (the bucket
-  # of 16: one full group, one partial, six without rows).
-  for B in 64 13; do
+  # The kernel in row groups: 64 rows (eight full groups of 8) and, under
+  # node updates, 37 (four full groups, one of 5 rows, three without rows).
+  for B in 64 37; do
     step "racecheck_chain_p12_b$B" 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
-      "$BUILD/gdlrun" bench/probes/p12_chain_h1024_rows64.gdl --gpu --check --dim "B=$B" --print 0
+      "$BUILD/gdlrun" bench/probes/p12_chain_h1024_rows64.gdl --gpu --check --policy update --dim "B=$B" --print 0
   done
 fi
 
