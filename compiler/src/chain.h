@@ -40,9 +40,10 @@ int64_t chain_group_columns(int64_t k, int64_t groups);
 
 // The row groups of the second kernel of a chain over K whose rows reach
 // max_rows (every run-time dim at its upper bound): 0 where the first
-// kernel serves them all, K is above kChainGroupMaxK, or fewer than two
-// groups would run; else enough groups of kChainMaxRows for max_rows, at
-// most kChainMaxGroups.
+// kernel serves them all (max_rows <= kChainMaxRows), K is above
+// kChainGroupMaxK, or the groups' blocks would not fit kChainBlocks with
+// at most 64 columns each; else enough groups of kChainMaxRows for
+// max_rows, at most kChainMaxGroups (more rows run the steps' kernels).
 int64_t chain_row_groups(int64_t k, int64_t max_rows);
 
 // The dynamic shared memory of a chain over K with `cols` columns per

@@ -76,8 +76,9 @@ struct Step {
 
 // Consecutive matmul steps that one persistent kernel (gdl::MatmulChain,
 // chain.h) runs in place of their own kernels while the run's rows are at
-// most kChainMaxRows. The steps stay in the plan: their kernels serve the
-// other runs, and the CPU reference runs them.
+// most kChainMaxRows, and with row groups a second one for up to
+// kChainMaxRows x row_groups. The steps stay in the plan: their kernels
+// serve the other runs, and the CPU reference runs them.
 struct Chain {
   int first = 0, last = 0;      // steps [first, last], consecutive in schedule order
   int64_t k = 0;                // every step's K == N
