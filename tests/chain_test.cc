@@ -28,6 +28,17 @@ std::string layers(const std::string& t, int h, int l, const std::string& batch 
          "  h = h + gelu(layernorm(h, g[l], beta[l], eps = 1e-5) @ W[l] + bias[l]);\n}\ny = h;\n";
 }
 
+// The generated source compiles with NVRTC (no cache) and its PTX holds
+// the kernel `entry`.
+void require_compiles_with(const std::string& source, const std::string& entry) {
+  CompileOptions options;
+  options.cache_dir = "-";
+  Expected<CompiledModule> module = compile_cuda(source, options);
+  INFO(module.status().message());
+  REQUIRE(module.ok());
+  CHECK(module->ptx.find(".entry " + entry + "(") != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("chain: the W2 layers form one chain over every step, with its own barrier in the scratch") {
@@ -232,22 +243,12 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
     CHECK(call > at);
     at = call;
   }
-  CompileOptions options;
-  options.cache_dir = "-";
-  Expected<CompiledModule> module = compile_cuda(code.source, options);
-  INFO(module.status().message());
-  REQUIRE(module.ok());
-  CHECK(module->ptx.find(".entry gdl_chain0(") != std::string::npos);
+  require_compiles_with(code.source, "gdl_chain0");
   }
   // The kernel in row groups (K = 1024, up to 64 rows) compiles too.
   const GeneratedCode grouped = generate_cuda(plan::make_plan(graph_of(layers("f16", 1024, 2))));
   REQUIRE(grouped.chains.size() == 2);
-  CompileOptions options;
-  options.cache_dir = "-";
-  Expected<CompiledModule> module = compile_cuda(grouped.source, options);
-  INFO(module.status().message());
-  REQUIRE(module.ok());
-  CHECK(module->ptx.find(".entry gdl_chain0_rows64(") != std::string::npos);
+  require_compiles_with(grouped.source, "gdl_chain0_rows64");
 }
 
 TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that do not match the plan") {
