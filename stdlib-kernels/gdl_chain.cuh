@@ -75,11 +75,13 @@ template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int xn_stride = K + 8;  // rows 16 bytes apart in the banks
   static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
   static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
+  static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
   static constexpr int misc_bytes = kWarps * 8;  // the warps' parts of the row statistics
-  static constexpr int fit = (kSmemLimit - xn_bytes - sums_bytes - misc_bytes) / slot_bytes;
+  static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes;
+  static constexpr int fit = (kSmemLimit - rest) / slot_bytes;
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
   static_assert(slots >= 4, "a chain's K leaves no room for its ring");
-  static constexpr int bytes = slots * slot_bytes + xn_bytes + sums_bytes + misc_bytes;
+  static constexpr int bytes = slots * slot_bytes + rest;
 };
 
 // Row r of a warp's 16 x C tile holds its C / 8 16-byte pieces in a swizzled
@@ -138,7 +140,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         barrier_(barrier + (gridDim.y > 1 ? chain::kCounterStride * (1 + blockIdx.y) : 0)) {
     ring_ = reinterpret_cast<T*>(smem);
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
-    sums_ = reinterpret_cast<float*>(xn_ + chain::kMaxRows * L::xn_stride);
+    raw_ = xn_ + chain::kMaxRows * L::xn_stride;
+    sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);
     parts_ = reinterpret_cast<float2*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
@@ -309,12 +312,13 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
           squares = fmaf(d, d, squares);
         }
       }
-      sum = warp_sum(sum);
-      squares = warp_sum(squares);
-      if (lane_ == 0) parts_[warp_] = make_float2(sum, squares);
-      __syncthreads();
-      float s = 0.0f, q = 0.0f;
-      for (int w = r * per_row; w < (r + 1) * per_row; ++w) s += parts_[w].x, q += parts_[w].y;
+      float s = warp_sum(sum), q = warp_sum(squares);
+      if (per_row > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
+        if (lane_ == 0) parts_[warp_] = make_float2(s, q);
+        __syncthreads();
+        s = 0.0f, q = 0.0f;
+        for (int w = r * per_row; w < (r + 1) * per_row; ++w) s += parts_[w].x, q += parts_[w].y;
+      }
       const float mean_d = Pro::center ? s / K : 0.0f;
       const float var = fmaxf(q / K - mean_d * mean_d, 0.0f);
       st = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
@@ -326,6 +330,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         if (i >= span) continue;
         const int k = (piece * span + i) * 8;
         uint4 out = v[j];
+        // The block's columns as read, for an epilogue that reads a (a
+        // residual). Not in the loop of loads: this store would wait for them.
+        if (k >= n0_ && k < n0_ + kCols) *reinterpret_cast<uint4*>(raw_ + r * kCols + (k - n0_)) = out;
         if constexpr (Pro::active) {
           float x[8];
           widen<T>(out, x);
@@ -341,14 +348,16 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // The warps' sums per column added, then the epilogue: one thread per
-  // element (two at C = 64). The epilogue's index is the element's in c.
+  // element (two at C = 64). The epilogue takes the element's index in c and
+  // a's element at that index (a residual), from the rows staged above.
   template <typename Epi> GDL_DEV void store(T* c, int rows, const Epi& epi) {
     __syncthreads();
     for (int e = threadIdx.x; e < rows * kCols; e += chain::kThreads) {
       const int row = e / kCols, col = e % kCols;
       float acc = 0.0f;
       for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col];
-      store_result(c, (long long)(row0_ + row) * K + n0_ + col, acc, epi);
+      const long long index = (long long)(row0_ + row) * K + n0_ + col;
+      c[index] = cvt<T>(epi(acc, index, num(raw_[row * kCols + col])));
     }
   }
 
@@ -384,6 +393,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   unsigned long long* barrier_;
   T* ring_;
   T* xn_;
+  T* raw_;
   float* sums_;
   float2* parts_;
   int lane_, warp_, n0_, row0_;

@@ -61,6 +61,10 @@ template <typename T> struct IdentityEpilogue {
   template <typename X, typename I> GDL_DEV typename dtype_traits<T>::compute operator()(X acc, I) const {
     return fit<T>(acc);
   }
+  // A chain step's epilogue also takes a's element at the index (gdl_chain.cuh).
+  template <typename X, typename I> GDL_DEV typename dtype_traits<T>::compute operator()(X acc, I, float) const {
+    return fit<T>(acc);
+  }
 };
 
 template <typename TC, typename I, typename Epi> GDL_DEV void store_result(TC* c, I index, float acc, const Epi& epi) {

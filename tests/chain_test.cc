@@ -251,6 +251,35 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   require_compiles_with(grouped.source, "gdl_chain0_rows64");
 }
 
+// Occurrences of `what` in source[from, to).
+size_t count_in(const std::string& source, const std::string& what, size_t from, size_t to) {
+  size_t n = 0;
+  for (size_t at = source.find(what, from); at < to; at = source.find(what, at + what.size())) ++n;
+  return n;
+}
+
+TEST_CASE("chain: a step's epilogue takes its residual from the rows the chain staged, only when it reads a") {
+  // W2: every step adds its own a. With the input x as every step's
+  // residual, only step 0 reads its a; steps 1 and 2 load x.
+  const std::string w2 = layers("f16", 1024, 3, "dim B in [1, 16];");
+  std::string from_x = w2;
+  const std::string layer = "h = h + gelu(";
+  from_x.replace(from_x.find(layer), layer.size(), "h = x + gelu(");
+  for (const auto& [text, staged] : {std::pair{w2, 3u}, std::pair{from_x, 1u}}) {
+    INFO(text);
+    const GeneratedCode code = generate_cuda(plan::make_plan(graph_of(text)));
+    REQUIRE(code.chains.size() == 2);
+    const size_t first = code.source.find("void __launch_bounds__(256, 1) gdl_chain0(");
+    const size_t grouped = code.source.find("void __launch_bounds__(256, 1) gdl_chain0_rows16(");
+    REQUIRE(first != std::string::npos);
+    REQUIRE(grouped != std::string::npos);
+    CHECK(count_in(code.source, "a_staged", 0, first) == 0);  // the steps' own kernels read a from memory
+    CHECK(count_in(code.source, "(a_staged, ", first, grouped) == staged);
+    CHECK(count_in(code.source, "(a_staged, ", grouped, code.source.size()) == staged);
+    CHECK(count_in(code.source, "[i])", first, grouped) == 3 - staged);  // x loaded where it is not the step's a
+  }
+}
+
 TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that do not match the plan") {
   plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 2)));  // two kernels: up to 8 rows, up to 64
   REQUIRE(p.chains.size() == 1);

@@ -64,9 +64,10 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
   constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32;
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
   const int64_t slot_bytes = kWarps * 16 * cols * 2;
-  const int64_t xn = kMaxRows * (k + 8) * 2, sums = kWarps * kMaxRows * cols * 4, misc = kWarps * 8;
-  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - xn - sums - misc) / slot_bytes);
-  return static_cast<uint32_t>(slots * slot_bytes + xn + sums + misc);
+  const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
+  const int64_t rest = xn + raw + sums + kWarps * 8;
+  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
+  return static_cast<uint32_t>(slots * slot_bytes + rest);
 }
 
 std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p) {

@@ -506,6 +506,9 @@ class StepEmitter {
     const Shape& s = g_.node(a).type.shape;
     std::string p = pointer(a);
     if (statically_one_element(s)) return "gdl::ld(" + p + "[0])";
+    // A chain step's epilogue reading its a (a residual): the chain passes
+    // the element from the rows it staged, not a second read from L2.
+    if (s == result_shape_ && variant_ == Variant::kChainStep && p == chain_a_) return "a_staged";
     if (s == result_shape_) return "gdl::ld(" + p + "[i])";
     std::string st = "st" + std::to_string(a);
     if (!declared_.count(st)) {
@@ -708,7 +711,8 @@ class StepEmitter {
       body += "  const gdl::Shape<" + std::to_string(rank_) + ", " + idx_ + "> shape = " +
               shape_literal(result_shape_, rank_) + ";  // of the matmul's result\n";
     body += prologue_;
-    body += "  const auto epi = [&](const float acc, const " + idx_ + " i) -> float {\n";
+    body += "  const auto epi = [&](const float acc, const " + idx_ + " i" +
+            (variant_ == Variant::kChainStep ? ", const float a_staged" : "") + ") -> float {\n";
     if (needs_coords_)
       body += "    const gdl::Coords<" + std::to_string(rank_) + ", " + idx_ + "> c = gdl::coords_of(shape, i);\n";
     body += statements;
@@ -772,6 +776,7 @@ class StepEmitter {
     };
     if (variant_ == Variant::kChainStep) {  // one step of a chain (chain.h): the chain holds b and the launch
       GDL_INTERNAL_ASSERT(choice.fold_batch, "step " + std::to_string(index_) + ": a chain step folds its batch");
+      chain_a_ = args[0];  // the rows the chain stages, which its epilogue may read again
       const std::string epi = matmul_epilogue(body);
       const std::string pro = matmul_prologue_functor(body);
       local("rows", product(rs, 0, rs.size() - 1));
@@ -1075,6 +1080,7 @@ class StepEmitter {
   Variant variant_ = Variant::kFirst;
   int chain_step_ = 0;  // Variant::kChainStep: the step's index in its chain
   std::string chain_b_;  // Variant::kChainStep: b's pointer, which the step leaves undeclared
+  std::string chain_a_;  // Variant::kChainStep: a's pointer, whose elements the chain passes to the epilogue
   std::vector<std::pair<std::string, uint64_t>> param_pointers_;  // pointers into params, with their buffers' bytes
   int cluster_y_ = 0;  // > 1: the kernel runs in clusters of that many blocks along grid.y
   bool two_kernels_ = false;  // a matmul with a rows and a large kernel

@@ -100,6 +100,9 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
       {"bf16", 4096, 3, "dim B in [1, 16];", w2, {8, 9, 1}, 0},
       // no norm: the chain stages a as it is
       {"f16", 2048, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {3, 7, 16, 1}, 0},
+      // the residual is x, the step's a only in step 0 (the others load x)
+      {"f16", 1024, 3, "dim B in [1, 64] buckets(1, 8, 64);", "x + gelu(layernorm(h, eps = 1e-5) @ W[l] + bias[l])",
+       {5, 40}, 64},
   };
   for (const Case& c : cases) {
     const std::string text = layers(c.t, c.h, c.l, c.batch, c.layer);
