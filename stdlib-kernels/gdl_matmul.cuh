@@ -58,11 +58,9 @@
 namespace gdl {
 
 template <typename T> struct IdentityEpilogue {
-  template <typename X, typename I> GDL_DEV typename dtype_traits<T>::compute operator()(X acc, I) const {
-    return fit<T>(acc);
-  }
   // A chain step's epilogue also takes a's element at the index (gdl_chain.cuh).
-  template <typename X, typename I> GDL_DEV typename dtype_traits<T>::compute operator()(X acc, I, float) const {
+  template <typename X, typename I>
+  GDL_DEV typename dtype_traits<T>::compute operator()(X acc, I, float /*a_staged*/ = 0.0f) const {
     return fit<T>(acc);
   }
 };
