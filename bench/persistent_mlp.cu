@@ -43,11 +43,29 @@ constexpr int COLS = 32;                          // output columns per block
 constexpr int BLOCKS = H / COLS;                  // 128
 constexpr float EPS = 1e-5f;
 
-// The stdlib's pieces, as gdl::MatmulChain uses them: cp.async, the grid
-// barrier, mma.m16n8k16, the warp sum.
+// The stdlib's pieces, as gdl::MatmulChain uses them: cp.async,
+// mma.m16n8k16, the warp sum.
 using gdl::cp_async16;
 using gdl::warp_sum;
-using gdl::chain::grid_barrier;
+
+// Every block arrives once per barrier. The counter only grows (launches
+// never overlap), so a barrier's target is the next multiple of the grid's
+// size above the count the block found: no reset. (gdl's chain kernel
+// once separated its steps this way; it now hands the rows over through
+// mailboxes, stdlib-kernels/gdl_chain.cuh.)
+__device__ void grid_barrier(unsigned long long* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned long long blocks = gridDim.x * gridDim.y;
+    unsigned long long old, now;
+    asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;" : "=l"(old) : "l"(counter) : "memory");
+    const unsigned long long target = (old / blocks + 1) * blocks;
+    do {
+      asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(now) : "l"(counter) : "memory");
+    } while (now < target);
+  }
+  __syncthreads();
+}
 
 __device__ __forceinline__ float fit(float x) { return __half2float(__float2half_rn(x)); }
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }
@@ -203,7 +221,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
           const __half* xb = xn + (size_t)(lane >> 2) * S::xs + k;
           const unsigned b0 = *reinterpret_cast<const unsigned*>(xb);
           const unsigned b1 = *reinterpret_cast<const unsigned*>(xb + 8);
-          gdl::chain::mma16816(acc, a, b0, b1, __half{});
+          gdl::mma16816(acc, a, b0, b1, __half{});
         }
       }
       __syncwarp();
@@ -353,7 +371,7 @@ __global__ void __launch_bounds__(32 * WARPS_, 1)
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                          : "r"(addr));
-            gdl::chain::mma16816(d[s], a, b0, b1, __half{});
+            gdl::mma16816(d[s], a, b0, b1, __half{});
           }
         }
       }

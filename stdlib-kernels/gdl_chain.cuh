@@ -4,8 +4,10 @@
 // every b_s a [K, K] param (f16 or bf16). Launched once, cooperatively, with
 // a grid of (K / C) x G blocks of kThreads threads: block (j, g) owns the
 // output columns [C j, C j + C) of rows [8 g, 8 g + 8) of every step, and
-// all of K. A barrier over the K / C blocks of one row group separates two
-// steps (the groups never read each other's rows).
+// all of K. The blocks of one row group hand each step's rows to the next
+// step through a mailbox in global memory (below; at K above kMailboxMaxK,
+// a grid barrier over the group's blocks, then a read of c, instead); the
+// groups never read each other's rows.
 //  - G = 1 (at most kMaxRows rows): C = cols_for(K), 8, 16 or 32, so that a
 //    K of 1024, 2048 or 4096 runs 128 blocks.
 //  - G > 1 (row groups, more rows at K = 1024): C = group_cols_for(K, G),
@@ -17,11 +19,28 @@
 // step's blocks cannot be resident while the current one's still are. Here
 // each block streams its strip of every b_s (K rows of 2 C bytes) through
 // one ring of cp.async slots in shared memory that runs across the step
-// boundaries: while a block waits at the barrier, its first slots of the
-// next step's weights are already in flight.
+// boundaries: while a block waits for the next step's rows, its first slots
+// of the next step's weights are already in flight.
+//
+// The mailbox. Every 8-byte word holds two elements of c and a 32-bit flag
+// naming the launch and the step that wrote it, stored with one 64-bit
+// store; an aligned 64-bit access is single-copy atomic, so a reader that
+// sees the flag it expects holds the data written with it. A block reads
+// the next step's rows as soon as they are there, polling only the words
+// not yet written: one round trip through L2 where a grid barrier, then a
+// read of the rows, took two or three (the barrier alone cost 1.3-1.4 us
+// per step, docs/performance.md). Steps alternate between two mailboxes:
+// a block writes step s + 2's rows only after it read all of step s + 1's,
+// which every block wrote after it read step s's. The flag is the group's
+// launch count (its counter, read at the start of the launch and advanced
+// by the group's block 0 at the end, after every block of the group has
+// read it) times the steps, plus the step plus one: never 0, what the
+// scratch holds before the first launch. A stale word can match only after
+// 2^32 steps' writes of its group, that is, never in practice.
 //
 // A step in a block:
-//  1. (after the barrier) the group's rows of a_s, the norm prologue's
+//  1. the group's rows of a_s (step 0: from a; later: from the mailbox,
+//     waiting for them, or from a after the barrier), the norm prologue's
 //     statistics over the whole row, and the normalized rows (rounded to T,
 //     as the other matmul kernels do) into shared memory: the block needs
 //     all of K;
@@ -29,9 +48,10 @@
 //     cores (mma.m16n8k16) compute out^T = b^T a^T with the C columns as
 //     M (in 16-column halves; at C = 8 the upper half of M is zero) and the
 //     rows of a as N;
-//  3. the eight warps' sums added in shared memory, the epilogue, the store.
+//  3. the eight warps' sums added in shared memory, the epilogue, the store
+//     (and, but in the last step, the rows into the mailbox).
 // Each warp reads back only the tiles it copied itself, so the ring needs
-// no block barrier.
+// no __syncthreads.
 #pragma once
 
 #include "gdl_matmul.cuh"
@@ -47,10 +67,20 @@ constexpr int kMaxSlots = 24;
 constexpr int kBlocks = 128;     // at most one block per SM of an H100/H200 (132 SMs)
 constexpr int kMaxGroups = 8;    // row groups of kMaxRows: up to 64 rows
 constexpr int kGroupMaxK = 1024; // row groups only where measured (docs/performance.md)
-// The barrier counters: the ungrouped kernel's first, then one per row
-// group, each on a 128-byte line of its own (the groups spin apart).
-constexpr int kCounterStride = 128 / 8;
-constexpr int kBarrierBytes = (1 + kMaxGroups) * 128;
+// The exchange area of a chain's scratch: one launch counter per row group,
+// each on a 128-byte line of its own, then per row group two mailboxes of
+// kMaxRows rows of K / 2 words. The ungrouped kernel is row group 0: it
+// shares group 0's counter and mailboxes with the grouped kernel (the two
+// never run at once), so a flag never repeats in a mailbox.
+constexpr int kCounterBytes = kMaxGroups * 128;
+// Mailboxes up to this K; above it, a grid barrier over the group's blocks
+// and a read of the rows from c. At K = 4096 the mailbox words (twice the
+// rows' bytes) were 2-16 us slower for W2 than the barrier, at K = 1024 1-3
+// us faster (docs/performance.md); K = 2048 was not measured.
+constexpr int kMailboxMaxK = 1024;
+constexpr unsigned long long exchange_bytes(int k, int groups) {
+  return kCounterBytes + (k <= kMailboxMaxK ? (unsigned long long)groups * 2 * kMaxRows * (k / 2) * 8 : 0ull);
+}
 
 // Output columns per block: the narrowest of 8, 16, 32 that needs at most
 // kBlocks blocks. Narrower strips keep the small chains on all the SMs
@@ -76,7 +106,7 @@ template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
   static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
-  static constexpr int misc_bytes = kWarps * 8;  // the warps' parts of the row statistics
+  static constexpr int misc_bytes = kWarps * 16;  // the warps' parts of the row statistics (sums, squares, shift)
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes;
   static constexpr int fit = (kSmemLimit - rest) / slot_bytes;
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
@@ -96,7 +126,8 @@ template <int C> GDL_DEV int tile_at(int row, int piece) {
 
 // [p, p + bytes) into L2, one 128-byte line per thread of the launch: a
 // step's params besides b (bias, norm weights) are read once, after the
-// barrier, and would come from DRAM; the step's scope calls this before it.
+// wait for the rows, and would come from DRAM; the step's scope calls this
+// before it.
 GDL_DEV void prefetch_l2(const void* p, unsigned long long bytes) {
   const char* c = static_cast<const char*>(p);
   const unsigned long long stride = 128ull * gridDim.x * gridDim.y * blockDim.x;
@@ -105,10 +136,10 @@ GDL_DEV void prefetch_l2(const void* p, unsigned long long bytes) {
     gdl::prefetch_l2(c + at);
 }
 
-// Every block of a row group (gridDim.x of them) arrives once per barrier.
-// The counter only grows (launches of one chain never overlap), so a
-// barrier's target is the next multiple of the group's size above the
-// count the block found: no reset.
+// Every block of a row group (gridDim.x of them) arrives once per barrier
+// (chains above kMailboxMaxK). The counter only grows (launches of one
+// chain never overlap), so a barrier's target is the next multiple of the
+// group's size above the count the block found: no reset.
 GDL_DEV void grid_barrier(unsigned long long* counter) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -121,6 +152,28 @@ GDL_DEV void grid_barrier(unsigned long long* counter) {
   }
   __syncthreads();
 }
+
+// Two elements and a flag, one 64-bit store (the mailbox, above).
+GDL_DEV void mail_store(unsigned long long* word, unsigned pair, unsigned flag) {
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(word), "l"((unsigned long long)flag << 32 | pair) : "memory");
+}
+
+// Eight elements of c: their 4 words as (data, flag) pairs of 32 bits,
+// reloaded only where `again` (a predicated load, no branch, so that one
+// round's loads all issue before the first is compared).
+struct MailVector {
+  unsigned d[8];
+  GDL_DEV void fetch(const unsigned long long* words, bool again) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
+        " @p ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%8];\n"
+        " @p ld.volatile.global.v4.u32 {%4, %5, %6, %7}, [%8+16];\n}"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+        : "l"(words), "r"((int)again));
+  }
+  GDL_DEV bool carries(unsigned flag) const { return d[1] == flag && d[3] == flag && d[5] == flag && d[7] == flag; }
+  GDL_DEV uint4 data() const { return make_uint4(d[0], d[2], d[4], d[6]); }
+};
 }  // namespace chain
 
 template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
@@ -131,18 +184,24 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   static constexpr int kTileElems = L::tile_elems;
   static constexpr int kSlots = L::slots;
   static constexpr int kStepSlots = K / chain::kSlotRows;
+  static constexpr int kRowWords = K / 2;  // a row in the mailbox: two elements per word
+  static constexpr bool kMailbox = K <= chain::kMailboxMaxK;  // else a grid barrier between steps
 
  public:
-  // weights[s]: step s's b. barrier: chain::kBarrierBytes of scratch, this
-  // chain's only; row group g (blockIdx.y) counts on its own line of it.
-  GDL_DEV MatmulChain(const T* const* weights, int steps, unsigned long long* barrier, unsigned char* smem)
+  // weights[s]: step s's b. exchange: chain::exchange_bytes(K, groups) of
+  // scratch, zero when the session starts, this chain's only; row group g
+  // (blockIdx.y) has its own counter (of launches, or of barrier arrivals
+  // above kMailboxMaxK) and mailboxes in it.
+  GDL_DEV MatmulChain(const T* const* weights, int steps, unsigned char* exchange, unsigned char* smem)
       : weights_(weights), steps_(steps),
-        barrier_(barrier + (gridDim.y > 1 ? chain::kCounterStride * (1 + blockIdx.y) : 0)) {
+        counter_(reinterpret_cast<unsigned long long*>(exchange + 128 * blockIdx.y)),
+        mail_(reinterpret_cast<unsigned long long*>(exchange + chain::kCounterBytes) +
+              (size_t)blockIdx.y * 2 * chain::kMaxRows * kRowWords) {
     ring_ = reinterpret_cast<T*>(smem);
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
     raw_ = xn_ + chain::kMaxRows * L::xn_stride;
     sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);
-    parts_ = reinterpret_cast<float2*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
+    parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
@@ -151,9 +210,12 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
 
   // The first slots of step 0: weights only, so a kernel may call it before
   // it waits for the kernels it depends on (gdl_abi.cuh).
+  // Also reads the group's launch count (acquire: before any of this
+  // block's mailbox stores, which block 0's advance of it waits for).
   GDL_DEV void start() {
     if (blockDim.x != chain::kThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
     for (int g = 0; g < kSlots - 1; ++g) issue(g);
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(launch_) : "l"(counter_) : "memory");
   }
 
   // rows: all of a's rows; this block takes those of its row group.
@@ -163,18 +225,23 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     const int mine = (int)min((long long)rows - row0_, (long long)chain::kMaxRows);
     if (mine > 0) {
       trace(s, 0);
-      if (s > 0) chain::grid_barrier(barrier_);  // a is the previous step's c
+      if (!kMailbox && s > 0) chain::grid_barrier(counter_);  // a is the previous step's c
+      load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox where there is one
       trace(s, 1);
-      load_rows(a + (size_t)row0_ * K, mine, pro);
-      trace(s, 2);
       multiply_step(s);
+      trace(s, 2);
+      store(s, c, mine, epi);
       trace(s, 3);
-      store(c, mine, epi);
-      trace(s, 4);
     }
     if (s == steps_ - 1) {  // a group without rows only waits out its first slots
       cp_async_wait<0>();
-      if (mine > 0) print_trace();
+      if (mine > 0) {
+        // Every block of the group has read the count: each read it before
+        // its first mailbox store, and this block has read all of them.
+        if (kMailbox && blockIdx.x == 0 && threadIdx.x == 0)
+          asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(counter_), "l"(launch_ + 1) : "memory");
+        print_trace();
+      }
     }
   }
 
@@ -190,11 +257,16 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     MatmulChain self = *this;
     self.multiply_slots(s);
   }
-  template <typename Pro> __device__ __noinline__ void load_rows(const T* a, int rows, const Pro& pro) const {
+  template <typename Pro> __device__ __noinline__ void load_rows(int s, const T* a, int rows, const Pro& pro) const {
     MatmulChain self = *this;
     const Pro p = pro;
-    self.stage_rows(a, rows, p);
+    self.stage_rows(s, a, rows, p);
   }
+
+  // The mailbox words of row r (of this group's kMaxRows) written by step s,
+  // and the flag step s writes there in this launch.
+  GDL_DEV unsigned long long* mail_row(int s, int r) const { return mail_ + ((s & 1) * chain::kMaxRows + r) * kRowWords; }
+  GDL_DEV unsigned flag(int s) const { return (unsigned)(launch_ * (unsigned long long)steps_ + s + 1); }
 
   // Step s's slots through the tensor cores; the warp's column sums into sums_.
   GDL_DEV void multiply_slots(int s) {
@@ -273,15 +345,18 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // Rows [0, rows) of a into xn_, through the norm prologue, with one read
-  // of a: warp w takes row r = w / per_row (per_row = kWarps over the rows
+  // of a (step 0) or of the mailbox step s - 1 wrote (waiting for each
+  // vector's words until they carry its flag): warp w takes row r = w /
+  // per_row (per_row = kWarps over the rows
   // rounded up to a power of two) and its piece of `span` 16-byte vectors,
   // which each lane keeps in registers from the statistics (the shifted
   // sums of norm_row_stats, gdl_matmul.cuh, added over the row's warps) to
-  // the normalized store. a was written by other blocks of this launch, so
-  // it is read with __ldcg (L1 may hold an older copy). Rows of xn_ past
+  // the normalized store. a from c (step 0, or above kMailboxMaxK after the
+  // barrier) is read with __ldcg: other blocks of this launch wrote it, and
+  // L1 may hold an older copy. Rows of xn_ past
   // `rows` keep what they held: mma's column n only reaches output row n,
   // and store() writes rows below `rows` only.
-  template <typename Pro> GDL_DEV void stage_rows(const T* a, int rows, const Pro& pro) {
+  template <typename Pro> GDL_DEV void stage_rows(int s, const T* a, int rows, const Pro& pro) {
     constexpr int kRowVectors = K / 8;
     constexpr int kPerLane = kRowVectors / 32;  // the most a lane holds: one warp per row
     int rows_p2 = 1;
@@ -291,14 +366,39 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     const bool mine = r < rows;
     const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors + piece * span;
     uint4 v[kPerLane];
+    if (s == 0 || !kMailbox) {
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int i = lane_ + 32 * j;
-      v[j] = mine && i < span ? __ldcg(row + i) : zero16();
+      for (int j = 0; j < kPerLane; ++j) {
+        const int i = lane_ + 32 * j;
+        v[j] = mine && i < span ? __ldcg(row + i) : zero16();
+      }
+    } else {
+      // Rounds of loads of the vectors whose words do not all carry the
+      // flag yet (bit j of `awaited`), until none is left.
+      static_assert(kPerLane <= 32, "a lane's vectors fit the mask of those awaited");
+      const unsigned expect = flag(s - 1);
+      const unsigned long long* words = mail_row(s - 1, mine ? r : 0) + (size_t)piece * span * 4;
+      unsigned awaited = 0;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (mine && lane_ + 32 * j < span) awaited |= 1u << j;
+      chain::MailVector m[kPerLane] = {};
+      while (awaited != 0) {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) m[j].fetch(words + 4 * (lane_ + 32 * j), awaited >> j & 1);
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j)
+          if (m[j].carries(expect)) awaited &= ~(1u << j);
+      }
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) v[j] = m[j].data();
     }
     float2 st = make_float2(0.0f, 1.0f);  // (mean, 1 / sqrt(var + eps)) of row r
     if constexpr (Pro::active) {
-      const float shift = Pro::center && mine ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
+      // Each warp shifts by the first element of its piece (lane 0's), a
+      // value near the row's mean that it holds already; the row's warps
+      // move their sums to the first warp's shift when they add them.
+      const float shift = Pro::center ? __shfl_sync(0xffffffffu, Vec16<T>::elem(v[0].x, 0), 0) : 0.0f;
       float sum = 0.0f, squares = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
@@ -312,16 +412,25 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
           squares = fmaf(d, d, squares);
         }
       }
-      float s = warp_sum(sum), q = warp_sum(squares);
+      float s = warp_sum(sum), q = warp_sum(squares), row_shift = shift;
       if (per_row > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
-        if (lane_ == 0) parts_[warp_] = make_float2(s, q);
+        if (lane_ == 0) parts_[warp_] = make_float4(s, q, shift, 0.0f);
         __syncthreads();
+        // sum (x - c) = s_w + n d and sum (x - c)^2 = q_w + 2 d s_w + n d^2
+        // for a piece of n elements shifted by c_w, d = c_w - c.
+        const float n = (float)(span * 8);
+        row_shift = parts_[r * per_row].z;
         s = 0.0f, q = 0.0f;
-        for (int w = r * per_row; w < (r + 1) * per_row; ++w) s += parts_[w].x, q += parts_[w].y;
+        for (int w = r * per_row; w < (r + 1) * per_row; ++w) {
+          const float4 part = parts_[w];
+          const float d = part.z - row_shift;
+          s += part.x + n * d;
+          q += part.y + d * fmaf(n, d, 2.0f * part.x);
+        }
       }
       const float mean_d = Pro::center ? s / K : 0.0f;
       const float var = fmaxf(q / K - mean_d * mean_d, 0.0f);
-      st = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
+      st = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
     }
     if (mine) {
 #pragma unroll
@@ -348,40 +457,53 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // The warps' sums per column added, then the epilogue: one thread per
-  // element (two at C = 64). The epilogue takes the element's index in c and
-  // a's element at that index (a residual), from the rows staged above.
-  template <typename Epi> GDL_DEV void store(T* c, int rows, const Epi& epi) {
+  // pair of elements. The epilogue takes the element's index in c and a's
+  // element at that index (a residual), from the rows staged above. The
+  // pair goes to c and, but in the last step, into the mailbox.
+  template <typename Epi> GDL_DEV void store(int s, T* c, int rows, const Epi& epi) {
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * kCols; e += chain::kThreads) {
-      const int row = e / kCols, col = e % kCols;
-      float acc = 0.0f;
-      for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col];
+    const bool mail = kMailbox && s + 1 < steps_;
+    const unsigned written = flag(s);
+    for (int e = threadIdx.x; e < rows * kCols / 2; e += chain::kThreads) {
+      const int row = e / (kCols / 2), col = 2 * (e % (kCols / 2));
+      float acc[2] = {0.0f, 0.0f};
+      for (int w = 0; w < chain::kWarps; ++w) {
+        const float2 part = *reinterpret_cast<const float2*>(sums_ + (w * chain::kMaxRows + row) * kCols + col);
+        acc[0] += part.x;
+        acc[1] += part.y;
+      }
       const long long index = (long long)(row0_ + row) * K + n0_ + col;
-      c[index] = cvt<T>(epi(acc, index, num(raw_[row * kCols + col])));
+      unsigned pair = 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        pair |= Vec16<T>::bits(cvt<T>(epi(acc[h], index + h, num(raw_[row * kCols + col + h])))) << (16 * h);
+      *reinterpret_cast<unsigned*>(c + index) = pair;
+      if (mail) chain::mail_store(mail_row(s, row) + (n0_ + col) / 2, pair, written);
     }
+    __syncthreads();  // sums_ and raw_ read before the next step's rows overwrite raw_
   }
 
   // GDL_CHAIN_TRACE (defined before this header, a measurement build only):
   // thread 0 of the first and the last block records clock64() at each
-  // phase of each step and prints the phases' cycles at the end: the wait at
-  // the barrier, the rows of a, the slots' mma, the epilogue and store.
+  // phase of each step and prints the phases' cycles at the end: the rows of
+  // a (with the wait for them), the slots' mma, the epilogue and store.
 #ifdef GDL_CHAIN_TRACE
-  static constexpr int kTraceSteps = 16;
+  static constexpr int kTraceSteps = 16, kPhases = 4;
   // In shared memory, not a member: the noinline functions copy the members.
   GDL_DEV static long long* trace_slots() {
-    __shared__ long long slots[kTraceSteps * 5];
+    __shared__ long long slots[kTraceSteps * kPhases];
     return slots;
   }
   GDL_DEV bool tracing() const { return threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1); }
   GDL_DEV void trace(int s, int phase) {
-    if (tracing() && s < kTraceSteps) trace_slots()[s * 5 + phase] = clock64();
+    if (tracing() && s < kTraceSteps) trace_slots()[s * kPhases + phase] = clock64();
   }
   GDL_DEV void print_trace() const {
     if (!tracing()) return;
     const long long* t = trace_slots();
-    for (int s = 0; s < steps_ && s < kTraceSteps; ++s, t += 5)
-      printf("chain trace K=%d block %d step %d: barrier %lld rows %lld mma %lld store %lld cycles\n", K, (int)blockIdx.x,
-             s, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3]);
+    for (int s = 0; s < steps_ && s < kTraceSteps; ++s, t += kPhases)
+      printf("chain trace K=%d block %d step %d: rows %lld mma %lld store %lld cycles\n", K, (int)blockIdx.x, s,
+             t[1] - t[0], t[2] - t[1], t[3] - t[2]);
   }
 #else
   GDL_DEV void trace(int, int) {}
@@ -390,12 +512,14 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
 
   const T* const* weights_;
   int steps_;
-  unsigned long long* barrier_;
+  unsigned long long* counter_;  // the group's launch count
+  unsigned long long* mail_;     // the group's two mailboxes
+  unsigned long long launch_ = 0;  // the count at the start of this launch
   T* ring_;
   T* xn_;
   T* raw_;
   float* sums_;
-  float2* parts_;
+  float4* parts_;
   int lane_, warp_, n0_, row0_;
 };
 

@@ -41,7 +41,7 @@ void require_compiles_with(const std::string& source, const std::string& entry) 
 
 }  // namespace
 
-TEST_CASE("chain: the W2 layers form one chain over every step, with its own barrier in the scratch") {
+TEST_CASE("chain: the W2 layers form one chain over every step, with its own exchange area in the scratch") {
   for (const std::string t : {"f16", "bf16"}) {
     INFO(t);
     plan::Plan p = plan::make_plan(graph_of(layers(t, 2048, 4)));
@@ -51,12 +51,18 @@ TEST_CASE("chain: the W2 layers form one chain over every step, with its own bar
     CHECK(p.chains[0].first == 0);
     CHECK(p.chains[0].last == 3);
     CHECK(p.chains[0].k == 2048);
-    CHECK(p.chains[0].barrier_offset % plan::kAlignment == 0);
-    const uint64_t barrier_bytes = (kChainBarrierBytes + plan::kAlignment - 1) / plan::kAlignment * plan::kAlignment;
-    CHECK(p.chains[0].barrier_offset + barrier_bytes == p.arena_bytes + p.scratch_bytes);  // last in the area
+    CHECK(p.chains[0].exchange_offset % plan::kAlignment == 0);
+    // 8 counter lines of 128 bytes; no mailboxes above K = 1024 (a barrier
+    // between the steps instead).
+    const uint64_t exchange_bytes = 8 * 128;
+    CHECK(chain_exchange_bytes(2048, 0) == exchange_bytes);
+    // At K = 1024, two mailboxes of 8 rows, each element 4 bytes there (two
+    // per 8-byte word with a flag).
+    CHECK(chain_exchange_bytes(1024, 0) == 8 * 128 + 2 * 8 * 1024 * 4);
+    CHECK(p.chains[0].exchange_offset + exchange_bytes == p.arena_bytes + p.scratch_bytes);  // last in the area
     CHECK(p.chains[0].row_groups == 0);  // K = 2048: no row groups
     for (const plan::Step& st : p.steps)
-      if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].barrier_offset);
+      if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].exchange_offset);
     CHECK(plan::print_plan(p).find("chain: steps 0-3 as one persistent kernel while the rows are at most 8") !=
           std::string::npos);
     CHECK(plan::plan_to_dot(p).find("subgraph cluster_chain0 {") != std::string::npos);
@@ -105,10 +111,10 @@ TEST_CASE("chain: a step that does not read the step before it ends the chain") 
   CHECK(p.chains[0].last == p.chains[0].first + 1);
   CHECK(p.chains[1].first == p.chains[0].last + 1);
   CHECK(p.chains[1].last == p.chains[1].first + 1);
-  CHECK(p.chains[0].barrier_offset != p.chains[1].barrier_offset);
+  CHECK(p.chains[0].exchange_offset != p.chains[1].exchange_offset);
 }
 
-TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share their barrier") {
+TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share their exchange area") {
   plan::Plan good = plan::make_plan(graph_of(layers("f16", 4096, 2)));  // steps with tickets (H = 1024 splits in clusters)
   REQUIRE(good.chains.size() == 1);
   REQUIRE(good.steps[0].tickets_bytes > 0);
@@ -129,13 +135,13 @@ TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share
   }
   {
     plan::Plan bad = good;
-    bad.chains[0].barrier_offset = bad.steps[0].tickets_offset;
+    bad.chains[0].exchange_offset = bad.steps[0].tickets_offset;
     CHECK(plan::check_plan(bad).find("share bytes with other scratch") != std::string::npos);
   }
   {
     plan::Plan bad = good;
-    bad.chains[0].barrier_offset = bad.arena_bytes + bad.scratch_bytes;
-    CHECK(plan::check_plan(bad).find("its barriers lie outside the scratch area") != std::string::npos);
+    bad.chains[0].exchange_offset = bad.arena_bytes + bad.scratch_bytes;
+    CHECK(plan::check_plan(bad).find("its exchange area lies outside the scratch area") != std::string::npos);
   }
   for (const int64_t groups : {1, 3, 9}) {
     plan::Plan bad = good;  // K = 4096: no row groups at all
@@ -284,6 +290,9 @@ TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that d
   plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 2)));  // two kernels: up to 8 rows, up to 64
   REQUIRE(p.chains.size() == 1);
   REQUIRE(p.chains[0].row_groups == 8);
+  // Eight groups' counters, then each group's two mailboxes of 8 rows.
+  CHECK(chain_exchange_bytes(1024, 8) == 8 * 128 + 8 * 2 * 8 * 1024 * 4);
+  CHECK(p.chains[0].exchange_offset + chain_exchange_bytes(1024, 8) == p.arena_bytes + p.scratch_bytes);
   Artifact a;
   a.plan = p;
   GeneratedCode code = generate_cuda(p);
@@ -294,7 +303,7 @@ TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that d
   Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
   REQUIRE(back.ok());
   REQUIRE(back->plan.chains.size() == 1);
-  CHECK(back->plan.chains[0].barrier_offset == p.chains[0].barrier_offset);
+  CHECK(back->plan.chains[0].exchange_offset == p.chains[0].exchange_offset);
   CHECK(back->plan.chains[0].row_groups == 8);
   REQUIRE(back->chains.size() == 2);
   for (size_t i = 0; i < 2; ++i) {

@@ -146,7 +146,7 @@ void write_plan(Writer& w, const plan::Plan& p) {
     w.i32(c.first);
     w.i32(c.last);
     w.i64(c.k);
-    w.u64(c.barrier_offset);
+    w.u64(c.exchange_offset);
     w.i64(c.row_groups);
   });
 }
@@ -403,7 +403,7 @@ void read_plan(Reader& r, plan::Plan& p) {
     c.first = r.i32();
     c.last = r.i32();
     c.k = r.i64();
-    c.barrier_offset = r.u64();
+    c.exchange_offset = r.u64();
     c.row_groups = r.i64();
   }
 }

@@ -2,8 +2,9 @@
 // (gdl::MatmulChain, stdlib-kernels/gdl_chain.cuh).
 //
 // A launch per layer drains the memory pipe at every layer boundary; a chain
-// streams the weights of all its steps through one ring and separates the
-// steps by a grid-wide barrier instead (docs/performance.md). The chain's
+// streams the weights of all its steps through one ring and hands each
+// step's rows to the next through mailboxes in its scratch instead
+// (docs/performance.md). The chain's
 // kernel serves runs whose rows are at most kChainMaxRows; at K = 1024 a
 // second kernel serves up to kChainMaxGroups row groups of kChainMaxRows
 // (plan::Chain::row_groups); the steps' own kernels serve the others, so a
@@ -29,7 +30,8 @@ inline constexpr int64_t kChainMinK = 1024;
 inline constexpr uint32_t kChainThreads = 256;     // gdl::chain::kThreads
 inline constexpr int64_t kChainMaxGroups = 8;      // gdl::chain::kMaxGroups: up to 64 rows
 inline constexpr int64_t kChainGroupMaxK = 1024;   // gdl::chain::kGroupMaxK
-inline constexpr uint64_t kChainBarrierBytes = (1 + kChainMaxGroups) * 128;  // gdl::chain::kBarrierBytes
+inline constexpr uint64_t kChainCounterBytes = kChainMaxGroups * 128;  // gdl::chain::kCounterBytes
+inline constexpr int64_t kChainMailboxMaxK = 1024;  // gdl::chain::kMailboxMaxK
 
 // gdl::chain::cols_for(K): the output columns of one block of a chain over K.
 int64_t chain_block_columns(int64_t k);
@@ -51,6 +53,11 @@ int64_t chain_row_groups(int64_t k, int64_t max_rows);
 // they agree).
 uint32_t chain_shared_bytes(int64_t k, int64_t cols);
 
+// The scratch a chain's kernels exchange rows through: its counters, and
+// at K <= kChainMailboxMaxK its mailboxes (above it the kernel separates
+// its steps by a grid barrier): gdl::chain::exchange_bytes(K, max(row_groups, 1)).
+uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups);
+
 // The maximal runs of at least two consecutive plan steps where every step
 // is a matmul (with its norm prologue and epilogue, if any) that the chain
 // kernel can compute, and each step after the first takes the step before
@@ -59,7 +66,7 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols);
 //     multiple of kChainKMultiple in [kChainMinK, kChainMaxK], K the same in
 //     every step of the run, the rows kernel serving the smallest bindings;
 //   - its result has a's dtype.
-// barrier_offset is left 0 for make_plan to place; row_groups is
+// exchange_offset is left 0 for make_plan to place; row_groups is
 // chain_row_groups at the largest binding.
 std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p);
 

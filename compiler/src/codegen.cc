@@ -382,7 +382,7 @@ class StepEmitter {
     }
     for (const std::string& line : pointer_lines_)
       if (chain_b_.empty() || line.find(" " + chain_b_ + " = ") == std::string::npos) out += "  " + line + "\n";
-    if (variant_ == Variant::kChainStep)  // the step reads them after the barrier: into L2 while it waits there
+    if (variant_ == Variant::kChainStep)  // the step reads them after its rows: into L2 while it waits for those
       for (const auto& [name, bytes] : param_pointers_)
         if (name != chain_b_) out += "  gdl::chain::prefetch_l2(" + name + ", " + std::to_string(bytes) + "ull);\n";
     if (!waits_in_body_ && variant_ != Variant::kChainStep)  // let the next kernels launch, wait for the previous ones
@@ -1143,8 +1143,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
     src += std::string(i ? ", " : "") + "reinterpret_cast<const " + t + "*>(params + " + weights[i] + "ull)";
   src += "};\n";
   src += "  gdl::MatmulChain<" + t + ", " + k + ", " + cols_text + "> chain(chain_weights, " + std::to_string(weights.size()) +
-         ", reinterpret_cast<unsigned long long*>(arena + " + std::to_string(chain.barrier_offset) +
-         "ull), chain_smem);\n";
+         ", arena + " + std::to_string(chain.exchange_offset) + "ull, chain_smem);  // its exchange area\n";
   src += "  chain.start();  // the first slots of weights, before the wait (gdl_abi.cuh)\n";
   src += "  gdl::wait_for_producers();\n";
   for (int s = chain.first; s <= chain.last; ++s)

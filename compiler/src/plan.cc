@@ -65,8 +65,8 @@
 //    before or after (never two launches at once). The deps are final, so
 //    sharing adds none.
 // 9. Chains (chain.h): runs of matmul steps that one persistent kernel may
-//    run for small row counts, each with its own barrier counter last in
-//    the scratch area.
+//    run for small row counts, each with its own exchange area (counters
+//    and mailboxes) last in the scratch area.
 //
 // check_plan recomputes everything it relies on from the graph and the
 // buffers alone (never from make_plan's intermediate data), so a planner
@@ -85,7 +85,7 @@
 // scratch its kernel needs, aligned, inside the scratch area; tickets share
 // no byte with any other scratch; partial tiles share bytes only between
 // steps the deps order; (6) chains are ascending runs of at least two steps,
-// each barrier counter its own bytes of scratch.
+// each exchange area its own bytes of scratch.
 //
 // run_planned executes the plan in two host byte arrays laid out as
 // planned (poisoned with 0xFF, NaN in every float dtype): bind by copy,
@@ -544,11 +544,11 @@ Plan make_plan(ir::Graph graph, const PlanOptions& options) {
     st.scratch_offset = at;
     scratch_end = std::max(scratch_end, at + st.scratch_bytes);
   }
-  // 9. Chains (chain.h), each with its barrier counter after the rest.
+  // 9. Chains (chain.h), each with its exchange area after the rest.
   if (options.chain_matmuls) p.chains = find_matmul_chains(p);
   for (Chain& c : p.chains) {
-    c.barrier_offset = align_up(scratch_end);
-    scratch_end = c.barrier_offset + align_up(kChainBarrierBytes);
+    c.exchange_offset = align_up(scratch_end);
+    scratch_end = c.exchange_offset + align_up(chain_exchange_bytes(c.k, c.row_groups));
   }
   p.scratch_bytes = scratch_end - p.arena_bytes;
   return p;
@@ -787,7 +787,7 @@ std::string check_plan(const Plan& p) {
       ranges.push_back({offset, offset + bytes, s, tickets});
     }
   }
-  // 6. Chains: consecutive steps, ascending and disjoint, each barrier its
+  // 6. Chains: consecutive steps, ascending and disjoint, each exchange area its
   //    own aligned bytes of scratch (counted with the tickets: never shared).
   int chain_end = -1;
   for (const Chain& c : p.chains) {
@@ -795,13 +795,14 @@ std::string check_plan(const Plan& p) {
     if (c.first <= chain_end || c.last <= c.first || static_cast<size_t>(c.last) >= steps)
       return name + " is not a run of at least two steps after the chain before it";
     chain_end = c.last;
-    if (c.barrier_offset % kAlignment != 0 || c.barrier_offset < p.arena_bytes || c.barrier_offset > area_end ||
-        kChainBarrierBytes > area_end - c.barrier_offset)
-      return name + ": its barriers lie outside the scratch area or are not aligned";
     if (c.row_groups != 0 && c.row_groups != chain_row_groups(c.k, c.row_groups * kChainMaxRows))
       return name + ": " + std::to_string(c.row_groups) + " row groups at K = " + std::to_string(c.k) +
              " are not a launch its kernel can run";
-    ranges.push_back({c.barrier_offset, c.barrier_offset + kChainBarrierBytes, static_cast<size_t>(c.first), true});
+    const uint64_t exchange_bytes = chain_exchange_bytes(c.k, c.row_groups);  // its size follows the row groups
+    if (c.exchange_offset % kAlignment != 0 || c.exchange_offset < p.arena_bytes || c.exchange_offset > area_end ||
+        exchange_bytes > area_end - c.exchange_offset)
+      return name + ": its exchange area lies outside the scratch area or is not aligned";
+    ranges.push_back({c.exchange_offset, c.exchange_offset + exchange_bytes, static_cast<size_t>(c.first), true});
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) { return x.begin < y.begin; });
   for (size_t i = 0; i < ranges.size(); ++i)
@@ -867,7 +868,8 @@ std::string print_plan(const Plan& p) {
                                    std::to_string(kChainMaxRows) + " up to " +
                                    std::to_string(c.row_groups * kChainMaxRows)
                              : std::string()) +
-           " (K = " + std::to_string(c.k) + "); barriers @" + std::to_string(c.barrier_offset) + "\n";
+           " (K = " + std::to_string(c.k) + "); exchange @" + std::to_string(c.exchange_offset) + " (" +
+           human_bytes(chain_exchange_bytes(c.k, c.row_groups)) + ")\n";
   for (const ir::Output& o : g.outputs)
     out += "  output \"" + o.name + "\" = " + value_ref(o.value) + " -> " +
            region_text(p.buffers.at(static_cast<size_t>(o.value))) + "\n";

@@ -1,9 +1,11 @@
 // The chain kernel (gdl::MatmulChain, stdlib-kernels/gdl_chain.cuh): runs of
-// square matmul steps in one cooperative launch with grid-wide barriers,
-// against the CPU reference on a poisoned arena, graph and eager runs, the
-// row count crossing the chain's limit of 8 rows within one session (the
-// chain's barrier counter, which only grows, and the steps' own kernels with
-// their tickets must both stay right), at K = 1024 the kernel in row groups
+// square matmul steps in one cooperative launch, each step's rows handed to
+// the next through mailboxes, against the CPU reference on a poisoned arena,
+// graph and eager runs, the row count crossing the chain's limit of 8 rows
+// within one session (the chain's launch counters, which only grow and name
+// the mailboxes' contents, and the steps' own kernels with their tickets
+// must both stay right; the kernel for 8 rows shares row group 0's counter
+// and mailboxes with the kernel in row groups), at K = 1024 the kernel in row groups
 // for up to 64 rows (full and partial groups, groups without rows), under
 // buckets and under node updates, and with chains switched off.
 #include <string>
@@ -162,14 +164,14 @@ TEST_CASE("chain: kernels before and after a chain, and two chains in one progra
   }
 }
 
-TEST_CASE("chain: 200 replays in one session keep the barrier counters and the results right") {
+TEST_CASE("chain: 200 replays in one session keep the launch counters and the results right") {
   struct Case {
     int h;
     std::string batch;
     int64_t rows;
   };
-  // K = 2048 at 4 rows: the grid-wide barrier; K = 1024 at 45 rows (the
-  // default power-of-two bucket of 64): eight row groups, each its counter.
+  // K = 2048 at 4 rows: one row group; K = 1024 at 45 rows (the default
+  // power-of-two bucket of 64): eight row groups, each its counter.
   for (const Case& c : std::vector<Case>{{2048, "dim B in [1, 8];", 4}, {1024, "dim B in [1, 64];", 45}}) {
     const std::string text = layers("f16", c.h, 4, c.batch, "h + gelu(layernorm(h, g[l], beta[l]) @ W[l] + bias[l])");
     INFO(text);
