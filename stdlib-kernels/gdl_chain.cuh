@@ -457,30 +457,35 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // The warps' sums per column added, then the epilogue: one thread per
-  // pair of elements. The epilogue takes the element's index in c and a's
-  // element at that index (a residual), from the rows staged above. The
-  // pair goes to c and, but in the last step, into the mailbox.
+  // element, or per pair with a mailbox (its words hold two). The epilogue
+  // takes the element's index in c and a's element at that index (a
+  // residual), from the rows staged above. The elements go to c and, but in
+  // the last step, into the mailbox.
   template <typename Epi> GDL_DEV void store(int s, T* c, int rows, const Epi& epi) {
+    constexpr int kPer = kMailbox ? 2 : 1;
     __syncthreads();
     const bool mail = kMailbox && s + 1 < steps_;
     const unsigned written = flag(s);
-    for (int e = threadIdx.x; e < rows * kCols / 2; e += chain::kThreads) {
-      const int row = e / (kCols / 2), col = 2 * (e % (kCols / 2));
-      float acc[2] = {0.0f, 0.0f};
-      for (int w = 0; w < chain::kWarps; ++w) {
-        const float2 part = *reinterpret_cast<const float2*>(sums_ + (w * chain::kMaxRows + row) * kCols + col);
-        acc[0] += part.x;
-        acc[1] += part.y;
-      }
+    for (int e = threadIdx.x; e < rows * kCols / kPer; e += chain::kThreads) {
+      const int row = e / (kCols / kPer), col = kPer * (e % (kCols / kPer));
       const long long index = (long long)(row0_ + row) * K + n0_ + col;
-      unsigned pair = 0;
+      unsigned bits = 0;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        pair |= Vec16<T>::bits(cvt<T>(epi(acc[h], index + h, num(raw_[row * kCols + col + h])))) << (16 * h);
-      *reinterpret_cast<unsigned*>(c + index) = pair;
-      if (mail) chain::mail_store(mail_row(s, row) + (n0_ + col) / 2, pair, written);
+      for (int h = 0; h < kPer; ++h) {
+        float acc = 0.0f;
+        for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col + h];
+        bits |= Vec16<T>::bits(cvt<T>(epi(acc, index + h, num(raw_[row * kCols + col + h])))) << (16 * h);
+      }
+      if constexpr (kMailbox) {
+        *reinterpret_cast<unsigned*>(c + index) = bits;
+        if (mail) chain::mail_store(mail_row(s, row) + (n0_ + col) / 2, bits, written);
+      } else {
+        *reinterpret_cast<unsigned short*>(c + index) = (unsigned short)bits;
+      }
     }
-    __syncthreads();  // sums_ and raw_ read before the next step's rows overwrite raw_
+    // sums_ and raw_ read before the next step's rows overwrite raw_ (with
+    // a grid barrier, its first __syncthreads orders them).
+    if constexpr (kMailbox) __syncthreads();
   }
 
   // GDL_CHAIN_TRACE (defined before this header, a measurement build only):
