@@ -395,15 +395,10 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     }
     float2 st = make_float2(0.0f, 1.0f);  // (mean, 1 / sqrt(var + eps)) of row r
     if constexpr (Pro::active) {
-      // The shift, a value near the row's mean. From c, the row's first
-      // element, the same in all its warps (one more load, with the
-      // others); from a mailbox, where that costs a round of polling, each
-      // warp takes the first element of its piece (lane 0's) and the row's
-      // warps move their sums to the first warp's shift when they add them.
-      float shift = 0.0f;
-      if (Pro::center)
-        shift = kMailbox && s > 0 ? __shfl_sync(0xffffffffu, Vec16<T>::elem(v[0].x, 0), 0)
-                                  : mine ? num(__ldcg(a + (size_t)r * K)) : 0.0f;
+      // Each warp shifts by the first element of its piece (lane 0's), a
+      // value near the row's mean that it holds already; the row's warps
+      // move their sums to the first warp's shift when they add them.
+      const float shift = Pro::center ? __shfl_sync(0xffffffffu, Vec16<T>::elem(v[0].x, 0), 0) : 0.0f;
       float sum = 0.0f, squares = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
