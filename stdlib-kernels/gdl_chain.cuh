@@ -210,12 +210,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
 
   // The first slots of step 0: weights only, so a kernel may call it before
   // it waits for the kernels it depends on (gdl_abi.cuh).
-  // Also reads the group's launch count (acquire: before any of this
-  // block's mailbox stores, which block 0's advance of it waits for).
   GDL_DEV void start() {
     if (blockDim.x != chain::kThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
     for (int g = 0; g < kSlots - 1; ++g) issue(g);
-    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(launch_) : "l"(counter_) : "memory");
   }
 
   // rows: all of a's rows; this block takes those of its row group.
@@ -223,6 +220,10 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV void step(int s, const T* a, T* c, I rows, const Epi& epi, const Pro& pro) {
     if ((long long)rows > (long long)chain::kMaxRows * gridDim.y) __trap();  // the runtime launches the step kernels instead
     const int mine = (int)min((long long)rows - row0_, (long long)chain::kMaxRows);
+    // The group's launch count, in the arena: read after the wait for the
+    // kernels before (gdl_abi.cuh), with acquire, so before any of this
+    // block's mailbox stores, which block 0's advance of it waits for.
+    if (kMailbox && s == 0) asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(launch_) : "l"(counter_) : "memory");
     if (mine > 0) {
       trace(s, 0);
       if (!kMailbox && s > 0) chain::grid_barrier(counter_);  // a is the previous step's c
