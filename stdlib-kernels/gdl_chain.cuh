@@ -32,7 +32,8 @@
 // per step, docs/performance.md). Steps alternate between two mailboxes:
 // a block writes step s + 2's rows only after it read all of step s + 1's,
 // which every block wrote after it read step s's. The flag is the group's
-// launch count (its counter, read at the start of the launch and advanced
+// launch count (its counter, read in step 0, after the kernel's wait for
+// the kernels before it, and advanced
 // by the group's block 0 at the end, after every block of the group has
 // read it) times the steps, plus the step plus one: never 0, what the
 // scratch holds before the first launch. A stale word can match only after

@@ -1138,6 +1138,9 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
   src += "  extern __shared__ __align__(128) unsigned char chain_smem[];\n";
   src += "  static_assert(gdl::chain::Layout<" + k + ", " + cols_text + ">::bytes == " + std::to_string(info.shared_bytes) +
          ", \"the shared memory gdlc asks the launch for\");\n";
+  src += "  static_assert(gdl::chain::exchange_bytes(" + k + ", " + std::to_string(groups) +
+         ") <= " + std::to_string(chain_exchange_bytes(chain.k, chain.row_groups)) +
+         "ull, \"the exchange area gdlc planned\");\n";
   src += "  const " + t + "* const chain_weights[" + std::to_string(weights.size()) + "] = {";
   for (size_t i = 0; i < weights.size(); ++i)
     src += std::string(i ? ", " : "") + "reinterpret_cast<const " + t + "*>(params + " + weights[i] + "ull)";
