@@ -31,7 +31,8 @@
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
 # 4b. sanitizer-chain: memcheck on the chain kernel's GPU tests, racecheck on
-#               the small chains of probes p11 and p12 (row groups); not part
+#               the small chains of probes p11, p12 (row groups) and p13
+#               (K = 2048: the grid barrier between steps); not part
 #               of `all`
 # 4c. sanitizer-attention: memcheck and racecheck on the attention GPU
 #               tests (both kernels of gdl_attention.cuh: the streamed one's
@@ -171,7 +172,7 @@ fi
 
 if [[ $what == sanitizer-chain ]]; then
   # The chain kernel (gdl_chain.cuh): memcheck on the GPU tests around and
-  # over many replays of chains; racecheck on the small chain of probe p11
+  # over many replays of chains; racecheck on the small chains of the probes
   # (racecheck on the 4096-wide chains did not finish in a minute).
   step memcheck_chain_tests 300 "$SANITIZER" --tool memcheck --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" "--test-case=chain: kernels before*,chain: 200 replays*"
@@ -185,6 +186,9 @@ if [[ $what == sanitizer-chain ]]; then
     step "racecheck_chain_p12_b$B" 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
       "$BUILD/gdlrun" bench/probes/p12_chain_h1024_rows64.gdl --gpu --check --policy update --dim "B=$B" --print 0
   done
+  # The grid barrier's path (K above 1024): probe p13 at K = 2048.
+  step racecheck_chain_p13_b3 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
+    "$BUILD/gdlrun" bench/probes/p13_chain_h2048.gdl --gpu --check --dim B=3 --print 0
 fi
 
 if [[ $what == sanitizer-attention ]]; then

@@ -2,7 +2,7 @@
 //
 // Steps s = 0 .. S-1, each c_s = epi_s(pro_s(a_s) @ b_s) with a_{s+1} = c_s,
 // every b_s a [K, K] param (f16 or bf16). Launched once, cooperatively, with
-// a grid of (K / C) x G blocks of kThreads threads: block (j, g) owns the
+// a grid of (K / C) x G blocks of kLaunchThreads threads: block (j, g) owns the
 // output columns [C j, C j + C) of rows [8 g, 8 g + 8) of every step, and
 // all of K. The blocks of one row group hand each step's rows to the next
 // step through a mailbox in global memory (below; at K above kMailboxMaxK,
@@ -19,8 +19,19 @@
 // step's blocks cannot be resident while the current one's still are. Here
 // each block streams its strip of every b_s (K rows of 2 C bytes) through
 // one ring of cp.async slots in shared memory that runs across the step
-// boundaries: while a block waits for the next step's rows, its first slots
-// of the next step's weights are already in flight.
+// boundaries.
+//
+// The producer warps. A block has kWarps computing warps and
+// kProducerWarps more that only issue the ring's copies, slot after slot
+// of the whole launch, each tile once the computing warp that reads it is
+// done with its last contents (an mbarrier per slot and computing warp for
+// "landed", another for "read"). So the weights keep streaming while the
+// computing warps exchange rows between steps, until the ring is full.
+// When the computing warps issued the copies themselves, in the mma loop,
+// the stream stopped at every exchange: a warp's cp.async blocks once the
+// SM holds as many copies in flight as it takes, so the loop issued at the
+// stream's rate and the ring never got ahead (docs/performance.md: the
+// producer warps took W2 H=4096 B=1 from 108 to 93 us).
 //
 // The mailbox. Every 8-byte word holds two elements of c and a 32-bit flag
 // naming the launch and the step that wrote it, stored with one 64-bit
@@ -51,15 +62,21 @@
 //     rows of a as N;
 //  3. the eight warps' sums added in shared memory, the epilogue, the store
 //     (and, but in the last step, the rows into the mailbox).
-// Each warp reads back only the tiles it copied itself, so the ring needs
-// no __syncthreads.
+// The computing warps synchronize among themselves with a named barrier
+// (computing_warps_sync); the producer warps leave the kernel once their
+// copies have landed.
 #pragma once
 
 #include "gdl_matmul.cuh"
 
 namespace gdl {
 namespace chain {
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kThreads = 256, kWarps = kThreads / 32;  // the computing warps
+// Warps that only copy the weights into the ring (below); the launch has
+// kLaunchThreads threads. Four, not eight: at K = 4096 the computing warps
+// use about 166 registers, which 384 threads per block leave them.
+constexpr int kProducerWarps = 4;
+constexpr int kLaunchThreads = kThreads + 32 * kProducerWarps;
 constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
@@ -107,12 +124,15 @@ template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
   static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
-  static constexpr int misc_bytes = kWarps * 16;  // the warps' parts of the row statistics (sums, squares, shift)
+  // The warps' parts of the row statistics (sums, squares, shift), then
+  // the block's flag for its producer warps (a group with rows).
+  static constexpr int misc_bytes = kWarps * 16 + 16;
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes;
-  static constexpr int fit = (kSmemLimit - rest) / slot_bytes;
+  static constexpr int slot_barrier_bytes = kWarps * 2 * 8;  // per slot and computing warp: landed, read
+  static constexpr int fit = (kSmemLimit - rest) / (slot_bytes + slot_barrier_bytes);
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
   static_assert(slots >= 4, "a chain's K leaves no room for its ring");
-  static constexpr int bytes = slots * slot_bytes + rest;
+  static constexpr int bytes = slots * (slot_bytes + slot_barrier_bytes) + rest;
 };
 
 // Row r of a warp's 16 x C tile holds its C / 8 16-byte pieces in a swizzled
@@ -131,10 +151,39 @@ template <int C> GDL_DEV int tile_at(int row, int piece) {
 // before it.
 GDL_DEV void prefetch_l2(const void* p, unsigned long long bytes) {
   const char* c = static_cast<const char*>(p);
-  const unsigned long long stride = 128ull * gridDim.x * gridDim.y * blockDim.x;
+  const unsigned long long stride = 128ull * gridDim.x * gridDim.y * kThreads;  // the computing warps call it
   const unsigned long long block = blockIdx.y * gridDim.x + blockIdx.x;
-  for (unsigned long long at = 128ull * (block * blockDim.x + threadIdx.x); at < bytes; at += stride)
+  for (unsigned long long at = 128ull * (block * kThreads + threadIdx.x); at < bytes; at += stride)
     gdl::prefetch_l2(c + at);
+}
+
+// The computing warps' own barrier (the producer warps never join it; they
+// may have left the kernel).
+GDL_DEV void computing_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
+// The block's one meeting of both kinds of warps: the computing warps
+// arrive (and go on) in step 0, the producer warps wait for them.
+constexpr int kHandshakeBarrier = 2;
+
+// The ring's mbarriers (shared memory, 8 bytes each).
+GDL_DEV unsigned smem_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+GDL_DEV void barrier_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+GDL_DEV void barrier_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
+}
+// Arrives once every cp.async this thread issued before it has landed.
+GDL_DEV void barrier_arrive_on_copies(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
+}
+// Until the phase of the given parity has completed (acquire).
+GDL_DEV void barrier_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n wait_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait_%=;\n}" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
 }
 
 // Every block of a row group (gridDim.x of them) arrives once per barrier
@@ -142,7 +191,7 @@ GDL_DEV void prefetch_l2(const void* p, unsigned long long bytes) {
 // chain never overlap), so a barrier's target is the next multiple of the
 // group's size above the count the block found: no reset.
 GDL_DEV void grid_barrier(unsigned long long* counter) {
-  __syncthreads();
+  computing_warps_sync();
   if (threadIdx.x == 0) {
     unsigned long long old, now;
     asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;" : "=l"(old) : "l"(counter) : "memory");
@@ -151,7 +200,7 @@ GDL_DEV void grid_barrier(unsigned long long* counter) {
       asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(now) : "l"(counter) : "memory");
     } while (now < target);
   }
-  __syncthreads();
+  computing_warps_sync();
 }
 
 // Two elements and a flag, one 64-bit store (the mailbox, above).
@@ -159,21 +208,26 @@ GDL_DEV void mail_store(unsigned long long* word, unsigned pair, unsigned flag) 
   asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(word), "l"((unsigned long long)flag << 32 | pair) : "memory");
 }
 
-// Eight elements of c: their 4 words as (data, flag) pairs of 32 bits,
-// reloaded only where `again` (a predicated load, no branch, so that one
-// round's loads all issue before the first is compared).
+// Eight elements of c: their 4 words, reloaded only where `again` (a
+// predicated load, no branch, so that one round's loads all issue before
+// the first is compared). Each word is loaded as one 64-bit element (a
+// vector access is one access per element), so its data and its flag come
+// from the same store.
 struct MailVector {
-  unsigned d[8];
+  unsigned long long w[4];
   GDL_DEV void fetch(const unsigned long long* words, bool again) {
     asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
-        " @p ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%8];\n"
-        " @p ld.volatile.global.v4.u32 {%4, %5, %6, %7}, [%8+16];\n}"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+        " @p ld.volatile.global.v2.u64 {%0, %1}, [%4];\n"
+        " @p ld.volatile.global.v2.u64 {%2, %3}, [%4+16];\n}"
+        : "+l"(w[0]), "+l"(w[1]), "+l"(w[2]), "+l"(w[3])
         : "l"(words), "r"((int)again));
   }
-  GDL_DEV bool carries(unsigned flag) const { return d[1] == flag && d[3] == flag && d[5] == flag && d[7] == flag; }
-  GDL_DEV uint4 data() const { return make_uint4(d[0], d[2], d[4], d[6]); }
+  GDL_DEV bool carries(unsigned flag) const {
+    return (unsigned)(w[0] >> 32) == flag && (unsigned)(w[1] >> 32) == flag && (unsigned)(w[2] >> 32) == flag &&
+           (unsigned)(w[3] >> 32) == flag;
+  }
+  GDL_DEV uint4 data() const { return make_uint4((unsigned)w[0], (unsigned)w[1], (unsigned)w[2], (unsigned)w[3]); }
 };
 }  // namespace chain
 
@@ -203,17 +257,26 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     raw_ = xn_ + chain::kMaxRows * L::xn_stride;
     sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);
     parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
+    active_ = reinterpret_cast<int*>(parts_ + chain::kWarps);
+    bars_ = reinterpret_cast<unsigned long long*>(reinterpret_cast<unsigned char*>(smem) + L::bytes) -
+            kSlots * chain::kWarps * 2;
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
     row0_ = blockIdx.y * chain::kMaxRows;
   }
 
-  // The first slots of step 0: weights only, so a kernel may call it before
-  // it waits for the kernels it depends on (gdl_abi.cuh).
-  GDL_DEV void start() {
-    if (blockDim.x != chain::kThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
-    for (int g = 0; g < kSlots - 1; ++g) issue(g);
+  // Sets up the ring's barriers. Then the producer warps stream every
+  // step's weights through the ring and return true (the kernel returns:
+  // they touch weights only, so they need not wait for the kernels before,
+  // gdl_abi.cuh); the computing warps return false at once.
+  GDL_DEV bool produce() {
+    if (blockDim.x != chain::kLaunchThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
+    for (int i = threadIdx.x; i < kSlots * chain::kWarps * 2; i += blockDim.x) chain::barrier_init(bars_ + i, 32);
+    __syncthreads();  // the only barrier of all the block's warps
+    if (warp_ < chain::kWarps) return false;
+    stream();
+    return true;
   }
 
   // rows: all of a's rows; this block takes those of its row group.
@@ -225,6 +288,10 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     // kernels before (gdl_abi.cuh), with acquire, so before any of this
     // block's mailbox stores, which block 0's advance of it waits for.
     if (kMailbox && s == 0) asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(launch_) : "l"(counter_) : "memory");
+    if (s == 0) {  // tell the producer warps whether the group has rows to stream weights for
+      if (threadIdx.x == 0) *active_ = mine > 0;
+      asm volatile("bar.arrive %0, %1;" ::"n"(chain::kHandshakeBarrier), "n"(chain::kLaunchThreads) : "memory");
+    }
     if (mine > 0) {
       trace(s, 0);
       if (!kMailbox && s > 0) chain::grid_barrier(counter_);  // a is the previous step's c
@@ -235,8 +302,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       store(s, c, mine, epi);
       trace(s, 3);
     }
-    if (s == steps_ - 1) {  // a group without rows only waits out its first slots
-      cp_async_wait<0>();
+    if (s == steps_ - 1) {
       if (mine > 0) {
         // Every block of the group has read the count: each read it before
         // its first mailbox store, and this block has read all of them.
@@ -270,16 +336,42 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV unsigned long long* mail_row(int s, int r) const { return mail_ + ((s & 1) * chain::kMaxRows + r) * kRowWords; }
   GDL_DEV unsigned flag(int s) const { return (unsigned)(launch_ * (unsigned long long)steps_ + s + 1); }
 
+  // The landed and read barriers of slot `slot`'s tile for computing warp w.
+  GDL_DEV unsigned long long* landed(int slot, int w) const { return bars_ + (slot * chain::kWarps + w) * 2; }
+  GDL_DEV unsigned long long* read(int slot, int w) const { return landed(slot, w) + 1; }
+
+  // The producer warps' loop: producer warp p fills the tiles of computing
+  // warps p, p + kProducerWarps, ..., slot after slot of the whole launch,
+  // each once its warp has read the slot's last contents, so the stream
+  // goes on while the computing warps exchange rows between steps. After
+  // the first round of slots it waits for step 0's word on whether the
+  // group has rows; without rows it stops there.
+  GDL_DEV void stream() {
+    const int total = steps_ * kStepSlots;
+    int g = 0;
+    for (; g < total && g < kSlots; ++g) issue_slot(g);
+    asm volatile("bar.sync %0, %1;" ::"n"(chain::kHandshakeBarrier), "n"(chain::kLaunchThreads) : "memory");
+    if (*active_)
+      for (; g < total; ++g) issue_slot(g);
+    asm volatile("cp.async.wait_all;" ::: "memory");  // the copies land before the block leaves
+  }
+  GDL_DEV void issue_slot(int g) {
+    const int slot = g % kSlots, round = g / kSlots;
+    for (int w = warp_ - chain::kWarps; w < chain::kWarps; w += chain::kProducerWarps) {
+      if (round > 0) chain::barrier_wait(read(slot, w), (round - 1) & 1);
+      issue(g, w);
+      chain::barrier_arrive_on_copies(landed(slot, w));  // one of 32 arrivals: every lane's copies
+    }
+  }
+
   // Step s's slots through the tensor cores; the warp's column sums into sums_.
   GDL_DEV void multiply_slots(int s) {
     float d[kHalves][4] = {};
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i;
-      cp_async_wait<kSlots - 2>();  // this thread's copies of slot g have landed
-      __syncwarp();                 // and the other lanes' of this warp's tile
+      chain::barrier_wait(landed(g % kSlots, warp_), (g / kSlots) & 1);  // the producer's copies of the tile
       multiply(g, i, d);
-      __syncwarp();                 // the slot read before it is refilled
-      issue(g + kSlots - 1);
+      chain::barrier_arrive(read(g % kSlots, warp_));  // one of 32: every lane's ldmatrix has its values
     }
     const int m = lane_ >> 2, r = 2 * (lane_ & 3);
     float* mine = sums_ + warp_ * chain::kMaxRows * kCols;
@@ -295,24 +387,22 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     }
   }
 
-  // Slot g (of the whole launch): 16 rows per warp of the b of step
-  // g / kStepSlots: 16 rows of kPieces 16-byte pieces, one copy per lane
-  // and piece (two per lane at C = 32, four at C = 64, half the lanes idle at C = 8).
-  GDL_DEV void issue(int g) {
-    if (g < steps_ * kStepSlots) {
-      const T* b = weights_[g / kStepSlots];
-      T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
-      constexpr int kCopies = (chain::kTileRows * kPieces + 31) / 32;  // per lane
+  // Computing warp w's tile of slot g (of the whole launch): 16 rows of the
+  // b of step g / kStepSlots, of kPieces 16-byte pieces each, one copy per
+  // lane and piece (two per lane at C = 32, four at C = 64, half the lanes
+  // idle at C = 8).
+  GDL_DEV void issue(int g, int w) {
+    const T* b = weights_[g / kStepSlots];
+    T* tile = ring_ + ((g % kSlots) * chain::kWarps + w) * kTileElems;
+    constexpr int kCopies = (chain::kTileRows * kPieces + 31) / 32;  // per lane
 #pragma unroll
-      for (int j = 0; j < kCopies; ++j) {
-        const int q = lane_ + 32 * j;
-        if (q >= chain::kTileRows * kPieces) break;  // C = 8: lanes 16-31
-        const int row = q / kPieces, piece = q % kPieces;
-        const int k = (g % kStepSlots) * chain::kSlotRows + warp_ * chain::kTileRows + row;
-        cp_async16(tile + chain::tile_at<kCols>(row, piece), b + (size_t)k * K + n0_ + piece * 8);
-      }
+    for (int j = 0; j < kCopies; ++j) {
+      const int q = lane_ + 32 * j;
+      if (q >= chain::kTileRows * kPieces) break;  // C = 8: lanes 16-31
+      const int row = q / kPieces, piece = q % kPieces;
+      const int k = (g % kStepSlots) * chain::kSlotRows + w * chain::kTileRows + row;
+      cp_async16(tile + chain::tile_at<kCols>(row, piece), b + (size_t)k * K + n0_ + piece * 8);
     }
-    cp_async_commit();
   }
 
   // mma over one slot: the warp's 16 rows of k, every 16-column half.
@@ -417,7 +507,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       float s = warp_sum(sum), q = warp_sum(squares), row_shift = shift;
       if (per_row > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
         if (lane_ == 0) parts_[warp_] = make_float4(s, q, shift, 0.0f);
-        __syncthreads();
+        chain::computing_warps_sync();
         // sum (x - c) = s_w + n d and sum (x - c)^2 = q_w + 2 d s_w + n d^2
         // for a piece of n elements shifted by c_w, d = c_w - c.
         const float n = (float)(span * 8);
@@ -455,7 +545,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = out;
       }
     }
-    __syncthreads();
+    chain::computing_warps_sync();
   }
 
   // The warps' sums per column added, then the epilogue: one thread per
@@ -465,7 +555,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // the last step, into the mailbox.
   template <typename Epi> GDL_DEV void store(int s, T* c, int rows, const Epi& epi) {
     constexpr int kPer = kMailbox ? 2 : 1;
-    __syncthreads();
+    chain::computing_warps_sync();
     const bool mail = kMailbox && s + 1 < steps_;
     const unsigned written = flag(s);
     for (int e = threadIdx.x; e < rows * kCols / kPer; e += chain::kThreads) {
@@ -487,7 +577,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     }
     // sums_ and raw_ read before the next step's rows overwrite raw_ (with
     // a grid barrier, its first __syncthreads orders them).
-    if constexpr (kMailbox) __syncthreads();
+    if constexpr (kMailbox) chain::computing_warps_sync();
   }
 
   // GDL_CHAIN_TRACE (defined before this header, a measurement build only):
@@ -527,6 +617,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   T* raw_;
   float* sums_;
   float4* parts_;
+  int* active_;                 // the block's group has rows (step 0 sets it)
+  unsigned long long* bars_;    // per slot and computing warp: landed, read
   int lane_, warp_, n0_, row0_;
 };
 

@@ -235,11 +235,13 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   CHECK(k.shared_bytes <= 227u * 1024u);
   CHECK(uses_chain(k, {8}));
   CHECK(!uses_chain(k, {9}));
-  const size_t kernel = code.source.find("void __launch_bounds__(256, 1) gdl_chain0(");
+  const size_t kernel = code.source.find("void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) gdl_chain0(");
   REQUIRE(kernel != std::string::npos);
   for (const KernelInfo& info : code.kernels) CHECK(code.source.find(" " + info.symbol + "(") < kernel);
-  // The weights are read before the wait (params only), the steps in order after it.
-  const size_t start = code.source.find("chain.start();", kernel), wait = code.source.find("wait_for_producers", kernel);
+  // The producer warps stream the weights and leave before the wait
+  // (params only), the steps run in order after it.
+  const size_t start = code.source.find("if (chain.produce()) return;", kernel),
+               wait = code.source.find("wait_for_producers", kernel);
   size_t at = wait;
   CHECK(start < wait);
   for (int s = 0; s < 3; ++s) {
@@ -275,8 +277,9 @@ TEST_CASE("chain: a step's epilogue takes its residual from the rows the chain s
     INFO(text);
     const GeneratedCode code = generate_cuda(plan::make_plan(graph_of(text)));
     REQUIRE(code.chains.size() == 2);
-    const size_t first = code.source.find("void __launch_bounds__(256, 1) gdl_chain0(");
-    const size_t grouped = code.source.find("void __launch_bounds__(256, 1) gdl_chain0_rows16(");
+    const std::string bounds = "void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) ";
+    const size_t first = code.source.find(bounds + "gdl_chain0(");
+    const size_t grouped = code.source.find(bounds + "gdl_chain0_rows16(");
     REQUIRE(first != std::string::npos);
     REQUIRE(grouped != std::string::npos);
     CHECK(count_in(code.source, "a_staged", 0, first) == 0);  // the steps' own kernels read a from memory

@@ -61,11 +61,11 @@ int64_t chain_row_groups(int64_t k, int64_t max_rows) {
 }
 
 uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
-  constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainThreads / 32;
+  constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainComputingWarps;
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
-  const int64_t slot_bytes = kWarps * 16 * cols * 2;
+  const int64_t slot_bytes = kWarps * 16 * cols * 2 + kWarps * 2 * 8;  // the tiles and their two mbarriers
   const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
-  const int64_t rest = xn + raw + sums + kWarps * 16;
+  const int64_t rest = xn + raw + sums + kWarps * 16 + 16;
   const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + rest);
 }

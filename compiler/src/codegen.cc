@@ -1147,7 +1147,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
   src += "};\n";
   src += "  gdl::MatmulChain<" + t + ", " + k + ", " + cols_text + "> chain(chain_weights, " + std::to_string(weights.size()) +
          ", arena + " + std::to_string(chain.exchange_offset) + "ull, chain_smem);  // its exchange area\n";
-  src += "  chain.start();  // the first slots of weights, before the wait (gdl_abi.cuh)\n";
+  src += "  if (chain.produce()) return;  // the producer warps stream the weights, before any wait (gdl_abi.cuh)\n";
   src += "  gdl::wait_for_producers();\n";
   for (int s = chain.first; s <= chain.last; ++s)
     src += StepEmitter(p, static_cast<size_t>(s), scalar_slot, sm, Variant::kChainStep, s - chain.first)
