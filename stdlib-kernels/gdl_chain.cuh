@@ -273,6 +273,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV bool produce() {
     if (blockDim.x != chain::kLaunchThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
     for (int i = threadIdx.x; i < kSlots * chain::kWarps * 2; i += blockDim.x) chain::barrier_init(bars_ + i, 32);
+    trace_clear();
     __syncthreads();  // the only barrier of all the block's warps
     if (warp_ < chain::kWarps) return false;
     stream();
@@ -358,7 +359,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV void issue_slot(int g) {
     const int slot = g % kSlots, round = g / kSlots;
     for (int w = warp_ - chain::kWarps; w < chain::kWarps; w += chain::kProducerWarps) {
+      const long long since = trace_now();
       if (round > 0) chain::barrier_wait(read(slot, w), (round - 1) & 1);
+      trace_wait(g / kStepSlots, 5, since);
       issue(g, w);
       chain::barrier_arrive_on_copies(landed(slot, w));  // one of 32 arrivals: every lane's copies
     }
@@ -369,7 +372,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     float d[kHalves][4] = {};
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i;
+      const long long since = trace_now();
       chain::barrier_wait(landed(g % kSlots, warp_), (g / kSlots) & 1);  // the producer's copies of the tile
+      trace_wait(s, 4, since);
       multiply(g, i, d);
       chain::barrier_arrive(read(g % kSlots, warp_));  // one of 32: every lane's ldmatrix has its values
     }
@@ -583,9 +588,12 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // GDL_CHAIN_TRACE (defined before this header, a measurement build only):
   // thread 0 of the first and the last block records clock64() at each
   // phase of each step and prints the phases' cycles at the end: the rows of
-  // a (with the wait for them), the slots' mma, the epilogue and store.
+  // a (with the wait for them), the slots' mma, the epilogue and store; and
+  // the cycles of the step's slots that thread 0 waited for them to land,
+  // and that the first producer warp's lane 0 waited for them to be read
+  // (the ring full).
 #ifdef GDL_CHAIN_TRACE
-  static constexpr int kTraceSteps = 16, kPhases = 4;
+  static constexpr int kTraceSteps = 16, kPhases = 6;
   // In shared memory, not a member: the noinline functions copy the members.
   GDL_DEV static long long* trace_slots() {
     __shared__ long long slots[kTraceSteps * kPhases];
@@ -595,15 +603,29 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV void trace(int s, int phase) {
     if (tracing() && s < kTraceSteps) trace_slots()[s * kPhases + phase] = clock64();
   }
+  GDL_DEV static long long trace_now() { return clock64(); }
+  GDL_DEV static void trace_clear() {
+    if (threadIdx.x == 0)
+      for (int i = 0; i < kTraceSteps * kPhases; ++i) trace_slots()[i] = 0;
+  }
+  GDL_DEV static void trace_wait(int s, int phase, long long since) {
+    const bool who = threadIdx.x == 0 || threadIdx.x == chain::kThreads;
+    if (who && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) && s < kTraceSteps)
+      trace_slots()[s * kPhases + phase] += clock64() - since;
+  }
   GDL_DEV void print_trace() const {
     if (!tracing()) return;
     const long long* t = trace_slots();
     for (int s = 0; s < steps_ && s < kTraceSteps; ++s, t += kPhases)
-      printf("chain trace K=%d block %d step %d: rows %lld mma %lld store %lld cycles\n", K, (int)blockIdx.x, s,
-             t[1] - t[0], t[2] - t[1], t[3] - t[2]);
+      printf("chain trace K=%d block %d step %d: rows %lld mma %lld store %lld cycles; waited for landed %lld, "
+             "producer for read %lld\n",
+             K, (int)blockIdx.x, s, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4], t[5]);
   }
 #else
   GDL_DEV void trace(int, int) {}
+  GDL_DEV static long long trace_now() { return 0; }
+  GDL_DEV static void trace_clear() {}
+  GDL_DEV static void trace_wait(int, int, long long) {}
   GDL_DEV void print_trace() const {}
 #endif
 
