@@ -534,6 +534,46 @@ struct CompiledProgram {
   double compile_ms = 0;
 };
 
+// A graph of one 4-byte memset on a stream of its own, timed on the host
+// from cudaGraphLaunch's call to its return: what a launch costs this host
+// and driver right now, printed beside gdl's host times.
+class LaunchProbe {
+ public:
+  Status create() {
+    BENCH_TRY(cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "probe stream"));
+    BENCH_TRY(cuda_check(cudaMalloc(&buffer_.ptr, 4), "probe buffer"));
+    buffer_.bytes = 4;
+    cudaGraph_t graph = nullptr;
+    BENCH_TRY(cuda_check(cudaGraphCreate(&graph, 0), "probe graph"));
+    cudaMemsetParams memset{};
+    memset.dst = buffer_.ptr;
+    memset.value = 0;
+    memset.elementSize = 4;
+    memset.width = 1;
+    memset.height = 1;
+    cudaGraphNode_t node = nullptr;
+    Status added = cuda_check(cudaGraphAddMemsetNode(&node, graph, nullptr, 0, &memset), "probe memset node");
+    if (added.ok()) added = cuda_check(cudaGraphInstantiate(&exec_, graph, 0), "probe instantiate");
+    cudaGraphDestroy(graph);
+    return added;
+  }
+  Status time_launch(double& us) {
+    const double begin = now_us();
+    BENCH_TRY(cuda_check(cudaGraphLaunch(exec_, stream_), "probe launch"));
+    us = now_us() - begin;
+    return cuda_check(cudaStreamSynchronize(stream_), "probe sync");
+  }
+  ~LaunchProbe() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  DeviceBuffer buffer_;
+};
+
 // One input set as loaded: host bytes (for host binds and the CPU reference)
 // and a device copy (for the timed binds).
 struct LoadedSet {
@@ -678,7 +718,13 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   // 6. Host time of bind + run, from host and from device memory.
   //    Beside the sum, its parts: the binds, run() as a whole, and the part
   //    of run() the session times itself (SessionStats::last_submit_us:
-  //    node updates, copy-node switches, the valid-dims copy, the launch).
+  //    node updates, copy-node switches, the valid-dims copy, the launch);
+  //    and, after each run from device memory, the host time of launching
+  //    a graph of one 4-byte memset (LaunchProbe): the driver's own cost on
+  //    this host at that moment, so that a slow host shows as such.
+  LaunchProbe probe;
+  BENCH_TRY(probe.create());
+  std::vector<double> probes;
   for (bool from_device : {false, true}) {
     std::vector<double> times, binds, run_calls, submits;
     for (int i = 0; i < opt.warmup + runs; ++i) {
@@ -689,6 +735,12 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
       double bound = now_us();
       BENCH_TRY(plain.run());
       double end = now_us();
+      if (from_device) {
+        BENCH_TRY(plain.synchronize());
+        double launch_us = 0;
+        BENCH_TRY(probe.time_launch(launch_us));
+        if (i >= opt.warmup) probes.push_back(launch_us);
+      }
       if (i < opt.warmup) continue;
       times.push_back(end - begin);
       binds.push_back(bound - begin);
@@ -707,6 +759,9 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
                 from_device ? "from device memory" : "from host memory", bind.median, run_call.median,
                 submit.median, bind.runs);
   }
+  const Summary probe_sum = summarize(probes);
+  json.add("host_launch_probe", probe_sum.json());
+  std::printf("  host launch of a one-memset graph: %.2f us, median of %zu\n", probe_sum.median, probe_sum.runs);
 
   // 7. Back-to-back loop.
   std::vector<double> loops;

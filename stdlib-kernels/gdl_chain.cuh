@@ -594,23 +594,26 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // (the ring full).
 #ifdef GDL_CHAIN_TRACE
   static constexpr int kTraceSteps = 16, kPhases = 6;
-  // In shared memory, not a member: the noinline functions copy the members.
+  // In global memory, one record per traced block (the ring leaves no
+  // shared memory at K = 1024); not a member: the noinline functions copy
+  // the members.
+  GDL_DEV static bool traced_block() { return blockIdx.y == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1); }
   GDL_DEV static long long* trace_slots() {
-    __shared__ long long slots[kTraceSteps * kPhases];
-    return slots;
+    static __device__ long long slots[2][kTraceSteps * kPhases];
+    return slots[blockIdx.x == 0 ? 0 : 1];
   }
-  GDL_DEV bool tracing() const { return threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1); }
+  GDL_DEV bool tracing() const { return threadIdx.x == 0 && traced_block(); }
   GDL_DEV void trace(int s, int phase) {
     if (tracing() && s < kTraceSteps) trace_slots()[s * kPhases + phase] = clock64();
   }
   GDL_DEV static long long trace_now() { return clock64(); }
   GDL_DEV static void trace_clear() {
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0 && traced_block())
       for (int i = 0; i < kTraceSteps * kPhases; ++i) trace_slots()[i] = 0;
   }
   GDL_DEV static void trace_wait(int s, int phase, long long since) {
     const bool who = threadIdx.x == 0 || threadIdx.x == chain::kThreads;
-    if (who && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1) && s < kTraceSteps)
+    if (who && traced_block() && s < kTraceSteps)
       trace_slots()[s * kPhases + phase] += clock64() - since;
   }
   GDL_DEV void print_trace() const {
