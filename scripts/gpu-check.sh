@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | kvread | persistent | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | kvread | persistent | tmastream | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -27,6 +27,10 @@
 #               layers in one cooperative launch by design, the load paths
 #               of one block per SM and the grid barrier (the experiment
 #               behind gdl_chain.cuh); not part of `all`
+# 3f. tmastream: bench/tma_stream.cu (nvcc here): W2's H=4096 weight stream
+#               through the chain's ring, filled by cp.async producer warps
+#               or by one thread's 2-D tensor copies (TMA), with the latency
+#               of L2 loads between the steps; not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -140,6 +144,12 @@ if [[ $what == kvread ]]; then
   step kv_read_patterns 120 "$OUT/kv_read_patterns"
 fi
 
+if [[ $what == tmastream ]]; then
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  step tma_stream_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/tma_stream" bench/tma_stream.cu
+  step tma_stream 120 "$OUT/tma_stream"
+fi
+
 if [[ $what == persistent ]]; then
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   step persistent_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/persistent_mlp" bench/persistent_mlp.cu
@@ -235,6 +245,8 @@ PY
       grep -E "^(device|pattern|strip|warp|block|ceiling|pdl)" "$log" | sed "s/^/$name: /" ;;
     kv_read_patterns)
       sed "s/^/$name: /" "$log" ;;
+    tma_stream)
+      grep -E "^(cp.async|tma|256 MiB)" "$log" | sed "s/^/$name: /" ;;
     persistent_mlp)
       grep -E "^(mma|split|stream|str-nx|mma-nx|sstrm|load|grid|plain)" "$log" | sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*)
