@@ -542,9 +542,11 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         if constexpr (Pro::active) {
           float x[8];
           widen<T>(out, x);
-          unsigned w[4] = {0u, 0u, 0u, 0u};
+          unsigned w[4];
+          // pro.apply rounded to T, two elements per conversion.
 #pragma unroll
-          for (int e = 0; e < 8; ++e) w[e / 2] |= Vec16<T>::bits(cvt<T>(pro.apply(x[e], k + e, &st, 0))) << (16 * (e % 2));
+          for (int e = 0; e < 8; e += 2)
+            w[e / 2] = Vec16<T>::pack(pro.normalized(x[e], k + e, &st, 0), pro.normalized(x[e + 1], k + e + 1, &st, 0));
           out = make_uint4(w[0], w[1], w[2], w[3]);
         }
         *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = out;

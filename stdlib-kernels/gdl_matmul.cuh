@@ -144,8 +144,13 @@ template <typename T, bool Center, typename W, typename B> struct NormPrologue {
   float eps;
   // matmul_rows: x at position k of the row whose (mean, inv) is st[r].
   template <typename I> GDL_DEV float apply(float x, I k, const float2* st, int r) const {
+    return num(cvt<T>(normalized(x, k, st, r)));
+  }
+  // apply before its rounding to T, for a caller that rounds two at once
+  // (Vec16<T>::pack, gdl_chain.cuh).
+  template <typename I> GDL_DEV float normalized(float x, I k, const float2* st, int r) const {
     const float2 s = st[r];
-    return num(cvt<T>(Center ? layernorm_value(x, s.x, s.y, w, b, k) : rmsnorm_value(x, s.y, w, k)));
+    return Center ? layernorm_value(x, s.x, s.y, w, b, k) : rmsnorm_value(x, s.y, w, k);
   }
   // The fold: a staged as x * w, then the sum of a part acc, with the
   // column sums cs of w_k b_kn and bs of beta_k b_kn, into the matmul's sum.

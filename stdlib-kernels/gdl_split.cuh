@@ -38,9 +38,16 @@ template <> struct Vec16<float> {
   static GDL_DEV unsigned bits(float x) { return __float_as_uint(x); }
   static GDL_DEV float elem(unsigned w, int) { return __uint_as_float(w); }
 };
+// pack(lo, hi): both rounded to the nearest T (ties to even), lo in the low
+// half of the word, by one paired conversion: the bf16 conversion of one
+// element is a slow one on sm_90 (docs/performance.md, session 14).
 template <> struct Vec16<__half> {
   static constexpr int n = 8;
   static GDL_DEV unsigned bits(__half x) { return __half_as_ushort(x); }
+  static GDL_DEV unsigned pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  }
   static GDL_DEV float elem(unsigned w, int half) {
     return __half2float(__ushort_as_half((unsigned short)(half ? w >> 16 : w & 0xffffu)));
   }
@@ -48,6 +55,10 @@ template <> struct Vec16<__half> {
 template <> struct Vec16<__nv_bfloat16> {
   static constexpr int n = 8;
   static GDL_DEV unsigned bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+  static GDL_DEV unsigned pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  }
   // A bf16 is the upper half of the float with the same bits.
   static GDL_DEV float elem(unsigned w, int half) { return __uint_as_float(half ? w & 0xffff0000u : w << 16); }
 };
