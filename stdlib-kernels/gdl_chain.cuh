@@ -303,14 +303,12 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       store(s, c, mine, epi);
       trace(s, 3);
     }
-    if (s == steps_ - 1) {
-      if (mine > 0) {
-        // Every block of the group has read the count: each read it before
-        // its first mailbox store, and this block has read all of them.
-        if (kMailbox && blockIdx.x == 0 && threadIdx.x == 0)
-          asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(counter_), "l"(launch_ + 1) : "memory");
-        print_trace();
-      }
+    if (s == steps_ - 1 && mine > 0) {
+      // Every block of the group has read the count: each read it before
+      // its first mailbox store, and this block has read all of them.
+      if (kMailbox && blockIdx.x == 0 && threadIdx.x == 0)
+        asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(counter_), "l"(launch_ + 1) : "memory");
+      print_trace();
     }
   }
 
@@ -509,24 +507,25 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
           squares = fmaf(d, d, squares);
         }
       }
-      float s = warp_sum(sum), q = warp_sum(squares), row_shift = shift;
+      // The row's sums of x - row_shift and of its squares.
+      float row_sum = warp_sum(sum), row_squares = warp_sum(squares), row_shift = shift;
       if (per_row > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
-        if (lane_ == 0) parts_[warp_] = make_float4(s, q, shift, 0.0f);
+        if (lane_ == 0) parts_[warp_] = make_float4(row_sum, row_squares, shift, 0.0f);
         chain::computing_warps_sync();
         // sum (x - c) = s_w + n d and sum (x - c)^2 = q_w + 2 d s_w + n d^2
         // for a piece of n elements shifted by c_w, d = c_w - c.
         const float n = (float)(span * 8);
         row_shift = parts_[r * per_row].z;
-        s = 0.0f, q = 0.0f;
+        row_sum = 0.0f, row_squares = 0.0f;
         for (int w = r * per_row; w < (r + 1) * per_row; ++w) {
           const float4 part = parts_[w];
           const float d = part.z - row_shift;
-          s += part.x + n * d;
-          q += part.y + d * fmaf(n, d, 2.0f * part.x);
+          row_sum += part.x + n * d;
+          row_squares += part.y + d * fmaf(n, d, 2.0f * part.x);
         }
       }
-      const float mean_d = Pro::center ? s / K : 0.0f;
-      const float var = fmaxf(q / K - mean_d * mean_d, 0.0f);
+      const float mean_d = Pro::center ? row_sum / K : 0.0f;
+      const float var = fmaxf(row_squares / K - mean_d * mean_d, 0.0f);
       st = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
     }
     if (mine) {
