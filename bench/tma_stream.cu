@@ -6,7 +6,17 @@
 //     committed kernel, session 14), or
 //   - by one thread issuing one 2-D tensor copy (TMA, cp.async.bulk.tensor)
 //     per slot, with one "landed" mbarrier (expect_tx) and one "read"
-//     mbarrier per slot (the candidate of docs/performance.md).
+//     mbarrier per slot (the candidate of docs/performance.md),
+//   - or, from weights packed so that each block's strip of a step is
+//     contiguous (256 KiB; slot after slot of 8 KiB), by the same cp.async
+//     producer warps, or by one thread issuing one 1-D bulk copy
+//     (cp.async.bulk, no tensor map) per slot,
+//   - or, from the row-major weights, by one warp issuing one 64-byte bulk
+//     copy per row of the slot into rows padded to 80 bytes (ldmatrix's
+//     eight rows of a phase then fall in distinct banks without a swizzle).
+// The single-thread producers may cap their slots in flight (issued, not
+// landed), so that the L2 loads between the steps do not queue behind a
+// whole ring of copies.
 // Eight computing warps wait for each slot, read a word of it and release
 // it (no math). Between the steps ("the exchange"), every computing thread
 // loads `rows` 16-byte vectors from a 256 KiB buffer that the L2 holds (a
@@ -55,13 +65,21 @@ __device__ __forceinline__ void bar_wait(unsigned long long* b, unsigned parity)
 // One run of the whole stream. kTma: the TMA producer thread, else the
 // cp.async producer warps. rows: vectors each computing thread loads per
 // exchange (0: none). cycles[s]: thread 0 of block 0's exchange of step s.
-template <bool kTma>
+// The producers: strided strips by cp.async or by 2-D tensor copies, or
+// packed strips by cp.async or by 1-D bulk copies.
+enum Mode { kCpAsync, kTensor, kPackedCpAsync, kPackedBulk, kRowBulk };
+constexpr int kPaddedRow = 80;  // kRowBulk: bytes per row in the ring
+template <Mode kMode> __host__ __device__ constexpr int slot_stride() { return kMode == kRowBulk ? kSlotRows * kPaddedRow : kSlotBytes; }
+
+template <Mode kMode>
 __global__ void __launch_bounds__(kComputeWarps * 32 + kProducerWarps * 32, 1)
     stream(const __grid_constant__ Maps maps, const __half* w, const uint4* rows_buf, int rows,
-           long long* cycles, unsigned* sink) {
+           long long* cycles, unsigned* sink, int inflight) {
+  constexpr bool kTma = kMode == kTensor || kMode == kPackedBulk || kMode == kRowBulk;
+  constexpr int kStride = slot_stride<kMode>();
   extern __shared__ __align__(1024) unsigned char ring[];
   // Per slot: TMA 2 barriers; cp.async 2 per computing warp.
-  unsigned long long* bars = reinterpret_cast<unsigned long long*>(ring + kSlots * kSlotBytes);
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(ring + kSlots * kStride);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n0 = blockIdx.x * kCols;
   const int per_slot = kTma ? 2 : 2 * kComputeWarps;
   for (int i = threadIdx.x; i < kSlots * per_slot; i += blockDim.x)
@@ -72,12 +90,38 @@ __global__ void __launch_bounds__(kComputeWarps * 32 + kProducerWarps * 32, 1)
   auto read = [&](int slot, int cw) { return landed(slot, cw) + 1; };
   if (warp >= kComputeWarps) {  // producers
     if (kTma) {
-      if (threadIdx.x != kComputeWarps * 32) return;
+      if (kMode != kRowBulk && threadIdx.x != kComputeWarps * 32) return;
+      if (warp != kComputeWarps) return;
       for (int g = 0; g < total; ++g) {
         const int slot = g % kSlots, round = g / kSlots;
-        if (round > 0) bar_wait(read(slot, 0), (round - 1) & 1);
-        bar_expect(landed(slot, 0), kSlotBytes);
+        if (lane == 0) {
+          if (inflight > 0 && g >= inflight) bar_wait(landed((g - inflight) % kSlots, 0), ((g - inflight) / kSlots) & 1);
+          if (round > 0) bar_wait(read(slot, 0), (round - 1) & 1);
+          bar_expect(landed(slot, 0), kSlotBytes);
+        }
+        if (kMode == kRowBulk) {
+          __syncwarp();
+          for (int row = lane; row < kSlotRows; row += 32) {
+            const __half* src = w + (size_t)(g / kStepSlots) * kK * kK + (size_t)((g % kStepSlots) * kSlotRows + row) * kK + n0;
+            asm volatile(
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 64, [%2];" ::"r"(
+                    smem(ring + slot * kStride + row * kPaddedRow)),
+                "l"(src), "r"(smem(landed(slot, 0)))
+                : "memory");
+          }
+          continue;
+        }
         const int x = n0, y = (g % kStepSlots) * kSlotRows;
+        if (kMode == kPackedBulk) {
+          const __half* src = w + (size_t)(g / kStepSlots) * kK * kK + (size_t)blockIdx.x * kK * kCols +
+                              (size_t)(g % kStepSlots) * kSlotRows * kCols;
+          asm volatile(
+              "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                  smem(ring + slot * kSlotBytes)),
+              "l"(src), "r"(kSlotBytes), "r"(smem(landed(slot, 0)))
+              : "memory");
+          continue;
+        }
         asm volatile(
             "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
                 smem(ring + slot * kSlotBytes)),
@@ -96,8 +140,10 @@ __global__ void __launch_bounds__(kComputeWarps * 32 + kProducerWarps * 32, 1)
           for (int j = 0; j < 2; ++j) {  // 16 rows of 4 pieces: two per lane
             const int q = lane + 32 * j, row = q / 4, piece = q % 4;
             const int k = (g % kStepSlots) * kSlotRows + cw * kTileRows + row;
+            const __half* src = kMode == kPackedCpAsync ? b + (size_t)blockIdx.x * kK * kCols + (size_t)k * kCols + piece * 8
+                                                        : b + (size_t)k * kK + n0 + piece * 8;
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem(tile + row * kCols * 2 + piece * 16)),
-                         "l"(b + (size_t)k * kK + n0 + piece * 8)
+                         "l"(src)
                          : "memory");
           }
           asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem(landed(slot, cw))) : "memory");
@@ -123,7 +169,7 @@ __global__ void __launch_bounds__(kComputeWarps * 32 + kProducerWarps * 32, 1)
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i, slot = g % kSlots;
       bar_wait(landed(slot, warp), (g / kSlots) & 1);
-      acc += *reinterpret_cast<const unsigned*>(ring + slot * kSlotBytes + warp * kTileRows * kCols * 2 + lane * 32);
+      acc += *reinterpret_cast<const unsigned*>(ring + slot * kStride + (warp * kTileRows + lane / 2) * (kStride / kSlotRows));
       if (kTma) {
         __syncwarp();
         if (lane == 0) bar_arrive(read(slot, warp));
@@ -135,11 +181,11 @@ __global__ void __launch_bounds__(kComputeWarps * 32 + kProducerWarps * 32, 1)
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads
 }
 
-template <bool kTma>
+template <Mode kMode>
 void run(const char* name, const Maps& maps, const __half* w, const uint4* rows_buf, int rows, long long* cycles,
-         unsigned* sink) {
-  const int smem_bytes = kSlots * kSlotBytes + kSlots * 2 * kComputeWarps * 8;
-  CK(cudaFuncSetAttribute(stream<kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+         unsigned* sink, int inflight = 0) {
+  const int smem_bytes = kSlots * slot_stride<kMode>() + kSlots * 2 * kComputeWarps * 8;
+  CK(cudaFuncSetAttribute(stream<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const int threads = kComputeWarps * 32 + kProducerWarps * 32;
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
@@ -147,7 +193,7 @@ void run(const char* name, const Maps& maps, const __half* w, const uint4* rows_
   std::vector<float> ms;
   for (int r = 0; r < 23; ++r) {
     CK(cudaEventRecord(a));
-    stream<kTma><<<kBlocks, threads, smem_bytes>>>(maps, w, rows_buf, rows, cycles, sink);
+    stream<kMode><<<kBlocks, threads, smem_bytes>>>(maps, w, rows_buf, rows, cycles, sink, inflight);
     CK(cudaEventRecord(b));
     CK(cudaEventSynchronize(b));
     CK(cudaGetLastError());
@@ -161,9 +207,9 @@ void run(const char* name, const Maps& maps, const __half* w, const uint4* rows_
   long long lo = host[1], hi = host[1];
   for (int s = 1; s < kSteps; ++s) lo = std::min(lo, host[s]), hi = std::max(hi, host[s]);
   const double us = ms[ms.size() / 2] * 1e3, bytes = (double)kSteps * kK * kK * 2;
-  printf("%-8s exchange loads %2d per thread: %7.1f us per launch (median of %zu), %.2f TB/s; exchange of steps "
+  printf("%-16s in flight %2d, exchange loads %2d per thread: %7.1f us per launch (median of %zu), %.2f TB/s; exchange of steps "
          "1-7 %lld-%lld cycles\n",
-         name, rows, us, ms.size(), bytes / us * 1e-6, lo, hi);
+         name, inflight, rows, us, ms.size(), bytes / us * 1e-6, lo, hi);
 }
 
 }  // namespace
@@ -208,8 +254,13 @@ int main() {
   }
   printf("256 MiB of f16 weights, 8 steps of 32 slots of 8 KiB per block, 128 blocks, a ring of %d slots\n", kSlots);
   for (int rows : {0, 2, 16}) {
-    run<false>("cp.async", maps, w, rows_buf, rows, cycles, sink);
-    run<true>("tma", maps, w, rows_buf, rows, cycles, sink);
+    run<kCpAsync>("cp.async", maps, w, rows_buf, rows, cycles, sink);
+    run<kPackedCpAsync>("packed cp.async", maps, w, rows_buf, rows, cycles, sink);
+    for (int inflight : {0, 4, 6}) {  // 0: no cap
+      run<kTensor>("tma", maps, w, rows_buf, rows, cycles, sink, inflight);
+      run<kPackedBulk>("packed bulk", maps, w, rows_buf, rows, cycles, sink, inflight);
+      run<kRowBulk>("row bulk", maps, w, rows_buf, rows, cycles, sink, inflight);
+    }
   }
   return 0;
 }
