@@ -242,9 +242,16 @@ template <typename T, typename I, typename Pro> GDL_DEV uint4 scale16(const Pro&
     float x[V];
     widen<T>(raw, x);
     unsigned w[4] = {0u, 0u, 0u, 0u};
+    if constexpr (per_word == 2) {  // f16, bf16: two elements per conversion (Vec16::pack), zero past k_end
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      if (k + (I)j < k_end) w[j / per_word] |= Vec16<T>::bits(cvt<T>(pro.scale(x[j], k + (I)j))) << (16 * (j % per_word));
+      for (int j = 0; j < V; j += 2)
+        w[j / 2] = Vec16<T>::pack(k + (I)j < k_end ? pro.scale(x[j], k + (I)j) : 0.0f,
+                                  k + (I)(j + 1) < k_end ? pro.scale(x[j + 1], k + (I)(j + 1)) : 0.0f);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (k + (I)j < k_end) w[j] = Vec16<T>::bits(cvt<T>(pro.scale(x[j], k + (I)j)));
+    }
     return make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
