@@ -18,20 +18,25 @@
 // per step drains and refills the memory pipe at every step, and the next
 // step's blocks cannot be resident while the current one's still are. Here
 // each block streams its strip of every b_s (K rows of 2 C bytes) through
-// one ring of cp.async slots in shared memory that runs across the step
+// one ring of slots in shared memory that runs across the step
 // boundaries.
 //
-// The producer warps. A block has kWarps computing warps and
-// kProducerWarps more that only issue the ring's copies, slot after slot
-// of the whole launch, each tile once the computing warp that reads it is
-// done with its last contents (an mbarrier per slot and computing warp for
-// "landed", another for "read"). So the weights keep streaming while the
-// computing warps exchange rows between steps, until the ring is full.
-// When the computing warps issued the copies themselves, in the mma loop,
-// the stream stopped at every exchange: a warp's cp.async blocks once the
-// SM holds as many copies in flight as it takes, so the loop issued at the
-// stream's rate and the ring never got ahead (docs/performance.md: the
-// producer warps took W2 H=4096 B=1 from 108 to 93 us).
+// The producer. A block has kWarps computing warps and one more warp whose
+// first thread only issues the ring's copies, slot after slot of the whole
+// launch: one tensor copy (cp.async.bulk.tensor, TMA) per slot, a box of
+// kSlotRows rows of the block's C columns of b, through the tensor map the
+// runtime wrote for the step (ChainKernel::tensor_maps_offset), swizzled
+// as tile_at lays the tiles out. A slot has an mbarrier "landed" (the
+// copy's bytes) and one "read" (every computing thread). So the weights
+// keep streaming while the computing warps exchange rows between steps,
+// until the ring is full. At most kInFlightSlots copies are in flight: the
+// exchange's loads and barrier go to L2 behind the copies, and a whole
+// ring in flight made each step's exchange longer than the stream it
+// saved (docs/performance.md, session 15: 4 slots in flight took W2 H=4096
+// B=1 from 99 to 87 us in a measurement build, 6 slots 90, 8 slots 94).
+// Before, four producer warps of per-lane 16-byte cp.async copies (93 us):
+// the copies left the ring slowly enough to need no cap, and a cap made
+// them slower (116 us).
 //
 // The mailbox. Every 8-byte word holds two elements of c and a 32-bit flag
 // naming the launch and the step that wrote it, stored with one 64-bit
@@ -63,7 +68,7 @@
 //  3. the eight warps' sums added in shared memory, the epilogue, the store
 //     (and, but in the last step, the rows into the mailbox).
 // The computing warps synchronize among themselves with a named barrier
-// (computing_warps_sync); the producer warps leave the kernel once their
+// (computing_warps_sync); the producer warp leaves the kernel once its
 // copies have landed.
 #pragma once
 
@@ -72,11 +77,11 @@
 namespace gdl {
 namespace chain {
 constexpr int kThreads = 256, kWarps = kThreads / 32;  // the computing warps
-// Warps that only copy the weights into the ring (below); the launch has
-// kLaunchThreads threads. Four, not eight: at K = 4096 the computing warps
-// use about 166 registers, which 384 threads per block leave them.
-constexpr int kProducerWarps = 4;
+// The producer's warp (its first thread issues the copies); the launch has
+// kLaunchThreads threads.
+constexpr int kProducerWarps = 1;
 constexpr int kLaunchThreads = kThreads + 32 * kProducerWarps;
+constexpr int kInFlightSlots = 4;  // the producer's copies issued and not landed, at most
 constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
@@ -114,7 +119,9 @@ constexpr int group_cols_for(int k, int groups) {
 }
 
 // Dynamic shared memory of a chain over K with C columns per block: the
-// ring, the normalized rows, the warps' column sums, the statistics.
+// ring (aligned to 1024 bytes by hand, as the tensor copies' swizzle needs;
+// dynamic shared memory is only 16-byte aligned), the normalized rows, the
+// warps' column sums, the statistics, the slots' barriers.
 template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int cols = C;
   static constexpr int tile_elems = kTileRows * cols;  // one warp's part of a slot: 16 rows of 2 C bytes
@@ -125,10 +132,11 @@ template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
   // The warps' parts of the row statistics (sums, squares, shift), then
-  // the block's flag for its producer warps (a group with rows).
+  // the block's flag for its producer warp (a group with rows).
   static constexpr int misc_bytes = kWarps * 16 + 16;
-  static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes;
-  static constexpr int slot_barrier_bytes = kWarps * 2 * 8;  // per slot and computing warp: landed, read
+  static constexpr int align_bytes = 1024;  // the most the ring's alignment skips
+  static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes + align_bytes;
+  static constexpr int slot_barrier_bytes = 2 * 8;  // per slot: landed, read
   static constexpr int fit = (kSmemLimit - rest) / (slot_bytes + slot_barrier_bytes);
   static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
   static_assert(slots >= 4, "a chain's K leaves no room for its ring");
@@ -139,7 +147,9 @@ template <int K, int C = cols_for(K)> struct Layout {
 // order, so that the eight rows one ldmatrix phase reads fall in distinct
 // banks: at C = 64 (128-byte rows) piece ^ (r & 7), at C = 32 piece ^
 // ((r >> 1) & 3), at C = 16 piece ^ ((r >> 2) & 1); at C = 8 eight rows are
-// 128 contiguous bytes already.
+// 128 contiguous bytes already. These are the tensor copies' 128-, 64- and
+// 32-byte swizzles of a slot whose address is a multiple of 1024 (the
+// runtime's maps, chain_tensor_maps.cc).
 template <int C> GDL_DEV int tile_at(int row, int piece) {
   const int swizzle = C == 64 ? row & 7 : C == 32 ? (row >> 1) & 3 : C == 16 ? (row >> 2) & 1 : 0;
   return row * C + ((piece ^ swizzle) << 3);
@@ -157,11 +167,11 @@ GDL_DEV void prefetch_l2(const void* p, unsigned long long bytes) {
     gdl::prefetch_l2(c + at);
 }
 
-// The computing warps' own barrier (the producer warps never join it; they
+// The computing warps' own barrier (the producer warp never joins it; it
 // may have left the kernel).
 GDL_DEV void computing_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
 // The block's one meeting of both kinds of warps: the computing warps
-// arrive (and go on) in step 0, the producer warps wait for them.
+// arrive (and go on) in step 0, the producer warp waits for them.
 constexpr int kHandshakeBarrier = 2;
 
 // The ring's mbarriers (shared memory, 8 bytes each).
@@ -172,9 +182,18 @@ GDL_DEV void barrier_init(unsigned long long* bar, unsigned count) {
 GDL_DEV void barrier_arrive(unsigned long long* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
 }
-// Arrives once every cp.async this thread issued before it has landed.
-GDL_DEV void barrier_arrive_on_copies(unsigned long long* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
+// Arrives and expects `bytes` more of copies before the phase completes.
+GDL_DEV void barrier_arrive_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
+}
+// The box of `map` at (column x, row y) into shared memory at dst; its bytes
+// count against bar's expected ones as they land.
+GDL_DEV void tensor_copy(void* dst, const void* map, int x, int y, unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_address(dst)),
+      "l"(map), "r"(x), "r"(y), "r"(smem_address(bar))
+      : "memory");
 }
 // Until the phase of the given parity has completed (acquire).
 GDL_DEV void barrier_wait(unsigned long long* bar, unsigned parity) {
@@ -243,36 +262,37 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   static constexpr bool kMailbox = K <= chain::kMailboxMaxK;  // else a grid barrier between steps
 
  public:
-  // weights[s]: step s's b. exchange: chain::exchange_bytes(K, groups) of
-  // scratch, zero when the session starts, this chain's only; row group g
-  // (blockIdx.y) has its own counter (of launches, or of barrier arrivals
-  // above kMailboxMaxK) and mailboxes in it.
-  GDL_DEV MatmulChain(const T* const* weights, int steps, unsigned char* exchange, unsigned char* smem)
-      : weights_(weights), steps_(steps),
+  // maps: step s's tensor map (128 bytes) at maps + 128 s, in global
+  // memory. exchange: chain::exchange_bytes(K, groups) of scratch, zero when
+  // the session starts, this chain's only; row group g (blockIdx.y) has its
+  // own counter (of launches, or of barrier arrivals above kMailboxMaxK)
+  // and mailboxes in it.
+  GDL_DEV MatmulChain(const unsigned char* maps, int steps, unsigned char* exchange, unsigned char* smem)
+      : maps_(maps), steps_(steps),
         counter_(reinterpret_cast<unsigned long long*>(exchange + 128 * blockIdx.y)),
         mail_(reinterpret_cast<unsigned long long*>(exchange + chain::kCounterBytes) +
               (size_t)blockIdx.y * 2 * chain::kMaxRows * kRowWords) {
-    ring_ = reinterpret_cast<T*>(smem);
+    ring_ = reinterpret_cast<T*>(smem + ((1024 - chain::smem_address(smem) % 1024) % 1024));
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
     raw_ = xn_ + chain::kMaxRows * L::xn_stride;
     sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);
     parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
     active_ = reinterpret_cast<int*>(parts_ + chain::kWarps);
-    bars_ = reinterpret_cast<unsigned long long*>(reinterpret_cast<unsigned char*>(smem) + L::bytes) -
-            kSlots * chain::kWarps * 2;
+    bars_ = reinterpret_cast<unsigned long long*>(reinterpret_cast<unsigned char*>(active_) + 16);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
     row0_ = blockIdx.y * chain::kMaxRows;
   }
 
-  // Sets up the ring's barriers. Then the producer warps stream every
-  // step's weights through the ring and return true (the kernel returns:
-  // they touch weights only, so they need not wait for the kernels before,
+  // Sets up the ring's barriers. Then the producer warp streams every
+  // step's weights through the ring and returns true (the kernel returns:
+  // it touches weights only, so it need not wait for the kernels before,
   // gdl_abi.cuh); the computing warps return false at once.
   GDL_DEV bool produce() {
     if (blockDim.x != chain::kLaunchThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
-    for (int i = threadIdx.x; i < kSlots * chain::kWarps * 2; i += blockDim.x) chain::barrier_init(bars_ + i, 32);
+    for (int i = threadIdx.x; i < kSlots * 2; i += blockDim.x)  // landed: the producer's arrival; read: every computing thread
+      chain::barrier_init(bars_ + i, i % 2 == 0 ? 1 : chain::kThreads);
     trace_clear();
     __syncthreads();  // the only barrier of all the block's warps
     if (warp_ < chain::kWarps) return false;
@@ -289,7 +309,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     // kernels before (gdl_abi.cuh), with acquire, so before any of this
     // block's mailbox stores, which block 0's advance of it waits for.
     if (kMailbox && s == 0) asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(launch_) : "l"(counter_) : "memory");
-    if (s == 0) {  // tell the producer warps whether the group has rows to stream weights for
+    if (s == 0) {  // tell the producer warp whether the group has rows to stream weights for
       if (threadIdx.x == 0) *active_ = mine > 0;
       asm volatile("bar.arrive %0, %1;" ::"n"(chain::kHandshakeBarrier), "n"(chain::kLaunchThreads) : "memory");
     }
@@ -335,34 +355,40 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV unsigned long long* mail_row(int s, int r) const { return mail_ + ((s & 1) * chain::kMaxRows + r) * kRowWords; }
   GDL_DEV unsigned flag(int s) const { return (unsigned)(launch_ * (unsigned long long)steps_ + s + 1); }
 
-  // The landed and read barriers of slot `slot`'s tile for computing warp w.
-  GDL_DEV unsigned long long* landed(int slot, int w) const { return bars_ + (slot * chain::kWarps + w) * 2; }
-  GDL_DEV unsigned long long* read(int slot, int w) const { return landed(slot, w) + 1; }
+  // The landed and read barriers of a slot.
+  GDL_DEV unsigned long long* landed(int slot) const { return bars_ + slot * 2; }
+  GDL_DEV unsigned long long* read(int slot) const { return landed(slot) + 1; }
 
-  // The producer warps' loop: producer warp p fills the tiles of computing
-  // warps p, p + kProducerWarps, ..., slot after slot of the whole launch,
-  // each once its warp has read the slot's last contents, so the stream
-  // goes on while the computing warps exchange rows between steps. After
-  // the first round of slots it waits for step 0's word on whether the
-  // group has rows; without rows it stops there.
+  // The producer's loop: its first thread copies slot after slot of the
+  // whole launch, each once the computing warps have read the slot's last
+  // contents, so the stream goes on while they exchange rows between steps.
+  // After the first round of slots the warp waits for step 0's word on
+  // whether the group has rows; without rows it stops there. The thread
+  // leaves once its last copies have landed.
   GDL_DEV void stream() {
-    const int total = steps_ * kStepSlots;
-    int g = 0;
-    for (; g < total && g < kSlots; ++g) issue_slot(g);
+    const int total = steps_ * kStepSlots, first = total < kSlots ? total : kSlots;
+    if (lane_ == 0)
+      for (int g = 0; g < first; ++g) issue_slot(g);
+    __syncwarp();
     asm volatile("bar.sync %0, %1;" ::"n"(chain::kHandshakeBarrier), "n"(chain::kLaunchThreads) : "memory");
-    if (*active_)
-      for (; g < total; ++g) issue_slot(g);
-    asm volatile("cp.async.wait_all;" ::: "memory");  // the copies land before the block leaves
+    if (lane_ != 0) return;
+    const int issued = *active_ ? total : first;
+    for (int g = first; g < issued; ++g) issue_slot(g);
+    for (int g = issued > kSlots ? issued - kSlots : 0; g < issued; ++g)
+      chain::barrier_wait(landed(g % kSlots), (g / kSlots) & 1);
   }
+  // Slot g of the launch: step g / kStepSlots's rows [kSlotRows i, kSlotRows
+  // (i + 1)), i = g % kStepSlots, of the block's columns.
   GDL_DEV void issue_slot(int g) {
     const int slot = g % kSlots, round = g / kSlots;
-    for (int w = warp_ - chain::kWarps; w < chain::kWarps; w += chain::kProducerWarps) {
-      const long long since = trace_now();
-      if (round > 0) chain::barrier_wait(read(slot, w), (round - 1) & 1);
-      trace_wait(g / kStepSlots, 5, since);
-      issue(g, w);
-      chain::barrier_arrive_on_copies(landed(slot, w));  // one of 32 arrivals: every lane's copies
-    }
+    const long long since = trace_now();
+    const int landing = g - chain::kInFlightSlots;  // at most kInFlightSlots in flight
+    if (landing >= 0) chain::barrier_wait(landed(landing % kSlots), (landing / kSlots) & 1);
+    if (round > 0) chain::barrier_wait(read(slot), (round - 1) & 1);
+    trace_wait(g / kStepSlots, 5, since);
+    chain::barrier_arrive_expect(landed(slot), L::slot_bytes);
+    chain::tensor_copy(ring_ + slot * chain::kWarps * kTileElems, maps_ + 128 * (g / kStepSlots), n0_,
+                       (g % kStepSlots) * chain::kSlotRows, landed(slot));
   }
 
   // Step s's slots through the tensor cores; the warp's column sums into sums_.
@@ -371,10 +397,10 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i;
       const long long since = trace_now();
-      chain::barrier_wait(landed(g % kSlots, warp_), (g / kSlots) & 1);  // the producer's copies of the tile
+      chain::barrier_wait(landed(g % kSlots), (g / kSlots) & 1);  // the producer's copy of the slot
       trace_wait(s, 4, since);
       multiply(g, i, d);
-      chain::barrier_arrive(read(g % kSlots, warp_));  // one of 32: every lane's ldmatrix has its values
+      chain::barrier_arrive(read(g % kSlots));  // one of 256: this lane's ldmatrix has its values
     }
     const int m = lane_ >> 2, r = 2 * (lane_ & 3);
     float* mine = sums_ + warp_ * chain::kMaxRows * kCols;
@@ -387,24 +413,6 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         mine[r * kCols + col + 8] = d[h][2];
         mine[(r + 1) * kCols + col + 8] = d[h][3];
       }
-    }
-  }
-
-  // Computing warp w's tile of slot g (of the whole launch): 16 rows of the
-  // b of step g / kStepSlots, of kPieces 16-byte pieces each, one copy per
-  // lane and piece (two per lane at C = 32, four at C = 64, half the lanes
-  // idle at C = 8).
-  GDL_DEV void issue(int g, int w) {
-    const T* b = weights_[g / kStepSlots];
-    T* tile = ring_ + ((g % kSlots) * chain::kWarps + w) * kTileElems;
-    constexpr int kCopies = (chain::kTileRows * kPieces + 31) / 32;  // per lane
-#pragma unroll
-    for (int j = 0; j < kCopies; ++j) {
-      const int q = lane_ + 32 * j;
-      if (q >= chain::kTileRows * kPieces) break;  // C = 8: lanes 16-31
-      const int row = q / kPieces, piece = q % kPieces;
-      const int k = (g % kStepSlots) * chain::kSlotRows + w * chain::kTileRows + row;
-      cp_async16(tile + chain::tile_at<kCols>(row, piece), b + (size_t)k * K + n0_ + piece * 8);
     }
   }
 
@@ -633,7 +641,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV void print_trace() const {}
 #endif
 
-  const T* const* weights_;
+  const unsigned char* maps_;  // the steps' tensor maps
   int steps_;
   unsigned long long* counter_;  // the group's launch count
   unsigned long long* mail_;     // the group's two mailboxes
@@ -644,7 +652,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   float* sums_;
   float4* parts_;
   int* active_;                 // the block's group has rows (step 0 sets it)
-  unsigned long long* bars_;    // per slot and computing warp: landed, read
+  unsigned long long* bars_;    // per slot: landed, read
   int lane_, warp_, n0_, row0_;
 };
 

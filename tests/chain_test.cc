@@ -59,7 +59,10 @@ TEST_CASE("chain: the W2 layers form one chain over every step, with its own exc
     // At K = 1024, two mailboxes of 8 rows, each element 4 bytes there (two
     // per 8-byte word with a flag).
     CHECK(chain_exchange_bytes(1024, 0) == 8 * 128 + 2 * 8 * 1024 * 4);
-    CHECK(p.chains[0].exchange_offset + exchange_bytes == p.arena_bytes + p.scratch_bytes);  // last in the area
+    // Then the kernel's tensor maps, one of 128 bytes per step: last in the area.
+    CHECK(chain_tensor_maps_offset(p.chains[0], 0) == p.chains[0].exchange_offset + exchange_bytes);
+    CHECK(chain_scratch_bytes(p.chains[0]) == exchange_bytes + 4 * 128);
+    CHECK(p.chains[0].exchange_offset + chain_scratch_bytes(p.chains[0]) == p.arena_bytes + p.scratch_bytes);
     CHECK(p.chains[0].row_groups == 0);  // K = 2048: no row groups
     for (const plan::Step& st : p.steps)
       if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].exchange_offset);
@@ -238,7 +241,7 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   const size_t kernel = code.source.find("void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) gdl_chain0(");
   REQUIRE(kernel != std::string::npos);
   for (const KernelInfo& info : code.kernels) CHECK(code.source.find(" " + info.symbol + "(") < kernel);
-  // The producer warps stream the weights and leave before the wait
+  // The producer warp streams the weights and leaves before the wait
   // (params only), the steps run in order after it.
   const size_t start = code.source.find("if (chain.produce()) return;", kernel),
                wait = code.source.find("wait_for_producers", kernel);
@@ -295,7 +298,9 @@ TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that d
   REQUIRE(p.chains[0].row_groups == 8);
   // Eight groups' counters, then each group's two mailboxes of 8 rows.
   CHECK(chain_exchange_bytes(1024, 8) == 8 * 128 + 8 * 2 * 8 * 1024 * 4);
-  CHECK(p.chains[0].exchange_offset + chain_exchange_bytes(1024, 8) == p.arena_bytes + p.scratch_bytes);
+  // Then the tensor maps of both kernels, two steps each.
+  CHECK(chain_tensor_maps_offset(p.chains[0], 1) == chain_tensor_maps_offset(p.chains[0], 0) + 2 * 128);
+  CHECK(p.chains[0].exchange_offset + chain_exchange_bytes(1024, 8) + 4 * 128 == p.arena_bytes + p.scratch_bytes);
   Artifact a;
   a.plan = p;
   GeneratedCode code = generate_cuda(p);
@@ -317,7 +322,14 @@ TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that d
     CHECK(back->chains[i].groups == a.chains[i].groups);
     CHECK(back->chains[i].min_rows == a.chains[i].min_rows);
     CHECK(back->chains[i].max_rows == a.chains[i].max_rows);
+    CHECK(back->chains[i].tensor_maps_offset == chain_tensor_maps_offset(p.chains[0], static_cast<int64_t>(i)));
+    CHECK(back->chains[i].weight_offsets == a.chains[i].weight_offsets);
   }
+  // Each kernel names the steps' weights: the b of each matmul, in params.
+  REQUIRE(a.chains[0].weight_offsets.size() == 2);
+  CHECK(a.chains[0].weight_offsets[0] != a.chains[0].weight_offsets[1]);
+  for (uint64_t o : a.chains[0].weight_offsets) CHECK(o + 1024 * 1024 * 2 <= p.params_bytes);
+  CHECK(a.chains[1].weight_offsets == a.chains[0].weight_offsets);
 
   Artifact wrong = a;
   wrong.chains[0].last = 0;
@@ -343,6 +355,24 @@ TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that d
   refused = deserialize_artifact(serialize_artifact(missing));
   REQUIRE(!refused.ok());
   CHECK(refused.status().message().find("the plan's chains have no kernels") != std::string::npos);
+  // Tensor maps elsewhere than the plan puts them, or a weight that does
+  // not lie in the params (the runtime would encode a map over it).
+  const std::string outside = "names tensor maps or weights outside its chain's scratch or the params";
+  Artifact moved = a;
+  moved.chains[1].tensor_maps_offset = moved.chains[0].tensor_maps_offset;
+  refused = deserialize_artifact(serialize_artifact(moved));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find(outside) != std::string::npos);
+  Artifact beyond = a;
+  beyond.chains[0].weight_offsets[1] = p.params_bytes - 1024 * 1024;  // half of it past the end
+  refused = deserialize_artifact(serialize_artifact(beyond));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find(outside) != std::string::npos);
+  Artifact fewer = a;
+  fewer.chains[0].weight_offsets.pop_back();
+  refused = deserialize_artifact(serialize_artifact(fewer));
+  REQUIRE(!refused.ok());
+  CHECK(refused.status().message().find(outside) != std::string::npos);
   Artifact ungrouped = a;
   ungrouped.chains.pop_back();
   refused = deserialize_artifact(serialize_artifact(ungrouped));

@@ -712,7 +712,7 @@ TEST_CASE("plan: split kernels in a chain share their partial tiles; their ticke
   CHECK(partial_offsets.size() == 2);  // the chain's one area, and the independent matmul's own
   const uint64_t one = p.steps[0].scratch_bytes;
   REQUIRE(p.chains.size() == 1);  // the four chained matmuls also get a chain kernel, its exchange area last
-  CHECK(p.scratch_bytes == 5 * p.steps[0].tickets_bytes + 2 * one + chain_exchange_bytes(2048, 0));
+  CHECK(p.scratch_bytes == 5 * p.steps[0].tickets_bytes + 2 * one + chain_exchange_bytes(2048, 0) + 4 * kChainTensorMapBytes);
   GeneratedCode code = generate_cuda(p);
   require_compiles(code);
 }

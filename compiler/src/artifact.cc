@@ -187,6 +187,8 @@ void write_chains(Writer& w, const std::vector<ChainKernel>& chains) {
     w.u32(c.groups);
     w.u32(c.threads);
     w.u32(c.shared_bytes);
+    w.u64(c.tensor_maps_offset);
+    w.vec(c.weight_offsets, [&](uint64_t o) { w.u64(o); });
   });
 }
 
@@ -447,6 +449,20 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
   return kernels;
 }
 
+// The kernel's tensor maps are where the plan puts them (its chain's
+// scratch) and each step's weight, [K, K] of 2-byte elements, 16-byte
+// aligned, lies inside the params region: the runtime encodes and writes the
+// maps from these, before any kernel runs.
+bool chain_weights_fit(const ChainKernel& c, const plan::Plan& p) {
+  const plan::Chain& chain = p.chains[static_cast<size_t>(c.chain)];
+  if (c.tensor_maps_offset != chain_tensor_maps_offset(chain, c.groups > 1 ? 1 : 0)) return false;
+  if (c.weight_offsets.size() != static_cast<size_t>(chain.last - chain.first + 1)) return false;
+  const uint64_t bytes = static_cast<uint64_t>(chain.k) * static_cast<uint64_t>(chain.k) * 2;
+  for (uint64_t o : c.weight_offsets)
+    if (o % 16 != 0 || o > p.params_bytes || bytes > p.params_bytes - o) return false;
+  return true;
+}
+
 // The chain kernels must be, in plan order, each plan chain's kernel for at
 // most kChainMaxRows rows and then, where the plan gives it row groups, its
 // kernel in that many groups; each names its chain's steps.
@@ -471,6 +487,9 @@ std::vector<ChainKernel> read_chains(Reader& r, const plan::Plan& p) {
     c.groups = r.u32();
     c.threads = r.u32();
     c.shared_bytes = r.u32();
+    c.tensor_maps_offset = r.u64();
+    c.weight_offsets.resize(r.count(8, "chain weight"));
+    for (uint64_t& o : c.weight_offsets) o = r.u64();
     if (r.failed()) break;
     if (i >= expected.size() || expected[i].first != c.chain || expected[i].second != c.groups ||
         p.chains[static_cast<size_t>(c.chain)].first != c.first || p.chains[static_cast<size_t>(c.chain)].last != c.last)
@@ -480,6 +499,8 @@ std::vector<ChainKernel> read_chains(Reader& r, const plan::Plan& p) {
     else if (c.max_rows != static_cast<int64_t>(c.groups) * kChainMaxRows || c.min_rows < 0 || c.min_rows > c.max_rows)
       r.fail(where + " serves rows [" + std::to_string(c.min_rows) + ", " + std::to_string(c.max_rows) +
              "], not those of its " + std::to_string(c.groups) + " row groups");
+    else if (!chain_weights_fit(c, p))
+      r.fail(where + " names tensor maps or weights outside its chain's scratch or the params");
   }
   if (!r.failed() && chains.size() != expected.size()) r.fail("the plan's chains have no kernels");
   return chains;

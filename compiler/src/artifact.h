@@ -19,8 +19,9 @@ namespace gdl {
 
 // 2: plan steps carry their scratch; 3: a step's large kernel; 4: chains;
 // 5: the module holds the input copy kernel (codegen.h kInputCopySymbol);
-// 6: a kernel's early_start; 7: a chain's row groups and their kernel
-inline constexpr uint32_t kArtifactVersion = 7;
+// 6: a kernel's early_start; 7: a chain's row groups and their kernel;
+// 8: a chain kernel's tensor maps and weights
+inline constexpr uint32_t kArtifactVersion = 8;
 
 struct Artifact {
   plan::Plan plan;                  // holds the graph: names, shapes, dtypes

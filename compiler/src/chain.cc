@@ -63,9 +63,9 @@ int64_t chain_row_groups(int64_t k, int64_t max_rows) {
 uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
   constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainComputingWarps;
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
-  const int64_t slot_bytes = kWarps * 16 * cols * 2 + kWarps * 2 * 8;  // the tiles and their two mbarriers
+  const int64_t slot_bytes = kWarps * 16 * cols * 2 + 2 * 8;  // the tiles and their two mbarriers
   const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
-  const int64_t rest = xn + raw + sums + kWarps * 16 + 16;
+  const int64_t rest = xn + raw + sums + kWarps * 16 + 16 + 1024;  // + the ring's alignment to 1024 bytes
   const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + rest);
 }
@@ -74,6 +74,18 @@ uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups) {
   const uint64_t groups = static_cast<uint64_t>(std::max<int64_t>(row_groups, 1));
   if (k > kChainMailboxMaxK) return kChainCounterBytes;
   return kChainCounterBytes + groups * 2 * kChainMaxRows * static_cast<uint64_t>(k / 2) * 8;
+}
+
+int64_t chain_kernel_count(const plan::Chain& c) { return c.row_groups > 1 ? 2 : 1; }
+
+uint64_t chain_tensor_maps_offset(const plan::Chain& c, int64_t kernel) {
+  const uint64_t exchange = (chain_exchange_bytes(c.k, c.row_groups) + kChainTensorMapBytes - 1) / kChainTensorMapBytes *
+                            kChainTensorMapBytes;
+  return c.exchange_offset + exchange + static_cast<uint64_t>(kernel * (c.last - c.first + 1)) * kChainTensorMapBytes;
+}
+
+uint64_t chain_scratch_bytes(const plan::Chain& c) {
+  return chain_tensor_maps_offset(c, chain_kernel_count(c)) - c.exchange_offset;
 }
 
 std::vector<plan::Chain> find_matmul_chains(const plan::Plan& p) {

@@ -27,7 +27,7 @@ inline constexpr int64_t kChainMaxK = 4096;        // 32 columns per block at mo
 // took 57.5 us for W2's eight layers at B=1 against 40.8 us for the steps'
 // kernels (docs/performance.md), so narrower strips came before K = 1024.
 inline constexpr int64_t kChainMinK = 1024;
-inline constexpr uint32_t kChainThreads = 384;     // gdl::chain::kLaunchThreads: 8 computing warps, 4 producer warps
+inline constexpr uint32_t kChainThreads = 288;     // gdl::chain::kLaunchThreads: 8 computing warps, 1 producer warp
 inline constexpr int64_t kChainComputingWarps = 8;  // gdl::chain::kWarps
 inline constexpr int64_t kChainMaxGroups = 8;      // gdl::chain::kMaxGroups: up to 64 rows
 inline constexpr int64_t kChainGroupMaxK = 1024;   // gdl::chain::kGroupMaxK
@@ -58,6 +58,18 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols);
 // at K <= kChainMailboxMaxK its mailboxes (above it the kernel separates
 // its steps by a grid barrier): gdl::chain::exchange_bytes(K, max(row_groups, 1)).
 uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups);
+
+// The tensor maps of a chain's kernels, through which their producer thread
+// copies the weights (cp.async.bulk.tensor): one CUtensorMap per step and
+// kernel, written by the runtime when a session starts (it needs the params'
+// device address), in the chain's scratch right after its exchange area.
+inline constexpr uint64_t kChainTensorMapBytes = 128;  // sizeof(CUtensorMap), and its alignment here
+// The chain's kernels: 1, or 2 with row groups (ChainKernel, codegen.h).
+int64_t chain_kernel_count(const plan::Chain& c);
+// Scratch offset of the tensor maps of the chain's kernel `kernel` (0 or 1).
+uint64_t chain_tensor_maps_offset(const plan::Chain& c, int64_t kernel);
+// The chain's whole scratch: its exchange area, then its kernels' tensor maps.
+uint64_t chain_scratch_bytes(const plan::Chain& c);
 
 // The maximal runs of at least two consecutive plan steps where every step
 // is a matmul (with its norm prologue and epilogue, if any) that the chain

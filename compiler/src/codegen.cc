@@ -1100,7 +1100,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
                          int sm, std::vector<ChainKernel>& out) {
   const plan::Chain& chain = p.chains[c];
   const ir::Graph& g = p.graph;
-  std::vector<std::string> weights;
+  std::vector<uint64_t> weights;  // params offsets
   DType dtype = DType::kF16;
   Shape rows;
   for (int s = chain.first; s <= chain.last; ++s) {
@@ -1111,7 +1111,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
                         "chain step " + std::to_string(s) + " is not a matmul with a param b");
     dtype = matmul.type.dtype;
     rows = sub_shape(matmul.type.shape, 0, matmul.type.shape.size() - 1);
-    weights.push_back(std::to_string(b.offset));
+    weights.push_back(b.offset);
   }
   const int64_t cols = groups > 1 ? chain_group_columns(chain.k, groups) : chain_block_columns(chain.k);
   const std::string t = storage_type(dtype), k = std::to_string(chain.k), cols_text = std::to_string(cols);
@@ -1127,6 +1127,8 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
   info.groups = static_cast<uint32_t>(groups);
   info.threads = kChainThreads;
   info.shared_bytes = chain_shared_bytes(chain.k, cols);
+  info.tensor_maps_offset = chain_tensor_maps_offset(chain, groups > 1 ? 1 : 0);
+  info.weight_offsets = weights;
   std::string src = "// steps " + std::to_string(chain.first) + "-" + std::to_string(chain.last) +
                     " as one persistent kernel (gdl_chain.cuh), launched in place of their kernels while the rows are " +
                     (groups > 1 ? std::to_string(info.min_rows) + " to " : "at most ") +
@@ -1141,13 +1143,13 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
   src += "  static_assert(gdl::chain::exchange_bytes(" + k + ", " + std::to_string(groups) +
          ") <= " + std::to_string(chain_exchange_bytes(chain.k, chain.row_groups)) +
          "ull, \"the exchange area gdlc planned\");\n";
-  src += "  const " + t + "* const chain_weights[" + std::to_string(weights.size()) + "] = {";
-  for (size_t i = 0; i < weights.size(); ++i)
-    src += std::string(i ? ", " : "") + "reinterpret_cast<const " + t + "*>(params + " + weights[i] + "ull)";
-  src += "};\n";
-  src += "  gdl::MatmulChain<" + t + ", " + k + ", " + cols_text + "> chain(chain_weights, " + std::to_string(weights.size()) +
-         ", arena + " + std::to_string(chain.exchange_offset) + "ull, chain_smem);  // its exchange area\n";
-  src += "  if (chain.produce()) return;  // the producer warps stream the weights, before any wait (gdl_abi.cuh)\n";
+  src += "  // the steps' weights through the tensor maps the runtime wrote (params +";
+  for (size_t i = 0; i < weights.size(); ++i) src += " " + std::to_string(weights[i]);
+  src += ")\n";
+  src += "  gdl::MatmulChain<" + t + ", " + k + ", " + cols_text + "> chain(arena + " +
+         std::to_string(info.tensor_maps_offset) + "ull, " + std::to_string(weights.size()) + ", arena + " +
+         std::to_string(chain.exchange_offset) + "ull, chain_smem);  // its tensor maps, its exchange area\n";
+  src += "  if (chain.produce()) return;  // the producer warp streams the weights, before any wait (gdl_abi.cuh)\n";
   src += "  gdl::wait_for_producers();\n";
   for (int s = chain.first; s <= chain.last; ++s)
     src += StepEmitter(p, static_cast<size_t>(s), scalar_slot, sm, Variant::kChainStep, s - chain.first)

@@ -88,6 +88,12 @@ struct ChainKernel {
   Shape rows;
   int64_t min_rows = 0, max_rows = 0;
   uint32_t blocks = 0, groups = 1, threads = 0, shared_bytes = 0;
+  // Its tensor maps (chain_tensor_maps_offset: one per step, in the arena's
+  // scratch), which the runtime writes from the steps' weights (b, params
+  // offsets) when a session starts: [K, K] 2-byte elements, a box of K /
+  // blocks columns and gdl::chain::kSlotRows rows.
+  uint64_t tensor_maps_offset = 0;
+  std::vector<uint64_t> weight_offsets;
 };
 
 // Whether a run at these dims launches this chain kernel.

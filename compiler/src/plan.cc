@@ -548,7 +548,7 @@ Plan make_plan(ir::Graph graph, const PlanOptions& options) {
   if (options.chain_matmuls) p.chains = find_matmul_chains(p);
   for (Chain& c : p.chains) {
     c.exchange_offset = align_up(scratch_end);
-    scratch_end = c.exchange_offset + align_up(chain_exchange_bytes(c.k, c.row_groups));
+    scratch_end = c.exchange_offset + align_up(chain_scratch_bytes(c));  // its exchange area and tensor maps
   }
   p.scratch_bytes = scratch_end - p.arena_bytes;
   return p;
@@ -798,7 +798,7 @@ std::string check_plan(const Plan& p) {
     if (c.row_groups != 0 && c.row_groups != chain_row_groups(c.k, c.row_groups * kChainMaxRows))
       return name + ": " + std::to_string(c.row_groups) + " row groups at K = " + std::to_string(c.k) +
              " are not a launch its kernel can run";
-    const uint64_t exchange_bytes = chain_exchange_bytes(c.k, c.row_groups);  // its size follows the row groups
+    const uint64_t exchange_bytes = chain_scratch_bytes(c);  // its size follows the row groups and the steps
     if (c.exchange_offset % kAlignment != 0 || c.exchange_offset < p.arena_bytes || c.exchange_offset > area_end ||
         exchange_bytes > area_end - c.exchange_offset)
       return name + ": its exchange area lies outside the scratch area or is not aligned";
@@ -869,7 +869,8 @@ std::string print_plan(const Plan& p) {
                                    std::to_string(c.row_groups * kChainMaxRows)
                              : std::string()) +
            " (K = " + std::to_string(c.k) + "); exchange @" + std::to_string(c.exchange_offset) + " (" +
-           human_bytes(chain_exchange_bytes(c.k, c.row_groups)) + ")\n";
+           human_bytes(chain_exchange_bytes(c.k, c.row_groups)) + "), tensor maps @" +
+           std::to_string(chain_tensor_maps_offset(c, 0)) + "\n";
   for (const ir::Output& o : g.outputs)
     out += "  output \"" + o.name + "\" = " + value_ref(o.value) + " -> " +
            region_text(p.buffers.at(static_cast<size_t>(o.value))) + "\n";

@@ -82,9 +82,10 @@ struct Step {
 struct Chain {
   int first = 0, last = 0;      // steps [first, last], consecutive in schedule order
   int64_t k = 0;                // every step's K == N
-  // chain_exchange_bytes(k, row_groups) of scratch (chain.h) holding the
-  // kernels' launch counters, which only grow, and their mailboxes: zero
-  // when the session starts, never reset, never shared.
+  // chain_scratch_bytes of scratch (chain.h): the kernels' launch counters,
+  // which only grow, and their mailboxes (chain_exchange_bytes), zero when
+  // the session starts, never reset, never shared; then the kernels' tensor
+  // maps of the weights, which the runtime writes when the session starts.
   uint64_t exchange_offset = 0;
   // Row groups of the chain's second kernel (chain_row_groups): 0 = none,
   // the first kernel (at most kChainMaxRows rows) is the only one.

@@ -6,7 +6,9 @@
 //    device current, create the session's stream.
 // 2. One cudaMalloc for the arena (plan.arena_bytes) and the kernels'
 //    scratch behind it, zeroed once (arena_scratch.h); the params region is
-//    shared with the program's other sessions on the device.
+//    shared with the program's other sessions on the device; the chain
+//    kernels' tensor maps of their weights into the scratch
+//    (chain_tensor_maps.h).
 // 3. Load the kernel module and find every step's kernel.
 // 4. A pinned staging buffer and an upload event per input; a ring of
 //    pinned slots for the valid-dims block.
@@ -35,6 +37,7 @@
 #include <cstring>
 
 #include "arena_scratch.h"
+#include "chain_tensor_maps.h"
 #include "buckets.h"
 #include "cuda_util.h"
 #include "session_impl.h"
@@ -131,6 +134,7 @@ Status Session::Impl::init() {
   Expected<std::shared_ptr<rt::DeviceParams>> shared = rt::acquire_device_params(prog, device);
   if (!shared) return shared.status();
   params = std::move(shared).value();
+  GDL_RETURN_IF_ERROR(rt::write_chain_tensor_maps(prog, arena, params->base(), stream));  // they name the params' addresses
 
   Stopwatch load_time;
   GDL_RETURN_IF_ERROR(library.load(prog, device));

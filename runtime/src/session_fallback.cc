@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "arena_scratch.h"
+#include "chain_tensor_maps.h"
 #include "buckets.h"
 #include "cuda_util.h"
 #include "pipeline.h"
@@ -132,6 +133,7 @@ Status Session::Impl::run_fallback() {
   GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&temp_arena.bytes), rt::arena_allocation_bytes(fp.plan())),
                "allocating the fallback's arena (" + std::to_string(fp.plan().arena_bytes) + " bytes)");
   GDL_RETURN_IF_ERROR(rt::zero_scratch(temp_arena.bytes, fp.plan(), stream));
+  GDL_RETURN_IF_ERROR(rt::write_chain_tensor_maps(fp, temp_arena.bytes, params_base, stream));
   if (!dims.empty()) {
     fallback_valid.fill(0);
     for (size_t d = 0; d < dims.size(); ++d) fallback_valid[d] = static_cast<int32_t>(dims[d]);
