@@ -29,11 +29,14 @@
 // as tile_at lays the tiles out. A slot has an mbarrier "landed" (the
 // copy's bytes) and one "read" (every computing thread). So the weights
 // keep streaming while the computing warps exchange rows between steps,
-// until the ring is full. At most kInFlightSlots copies are in flight: the
+// until the ring is full. At most kInFlight copies are in flight: the
 // exchange's loads and barrier go to L2 behind the copies, and a whole
 // ring in flight made each step's exchange longer than the stream it
-// saved (docs/performance.md, session 15: 4 slots in flight took W2 H=4096
-// B=1 from 99 to 87 us in a measurement build, 6 slots 90, 8 slots 94).
+// saved (docs/performance.md, session 15: with contiguous copies, 4 slots
+// in flight took W2 H=4096 B=1 from 99 to 87 us in a measurement build, 6
+// slots 90, 8 slots 94; with these tensor copies 4 slots 89.4-90.2 us, 3
+// slots 91.3-91.6, 6 slots 92.0-92.8, and at C = 64, 16 KiB slots, 3 slots
+// 40.5 us for H=1024 B=64 against 42.1 with 4).
 // Before, four producer warps of per-lane 16-byte cp.async copies (93 us):
 // the copies left the ring slowly enough to need no cap, and a cap made
 // them slower (116 us).
@@ -81,7 +84,6 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;  // the computing warps
 // kLaunchThreads threads.
 constexpr int kProducerWarps = 1;
 constexpr int kLaunchThreads = kThreads + 32 * kProducerWarps;
-constexpr int kInFlightSlots = 4;  // the producer's copies issued and not landed, at most
 constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
@@ -260,6 +262,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   static constexpr int kStepSlots = K / chain::kSlotRows;
   static constexpr int kRowWords = K / 2;  // a row in the mailbox: two elements per word
   static constexpr bool kMailbox = K <= chain::kMailboxMaxK;  // else a grid barrier between steps
+  static constexpr int kInFlight = kCols == 64 ? 3 : 4;  // the producer's copies issued and not landed, at most
 
  public:
   // maps: step s's tensor map (128 bytes) at maps + 128 s, in global
@@ -382,7 +385,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV void issue_slot(int g) {
     const int slot = g % kSlots, round = g / kSlots;
     const long long since = trace_now();
-    const int landing = g - chain::kInFlightSlots;  // at most kInFlightSlots in flight
+    const int landing = g - kInFlight;  // at most kInFlight in flight
     if (landing >= 0) chain::barrier_wait(landed(landing % kSlots), (landing / kSlots) & 1);
     if (round > 0) chain::barrier_wait(read(slot), (round - 1) & 1);
     trace_wait(g / kStepSlots, 5, since);
