@@ -28,9 +28,10 @@
 #               of one block per SM and the grid barrier (the experiment
 #               behind gdl_chain.cuh); not part of `all`
 # 3f. tmastream: bench/tma_stream.cu (nvcc here): W2's H=4096 weight stream
-#               through the chain's ring, filled by cp.async producer warps
-#               or by one thread's 2-D tensor copies (TMA), or from packed
-#               (per block contiguous) weights, with the latency
+#               through the chain's ring, filled by cp.async producer warps,
+#               by one thread's 2-D tensor copies (TMA), from packed (per
+#               block contiguous) weights, or by 64-byte row bulk copies,
+#               with and without a cap on slots in flight, with the latency
 #               of L2 loads between the steps; not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on

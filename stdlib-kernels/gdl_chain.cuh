@@ -290,7 +290,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
 
   // Sets up the ring's barriers. Then the producer warp streams every
   // step's weights through the ring and returns true (the kernel returns:
-  // it touches weights only, so it need not wait for the kernels before,
+  // it reads only the weights and their tensor maps, which no kernel
+  // writes, so it need not wait for the kernels before,
   // gdl_abi.cuh); the computing warps return false at once.
   GDL_DEV bool produce() {
     if (blockDim.x != chain::kLaunchThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
