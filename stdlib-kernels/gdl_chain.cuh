@@ -84,6 +84,7 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;  // the computing warps
 // kLaunchThreads threads.
 constexpr int kProducerWarps = 1;
 constexpr int kLaunchThreads = kThreads + 32 * kProducerWarps;
+constexpr int kTensorMapBytes = 128;  // one CUtensorMap: a step's, in the chain's scratch
 constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
@@ -265,7 +266,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   static constexpr int kInFlight = kCols == 64 ? 3 : 4;  // the producer's copies issued and not landed, at most
 
  public:
-  // maps: step s's tensor map (128 bytes) at maps + 128 s, in global
+  // maps: step s's tensor map at maps + kTensorMapBytes s, in global
   // memory. exchange: chain::exchange_bytes(K, groups) of scratch, zero when
   // the session starts, this chain's only; row group g (blockIdx.y) has its
   // own counter (of launches, or of barrier arrivals above kMailboxMaxK)
@@ -391,7 +392,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     if (round > 0) chain::barrier_wait(read(slot), (round - 1) & 1);
     trace_wait(g / kStepSlots, 5, since);
     chain::barrier_arrive_expect(landed(slot), L::slot_bytes);
-    chain::tensor_copy(ring_ + slot * chain::kWarps * kTileElems, maps_ + 128 * (g / kStepSlots), n0_,
+    chain::tensor_copy(ring_ + slot * chain::kWarps * kTileElems, maps_ + chain::kTensorMapBytes * (g / kStepSlots), n0_,
                        (g % kStepSlots) * chain::kSlotRows, landed(slot));
   }
 
@@ -603,8 +604,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // phase of each step and prints the phases' cycles at the end: the rows of
   // a (with the wait for them), the slots' mma, the epilogue and store; and
   // the cycles of the step's slots that thread 0 waited for them to land,
-  // and that the first producer warp's lane 0 waited for them to be read
-  // (the ring full).
+  // and that the producer thread waited before issuing them (for the slot
+  // kInFlight before to land, then for the slot to be read: the ring full).
 #ifdef GDL_CHAIN_TRACE
   static constexpr int kTraceSteps = 16, kPhases = 6;
   // In global memory, one record per traced block (the ring leaves no
@@ -634,7 +635,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     const long long* t = trace_slots();
     for (int s = 0; s < steps_ && s < kTraceSteps; ++s, t += kPhases)
       printf("chain trace K=%d block %d step %d: rows %lld mma %lld store %lld cycles; waited for landed %lld, "
-             "producer for read %lld\n",
+             "producer waited %lld\n",
              K, (int)blockIdx.x, s, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4], t[5]);
   }
 #else

@@ -63,7 +63,7 @@ uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups);
 // copies the weights (cp.async.bulk.tensor): one CUtensorMap per step and
 // kernel, written by the runtime when a session starts (it needs the params'
 // device address), in the chain's scratch right after its exchange area.
-inline constexpr uint64_t kChainTensorMapBytes = 128;  // sizeof(CUtensorMap), and its alignment here
+inline constexpr uint64_t kChainTensorMapBytes = 128;  // sizeof(CUtensorMap), gdl::chain::kTensorMapBytes; also its alignment here
 // The chain's kernels: 1, or 2 with row groups (ChainKernel, codegen.h).
 int64_t chain_kernel_count(const plan::Chain& c);
 // Scratch offset of the tensor maps of the chain's kernel `kernel` (0 or 1).
