@@ -137,7 +137,7 @@ template <int K, int C = cols_for(K)> struct Layout {
   // The warps' parts of the row statistics (sums, squares, shift), then
   // the block's flag for its producer warp (a group with rows).
   static constexpr int misc_bytes = kWarps * 16 + 16;
-  static constexpr int align_bytes = 1024;  // the most the ring's alignment skips
+  static constexpr int align_bytes = 1024;  // the ring's alignment, and the most it skips
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes + align_bytes;
   static constexpr int slot_barrier_bytes = 2 * 8;  // per slot: landed, read
   static constexpr int fit = (kSmemLimit - rest) / (slot_bytes + slot_barrier_bytes);
@@ -256,7 +256,6 @@ struct MailVector {
 template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   using L = chain::Layout<K, C>;
   static constexpr int kCols = L::cols;
-  static constexpr int kPieces = kCols / 8;                   // 16-byte pieces per row of a tile
   static constexpr int kHalves = kCols >= 16 ? kCols / 16 : 1;  // mma M tiles of 16 columns
   static constexpr int kTileElems = L::tile_elems;
   static constexpr int kSlots = L::slots;
@@ -276,7 +275,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         counter_(reinterpret_cast<unsigned long long*>(exchange + 128 * blockIdx.y)),
         mail_(reinterpret_cast<unsigned long long*>(exchange + chain::kCounterBytes) +
               (size_t)blockIdx.y * 2 * chain::kMaxRows * kRowWords) {
-    ring_ = reinterpret_cast<T*>(smem + ((1024 - chain::smem_address(smem) % 1024) % 1024));
+    ring_ = reinterpret_cast<T*>(smem + (L::align_bytes - chain::smem_address(smem) % L::align_bytes) % L::align_bytes);
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
     raw_ = xn_ + chain::kMaxRows * L::xn_stride;
     sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);

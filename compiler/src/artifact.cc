@@ -471,7 +471,7 @@ std::vector<ChainKernel> read_chains(Reader& r, const plan::Plan& p) {
   std::vector<std::pair<int, int64_t>> expected;  // (plan chain, groups)
   for (size_t c = 0; c < p.chains.size(); ++c) {
     expected.emplace_back(static_cast<int>(c), 1);
-    if (p.chains[c].row_groups > 1) expected.emplace_back(static_cast<int>(c), p.chains[c].row_groups);
+    if (chain_kernel_count(p.chains[c]) == 2) expected.emplace_back(static_cast<int>(c), p.chains[c].row_groups);
   }
   for (size_t i = 0; i < chains.size() && !r.failed(); ++i) {
     ChainKernel& c = chains[i];

@@ -1200,7 +1200,7 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
   }
   for (size_t c = 0; c < p.chains.size(); ++c) {
     code.source += "\n" + chain_kernel(p, c, 1, scalar_slot, sm, code.chains);
-    if (p.chains[c].row_groups > 1)
+    if (chain_kernel_count(p.chains[c]) == 2)  // the kernel in row groups
       code.source += "\n" + chain_kernel(p, c, p.chains[c].row_groups, scalar_slot, sm, code.chains);
   }
   code.source += std::string("\n// The runtime's input copy: the bound inputs, from their pinned staging buffers or the\n") +
