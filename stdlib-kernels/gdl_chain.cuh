@@ -6,8 +6,8 @@
 // output columns [C j, C j + C) of rows [8 g, 8 g + 8) of every step, and
 // all of K. The blocks of one row group hand each step's rows to the next
 // step through a mailbox in global memory (below; at K above kMailboxMaxK,
-// one group, whose blocks stream the rows of c in per slot instead:
-// "Above kMailboxMaxK" below); the groups never read each other's rows.
+// a grid barrier over the group's blocks, then a read of c, instead); the
+// groups never read each other's rows.
 //  - G = 1 (at most kMaxRows rows): C = cols_for(K), 8, 16 or 32, so that a
 //    K of 1024, 2048 or 4096 runs 128 blocks.
 //  - G > 1 (row groups, more rows at K = 1024): C = group_cols_for(K, G),
@@ -60,7 +60,7 @@
 //
 // A step in a block:
 //  1. the group's rows of a_s (step 0: from a; later: from the mailbox,
-//     waiting for them), the norm prologue's
+//     waiting for them, or from a after the barrier), the norm prologue's
 //     statistics over the whole row, and the normalized rows (rounded to T,
 //     as the other matmul kernels do) into shared memory: the block needs
 //     all of K;
@@ -70,26 +70,12 @@
 //     rows of a as N;
 //  3. the eight warps' sums added in shared memory, the epilogue, the store
 //     (and, but in the last step, the rows into the mailbox).
-// Above kMailboxMaxK (stream_step, store_folded) the steps do not wait for
-// each other as a whole. A step's slots start from the one that holds the
-// block's own columns; each warp copies its 16 positions of the rows for a
-// slot, a few slots ahead, as soon as the block that stored them has
-// counted the step (publish_count); the norm is folded into the matmul
-// (the tensor cores run on x * w, a second mma sums w b and beta b down
-// the columns, the statistics are summed as the slots pass and applied in
-// the epilogue), so no slot waits for a whole row. A grid barrier and a
-// read of the rows between steps took 9,400-12,000 cycles of each step at
-// K = 4096 (docs/performance.md, session 15), the larger half of it.
 // The computing warps synchronize among themselves with a named barrier
 // (computing_warps_sync); the producer warp leaves the kernel once its
 // copies have landed.
 #pragma once
 
 #include "gdl_matmul.cuh"
-
-#ifndef GDL_CHAIN_ROWS_AHEAD
-#define GDL_CHAIN_ROWS_AHEAD 6  // MatmulChain::kRowsAhead (a measurement build may set it first)
-#endif
 
 namespace gdl {
 namespace chain {
@@ -104,7 +90,6 @@ constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
 constexpr int kSmemLimit = 227 * 1024;  // sm_90's largest shared memory per block
 constexpr int kMaxSlots = 24;
-constexpr int kMaxStepSlots = 32;  // K / kSlotRows at K = 4096
 constexpr int kBlocks = 128;     // at most one block per SM of an H100/H200 (132 SMs)
 constexpr int kMaxGroups = 8;    // row groups of kMaxRows: up to 64 rows
 constexpr int kGroupMaxK = 1024; // row groups only where measured (docs/performance.md)
@@ -138,27 +123,20 @@ constexpr int group_cols_for(int k, int groups) {
 
 // Dynamic shared memory of a chain over K with C columns per block: the
 // ring (aligned to 1024 bytes by hand, as the tensor copies' swizzle needs;
-// dynamic shared memory is only 16-byte aligned), the rows of a (above
-// kMailboxMaxK two more rows: the norm's weight and bias, staged beside
-// the rows for the fold), the warps' column sums (above kMailboxMaxK also
-// the fold's two column sums), the statistics, the slots' barriers.
+// dynamic shared memory is only 16-byte aligned), the normalized rows, the
+// warps' column sums, the statistics, the slots' barriers.
 template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int cols = C;
-  static constexpr bool streamed = K > kMailboxMaxK;  // the rows streamed per slot, the norm folded
-  static constexpr int xn_rows = streamed ? kMaxRows + 2 : kMaxRows;
   static constexpr int tile_elems = kTileRows * cols;  // one warp's part of a slot: 16 rows of 2 C bytes
   static constexpr int slot_bytes = kWarps * tile_elems * 2;
   static_assert(K % kSlotRows == 0 && K % cols == 0, "a chain's K is a multiple of 128");
   static constexpr int xn_stride = K + 8;  // rows 16 bytes apart in the banks
-  static constexpr int xn_bytes = xn_rows * xn_stride * 2;
-  static constexpr int sums_bytes = kWarps * xn_rows * cols * 4;
+  static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
+  static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
-  // The warps' parts of the row statistics (sums, squares, shift: per warp,
-  // or above kMailboxMaxK per warp and row; there also the rows' statistics
-  // and a "rows there" mbarrier per slot of a step), then the block's word
-  // for its producer warp (a group with rows) and its count at the start.
-  static constexpr int misc_bytes =
-      (streamed ? kWarps * kMaxRows * 16 + kMaxRows * 8 + kMaxStepSlots * 8 : kWarps * 16) + 16;
+  // The warps' parts of the row statistics (sums, squares, shift), then
+  // the block's flag for its producer warp (a group with rows).
+  static constexpr int misc_bytes = kWarps * 16 + 16;
   static constexpr int align_bytes = 1024;  // the ring's alignment, and the most it skips
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes + align_bytes;
   static constexpr int slot_barrier_bytes = 2 * 8;  // per slot: landed, read
@@ -220,16 +198,6 @@ GDL_DEV void tensor_copy(void* dst, const void* map, int x, int y, unsigned long
       "l"(map), "r"(x), "r"(y), "r"(smem_address(bar))
       : "memory");
 }
-// Whether the phase of the given parity has completed (acquire), without waiting.
-GDL_DEV bool barrier_test(unsigned long long* bar, unsigned parity) {
-  unsigned done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(smem_address(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // Until the phase of the given parity has completed (acquire).
 GDL_DEV void barrier_wait(unsigned long long* bar, unsigned parity) {
   asm volatile(
@@ -240,24 +208,22 @@ GDL_DEV void barrier_wait(unsigned long long* bar, unsigned parity) {
       : "memory");
 }
 
-// Above kMailboxMaxK every block publishes, after its store of a step's
-// columns of c, how many steps it has stored in all (its word of the
-// exchange area; chains there have one row group, and kCounterBytes holds
-// a word per block); a block reads a piece of the next step's rows once
-// the word of the block that wrote them says so. Relaxed accesses, each
-// paired with a fence: the writer's orders its stores of c before the
-// count, the reader's orders the count before its copies of the rows.
-GDL_DEV void publish_count(unsigned long long* word, unsigned long long count) {
-  __threadfence();
-  asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(word), "l"(count) : "memory");
+// Every block of a row group (gridDim.x of them) arrives once per barrier
+// (chains above kMailboxMaxK). The counter only grows (launches of one
+// chain never overlap), so a barrier's target is the next multiple of the
+// group's size above the count the block found: no reset.
+GDL_DEV void grid_barrier(unsigned long long* counter) {
+  computing_warps_sync();
+  if (threadIdx.x == 0) {
+    unsigned long long old, now;
+    asm volatile("atom.add.release.gpu.u64 %0, [%1], 1;" : "=l"(old) : "l"(counter) : "memory");
+    const unsigned long long target = (old / gridDim.x + 1) * gridDim.x;
+    do {
+      asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(now) : "l"(counter) : "memory");
+    } while (now < target);
+  }
+  computing_warps_sync();
 }
-GDL_DEV unsigned long long peek_count(const unsigned long long* word) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
-  return v;
-}
-GDL_DEV void acquire_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-static_assert(kCounterBytes >= kBlocks * 8, "a word per block in the counters' space");
 
 // Two elements and a flag, one 64-bit store (the mailbox, above).
 GDL_DEV void mail_store(unsigned long long* word, unsigned pair, unsigned flag) {
@@ -295,16 +261,15 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   static constexpr int kSlots = L::slots;
   static constexpr int kStepSlots = K / chain::kSlotRows;
   static constexpr int kRowWords = K / 2;  // a row in the mailbox: two elements per word
-  static constexpr bool kMailbox = !L::streamed;  // else the rows streamed per slot (stream_step)
-  static constexpr int kRowsAhead = GDL_CHAIN_ROWS_AHEAD;  // above kMailboxMaxK: a warp's copies of rows, slots ahead of its mma
+  static constexpr bool kMailbox = K <= chain::kMailboxMaxK;  // else a grid barrier between steps
   static constexpr int kInFlight = kCols == 64 ? 3 : 4;  // the producer's copies issued and not landed, at most
 
  public:
   // maps: step s's tensor map at maps + kTensorMapBytes s, in global
   // memory. exchange: chain::exchange_bytes(K, groups) of scratch, zero when
   // the session starts, this chain's only; row group g (blockIdx.y) has its
-  // own launch counter and mailboxes in it (above kMailboxMaxK, one group:
-  // a count of steps stored per block instead, chain::publish_count).
+  // own counter (of launches, or of barrier arrivals above kMailboxMaxK)
+  // and mailboxes in it.
   GDL_DEV MatmulChain(const unsigned char* maps, int steps, unsigned char* exchange, unsigned char* smem)
       : maps_(maps), steps_(steps),
         counter_(reinterpret_cast<unsigned long long*>(exchange + 128 * blockIdx.y)),
@@ -312,23 +277,15 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
               (size_t)blockIdx.y * 2 * chain::kMaxRows * kRowWords) {
     ring_ = reinterpret_cast<T*>(smem + (L::align_bytes - chain::smem_address(smem) % L::align_bytes) % L::align_bytes);
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
-    raw_ = xn_ + L::xn_rows * L::xn_stride;
+    raw_ = xn_ + chain::kMaxRows * L::xn_stride;
     sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);
-    parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * L::xn_rows * kCols);
-    stats_ = reinterpret_cast<float2*>(parts_ + chain::kWarps * (kMailbox ? 1 : chain::kMaxRows));
-    rows_there_ = reinterpret_cast<unsigned long long*>(stats_ + (kMailbox ? 0 : chain::kMaxRows));
-    active_ = reinterpret_cast<int*>(rows_there_ + (kMailbox ? 0 : chain::kMaxStepSlots));
-    start_count_ = reinterpret_cast<unsigned long long*>(active_ + 2);
+    parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
+    active_ = reinterpret_cast<int*>(parts_ + chain::kWarps);
     bars_ = reinterpret_cast<unsigned long long*>(reinterpret_cast<unsigned char*>(active_) + 16);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
     row0_ = blockIdx.y * chain::kMaxRows;
-    // Above kMailboxMaxK a block takes each step's slots starting from the
-    // one that holds its own columns: its first rows come from itself and
-    // its neighbours, so a slow block holds the others back only as they
-    // reach its slot (the producer streams the weights in the same order).
-    first_slot_ = kMailbox ? 0 : n0_ / chain::kSlotRows;
   }
 
   // Sets up the ring's barriers. Then the producer warp streams every
@@ -340,7 +297,6 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     if (blockDim.x != chain::kLaunchThreads || gridDim.x * kCols != K || gridDim.y > chain::kMaxGroups) __trap();
     for (int i = threadIdx.x; i < kSlots * 2; i += blockDim.x)  // landed: the producer's arrival; read: every computing thread
       chain::barrier_init(bars_ + i, i % 2 == 0 ? 1 : chain::kThreads);
-    if (!kMailbox && threadIdx.x < kStepSlots) chain::barrier_init(rows_there_ + threadIdx.x, 1);  // the watcher's arrival
     trace_clear();
     __syncthreads();  // the only barrier of all the block's warps
     if (warp_ < chain::kWarps) return false;
@@ -357,28 +313,18 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     // kernels before (gdl_abi.cuh), with acquire, so before any of this
     // block's mailbox stores, which block 0's advance of it waits for.
     if (kMailbox && s == 0) asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(launch_) : "l"(counter_) : "memory");
-    // Above it, the block's own count of steps stored: every block's is
-    // the same when a launch starts (each stores steps_ - 1 per launch).
-    if (!kMailbox && s == 0) launch_ = chain::peek_count(counter_ + blockIdx.x);
-    if (s == 0) {  // tell the producer warp whether the group has rows to stream weights for (and the count)
+    if (s == 0) {  // tell the producer warp whether the group has rows to stream weights for
       if (threadIdx.x == 0) *active_ = mine > 0;
-      if (!kMailbox && threadIdx.x == 0) *start_count_ = launch_;
       asm volatile("bar.arrive %0, %1;" ::"n"(chain::kHandshakeBarrier), "n"(chain::kLaunchThreads) : "memory");
     }
     if (mine > 0) {
       trace(s, 0);
-      if constexpr (kMailbox) {
-        load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox after step 0
-        trace(s, 1);
-        multiply_step(s);
-        trace(s, 2);
-        store(s, c, mine, epi);
-      } else {
-        trace(s, 1);
-        stream_step(s, a + (size_t)row0_ * K, mine, pro);
-        trace(s, 2);
-        store_folded(s, c, mine, epi, pro);
-      }
+      if (!kMailbox && s > 0) chain::grid_barrier(counter_);  // a is the previous step's c
+      load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox where there is one
+      trace(s, 1);
+      multiply_step(s);
+      trace(s, 2);
+      store(s, c, mine, epi);
       trace(s, 3);
     }
     if (s == steps_ - 1 && mine > 0) {
@@ -413,12 +359,6 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV unsigned long long* mail_row(int s, int r) const { return mail_ + ((s & 1) * chain::kMaxRows + r) * kRowWords; }
   GDL_DEV unsigned flag(int s) const { return (unsigned)(launch_ * (unsigned long long)steps_ + s + 1); }
 
-  // The rows of b (and positions of a) of a step's i-th slot, in units of kSlotRows.
-  GDL_DEV int slot_of(int i) const {
-    const int j = i + first_slot_;
-    return j < kStepSlots ? j : j - kStepSlots;
-  }
-
   // The landed and read barriers of a slot.
   GDL_DEV unsigned long long* landed(int slot) const { return bars_ + slot * 2; }
   GDL_DEV unsigned long long* read(int slot) const { return landed(slot) + 1; }
@@ -435,52 +375,14 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       for (int g = 0; g < first; ++g) issue_slot(g);
     __syncwarp();
     asm volatile("bar.sync %0, %1;" ::"n"(chain::kHandshakeBarrier), "n"(chain::kLaunchThreads) : "memory");
-    if (lane_ != 0) {
-      if (!kMailbox && *active_) watch_rows();
-      return;
-    }
+    if (lane_ != 0) return;
     const int issued = *active_ ? total : first;
     for (int g = first; g < issued; ++g) issue_slot(g);
     for (int g = issued > kSlots ? issued - kSlots : 0; g < issued; ++g)
       chain::barrier_wait(landed(g % kSlots), (g / kSlots) & 1);
   }
-  // Above kMailboxMaxK, lanes 1-31 of the producer's warp watch the counts
-  // of steps stored (chain::publish_count) of the blocks whose columns make
-  // each slot's positions of the rows, lane l the step's slots l - 1 and l
-  // + 30, and arrive on the slot's "rows there" barrier once all of them
-  // have stored the step before (after a fence: their stores of c before
-  // the computing warps' copies of them). The computing warps wait on the
-  // barriers (or test them, to copy ahead) without a load through L2,
-  // which waits behind the weight stream's copies.
-  GDL_DEV void watch_rows() const {
-    constexpr int kWriters = chain::kSlotRows / kCols;  // blocks whose columns make a slot's positions
-    const unsigned long long start = *start_count_;
-    for (int s = 1; s < steps_; ++s) {
-      unsigned pending = 0;
-      for (int i = lane_ - 1; i < kStepSlots; i += 31) pending |= 1u << i;
-      while (pending != 0) {
-        for (int i = lane_ - 1; i < kStepSlots; i += 31) {
-          if (!(pending >> i & 1)) continue;
-          const unsigned long long* counts = counter_ + slot_of(i) * kWriters;
-          unsigned long long c[kWriters];
-#pragma unroll
-          for (int w = 0; w < kWriters; ++w) c[w] = chain::peek_count(counts + w);
-          bool there = true;
-#pragma unroll
-          for (int w = 0; w < kWriters; ++w) there = there && c[w] >= start + s;
-          if (there) {
-            chain::acquire_fence();
-            chain::barrier_arrive(rows_there_ + i);
-            pending &= ~(1u << i);
-          }
-        }
-        if (pending != 0) __nanosleep(64);
-      }
-    }
-  }
-
   // Slot g of the launch: step g / kStepSlots's rows [kSlotRows i, kSlotRows
-  // (i + 1)), i = (g + first_slot_) % kStepSlots, of the block's columns.
+  // (i + 1)), i = g % kStepSlots, of the block's columns.
   GDL_DEV void issue_slot(int g) {
     const int slot = g % kSlots, round = g / kSlots;
     const long long since = trace_now();
@@ -490,7 +392,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     trace_wait(g / kStepSlots, 5, since);
     chain::barrier_arrive_expect(landed(slot), L::slot_bytes);
     chain::tensor_copy(ring_ + slot * chain::kWarps * kTileElems, maps_ + chain::kTensorMapBytes * (g / kStepSlots), n0_,
-                       slot_of(g % kStepSlots) * chain::kSlotRows, landed(slot));
+                       (g % kStepSlots) * chain::kSlotRows, landed(slot));
   }
 
   // Step s's slots through the tensor cores; the warp's column sums into sums_.
@@ -549,229 +451,6 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     }
   }
 
-  // ---------------------------------------------------------------- above kMailboxMaxK
-  // A step with the rows streamed per slot and the norm folded
-  // (gdl_matmul.cuh, "norm prologue"): the tensor cores run on x * w (w
-  // the norm's weight) and a second mma sums w_k b_kn and beta_k b_kn down
-  // the block's columns (the norm's weight and bias as two more rows of
-  // a), so that no slot needs the row statistics: they are summed from the
-  // same staged elements as the slots pass and applied in store_folded.
-  // Each warp copies its 16 positions of every row for a slot (cp.async,
-  // kRowsAhead slots ahead) once the block that stored them has said so
-  // (its count, chain::publish_count), so a step starts on the rows that
-  // are there instead of waiting for every block: the exchange between
-  // steps overlaps the weight stream rather than stopping it.
-  struct Folded {
-    float d[kHalves][4];     // the rows' sums
-    float e[kHalves][4];     // the column sums: n = 0 of w_k b_kn, n = 1 of beta_k b_kn
-    float sum, squares, shift;  // the statistics of this lane's row, shifted
-  };
-
-  // Staged 16 bytes of a per-column operand (the norm's weight or bias):
-  // copied where it is a column of T, else built from its values.
-  GDL_DEV static void stage_operand(const Column<T>& src, int k, T* dst) { cp_async16(dst, src.p + k); }
-  template <typename S> GDL_DEV static void stage_operand(const S& src, int k, T* dst) {
-    unsigned w[4];
-#pragma unroll
-    for (int e = 0; e < 8; e += 2) w[e / 2] = Vec16<T>::pack(src.at(k + e), src.at(k + e + 1));
-    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-
-  // The warp's copies for the step's i-th slot: its 16 positions of each
-  // row (two 16-byte pieces per row, one per lane), and of the norm's weight
-  // and bias where the fold needs them (rows kMaxRows and kMaxRows + 1 of
-  // xn_); one commit group per slot.
-  template <typename Pro> GDL_DEV void copy_rows(const T* a, int rows, int i, const Pro& pro) const {
-    const int k = slot_of(i) * chain::kSlotRows + warp_ * chain::kTileRows + 8 * (lane_ & 1);
-    const int r = lane_ >> 1;
-    if (r < rows) cp_async16(xn_ + r * L::xn_stride + k, a + (size_t)r * K + k);
-    if constexpr (Pro::active && Pro::weighted) {
-      if (r == chain::kMaxRows) stage_operand(pro.w, k, xn_ + r * L::xn_stride + k);
-    }
-    if constexpr (Pro::active && Pro::biased) {
-      if (r == chain::kMaxRows + 1) stage_operand(pro.b, k, xn_ + r * L::xn_stride + k);
-    }
-    cp_async_commit();
-  }
-
-  // Until at most `younger` groups of copies are pending: those issued
-  // after the step's i-th slot's (at most kRowsAhead).
-  template <int N = kRowsAhead> GDL_DEV static void wait_rows(int younger) {
-    if constexpr (N == 0) {
-      cp_async_wait<0>();
-    } else {
-      if (younger >= N) cp_async_wait<N>();
-      else wait_rows<N - 1>(younger);
-    }
-  }
-
-  template <typename Pro> __device__ __noinline__ void stream_step(int s, const T* a, int rows, const Pro& pro) const {
-    MatmulChain self = *this;
-    const Pro p = pro;
-    self.stream_slots(s, a, rows, p);
-  }
-
-  // The step's slots in order, each warp copying the rows of up to
-  // kRowsAhead slots ahead of its mma as their "rows there" barriers
-  // complete (watch_rows; in step 0 a was written before the launch).
-  template <typename Pro> GDL_DEV void stream_slots(int s, const T* a, int rows, const Pro& pro) {
-    const unsigned parity = (s - 1) & 1;
-    Folded f;
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) f.d[h][j] = f.e[h][j] = 0.0f;
-    f.sum = f.squares = f.shift = 0.0f;
-    int issued = 0;
-    for (int i = 0; i < kStepSlots; ++i) {
-      if (issued == i) {  // the slot's rows are not copied yet: wait until they are there
-        const long long since = trace_now();
-        if (s > 0) chain::barrier_wait(rows_there_ + i, parity);
-        trace_wait(s, 6, since);
-        copy_rows(a, rows, issued++, pro);
-      }
-      const int ahead = i + kRowsAhead < kStepSlots ? i + kRowsAhead : kStepSlots - 1;
-      while (issued <= ahead && (s == 0 || chain::barrier_test(rows_there_ + issued, parity)))
-        copy_rows(a, rows, issued++, pro);
-      const int g = s * kStepSlots + i;
-      const long long since = trace_now();
-      chain::barrier_wait(landed(g % kSlots), (g / kSlots) & 1);  // the producer's copy of the slot
-      trace_wait(s, 4, since);
-      wait_rows(issued - 1 - i);
-      __syncwarp();  // every lane's copies of the slot's rows
-      multiply_folded(g, i, rows, f, pro);
-      chain::barrier_arrive(read(g % kSlots));
-    }
-    // The warp's sums into sums_ (rows 0-7, then the column sums in rows 8
-    // and 9), its statistics per row into parts_.
-    const int m = lane_ >> 2, r = 2 * (lane_ & 3);
-    float* mine = sums_ + warp_ * L::xn_rows * kCols;
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-      const int col = 16 * h + m;
-      mine[r * kCols + col] = f.d[h][0];
-      mine[(r + 1) * kCols + col] = f.d[h][1];
-      mine[r * kCols + col + 8] = f.d[h][2];
-      mine[(r + 1) * kCols + col + 8] = f.d[h][3];
-      if (r == 0) {
-        mine[chain::kMaxRows * kCols + col] = f.e[h][0];
-        mine[(chain::kMaxRows + 1) * kCols + col] = f.e[h][1];
-        mine[chain::kMaxRows * kCols + col + 8] = f.e[h][2];
-        mine[(chain::kMaxRows + 1) * kCols + col + 8] = f.e[h][3];
-      }
-    }
-    if constexpr (Pro::active) {  // the four lanes of a row share its shift
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        f.sum += __shfl_xor_sync(0xffffffffu, f.sum, o);
-        f.squares += __shfl_xor_sync(0xffffffffu, f.squares, o);
-      }
-      if ((lane_ & 3) == 0) parts_[warp_ * chain::kMaxRows + m] = make_float4(f.sum, f.squares, f.shift, 0.0f);
-    }
-  }
-
-  // mma over one slot with the fold: the warp's 16 positions of each row,
-  // scaled by the norm's weight, and the column sums' two rows; the rows'
-  // statistics from the same elements (this lane's row lane / 4, its
-  // positions 2 (lane % 4) + {0, 1, 8, 9}).
-  template <typename Pro>
-  GDL_DEV void multiply_folded(int g, int i, int rows, Folded& f, const Pro& pro) const {
-    const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
-    const int k = slot_of(i) * chain::kSlotRows + warp_ * chain::kTileRows + 2 * (lane_ & 3);
-    const int n = lane_ >> 2;
-    const T* xb = xn_ + n * L::xn_stride + k;
-    unsigned b0 = *reinterpret_cast<const unsigned*>(xb);
-    unsigned b1 = *reinterpret_cast<const unsigned*>(xb + 8);
-    unsigned c0 = 0u, c1 = 0u;  // the column sums' rows: n = 0 the weight (or 1), n = 1 the bias
-    if constexpr (Pro::active) {
-      float x[4] = {Vec16<T>::elem(b0, 0), Vec16<T>::elem(b0, 1), Vec16<T>::elem(b1, 0), Vec16<T>::elem(b1, 1)};
-      if (i == 0 && Pro::center) f.shift = __shfl_sync(0xffffffffu, x[0], lane_ & ~3);
-      if (n < rows) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float d = x[j] - f.shift;
-          f.sum += d;
-          f.squares = fmaf(d, d, f.squares);
-        }
-      }
-      const T* wb = xn_ + chain::kMaxRows * L::xn_stride + k;  // the weight, staged by copy_rows
-      if constexpr (Pro::weighted) {
-        const unsigned w0 = *reinterpret_cast<const unsigned*>(wb), w1 = *reinterpret_cast<const unsigned*>(wb + 8);
-        b0 = Vec16<T>::pack(x[0] * Vec16<T>::elem(w0, 0), x[1] * Vec16<T>::elem(w0, 1));
-        b1 = Vec16<T>::pack(x[2] * Vec16<T>::elem(w1, 0), x[3] * Vec16<T>::elem(w1, 1));
-        if (n == 0) c0 = w0, c1 = w1;
-      } else if (n == 0) {
-        c0 = c1 = Vec16<T>::pack(1.0f, 1.0f);
-      }
-      if (!Pro::center && n == 0) c0 = c1 = 0u;
-      if constexpr (Pro::biased) {
-        if (n == 1) {
-          const T* bb = wb + L::xn_stride;
-          c0 = *reinterpret_cast<const unsigned*>(bb);
-          c1 = *reinterpret_cast<const unsigned*>(bb + 8);
-        }
-      }
-    }
-    // ldmatrix.x4.trans as in multiply (C >= 16 here).
-    const int row = (lane_ & 7) + 8 * (lane_ >> 4);
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-      const int piece = 2 * h + ((lane_ >> 3) & 1);
-      const unsigned addr = (unsigned)__cvta_generic_to_shared(tile + chain::tile_at<kCols>(row, piece));
-      unsigned w[4];
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                   : "r"(addr));
-      mma16816(f.d[h], w, b0, b1, T{});
-      if constexpr (Pro::active && (Pro::center || Pro::biased)) mma16816(f.e[h], w, c0, c1, T{});
-    }
-  }
-
-  // The rows' statistics from the warps' parts, the warps' sums added, the
-  // fold and the epilogue, one thread per element; then this block's count
-  // of steps stored (not after the last step: no block reads it).
-  template <typename Epi, typename Pro> GDL_DEV void store_folded(int s, T* c, int rows, const Epi& epi, const Pro& pro) {
-    static_assert(kCols >= 16, "above kMailboxMaxK a block has 16 or 32 columns");
-    chain::computing_warps_sync();
-    if constexpr (Pro::active) {
-      if (threadIdx.x < rows) {
-        // sum (x - c) = s_w + n d and sum (x - c)^2 = q_w + 2 d s_w + n d^2
-        // for a warp's n elements shifted by c_w, d = c_w - c.
-        const int r = threadIdx.x;
-        const float n = (float)(K / chain::kWarps);
-        const float row_shift = parts_[r].z;
-        float sum = 0.0f, squares = 0.0f;
-        for (int w = 0; w < chain::kWarps; ++w) {
-          const float4 part = parts_[w * chain::kMaxRows + r];
-          const float d = part.z - row_shift;
-          sum += part.x + n * d;
-          squares += part.y + d * fmaf(n, d, 2.0f * part.x);
-        }
-        const float mean_d = Pro::center ? sum / K : 0.0f;
-        const float var = fmaxf(squares / K - mean_d * mean_d, 0.0f);
-        stats_[r] = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
-      }
-      chain::computing_warps_sync();
-    }
-    for (int e = threadIdx.x; e < rows * kCols; e += chain::kThreads) {
-      const int row = e / kCols, col = e % kCols;
-      const long long index = (long long)(row0_ + row) * K + n0_ + col;
-      float acc = 0.0f, cs = 0.0f, bs = 0.0f;
-      for (int w = 0; w < chain::kWarps; ++w) {
-        const float* part = sums_ + w * L::xn_rows * kCols;
-        acc += part[row * kCols + col];
-        cs += part[chain::kMaxRows * kCols + col];
-        bs += part[(chain::kMaxRows + 1) * kCols + col];
-      }
-      if constexpr (Pro::active) acc = pro.fold(acc, stats_[row], cs, bs);
-      const float a_here = num(xn_[row * L::xn_stride + n0_ + col]);  // a as read, for a residual
-      c[index] = cvt<T>(epi(acc, index, a_here));
-    }
-    // sums_, parts_ and xn_ read before the next step's copies and sums.
-    chain::computing_warps_sync();
-    if (s + 1 < steps_ && threadIdx.x == 0) chain::publish_count(counter_ + blockIdx.x, launch_ + s + 1);
-  }
-
   // Rows [0, rows) of a into xn_, through the norm prologue, with one read
   // of a (step 0) or of the mailbox step s - 1 wrote (waiting for each
   // vector's words until they carry its flag): warp w takes row r = w /
@@ -779,8 +458,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // rounded up to a power of two) and its piece of `span` 16-byte vectors,
   // which each lane keeps in registers from the statistics (the shifted
   // sums of norm_row_stats, gdl_matmul.cuh, added over the row's warps) to
-  // the normalized store. a (step 0) is read with __ldcg: the kernels
-  // before wrote it, and L1 may hold an older copy. Rows of xn_ past
+  // the normalized store. a from c (step 0, or above kMailboxMaxK after the
+  // barrier) is read with __ldcg: other blocks of this launch wrote it, and
+  // L1 may hold an older copy. Rows of xn_ past
   // `rows` keep what they held: mma's column n only reaches output row n,
   // and store() writes rows below `rows` only.
   template <typename Pro> GDL_DEV void stage_rows(int s, const T* a, int rows, const Pro& pro) {
@@ -887,14 +567,14 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // The warps' sums per column added, then the epilogue: one thread per
-  // pair of elements (a mailbox word holds two). The epilogue takes the
-  // element's index in c and a's element at that index (a residual), from
-  // the rows staged above. The elements go to c and, but in the last step,
-  // into the mailbox.
+  // element, or per pair with a mailbox (its words hold two). The epilogue
+  // takes the element's index in c and a's element at that index (a
+  // residual), from the rows staged above. The elements go to c and, but in
+  // the last step, into the mailbox.
   template <typename Epi> GDL_DEV void store(int s, T* c, int rows, const Epi& epi) {
-    constexpr int kPer = 2;
+    constexpr int kPer = kMailbox ? 2 : 1;
     chain::computing_warps_sync();
-    const bool mail = s + 1 < steps_;
+    const bool mail = kMailbox && s + 1 < steps_;
     const unsigned written = flag(s);
     for (int e = threadIdx.x; e < rows * kCols / kPer; e += chain::kThreads) {
       const int row = e / (kCols / kPer), col = kPer * (e % (kCols / kPer));
@@ -906,10 +586,16 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col + h];
         bits |= Vec16<T>::bits(cvt<T>(epi(acc, index + h, num(raw_[row * kCols + col + h])))) << (16 * h);
       }
-      *reinterpret_cast<unsigned*>(c + index) = bits;
-      if (mail) chain::mail_store(mail_row(s, row) + (n0_ + col) / 2, bits, written);
+      if constexpr (kMailbox) {
+        *reinterpret_cast<unsigned*>(c + index) = bits;
+        if (mail) chain::mail_store(mail_row(s, row) + (n0_ + col) / 2, bits, written);
+      } else {
+        *reinterpret_cast<unsigned short*>(c + index) = (unsigned short)bits;
+      }
     }
-    chain::computing_warps_sync();  // sums_ and raw_ read before the next step's rows overwrite raw_
+    // sums_ and raw_ read before the next step's rows overwrite raw_ (with
+    // a grid barrier, its first __syncthreads orders them).
+    if constexpr (kMailbox) chain::computing_warps_sync();
   }
 
   // GDL_CHAIN_TRACE (defined before this header, a measurement build only):
@@ -920,7 +606,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // and that the producer thread waited before issuing them (for the slot
   // kInFlight before to land, then for the slot to be read: the ring full).
 #ifdef GDL_CHAIN_TRACE
-  static constexpr int kTraceSteps = 16, kPhases = 7;
+  static constexpr int kTraceSteps = 16, kPhases = 6;
   // In global memory, one record per traced block (the ring leaves no
   // shared memory at K = 1024); not a member: the noinline functions copy
   // the members.
@@ -948,8 +634,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     const long long* t = trace_slots();
     for (int s = 0; s < steps_ && s < kTraceSteps; ++s, t += kPhases)
       printf("chain trace K=%d block %d step %d: rows %lld mma %lld store %lld cycles; waited for landed %lld, "
-             "producer waited %lld, waited for rows %lld\n",
-             K, (int)blockIdx.x, s, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4], t[5], t[6]);
+             "producer waited %lld\n",
+             K, (int)blockIdx.x, s, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4], t[5]);
   }
 #else
   GDL_DEV void trace(int, int) {}
@@ -969,13 +655,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   T* raw_;
   float* sums_;
   float4* parts_;
-  float2* stats_;               // above kMailboxMaxK: the rows' (mean, 1 / sqrt(var + eps))
-  unsigned long long* rows_there_;  // above kMailboxMaxK: per slot of a step, its rows are there (watch_rows)
-  unsigned long long* start_count_; // above kMailboxMaxK: launch_, for the watching lanes
   int* active_;                 // the block's group has rows (step 0 sets it)
   unsigned long long* bars_;    // per slot: landed, read
   int lane_, warp_, n0_, row0_;
-  int first_slot_;              // the step's first slot (slot_of)
 };
 
 }  // namespace gdl

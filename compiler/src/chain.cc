@@ -64,15 +64,8 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
   constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainComputingWarps;
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
   const int64_t slot_bytes = kWarps * 16 * cols * 2 + 2 * 8;  // the tiles and their two mbarriers
-  // Above kChainMailboxMaxK the rows are streamed and the norm folded: two
-  // more rows (its weight and bias) and two more column sums, the warps'
-  // statistics per row, the rows' statistics and a barrier per slot of a
-  // step (32 at K = 4096).
-  const bool streamed = k > kChainMailboxMaxK;
-  const int64_t rows = streamed ? kMaxRows + 2 : kMaxRows;
-  const int64_t xn = rows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * rows * cols * 4;
-  const int64_t misc = (streamed ? kWarps * kMaxRows * 16 + kMaxRows * 8 + (kChainMaxK / kChainKMultiple) * 8 : kWarps * 16) + 16;
-  const int64_t rest = xn + raw + sums + misc + 1024;  // + the ring's alignment to 1024 bytes
+  const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
+  const int64_t rest = xn + raw + sums + kWarps * 16 + 16 + 1024;  // + the ring's alignment to 1024 bytes
   const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + rest);
 }
