@@ -89,8 +89,7 @@ constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;
 constexpr int kSmemLimit = 227 * 1024;  // sm_90's largest shared memory per block
-constexpr int kMaxSlots = 24;      // with a mailbox (K <= kMailboxMaxK)
-constexpr int kMaxHeldSlots = 32;  // above it, the rows held in registers (MatmulChain::hold_rows)
+constexpr int kMaxSlots = 24;
 constexpr int kBlocks = 128;     // at most one block per SM of an H100/H200 (132 SMs)
 constexpr int kMaxGroups = 8;    // row groups of kMaxRows: up to 64 rows
 constexpr int kGroupMaxK = 1024; // row groups only where measured (docs/performance.md)
@@ -124,30 +123,25 @@ constexpr int group_cols_for(int k, int groups) {
 
 // Dynamic shared memory of a chain over K with C columns per block: the
 // ring (aligned to 1024 bytes by hand, as the tensor copies' swizzle needs;
-// dynamic shared memory is only 16-byte aligned), the normalized rows (not
-// above kMailboxMaxK, where each warp holds its part of them in registers),
-// the warps' column sums, the statistics, the slots' barriers.
+// dynamic shared memory is only 16-byte aligned), the normalized rows, the
+// warps' column sums, the statistics, the slots' barriers.
 template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int cols = C;
-  static constexpr bool held = K > kMailboxMaxK;  // the rows in registers (MatmulChain::hold_rows)
   static constexpr int tile_elems = kTileRows * cols;  // one warp's part of a slot: 16 rows of 2 C bytes
   static constexpr int slot_bytes = kWarps * tile_elems * 2;
   static_assert(K % kSlotRows == 0 && K % cols == 0, "a chain's K is a multiple of 128");
   static constexpr int xn_stride = K + 8;  // rows 16 bytes apart in the banks
-  static constexpr int xn_rows = held ? 0 : kMaxRows;
-  static constexpr int xn_bytes = xn_rows * xn_stride * 2;
+  static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
   static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
-  // The warps' parts of the row statistics (sums, squares, shift; per warp
-  // and row where the rows are held in registers), then the block's flag
-  // for its producer warp (a group with rows).
-  static constexpr int misc_bytes = (held ? kWarps * kMaxRows : kWarps) * 16 + 16;
+  // The warps' parts of the row statistics (sums, squares, shift), then
+  // the block's flag for its producer warp (a group with rows).
+  static constexpr int misc_bytes = kWarps * 16 + 16;
   static constexpr int align_bytes = 1024;  // the ring's alignment, and the most it skips
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes + align_bytes;
   static constexpr int slot_barrier_bytes = 2 * 8;  // per slot: landed, read
   static constexpr int fit = (kSmemLimit - rest) / (slot_bytes + slot_barrier_bytes);
-  static constexpr int max_slots = held ? kMaxHeldSlots : kMaxSlots;
-  static constexpr int slots = fit < max_slots ? fit : max_slots;
+  static constexpr int slots = fit < kMaxSlots ? fit : kMaxSlots;
   static_assert(slots >= 4, "a chain's K leaves no room for its ring");
   static constexpr int bytes = slots * (slot_bytes + slot_barrier_bytes) + rest;
 };
@@ -283,10 +277,10 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
               (size_t)blockIdx.y * 2 * chain::kMaxRows * kRowWords) {
     ring_ = reinterpret_cast<T*>(smem + (L::align_bytes - chain::smem_address(smem) % L::align_bytes) % L::align_bytes);
     xn_ = ring_ + kSlots * chain::kWarps * kTileElems;
-    raw_ = xn_ + L::xn_rows * L::xn_stride;
+    raw_ = xn_ + chain::kMaxRows * L::xn_stride;
     sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);
     parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
-    active_ = reinterpret_cast<int*>(parts_ + chain::kWarps * (kMailbox ? 1 : chain::kMaxRows));
+    active_ = reinterpret_cast<int*>(parts_ + chain::kWarps);
     bars_ = reinterpret_cast<unsigned long long*>(reinterpret_cast<unsigned char*>(active_) + 16);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
@@ -326,13 +320,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     if (mine > 0) {
       trace(s, 0);
       if (!kMailbox && s > 0) chain::grid_barrier(counter_);  // a is the previous step's c
-      if constexpr (kMailbox) {
-        load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox after step 0
-        trace(s, 1);
-        multiply_step(s);
-      } else {
-        hold_rows(s, a + (size_t)row0_ * K, mine, pro);  // the rows and the step's mma
-      }
+      load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox where there is one
+      trace(s, 1);
+      multiply_step(s);
       trace(s, 2);
       store(s, c, mine, epi);
       trace(s, 3);
@@ -458,127 +448,6 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
                      : "r"(addr));
         mma16816(d[h], w, b0, b1, T{});
       }
-    }
-  }
-
-  // ---------------------------------------------------------------- above kMailboxMaxK
-  // The rows held in registers. Warp w's mma fragments of a step's slot i
-  // are the rows' elements at positions 128 i + 16 w + 2 (lane % 4) + {0,
-  // 1, 8, 9} of row lane / 4: two words per slot, so each lane holds its
-  // fragments of every slot of the step (64 registers at K = 4096), loaded
-  // from a once, normalized in place, and no normalized rows go through
-  // shared memory. The ring takes that shared memory instead: 27 slots at
-  // K = 4096 against 18, enough to keep the weights streaming through the
-  // step's grid barrier and read of the rows (9,400-12,000 cycles of each
-  // step, docs/performance.md session 15, when 18 slots fill in about
-  // 8,700). The loops are unrolled over the step's slots (registers are
-  // not indexed at run time).
-  template <typename Pro> __device__ __noinline__ void hold_rows(int s, const T* a, int rows, const Pro& pro) const {
-    MatmulChain self = *this;
-    const Pro p = pro;
-    self.multiply_held(s, a, rows, p);
-  }
-
-  template <typename Pro> GDL_DEV void multiply_held(int s, const T* a, int rows, const Pro& pro) {
-    const int r = lane_ >> 2;  // the lane's row (mma's column n)
-    const bool mine = r < rows;
-    const int k0 = warp_ * chain::kTileRows + 2 * (lane_ & 3);  // the lane's first position in slot 0
-    // Step 0's a was written by the kernels before, later steps' by the
-    // other blocks (after the grid barrier): through L2 (__ldcg).
-    const unsigned* row = reinterpret_cast<const unsigned*>(a + (size_t)(mine ? r : 0) * K + k0);
-    unsigned x[kStepSlots][2];
-#pragma unroll
-    for (int i = 0; i < kStepSlots; ++i) {
-      x[i][0] = mine ? __ldcg(row + i * (chain::kSlotRows / 2)) : 0u;
-      x[i][1] = mine ? __ldcg(row + i * (chain::kSlotRows / 2) + 4) : 0u;
-    }
-    // The block's own columns as read, for an epilogue that reads a (a residual).
-#pragma unroll
-    for (int i = 0; i < kStepSlots; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int k = i * chain::kSlotRows + k0 + 8 * h;
-        if (mine && k >= n0_ && k < n0_ + kCols) *reinterpret_cast<unsigned*>(raw_ + r * kCols + (k - n0_)) = x[i][h];
-      }
-    if constexpr (Pro::active) {
-      // The row's statistics: each warp's sums of x - shift (the shift the
-      // row's element at 16 w, a value near its mean), over the row's four
-      // lanes, then over the warps as in stage_rows.
-      const float shift = Pro::center ? __shfl_sync(0xffffffffu, Vec16<T>::elem(x[0][0], 0), lane_ & ~3) : 0.0f;
-      float sum = 0.0f, squares = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kStepSlots; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float d = Vec16<T>::elem(x[i][e / 2], e % 2) - shift;
-          sum += d;
-          squares = fmaf(d, d, squares);
-        }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        squares += __shfl_xor_sync(0xffffffffu, squares, o);
-      }
-      if ((lane_ & 3) == 0) parts_[warp_ * chain::kMaxRows + r] = make_float4(sum, squares, shift, 0.0f);
-      chain::computing_warps_sync();
-      // sum (x - c) = s_w + n d and sum (x - c)^2 = q_w + 2 d s_w + n d^2
-      // for a warp's n elements shifted by c_w, d = c_w - c.
-      const float n = (float)(K / chain::kWarps);
-      const float row_shift = parts_[r].z;
-      float row_sum = 0.0f, row_squares = 0.0f;
-#pragma unroll
-      for (int w = 0; w < chain::kWarps; ++w) {
-        const float4 part = parts_[w * chain::kMaxRows + r];
-        const float d = part.z - row_shift;
-        row_sum += part.x + n * d;
-        row_squares += part.y + d * fmaf(n, d, 2.0f * part.x);
-      }
-      const float mean_d = Pro::center ? row_sum / K : 0.0f;
-      const float var = fmaxf(row_squares / K - mean_d * mean_d, 0.0f);
-      const float2 st = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
-      // pro.apply rounded to T, two elements per conversion.
-#pragma unroll
-      for (int i = 0; i < kStepSlots; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int k = i * chain::kSlotRows + k0 + 8 * h;
-          x[i][h] = Vec16<T>::pack(pro.normalized(Vec16<T>::elem(x[i][h], 0), k, &st, 0),
-                                   pro.normalized(Vec16<T>::elem(x[i][h], 1), k + 1, &st, 0));
-        }
-    }
-    trace(s, 1);
-    // The strip, slot by slot (ldmatrix.x4.trans as in multiply, C >= 16 here).
-    static_assert(kCols >= 16, "above kMailboxMaxK a block has 16 or 32 columns");
-    float d[kHalves][4] = {};
-    const int row_in_tile = (lane_ & 7) + 8 * (lane_ >> 4);
-#pragma unroll
-    for (int i = 0; i < kStepSlots; ++i) {
-      const int g = s * kStepSlots + i;
-      const long long since = trace_now();
-      chain::barrier_wait(landed(g % kSlots), (g / kSlots) & 1);  // the producer's copy of the slot
-      trace_wait(s, 4, since);
-      const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-        const int piece = 2 * h + ((lane_ >> 3) & 1);
-        const unsigned addr = (unsigned)__cvta_generic_to_shared(tile + chain::tile_at<kCols>(row_in_tile, piece));
-        unsigned w[4];
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                     : "r"(addr));
-        mma16816(d[h], w, x[i][0], x[i][1], T{});
-      }
-      chain::barrier_arrive(read(g % kSlots));  // one of 256: this lane's ldmatrix has its values
-    }
-    const int m = lane_ >> 2, rr = 2 * (lane_ & 3);
-    float* sums = sums_ + warp_ * chain::kMaxRows * kCols;
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-      const int col = 16 * h + m;
-      sums[rr * kCols + col] = d[h][0];
-      sums[(rr + 1) * kCols + col] = d[h][1];
-      sums[rr * kCols + col + 8] = d[h][2];
-      sums[(rr + 1) * kCols + col + 8] = d[h][3];
     }
   }
 

@@ -62,17 +62,11 @@ int64_t chain_row_groups(int64_t k, int64_t max_rows) {
 
 uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
   constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainComputingWarps;
-  constexpr int64_t kSmemLimit = 227 * 1024;
-  // Above kChainMailboxMaxK each warp holds its part of the rows in
-  // registers: no normalized rows in shared memory, the statistics' parts
-  // per warp and row, and a ring of up to 32 slots (24 below).
-  const bool held = k > kChainMailboxMaxK;
-  const int64_t max_slots = held ? 32 : 24;
+  constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
   const int64_t slot_bytes = kWarps * 16 * cols * 2 + 2 * 8;  // the tiles and their two mbarriers
-  const int64_t xn = held ? 0 : kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
-  const int64_t parts = (held ? kWarps * kMaxRows : kWarps) * 16;
-  const int64_t rest = xn + raw + sums + parts + 16 + 1024;  // + the ring's alignment to 1024 bytes
-  const int64_t slots = std::min(max_slots, (kSmemLimit - rest) / slot_bytes);
+  const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
+  const int64_t rest = xn + raw + sums + kWarps * 16 + 16 + 1024;  // + the ring's alignment to 1024 bytes
+  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + rest);
 }
 
