@@ -710,11 +710,11 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
       BENCH_TRY(flush.run(i));
       BENCH_TRY(bind_set(timed_session, v.sets[k], sets[k], true));
       BENCH_TRY(eager ? timed_session.run_eager() : timed_session.run());
-      double us = timed_session.stats().last_device_us;
-      if (us < 0) return Status::Internal("no device time recorded");
+      const gdl::SessionStats st = timed_session.stats();  // a copy: one per run
+      if (st.last_device_us < 0) return Status::Internal("no device time recorded");
       if (i < opt.warmup) continue;
-      times.push_back(us);
-      submits.push_back(eager ? timed_session.stats().last_eager_submit_us : timed_session.stats().last_submit_us);
+      times.push_back(st.last_device_us);
+      submits.push_back(eager ? st.last_eager_submit_us : st.last_submit_us);
     }
     Summary sum = summarize(times);
     medians[mode] = sum.median;
