@@ -453,42 +453,59 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
 
   // Rows [0, rows) of a into xn_, through the norm prologue, with one read
   // of a (step 0) or of the mailbox step s - 1 wrote (waiting for each
-  // vector's words until they carry its flag): warp w takes row r = w /
-  // per_row (per_row = kWarps over the rows
-  // rounded up to a power of two) and its piece of `span` 16-byte vectors,
-  // which each lane keeps in registers from the statistics (the shifted
-  // sums of norm_row_stats, gdl_matmul.cuh, added over the row's warps) to
-  // the normalized store. a from c (step 0, or above kMailboxMaxK after the
-  // barrier) is read with __ldcg: other blocks of this launch wrote it, and
-  // L1 may hold an older copy. Rows of xn_ past
-  // `rows` keep what they held: mma's column n only reaches output row n,
-  // and store() writes rows below `rows` only.
+  // vector's words until they carry its flag). The rows rounded up to a
+  // power of two pick the split (stage_rows_of): the lane's vectors are then
+  // a compile-time count, with no test per vector. The general loop (16
+  // vectors a lane at K = 4096, each behind a test of whether the lane had
+  // it) was a third of the computing warps' time at W2 H=4096 B=1, in
+  // instruction fetch and branches (docs/performance.md, session 17).
   template <typename Pro> GDL_DEV void stage_rows(int s, const T* a, int rows, const Pro& pro) {
+    if (rows <= 1)
+      stage_rows_of<1>(s, a, rows, pro);
+    else if (rows <= 2)
+      stage_rows_of<2>(s, a, rows, pro);
+    else if (rows <= 4)
+      stage_rows_of<4>(s, a, rows, pro);
+    else
+      stage_rows_of<8>(s, a, rows, pro);
+  }
+
+  // stage_rows for at most kRows rows (a power of two): warp w takes row r
+  // = w / kPerRow and its piece of kSpan 16-byte vectors, which each lane
+  // keeps in registers from the statistics (the shifted sums of
+  // norm_row_stats, gdl_matmul.cuh, added over the row's warps) to the
+  // normalized store. a from c (step 0, or above kMailboxMaxK after the
+  // barrier) is read with __ldcg: other blocks of this launch wrote it, and
+  // L1 may hold an older copy. Rows of xn_ past `rows` keep what they held:
+  // mma's column n only reaches output row n, and store() writes rows below
+  // `rows` only.
+  template <int kRows, typename Pro> GDL_DEV void stage_rows_of(int s, const T* a, int rows, const Pro& pro) {
+    static_assert(kRows <= chain::kWarps && chain::kWarps % kRows == 0, "a power of two of rows up to a warp each");
     constexpr int kRowVectors = K / 8;
-    constexpr int kPerLane = kRowVectors / 32;  // the most a lane holds: one warp per row
-    int rows_p2 = 1;
-    while (rows_p2 < rows) rows_p2 <<= 1;
-    const int per_row = chain::kWarps / rows_p2, r = warp_ / per_row, piece = warp_ % per_row;
-    const int span = kRowVectors / per_row;
+    constexpr int kPerRow = chain::kWarps / kRows;  // warps per row
+    constexpr int kSpan = kRowVectors / kPerRow;    // vectors per warp
+    constexpr int kPerLane = (kSpan + 31) / 32;
+    constexpr bool kEveryLane = kSpan % 32 == 0;  // else the last round of vectors leaves lanes out (K = 1024 at one row)
+    static_assert(kRowVectors % kPerRow == 0, "a row's vectors split evenly over its warps");
+    const int r = warp_ / kPerRow, piece = warp_ % kPerRow;
     const bool mine = r < rows;
-    const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors + piece * span;
+    // Whether the lane holds its vector j: a constant where every lane does.
+    const auto has = [&](int j) { return kEveryLane || lane_ + 32 * j < kSpan; };
+    const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors + piece * kSpan;
     uint4 v[kPerLane];
     if (s == 0 || !kMailbox) {
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const int i = lane_ + 32 * j;
-        v[j] = mine && i < span ? __ldcg(row + i) : zero16();
-      }
+      for (int j = 0; j < kPerLane; ++j) v[j] = mine && has(j) ? __ldcg(row + lane_ + 32 * j) : zero16();
     } else {
       // Rounds of loads of the vectors whose words do not all carry the
       // flag yet (bit j of `awaited`), until none is left.
       static_assert(kPerLane <= 32, "a lane's vectors fit the mask of those awaited");
       const unsigned expect = flag(s - 1);
-      const unsigned long long* words = mail_row(s - 1, mine ? r : 0) + (size_t)piece * span * 4;
+      const unsigned long long* words = mail_row(s - 1, mine ? r : 0) + (size_t)piece * kSpan * 4;
       unsigned awaited = 0;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j)
-        if (mine && lane_ + 32 * j < span) awaited |= 1u << j;
+        if (mine && has(j)) awaited |= 1u << j;
       chain::MailVector m[kPerLane] = {};
       while (awaited != 0) {
 #pragma unroll
@@ -509,7 +526,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       float sum = 0.0f, squares = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
-        if (lane_ + 32 * j >= span) continue;
+        if (!has(j)) continue;
         float x[8];
         widen<T>(v[j], x);
 #pragma unroll
@@ -521,16 +538,17 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       }
       // The row's sums of x - row_shift and of its squares.
       float row_sum = warp_sum(sum), row_squares = warp_sum(squares), row_shift = shift;
-      if (per_row > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
+      if constexpr (kPerRow > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
         if (lane_ == 0) parts_[warp_] = make_float4(row_sum, row_squares, shift, 0.0f);
         chain::computing_warps_sync();
         // sum (x - c) = s_w + n d and sum (x - c)^2 = q_w + 2 d s_w + n d^2
         // for a piece of n elements shifted by c_w, d = c_w - c.
-        const float n = (float)(span * 8);
-        row_shift = parts_[r * per_row].z;
+        constexpr float n = (float)(kSpan * 8);
+        row_shift = parts_[r * kPerRow].z;
         row_sum = 0.0f, row_squares = 0.0f;
-        for (int w = r * per_row; w < (r + 1) * per_row; ++w) {
-          const float4 part = parts_[w];
+#pragma unroll
+        for (int w = 0; w < kPerRow; ++w) {
+          const float4 part = parts_[r * kPerRow + w];
           const float d = part.z - row_shift;
           row_sum += part.x + n * d;
           row_squares += part.y + d * fmaf(n, d, 2.0f * part.x);
@@ -543,9 +561,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     if (mine) {
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
-        const int i = lane_ + 32 * j;
-        if (i >= span) continue;
-        const int k = (piece * span + i) * 8;
+        if (!has(j)) continue;
+        const int k = (piece * kSpan + lane_ + 32 * j) * 8;
         uint4 out = v[j];
         // The block's columns as read, for an epilogue that reads a (a
         // residual). Not in the loop of loads: this store would wait for them.
