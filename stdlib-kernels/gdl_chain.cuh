@@ -97,15 +97,20 @@ constexpr int kGroupMaxK = 1024; // row groups only where measured (docs/perform
 // each on a 128-byte line of its own, then per row group two mailboxes of
 // kMaxRows rows of K / 2 words. The ungrouped kernel is row group 0: it
 // shares group 0's counter and mailboxes with the grouped kernel (the two
-// never run at once), so a flag never repeats in a mailbox.
+// never run at once), so a flag never repeats in a mailbox. Chains without
+// mailboxes (above kMailboxMaxK, one row group) have instead two sets
+// (step parities) of row statistics: per row and block, the sum and the sum
+// of squares of the block's columns of c, shifted by its first (a float4:
+// sum, squares, shift, unused).
 constexpr int kCounterBytes = kMaxGroups * 128;
 // Mailboxes up to this K; above it, a grid barrier over the group's blocks
 // and a read of the rows from c. At K = 4096 the mailbox words (twice the
 // rows' bytes) were 2-16 us slower for W2 than the barrier, at K = 1024 1-3
 // us faster (docs/performance.md); K = 2048 was not measured.
 constexpr int kMailboxMaxK = 1024;
+constexpr int kPartialStatsBytes = 2 * kMaxRows * kBlocks * 16;
 constexpr unsigned long long exchange_bytes(int k, int groups) {
-  return kCounterBytes + (k <= kMailboxMaxK ? (unsigned long long)groups * 2 * kMaxRows * (k / 2) * 8 : 0ull);
+  return kCounterBytes + (k <= kMailboxMaxK ? (unsigned long long)groups * 2 * kMaxRows * (k / 2) * 8 : kPartialStatsBytes);
 }
 
 // Output columns per block: the narrowest of 8, 16, 32 that needs at most
@@ -134,9 +139,10 @@ template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int xn_bytes = kMaxRows * xn_stride * 2;
   static constexpr int sums_bytes = kWarps * kMaxRows * cols * 4;
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
-  // The warps' parts of the row statistics (sums, squares, shift), then
-  // the block's flag for its producer warp (a group with rows).
-  static constexpr int misc_bytes = kWarps * 16 + 16;
+  // The warps' parts of the row statistics (sums, squares, shift), the
+  // block's flag for its producer warp (a group with rows), the rows'
+  // (mean, 1 / sqrt(var + eps)) for the norm folded into the mma.
+  static constexpr int misc_bytes = kWarps * 16 + 16 + kMaxRows * 8;
   static constexpr int align_bytes = 1024;  // the ring's alignment, and the most it skips
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes + align_bytes;
   static constexpr int slot_barrier_bytes = 2 * 8;  // per slot: landed, read
@@ -281,7 +287,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     sums_ = reinterpret_cast<float*>(raw_ + chain::kMaxRows * kCols);
     parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
     active_ = reinterpret_cast<int*>(parts_ + chain::kWarps);
-    bars_ = reinterpret_cast<unsigned long long*>(reinterpret_cast<unsigned char*>(active_) + 16);
+    stats_ = reinterpret_cast<float2*>(reinterpret_cast<unsigned char*>(active_) + 16);
+    bars_ = reinterpret_cast<unsigned long long*>(stats_ + chain::kMaxRows);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
@@ -320,9 +327,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     if (mine > 0) {
       trace(s, 0);
       if (!kMailbox && s > 0) chain::grid_barrier(counter_);  // a is the previous step's c
-      load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox where there is one
+      const int fold = load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox where there is one
       trace(s, 1);
-      multiply_step(s);
+      multiply_step(s, fold);
       trace(s, 2);
       store(s, c, mine, epi);
       trace(s, 3);
@@ -344,14 +351,35 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // works on a copy of the members (`self`): through `this`, which points
   // to the caller's local memory, every asm "memory" clobber in the loop
   // would reload them from there.
-  __device__ __noinline__ void multiply_step(int s) const {
+  __device__ __noinline__ void multiply_step(int s, int fold) const {
     MatmulChain self = *this;
-    self.multiply_slots(s);
+    if (fold == kFoldCenter)
+      self.multiply_slots<true>(s, fold);
+    else
+      self.multiply_slots<false>(s, fold);
   }
-  template <typename Pro> __device__ __noinline__ void load_rows(int s, const T* a, int rows, const Pro& pro) const {
+  template <typename Pro> __device__ __noinline__ int load_rows(int s, const T* a, int rows, const Pro& pro) const {
     MatmulChain self = *this;
     const Pro p = pro;
-    self.stage_rows(s, a, rows, p);
+    return self.stage_rows(s, a, rows, p);
+  }
+
+  // How a step's norm prologue reaches its mma (stage_rows decides, per
+  // step): kNoFold, the rows staged as the mma reads them (normalized, or no
+  // norm); kFoldScale, x staged and the sums scaled by each row's 1 / sqrt(
+  // mean square + eps) (rmsnorm); kFoldCenter, x staged and each sum taken
+  // to inv (x b - mean sum_k b) (layernorm), with the strip's column sums
+  // from a second mma. Folded only without mailboxes (above kMailboxMaxK),
+  // where the statistics of the rows come from the blocks' partial sums, and
+  // only without norm weights or bias (their fold would need them staged).
+  static constexpr int kNoFold = 0, kFoldScale = 1, kFoldCenter = 2;
+  template <typename Pro> static constexpr int fold_of() {
+    return !kMailbox && Pro::active && !Pro::weighted && !Pro::biased ? (Pro::center ? kFoldCenter : kFoldScale) : kNoFold;
+  }
+
+  // Row r's statistics as block b stored them in step s (no mailboxes).
+  GDL_DEV float4* partial_stats(int s, int r, int b) const {
+    return reinterpret_cast<float4*>(mail_) + ((s & 1) * chain::kMaxRows + r) * chain::kBlocks + b;
   }
 
   // The mailbox words of row r (of this group's kMaxRows) written by step s,
@@ -396,17 +424,38 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // Step s's slots through the tensor cores; the warp's column sums into sums_.
-  GDL_DEV void multiply_slots(int s) {
+  // With kColumnSums (kFoldCenter) a second mma sums the strip's columns
+  // (b times ones) into cs, the same layout as d. The fold then applies to
+  // the warp's own part of the sums, before they are added: the rows'
+  // statistics are in stats_ by then (stage_rows).
+  template <bool kColumnSums> GDL_DEV void multiply_slots(int s, int fold) {
     float d[kHalves][4] = {};
+    float cs[kHalves][4] = {};
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i;
       const long long since = trace_now();
       chain::barrier_wait(landed(g % kSlots), (g / kSlots) & 1);  // the producer's copy of the slot
       trace_wait(s, 4, since);
-      multiply(g, i, d);
+      multiply<kColumnSums>(g, i, d, cs);
       chain::barrier_arrive(read(g % kSlots));  // one of 256: this lane's ldmatrix has its values
     }
     const int m = lane_ >> 2, r = 2 * (lane_ & 3);
+    if (fold != kNoFold) {  // rows r and r + 1 of d: (mean, inv) of each
+      const float2 lo = stats_[r], hi = stats_[r + 1];
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        if constexpr (kColumnSums) {
+          d[h][0] -= lo.x * cs[h][0];
+          d[h][1] -= hi.x * cs[h][1];
+          d[h][2] -= lo.x * cs[h][2];
+          d[h][3] -= hi.x * cs[h][3];
+        }
+        d[h][0] *= lo.y;
+        d[h][1] *= hi.y;
+        d[h][2] *= lo.y;
+        d[h][3] *= hi.y;
+      }
+    }
     float* mine = sums_ + warp_ * chain::kMaxRows * kCols;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
@@ -421,7 +470,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // mma over one slot: the warp's 16 rows of k, every 16-column half.
-  GDL_DEV void multiply(int g, int i, float (&d)[kHalves][4]) {
+  template <bool kColumnSums> GDL_DEV void multiply(int g, int i, float (&d)[kHalves][4], float (&cs)[kHalves][4]) {
     const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
     const int k = i * chain::kSlotRows + warp_ * chain::kTileRows + 2 * (lane_ & 3);
     const T* xb = xn_ + (lane_ >> 2) * L::xn_stride + k;
@@ -434,6 +483,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       unsigned w[4] = {0u, 0u, 0u, 0u};
       asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[2]) : "r"(addr));
       mma16816(d[0], w, b0, b1, T{});
+      if constexpr (kColumnSums) mma16816(cs[0], w, ones(), ones(), T{});
     } else {
       // ldmatrix.x4.trans: lanes 8q .. 8q + 7 give the rows of matrix q: rows
       // 0-7 then 8-15 of k, columns 0-7 then 8-15 of the half.
@@ -447,39 +497,43 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
                      : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                      : "r"(addr));
         mma16816(d[h], w, b0, b1, T{});
+        if constexpr (kColumnSums) mma16816(cs[h], w, ones(), ones(), T{});
       }
     }
   }
+  // Two ones of T in a word: the column sums' mma operand.
+  static GDL_DEV unsigned ones() { return Vec16<T>::pack(1.0f, 1.0f); }
 
   // Rows [0, rows) of a into xn_, through the norm prologue, with one read
   // of a (step 0) or of the mailbox step s - 1 wrote (waiting for each
-  // vector's words until they carry its flag). The rows rounded up to a
-  // power of two pick the split (stage_rows_of): the lane's vectors are then
-  // a compile-time count, with no test per vector. The general loop (16
-  // vectors a lane at K = 4096, each behind a test of whether the lane had
-  // it) was a third of the computing warps' time at W2 H=4096 B=1, in
-  // instruction fetch and branches (docs/performance.md, session 17).
-  template <typename Pro> GDL_DEV void stage_rows(int s, const T* a, int rows, const Pro& pro) {
-    if (rows <= 1)
-      stage_rows_of<1>(s, a, rows, pro);
-    else if (rows <= 2)
-      stage_rows_of<2>(s, a, rows, pro);
-    else if (rows <= 4)
-      stage_rows_of<4>(s, a, rows, pro);
-    else
-      stage_rows_of<8>(s, a, rows, pro);
+  // vector's words until they carry its flag). Returns how the step's norm
+  // reaches its mma (fold_of). The rows rounded up to a power of two pick
+  // the split (stage_rows_of): the lane's vectors are then a compile-time
+  // count, with no test per vector. The general loop (16 vectors a lane at
+  // K = 4096, each behind a test of whether the lane had it) was a third of
+  // the computing warps' time at W2 H=4096 B=1, in instruction fetch and
+  // branches (docs/performance.md, session 17).
+  template <typename Pro> GDL_DEV int stage_rows(int s, const T* a, int rows, const Pro& pro) {
+    if (rows <= 1) return stage_rows_of<1>(s, a, rows, pro);
+    if (rows <= 2) return stage_rows_of<2>(s, a, rows, pro);
+    if (rows <= 4) return stage_rows_of<4>(s, a, rows, pro);
+    return stage_rows_of<8>(s, a, rows, pro);
   }
 
   // stage_rows for at most kRows rows (a power of two): warp w takes row r
   // = w / kPerRow and its piece of kSpan 16-byte vectors, which each lane
-  // keeps in registers from the statistics (the shifted sums of
-  // norm_row_stats, gdl_matmul.cuh, added over the row's warps) to the
-  // normalized store. a from c (step 0, or above kMailboxMaxK after the
+  // keeps in registers until it stores them, as they are (a folded norm, or
+  // none) or normalized. The statistics: in step 0 and with mailboxes, the
+  // shifted sums of the lanes' own vectors (as norm_row_stats,
+  // gdl_matmul.cuh), added over the row's warps; later steps without
+  // mailboxes add the partial sums every block stored with its part of the
+  // rows (store), warp r for row r: a few loads instead of the pass over
+  // the whole row. a from c (step 0, or above kMailboxMaxK after the
   // barrier) is read with __ldcg: other blocks of this launch wrote it, and
   // L1 may hold an older copy. Rows of xn_ past `rows` keep what they held:
   // mma's column n only reaches output row n, and store() writes rows below
   // `rows` only.
-  template <int kRows, typename Pro> GDL_DEV void stage_rows_of(int s, const T* a, int rows, const Pro& pro) {
+  template <int kRows, typename Pro> GDL_DEV int stage_rows_of(int s, const T* a, int rows, const Pro& pro) {
     static_assert(kRows <= chain::kWarps && chain::kWarps % kRows == 0, "a power of two of rows up to a warp each");
     constexpr int kRowVectors = K / 8;
     constexpr int kPerRow = chain::kWarps / kRows;  // warps per row
@@ -487,15 +541,26 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     constexpr int kPerLane = (kSpan + 31) / 32;
     constexpr bool kEveryLane = kSpan % 32 == 0;  // else the last round of vectors leaves lanes out (K = 1024 at one row)
     static_assert(kRowVectors % kPerRow == 0, "a row's vectors split evenly over its warps");
+    constexpr int kFold = fold_of<Pro>();
+    constexpr int kBlocksPerRow = K / kCols, kPartsPerLane = (kBlocksPerRow + 31) / 32;
     const int r = warp_ / kPerRow, piece = warp_ % kPerRow;
     const bool mine = r < rows;
     // Whether the lane holds its vector j: a constant where every lane does.
     const auto has = [&](int j) { return kEveryLane || lane_ + 32 * j < kSpan; };
+    const bool from_partials = !kMailbox && Pro::active && s > 0;
     const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors + piece * kSpan;
     uint4 v[kPerLane];
+    float4 parts[kPartsPerLane];  // row warp_'s partial sums, one per block
     if (s == 0 || !kMailbox) {
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) v[j] = mine && has(j) ? __ldcg(row + lane_ + 32 * j) : zero16();
+      if (from_partials) {
+#pragma unroll
+        for (int j = 0; j < kPartsPerLane; ++j) {
+          const int b = lane_ + 32 * j;
+          parts[j] = warp_ < rows && b < kBlocksPerRow ? __ldcg(partial_stats(s - 1, warp_, b)) : make_float4(0, 0, 0, 0);
+        }
+      }
     } else {
       // Rounds of loads of the vectors whose words do not all carry the
       // flag yet (bit j of `awaited`), until none is left.
@@ -519,44 +584,72 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     }
     float2 st = make_float2(0.0f, 1.0f);  // (mean, 1 / sqrt(var + eps)) of row r
     if constexpr (Pro::active) {
-      // Each warp shifts by the first element of its piece (lane 0's), a
-      // value near the row's mean that it holds already; the row's warps
-      // move their sums to the first warp's shift when they add them.
-      const float shift = Pro::center ? __shfl_sync(0xffffffffu, Vec16<T>::elem(v[0].x, 0), 0) : 0.0f;
-      float sum = 0.0f, squares = 0.0f;
+      if (from_partials) {
+        if (warp_ < rows) {
+          // Each block's sums are shifted by its first element; moved to
+          // block 0's shift (or to 0 for rmsnorm's plain mean square):
+          // sum (x - c) = s_b + n d and sum (x - c)^2 = q_b + 2 d s_b + n d^2
+          // for n elements shifted by c_b, d = c_b - c.
+          const float shift = Pro::center ? __shfl_sync(0xffffffffu, parts[0].z, 0) : 0.0f;
+          constexpr float n = (float)kCols;
+          float sum = 0.0f, squares = 0.0f;
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        if (!has(j)) continue;
-        float x[8];
-        widen<T>(v[j], x);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float d = x[e] - shift;
-          sum += d;
-          squares = fmaf(d, d, squares);
+          for (int j = 0; j < kPartsPerLane; ++j) {
+            if (lane_ + 32 * j >= kBlocksPerRow) continue;
+            const float d = parts[j].z - shift;
+            sum += parts[j].x + n * d;
+            squares += parts[j].y + d * fmaf(n, d, 2.0f * parts[j].x);
+          }
+          sum = warp_sum(sum), squares = warp_sum(squares);
+          const float mean_d = Pro::center ? sum / K : 0.0f;
+          const float var = fmaxf(squares / K - mean_d * mean_d, 0.0f);
+          if (lane_ == 0) stats_[warp_] = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
         }
-      }
-      // The row's sums of x - row_shift and of its squares.
-      float row_sum = warp_sum(sum), row_squares = warp_sum(squares), row_shift = shift;
-      if constexpr (kPerRow > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
-        if (lane_ == 0) parts_[warp_] = make_float4(row_sum, row_squares, shift, 0.0f);
-        chain::computing_warps_sync();
-        // sum (x - c) = s_w + n d and sum (x - c)^2 = q_w + 2 d s_w + n d^2
-        // for a piece of n elements shifted by c_w, d = c_w - c.
-        constexpr float n = (float)(kSpan * 8);
-        row_shift = parts_[r * kPerRow].z;
-        row_sum = 0.0f, row_squares = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kPerRow; ++w) {
-          const float4 part = parts_[r * kPerRow + w];
-          const float d = part.z - row_shift;
-          row_sum += part.x + n * d;
-          row_squares += part.y + d * fmaf(n, d, 2.0f * part.x);
+        if constexpr (kFold == kNoFold) {  // the normalized rows below need every row's statistics
+          chain::computing_warps_sync();
+          st = stats_[r];
         }
+      } else {
+        // Each warp shifts by the first element of its piece (lane 0's), a
+        // value near the row's mean that it holds already; the row's warps
+        // move their sums to the first warp's shift when they add them.
+        const float shift = Pro::center ? __shfl_sync(0xffffffffu, Vec16<T>::elem(v[0].x, 0), 0) : 0.0f;
+        float sum = 0.0f, squares = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          if (!has(j)) continue;
+          float x[8];
+          widen<T>(v[j], x);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float d = x[e] - shift;
+            sum += d;
+            squares = fmaf(d, d, squares);
+          }
+        }
+        // The row's sums of x - row_shift and of its squares.
+        float row_sum = warp_sum(sum), row_squares = warp_sum(squares), row_shift = shift;
+        if constexpr (kPerRow > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
+          if (lane_ == 0) parts_[warp_] = make_float4(row_sum, row_squares, shift, 0.0f);
+          chain::computing_warps_sync();
+          // As above, for a piece of n elements.
+          constexpr float n = (float)(kSpan * 8);
+          row_shift = parts_[r * kPerRow].z;
+          row_sum = 0.0f, row_squares = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kPerRow; ++w) {
+            const float4 part = parts_[r * kPerRow + w];
+            const float d = part.z - row_shift;
+            row_sum += part.x + n * d;
+            row_squares += part.y + d * fmaf(n, d, 2.0f * part.x);
+          }
+        }
+        const float mean_d = Pro::center ? row_sum / K : 0.0f;
+        const float var = fmaxf(row_squares / K - mean_d * mean_d, 0.0f);
+        st = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
+        if constexpr (kFold != kNoFold)
+          if (mine && piece == 0 && lane_ == 0) stats_[r] = st;
       }
-      const float mean_d = Pro::center ? row_sum / K : 0.0f;
-      const float var = fmaxf(row_squares / K - mean_d * mean_d, 0.0f);
-      st = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
     }
     if (mine) {
 #pragma unroll
@@ -567,7 +660,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         // The block's columns as read, for an epilogue that reads a (a
         // residual). Not in the loop of loads: this store would wait for them.
         if (k >= n0_ && k < n0_ + kCols) *reinterpret_cast<uint4*>(raw_ + r * kCols + (k - n0_)) = out;
-        if constexpr (Pro::active) {
+        if constexpr (Pro::active && kFold == kNoFold) {
           float x[8];
           widen<T>(out, x);
           unsigned w[4];
@@ -581,38 +674,60 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       }
     }
     chain::computing_warps_sync();
+    return kFold;
   }
 
   // The warps' sums per column added, then the epilogue: one thread per
   // element, or per pair with a mailbox (its words hold two). The epilogue
   // takes the element's index in c and a's element at that index (a
   // residual), from the rows staged above. The elements go to c and, but in
-  // the last step, into the mailbox.
+  // the last step, into the mailbox, or without mailboxes each row's sum
+  // and sum of squares over the block's columns into the partial sums of
+  // the next step's statistics (stage_rows_of).
   template <typename Epi> GDL_DEV void store(int s, T* c, int rows, const Epi& epi) {
-    constexpr int kPer = kMailbox ? 2 : 1;
     chain::computing_warps_sync();
-    const bool mail = kMailbox && s + 1 < steps_;
-    const unsigned written = flag(s);
-    for (int e = threadIdx.x; e < rows * kCols / kPer; e += chain::kThreads) {
-      const int row = e / (kCols / kPer), col = kPer * (e % (kCols / kPer));
-      const long long index = (long long)(row0_ + row) * K + n0_ + col;
-      unsigned bits = 0;
-#pragma unroll
-      for (int h = 0; h < kPer; ++h) {
-        float acc = 0.0f;
-        for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col + h];
-        bits |= Vec16<T>::bits(cvt<T>(epi(acc, index + h, num(raw_[row * kCols + col + h])))) << (16 * h);
-      }
-      if constexpr (kMailbox) {
+    const auto value = [&](int row, int col, long long index) {
+      float acc = 0.0f;
+      for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col];
+      return cvt<T>(epi(acc, index, num(raw_[row * kCols + col])));
+    };
+    if constexpr (kMailbox) {
+      const bool mail = s + 1 < steps_;
+      const unsigned written = flag(s);
+      for (int e = threadIdx.x; e < rows * kCols / 2; e += chain::kThreads) {
+        const int row = e / (kCols / 2), col = 2 * (e % (kCols / 2));
+        const long long index = (long long)(row0_ + row) * K + n0_ + col;
+        const unsigned bits = Vec16<T>::bits(value(row, col, index)) | Vec16<T>::bits(value(row, col + 1, index + 1)) << 16;
         *reinterpret_cast<unsigned*>(c + index) = bits;
         if (mail) chain::mail_store(mail_row(s, row) + (n0_ + col) / 2, bits, written);
-      } else {
-        *reinterpret_cast<unsigned short*>(c + index) = (unsigned short)bits;
+      }
+      // sums_ and raw_ read before the next step's rows overwrite raw_.
+      chain::computing_warps_sync();
+    } else {
+      // One element per thread (rows * kCols <= kThreads); a row's kCols
+      // elements are kCols lanes of one warp (the grid barrier's first
+      // synchronization orders sums_ and raw_ before the next step's rows).
+      static_assert(chain::kMaxRows * kCols <= chain::kThreads && kCols <= 32, "a row's columns in one warp");
+      const int row = threadIdx.x / kCols, col = threadIdx.x % kCols;
+      const bool live = row < rows;
+      float x = 0.0f;
+      if (live) {
+        const long long index = (long long)(row0_ + row) * K + n0_ + col;
+        const T y = value(row, col, index);
+        c[index] = y;
+        x = num(y);
+      }
+      if (s + 1 < steps_ && warp_ * 32 < rows * kCols) {  // the warp holds a row (all its lanes shuffle)
+        const float shift = __shfl_sync(0xffffffffu, x, lane_ & ~(kCols - 1));  // the row's first column
+        float sum = x - shift, squares = sum * sum;
+#pragma unroll
+        for (int o = kCols / 2; o > 0; o >>= 1) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, o);
+          squares += __shfl_xor_sync(0xffffffffu, squares, o);
+        }
+        if (live && col == 0) *partial_stats(s, row, blockIdx.x) = make_float4(sum, squares, shift, 0.0f);
       }
     }
-    // sums_ and raw_ read before the next step's rows overwrite raw_ (with
-    // a grid barrier, its first __syncthreads orders them).
-    if constexpr (kMailbox) chain::computing_warps_sync();
   }
 
   // GDL_CHAIN_TRACE (defined before this header, a measurement build only):
@@ -673,6 +788,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   float* sums_;
   float4* parts_;
   int* active_;                 // the block's group has rows (step 0 sets it)
+  float2* stats_;               // per row: (mean, 1 / sqrt(var + eps)) where the step folds its norm
   unsigned long long* bars_;    // per slot: landed, read
   int lane_, warp_, n0_, row0_;
 };

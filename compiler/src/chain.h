@@ -56,7 +56,9 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols);
 
 // The scratch a chain's kernels exchange rows through: its counters, and
 // at K <= kChainMailboxMaxK its mailboxes (above it the kernel separates
-// its steps by a grid barrier): gdl::chain::exchange_bytes(K, max(row_groups, 1)).
+// its steps by a grid barrier, and each block stores its rows' partial
+// statistics for the next step's norm, two step parities of kChainMaxRows x
+// kChainBlocks float4): gdl::chain::exchange_bytes(K, max(row_groups, 1)).
 uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups);
 
 // The tensor maps of a chain's kernels, through which their producer thread

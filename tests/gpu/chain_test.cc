@@ -102,6 +102,11 @@ TEST_CASE("chain: W2 layers in one launch match the CPU reference, rows crossing
       {"bf16", 4096, 3, "dim B in [1, 16];", w2, {8, 9, 1}, 0},
       // no norm: the chain stages a as it is
       {"f16", 2048, 3, "dim B in [1, 16];", "tanh((h @ W[l]) * 0.02 + bias[l])", {3, 7, 16, 1}, 0},
+      // norms without weights above K = 1024: folded into the mma (the
+      // column sums for layernorm, the scale alone for rmsnorm), statistics
+      // from the blocks' partial sums
+      {"f16", 4096, 3, "dim B in [1, 16];", "h + gelu(layernorm(h, eps = 1e-5) @ W[l] + bias[l])", {1, 8, 6}, 0},
+      {"bf16", 2048, 3, "dim B in [1, 16];", "h + rmsnorm(h) @ W[l]", {3, 8, 16}, 0},
       // the residual is x, the step's a only in step 0 (the others load x)
       {"f16", 1024, 3, "dim B in [1, 64] buckets(1, 8, 64);", "x + gelu(layernorm(h, eps = 1e-5) @ W[l] + bias[l])",
        {5, 40}, 64},
