@@ -60,16 +60,20 @@
 //
 // A step in a block:
 //  1. the group's rows of a_s (step 0: from a; later: from the mailbox,
-//     waiting for them, or from a after the barrier), the norm prologue's
-//     statistics over the whole row, and the normalized rows (rounded to T,
-//     as the other matmul kernels do) into shared memory: the block needs
-//     all of K;
+//     waiting for them, or from a after the barrier) into shared memory
+//     (the block needs all of K), with the norm prologue's statistics (over
+//     the whole row in step 0 and with mailboxes; after the barrier, from
+//     the partial sums every block stored with its part of the rows), the
+//     rows normalized (rounded to T, as the other matmul kernels do) or, for
+//     a norm without weights or bias above kMailboxMaxK, as they are, the
+//     norm then folded into the sums (MatmulChain::fold_of);
 //  2. the strip, slot by slot: warp w takes 16 rows of each slot, the tensor
 //     cores (mma.m16n8k16) compute out^T = b^T a^T with the C columns as
 //     M (in 16-column halves; at C = 8 the upper half of M is zero) and the
-//     rows of a as N;
+//     rows of a as N (and, for a folded layernorm, the strip's column sums);
 //  3. the eight warps' sums added in shared memory, the epilogue, the store
-//     (and, but in the last step, the rows into the mailbox).
+//     (and, but in the last step, the rows into the mailbox, or without
+//     mailboxes each row's partial sums for the next step's statistics).
 // The computing warps synchronize among themselves with a named barrier
 // (computing_warps_sync); the producer warp leaves the kernel once its
 // copies have landed.
