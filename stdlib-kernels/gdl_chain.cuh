@@ -189,6 +189,20 @@ constexpr int kHandshakeBarrier = 2;
 
 // The ring's mbarriers (shared memory, 8 bytes each).
 GDL_DEV unsigned smem_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// Shared-memory accesses by 32-bit shared address. The buffers reach the
+// noinline step functions through a copy of the members, so plain accesses
+// compile to generic ones (LD.E, ST.E), which go through the LSU's global
+// path (docs/performance.md, session 17).
+GDL_DEV unsigned shared_load(unsigned at) {
+  unsigned v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(at));
+  return v;
+}
+GDL_DEV float shared_load_float(unsigned at) { return __uint_as_float(shared_load(at)); }
+GDL_DEV void shared_store(unsigned at, float v) { asm volatile("st.shared.f32 [%0], %1;" ::"r"(at), "f"(v) : "memory"); }
+GDL_DEV void shared_store(unsigned at, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
 GDL_DEV void barrier_init(unsigned long long* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
 }
@@ -460,15 +474,15 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         d[h][3] *= hi.y;
       }
     }
-    float* mine = sums_ + warp_ * chain::kMaxRows * kCols;
+    const unsigned mine = chain::smem_address(sums_ + warp_ * chain::kMaxRows * kCols);  // 4 bytes per column
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
       const int col = 16 * h + m;
-      mine[r * kCols + col] = d[h][0];
-      mine[(r + 1) * kCols + col] = d[h][1];
+      chain::shared_store(mine + 4 * (r * kCols + col), d[h][0]);
+      chain::shared_store(mine + 4 * ((r + 1) * kCols + col), d[h][1]);
       if constexpr (kCols >= 16) {  // at C = 8, d[0][2..3] are the zero columns 8-15
-        mine[r * kCols + col + 8] = d[h][2];
-        mine[(r + 1) * kCols + col + 8] = d[h][3];
+        chain::shared_store(mine + 4 * (r * kCols + col + 8), d[h][2]);
+        chain::shared_store(mine + 4 * ((r + 1) * kCols + col + 8), d[h][3]);
       }
     }
   }
@@ -477,9 +491,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   template <bool kColumnSums> GDL_DEV void multiply(int g, int i, float (&d)[kHalves][4], float (&cs)[kHalves][4]) {
     const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
     const int k = i * chain::kSlotRows + warp_ * chain::kTileRows + 2 * (lane_ & 3);
-    const T* xb = xn_ + (lane_ >> 2) * L::xn_stride + k;
-    const unsigned b0 = *reinterpret_cast<const unsigned*>(xb);
-    const unsigned b1 = *reinterpret_cast<const unsigned*>(xb + 8);
+    const unsigned xb = chain::smem_address(xn_ + (lane_ >> 2) * L::xn_stride + k);
+    const unsigned b0 = chain::shared_load(xb);
+    const unsigned b1 = chain::shared_load(xb + 16);
     if constexpr (kCols == 8) {
       // ldmatrix.x2.trans: lanes 0-7 give rows 0-7 of k, lanes 8-15 rows
       // 8-15 (the others' addresses are not read); columns 8-15 of M are zero.
@@ -663,7 +677,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         uint4 out = v[j];
         // The block's columns as read, for an epilogue that reads a (a
         // residual). Not in the loop of loads: this store would wait for them.
-        if (k >= n0_ && k < n0_ + kCols) *reinterpret_cast<uint4*>(raw_ + r * kCols + (k - n0_)) = out;
+        if (k >= n0_ && k < n0_ + kCols) chain::shared_store(chain::smem_address(raw_ + r * kCols + (k - n0_)), out);
         if constexpr (Pro::active && kFold == kNoFold) {
           float x[8];
           widen<T>(out, x);
@@ -674,7 +688,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
             w[e / 2] = Vec16<T>::pack(pro.normalized(x[e], k + e, &st, 0), pro.normalized(x[e + 1], k + e + 1, &st, 0));
           out = make_uint4(w[0], w[1], w[2], w[3]);
         }
-        *reinterpret_cast<uint4*>(xn_ + r * L::xn_stride + k) = out;
+        chain::shared_store(chain::smem_address(xn_ + r * L::xn_stride + k), out);
       }
     }
     chain::computing_warps_sync();
@@ -692,7 +706,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     chain::computing_warps_sync();
     const auto value = [&](int row, int col, long long index) {
       float acc = 0.0f;
-      for (int w = 0; w < chain::kWarps; ++w) acc += sums_[(w * chain::kMaxRows + row) * kCols + col];
+      const unsigned sums = chain::smem_address(sums_ + row * kCols + col);
+      for (int w = 0; w < chain::kWarps; ++w) acc += chain::shared_load_float(sums + 4 * w * chain::kMaxRows * kCols);
       return cvt<T>(epi(acc, index, num(raw_[row * kCols + col])));
     };
     if constexpr (kMailbox) {
