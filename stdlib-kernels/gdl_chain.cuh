@@ -249,6 +249,24 @@ GDL_DEV void grid_barrier(unsigned long long* counter) {
   computing_warps_sync();
 }
 
+// Adds part's sums of n elements, shifted by part.z (part.x: of x - c_p,
+// part.y: of its squares), to sum and squares, shifted by c:
+// sum (x - c) = s_p + n d and sum (x - c)^2 = q_p + 2 d s_p + n d^2 for
+// d = c_p - c.
+GDL_DEV void add_shifted_sums(float4 part, float c, float n, float& sum, float& squares) {
+  const float d = part.z - c;
+  sum += part.x + n * d;
+  squares += part.y + d * fmaf(n, d, 2.0f * part.x);
+}
+// (mean, 1 / sqrt(var + eps)) of a row of K elements from the sums of x -
+// shift and of its squares; without kCenter (rmsnorm, shift 0) the mean is
+// 0 and var the mean square.
+template <bool kCenter, int K> GDL_DEV float2 row_statistics(float sum, float squares, float shift, float eps) {
+  const float mean_d = kCenter ? sum / K : 0.0f;
+  const float var = fmaxf(squares / K - mean_d * mean_d, 0.0f);
+  return make_float2(shift + mean_d, 1.0f / sqrtf(var + eps));
+}
+
 // Two elements and a flag, one 64-bit store (the mailbox, above).
 GDL_DEV void mail_store(unsigned long long* word, unsigned pair, unsigned flag) {
   asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(word), "l"((unsigned long long)flag << 32 | pair) : "memory");
@@ -605,23 +623,14 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       if (from_partials) {
         if (warp_ < rows) {
           // Each block's sums are shifted by its first element; moved to
-          // block 0's shift (or to 0 for rmsnorm's plain mean square):
-          // sum (x - c) = s_b + n d and sum (x - c)^2 = q_b + 2 d s_b + n d^2
-          // for n elements shifted by c_b, d = c_b - c.
+          // block 0's shift (or to 0 for rmsnorm's plain mean square).
           const float shift = Pro::center ? __shfl_sync(0xffffffffu, parts[0].z, 0) : 0.0f;
-          constexpr float n = (float)kCols;
           float sum = 0.0f, squares = 0.0f;
 #pragma unroll
-          for (int j = 0; j < kPartsPerLane; ++j) {
-            if (lane_ + 32 * j >= kBlocksPerRow) continue;
-            const float d = parts[j].z - shift;
-            sum += parts[j].x + n * d;
-            squares += parts[j].y + d * fmaf(n, d, 2.0f * parts[j].x);
-          }
+          for (int j = 0; j < kPartsPerLane; ++j)
+            if (lane_ + 32 * j < kBlocksPerRow) chain::add_shifted_sums(parts[j], shift, (float)kCols, sum, squares);
           sum = warp_sum(sum), squares = warp_sum(squares);
-          const float mean_d = Pro::center ? sum / K : 0.0f;
-          const float var = fmaxf(squares / K - mean_d * mean_d, 0.0f);
-          if (lane_ == 0) stats_[warp_] = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
+          if (lane_ == 0) stats_[warp_] = chain::row_statistics<Pro::center, K>(sum, squares, shift, pro.eps);
         }
         if constexpr (kFold == kNoFold) {  // the normalized rows below need every row's statistics
           chain::computing_warps_sync();
@@ -650,21 +659,13 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         if constexpr (kPerRow > 1) {  // the row's warps add their parts; a warp with a whole row has its sums already
           if (lane_ == 0) parts_[warp_] = make_float4(row_sum, row_squares, shift, 0.0f);
           chain::computing_warps_sync();
-          // As above, for a piece of n elements.
-          constexpr float n = (float)(kSpan * 8);
           row_shift = parts_[r * kPerRow].z;
           row_sum = 0.0f, row_squares = 0.0f;
 #pragma unroll
-          for (int w = 0; w < kPerRow; ++w) {
-            const float4 part = parts_[r * kPerRow + w];
-            const float d = part.z - row_shift;
-            row_sum += part.x + n * d;
-            row_squares += part.y + d * fmaf(n, d, 2.0f * part.x);
-          }
+          for (int w = 0; w < kPerRow; ++w)
+            chain::add_shifted_sums(parts_[r * kPerRow + w], row_shift, (float)(kSpan * 8), row_sum, row_squares);
         }
-        const float mean_d = Pro::center ? row_sum / K : 0.0f;
-        const float var = fmaxf(row_squares / K - mean_d * mean_d, 0.0f);
-        st = make_float2(row_shift + mean_d, 1.0f / sqrtf(var + pro.eps));
+        st = chain::row_statistics<Pro::center, K>(row_sum, row_squares, row_shift, pro.eps);
         if constexpr (kFold != kNoFold)
           if (mine && piece == 0 && lane_ == 0) stats_[r] = st;
       }
