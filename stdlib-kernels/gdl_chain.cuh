@@ -104,15 +104,15 @@ constexpr int kGroupMaxK = 1024; // row groups only where measured (docs/perform
 // never run at once), so a flag never repeats in a mailbox. Chains without
 // mailboxes (above kMailboxMaxK, one row group) have instead two sets
 // (step parities) of row statistics: per row and block, the sum and the sum
-// of squares of the block's columns of c, shifted by its first (a float4:
-// sum, squares, shift, unused).
+// of squares of the block's columns of c, shifted by the row's first
+// element of the step's a, which every block staged (a float2).
 constexpr int kCounterBytes = kMaxGroups * 128;
 // Mailboxes up to this K; above it, a grid barrier over the group's blocks
 // and a read of the rows from c. At K = 4096 the mailbox words (twice the
 // rows' bytes) were 2-16 us slower for W2 than the barrier, at K = 1024 1-3
 // us faster (docs/performance.md); K = 2048 was not measured.
 constexpr int kMailboxMaxK = 1024;
-constexpr int kPartialStatsBytes = 2 * kMaxRows * kBlocks * 16;
+constexpr int kPartialStatsBytes = 2 * kMaxRows * kBlocks * 8;
 constexpr unsigned long long exchange_bytes(int k, int groups) {
   return kCounterBytes + (k <= kMailboxMaxK ? (unsigned long long)groups * 2 * kMaxRows * (k / 2) * 8 : kPartialStatsBytes);
 }
@@ -145,8 +145,9 @@ template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
   // The warps' parts of the row statistics (sums, squares, shift), the
   // block's flag for its producer warp (a group with rows), the rows'
-  // (mean, 1 / sqrt(var + eps)) for the norm folded into the mma.
-  static constexpr int misc_bytes = kWarps * 16 + 16 + kMaxRows * 8;
+  // (mean, 1 / sqrt(var + eps)) for the norm folded into the mma, the rows'
+  // first elements of a in the last two steps (the partial sums' shift).
+  static constexpr int misc_bytes = kWarps * 16 + 16 + kMaxRows * 8 + 2 * kMaxRows * 4;
   static constexpr int align_bytes = 1024;  // the ring's alignment, and the most it skips
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes + align_bytes;
   static constexpr int slot_barrier_bytes = 2 * 8;  // per slot: landed, read
@@ -324,7 +325,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     parts_ = reinterpret_cast<float4*>(sums_ + chain::kWarps * chain::kMaxRows * kCols);
     active_ = reinterpret_cast<int*>(parts_ + chain::kWarps);
     stats_ = reinterpret_cast<float2*>(reinterpret_cast<unsigned char*>(active_) + 16);
-    bars_ = reinterpret_cast<unsigned long long*>(stats_ + chain::kMaxRows);
+    firsts_ = reinterpret_cast<float*>(stats_ + chain::kMaxRows);
+    bars_ = reinterpret_cast<unsigned long long*>(firsts_ + 2 * chain::kMaxRows);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
@@ -413,10 +415,17 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     return !kMailbox && Pro::active && !Pro::weighted && !Pro::biased ? (Pro::center ? kFoldCenter : kFoldScale) : kNoFold;
   }
 
-  // Row r's statistics as block b stored them in step s (no mailboxes).
-  GDL_DEV float4* partial_stats(int s, int r, int b) const {
-    return reinterpret_cast<float4*>(mail_) + ((s & 1) * chain::kMaxRows + r) * chain::kBlocks + b;
+  // Row r's statistics as block b stored them in step s (no mailboxes):
+  // the sum and the sum of squares of x - first_of(s, r) over the block's
+  // columns of c. One shift for every block: the row's first element of
+  // step s's a, which every block staged, so that each block's part is 8
+  // bytes and the parts add as they are. The parts' loads after the
+  // barrier slowed the weights' stream (all of them, 16 bytes a part: 2.4
+  // us of W2 H=4096 B=8, docs/performance.md, session 18).
+  GDL_DEV float2* partial_stats(int s, int r, int b) const {
+    return reinterpret_cast<float2*>(mail_) + ((s & 1) * chain::kMaxRows + r) * chain::kBlocks + b;
   }
+  GDL_DEV float& first_of(int s, int r) const { return firsts_[(s & 1) * chain::kMaxRows + r]; }
 
   // The mailbox words of row r (of this group's kMaxRows) written by step s,
   // and the flag step s writes there in this launch.
@@ -578,7 +587,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     constexpr bool kEveryLane = kSpan % 32 == 0;  // else the last round of vectors leaves lanes out (K = 1024 at one row)
     static_assert(kRowVectors % kPerRow == 0, "a row's vectors split evenly over its warps");
     constexpr int kFold = fold_of<Pro>();
-    constexpr int kBlocksPerRow = K / kCols, kPartsPerLane = (kBlocksPerRow + 31) / 32;
+    constexpr int kBlocksPerRow = K / kCols, kPairsPerLane = (kBlocksPerRow / 2 + 31) / 32;
+    static_assert(kBlocksPerRow % 2 == 0, "a row's parts in pairs: two blocks' float2 a load");
     const int r = warp_ / kPerRow, piece = warp_ % kPerRow;
     const bool mine = r < rows;
     // Whether the lane holds its vector j: a constant where every lane does.
@@ -586,15 +596,16 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     const bool from_partials = !kMailbox && Pro::active && s > 0;
     const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors + piece * kSpan;
     uint4 v[kPerLane];
-    float4 parts[kPartsPerLane];  // row warp_'s partial sums, one per block
+    float4 pairs[kPairsPerLane];  // row warp_'s partial sums, two blocks' a load
     if (s == 0 || !kMailbox) {
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) v[j] = mine && has(j) ? __ldcg(row + lane_ + 32 * j) : zero16();
       if (from_partials) {
+        const float4* row_pairs = reinterpret_cast<const float4*>(partial_stats(s - 1, warp_ < rows ? warp_ : 0, 0));
 #pragma unroll
-        for (int j = 0; j < kPartsPerLane; ++j) {
+        for (int j = 0; j < kPairsPerLane; ++j) {
           const int b = lane_ + 32 * j;
-          parts[j] = warp_ < rows && b < kBlocksPerRow ? __ldcg(partial_stats(s - 1, warp_, b)) : make_float4(0, 0, 0, 0);
+          pairs[j] = warp_ < rows && b < kBlocksPerRow / 2 ? __ldcg(row_pairs + b) : make_float4(0, 0, 0, 0);
         }
       }
     } else {
@@ -618,19 +629,27 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) v[j] = m[j].data();
     }
+    // The row's first element as read (lane 0 of the row's first warp holds
+    // it): this step's shift of the partial sums (partial_stats).
+    if (!kMailbox && mine && piece == 0 && lane_ == 0) first_of(s, r) = Vec16<T>::elem(v[0].x, 0);
     float2 st = make_float2(0.0f, 1.0f);  // (mean, 1 / sqrt(var + eps)) of row r
     if constexpr (Pro::active) {
       if (from_partials) {
         if (warp_ < rows) {
-          // Each block's sums are shifted by its first element; moved to
-          // block 0's shift (or to 0 for rmsnorm's plain mean square).
-          const float shift = Pro::center ? __shfl_sync(0xffffffffu, parts[0].z, 0) : 0.0f;
+          // Every block's sums share the shift first_of(s - 1, row), kept
+          // for layernorm and moved to 0 for rmsnorm's plain mean square.
           float sum = 0.0f, squares = 0.0f;
 #pragma unroll
-          for (int j = 0; j < kPartsPerLane; ++j)
-            if (lane_ + 32 * j < kBlocksPerRow) chain::add_shifted_sums(parts[j], shift, (float)kCols, sum, squares);
+          for (int j = 0; j < kPairsPerLane; ++j) {
+            sum += pairs[j].x + pairs[j].z;
+            squares += pairs[j].y + pairs[j].w;
+          }
           sum = warp_sum(sum), squares = warp_sum(squares);
-          if (lane_ == 0) stats_[warp_] = chain::row_statistics<Pro::center, K>(sum, squares, shift, pro.eps);
+          const float first = first_of(s - 1, warp_), shift = Pro::center ? first : 0.0f;
+          float shifted_sum = 0.0f, shifted_squares = 0.0f;
+          chain::add_shifted_sums(make_float4(sum, squares, first, 0.0f), shift, (float)K, shifted_sum, shifted_squares);
+          if (lane_ == 0)
+            stats_[warp_] = chain::row_statistics<Pro::center, K>(shifted_sum, shifted_squares, shift, pro.eps);
         }
         if constexpr (kFold == kNoFold) {  // the normalized rows below need every row's statistics
           chain::computing_warps_sync();
@@ -738,14 +757,13 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         x = num(y);
       }
       if (s + 1 < steps_ && warp_ * 32 < rows * kCols) {  // the warp holds a row (all its lanes shuffle)
-        const float shift = __shfl_sync(0xffffffffu, x, lane_ & ~(kCols - 1));  // the row's first column
-        float sum = x - shift, squares = sum * sum;
+        float sum = live ? x - first_of(s, row) : 0.0f, squares = sum * sum;
 #pragma unroll
         for (int o = kCols / 2; o > 0; o >>= 1) {
           sum += __shfl_xor_sync(0xffffffffu, sum, o);
           squares += __shfl_xor_sync(0xffffffffu, squares, o);
         }
-        if (live && col == 0) *partial_stats(s, row, blockIdx.x) = make_float4(sum, squares, shift, 0.0f);
+        if (live && col == 0) *partial_stats(s, row, blockIdx.x) = make_float2(sum, squares);
       }
     }
   }
@@ -809,6 +827,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   float4* parts_;
   int* active_;                 // the block's group has rows (step 0 sets it)
   float2* stats_;               // per row: (mean, 1 / sqrt(var + eps)) where the step folds its norm
+  float* firsts_;               // per step parity and row: a's first element (first_of)
   unsigned long long* bars_;    // per slot: landed, read
   int lane_, warp_, n0_, row0_;
 };

@@ -65,7 +65,8 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
   const int64_t slot_bytes = kWarps * 16 * cols * 2 + 2 * 8;  // the tiles and their two mbarriers
   const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
-  const int64_t misc = kWarps * 16 + 16 + kMaxRows * 8;  // the warps' statistics, a flag, the rows' (mean, inv)
+  // the warps' statistics, a flag, the rows' (mean, inv), their first elements in two steps
+  const int64_t misc = kWarps * 16 + 16 + kMaxRows * 8 + 2 * kMaxRows * 4;
   const int64_t rest = xn + raw + sums + misc + 1024;   // + the ring's alignment to 1024 bytes
   const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + rest);
@@ -73,7 +74,7 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
 
 uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups) {
   const uint64_t groups = static_cast<uint64_t>(std::max<int64_t>(row_groups, 1));
-  if (k > kChainMailboxMaxK) return kChainCounterBytes + 2 * kChainMaxRows * kChainBlocks * 16;  // partial statistics
+  if (k > kChainMailboxMaxK) return kChainCounterBytes + 2 * kChainMaxRows * kChainBlocks * 8;  // partial statistics
   return kChainCounterBytes + groups * 2 * kChainMaxRows * static_cast<uint64_t>(k / 2) * 8;
 }
 
