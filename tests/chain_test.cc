@@ -54,7 +54,7 @@ TEST_CASE("chain: the W2 layers form one chain over every step, with its own exc
     CHECK(p.chains[0].exchange_offset % plan::kAlignment == 0);
     // 8 counter lines of 128 bytes; no mailboxes above K = 1024 (a barrier
     // between the steps instead) but each block's partial statistics of its
-    // rows: two step parities of 8 rows x 128 blocks, 16 bytes each.
+    // rows: two step parities of 8 rows x 128 blocks, 8 bytes each.
     const uint64_t exchange_bytes = 8 * 128 + 2 * 8 * 128 * 8;
     CHECK(chain_exchange_bytes(2048, 0) == exchange_bytes);
     // At K = 1024, two mailboxes of 8 rows, each element 4 bytes there (two
