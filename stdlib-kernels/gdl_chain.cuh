@@ -70,10 +70,13 @@
 //  2. the strip, slot by slot: warp w takes 16 rows of each slot, the tensor
 //     cores (mma.m16n8k16) compute out^T = b^T a^T with the C columns as
 //     M (in 16-column halves; at C = 8 the upper half of M is zero) and the
-//     rows of a as N (and, for a folded layernorm, the strip's column sums);
+//     rows of a as N (and, for a folded norm, the rows' sums and sums of
+//     squares, and for layernorm the strip's column sums: the fold's
+//     operands, from the rows the block staged);
 //  3. the eight warps' sums added in shared memory, the epilogue, the store
 //     (and, but in the last step, the rows into the mailbox, or without
-//     mailboxes each row's partial sums for the next step's statistics).
+//     mailboxes, where the next step's norm is not folded, each row's
+//     partial sums for its statistics).
 // The computing warps synchronize among themselves with a named barrier
 // (computing_warps_sync); the producer warp leaves the kernel once its
 // copies have landed.
@@ -145,9 +148,10 @@ template <int K, int C = cols_for(K)> struct Layout {
   static constexpr int raw_bytes = kMaxRows * cols * 2;  // the group's rows of a in the block's columns, as read
   // The warps' parts of the row statistics (sums, squares, shift), the
   // block's flag for its producer warp (a group with rows), the rows'
-  // (mean, 1 / sqrt(var + eps)) for the norm folded into the mma, the rows'
-  // first elements of a in the last two steps (the partial sums' shift).
-  static constexpr int misc_bytes = kWarps * 16 + 16 + kMaxRows * 8 + 2 * kMaxRows * 4;
+  // (mean, 1 / sqrt(var + eps)) for a norm applied as they are staged, the
+  // rows' first elements of a in the last two steps (the sums' shift), the
+  // warps' parts of the rows' sums of a folded step.
+  static constexpr int misc_bytes = kWarps * 16 + 16 + kMaxRows * 8 + 2 * kMaxRows * 4 + kWarps * kMaxRows * 8;
   static constexpr int align_bytes = 1024;  // the ring's alignment, and the most it skips
   static constexpr int rest = xn_bytes + raw_bytes + sums_bytes + misc_bytes + align_bytes;
   static constexpr int slot_barrier_bytes = 2 * 8;  // per slot: landed, read
@@ -200,6 +204,14 @@ GDL_DEV unsigned shared_load(unsigned at) {
   return v;
 }
 GDL_DEV float shared_load_float(unsigned at) { return __uint_as_float(shared_load(at)); }
+GDL_DEV float2 shared_load_float2(unsigned at) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(at));
+  return v;
+}
+GDL_DEV void shared_store(unsigned at, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(at), "f"(v.x), "f"(v.y) : "memory");
+}
 GDL_DEV void shared_store(unsigned at, float v) { asm volatile("st.shared.f32 [%0], %1;" ::"r"(at), "f"(v) : "memory"); }
 GDL_DEV void shared_store(unsigned at, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
@@ -268,6 +280,18 @@ template <bool kCenter, int K> GDL_DEV float2 row_statistics(float sum, float sq
   return make_float2(shift + mean_d, 1.0f / sqrtf(var + eps));
 }
 
+// a - b on two elements of T in a word each, rounded to T.
+GDL_DEV unsigned sub_pairs(unsigned a, unsigned b, __half) {
+  unsigned d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+GDL_DEV unsigned sub_pairs(unsigned a, unsigned b, __nv_bfloat16) {
+  unsigned d;
+  asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
 // Two elements and a flag, one 64-bit store (the mailbox, above).
 GDL_DEV void mail_store(unsigned long long* word, unsigned pair, unsigned flag) {
   asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(word), "l"((unsigned long long)flag << 32 | pair) : "memory");
@@ -326,7 +350,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     active_ = reinterpret_cast<int*>(parts_ + chain::kWarps);
     stats_ = reinterpret_cast<float2*>(reinterpret_cast<unsigned char*>(active_) + 16);
     firsts_ = reinterpret_cast<float*>(stats_ + chain::kMaxRows);
-    bars_ = reinterpret_cast<unsigned long long*>(firsts_ + 2 * chain::kMaxRows);
+    bars_ = reinterpret_cast<unsigned long long*>(row_parts() + chain::kWarps * chain::kMaxRows);
     lane_ = threadIdx.x & 31;
     warp_ = threadIdx.x >> 5;
     n0_ = blockIdx.x * kCols;
@@ -350,8 +374,11 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
 
   // rows: all of a's rows; this block takes those of its row group.
+  // publish_stats: the next step's norm is not folded (fold_of), so above
+  // kMailboxMaxK it reads the rows' statistics from the blocks' partial
+  // sums, which this step's store then writes (gdlc knows the next step).
   template <typename I, typename Epi, typename Pro>
-  GDL_DEV void step(int s, const T* a, T* c, I rows, const Epi& epi, const Pro& pro) {
+  GDL_DEV void step(int s, const T* a, T* c, I rows, const Epi& epi, const Pro& pro, bool publish_stats) {
     if ((long long)rows > (long long)chain::kMaxRows * gridDim.y) __trap();  // the runtime launches the step kernels instead
     const int mine = (int)min((long long)rows - row0_, (long long)chain::kMaxRows);
     // The group's launch count, in the arena: read after the wait for the
@@ -367,9 +394,12 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
       if (!kMailbox && s > 0) chain::grid_barrier(counter_);  // a is the previous step's c
       const int fold = load_rows(s, a + (size_t)row0_ * K, mine, pro);  // from the mailbox where there is one
       trace(s, 1);
-      multiply_step(s, fold);
+      float eps = 0.0f;
+      if constexpr (Pro::active) eps = pro.eps;
+      multiply_step(s, fold, eps);
       trace(s, 2);
-      store(s, c, mine, epi);
+      store(s, c, mine, epi, publish_stats);
+      published_ = publish_stats;
       trace(s, 3);
     }
     if (s == steps_ - 1 && mine > 0) {
@@ -389,12 +419,14 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // works on a copy of the members (`self`): through `this`, which points
   // to the caller's local memory, every asm "memory" clobber in the loop
   // would reload them from there.
-  __device__ __noinline__ void multiply_step(int s, int fold) const {
+  __device__ __noinline__ void multiply_step(int s, int fold, float eps) const {
     MatmulChain self = *this;
     if (fold == kFoldCenter)
-      self.multiply_slots<true>(s, fold);
+      self.multiply_slots<kFoldCenter>(s, eps);
+    else if (fold == kFoldScale)
+      self.multiply_slots<kFoldScale>(s, eps);
     else
-      self.multiply_slots<false>(s, fold);
+      self.multiply_slots<kNoFold>(s, eps);
   }
   template <typename Pro> __device__ __noinline__ int load_rows(int s, const T* a, int rows, const Pro& pro) const {
     MatmulChain self = *this;
@@ -407,9 +439,12 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // norm); kFoldScale, x staged and the sums scaled by each row's 1 / sqrt(
   // mean square + eps) (rmsnorm); kFoldCenter, x staged and each sum taken
   // to inv (x b - mean sum_k b) (layernorm), with the strip's column sums
-  // from a second mma. Folded only without mailboxes (above kMailboxMaxK),
-  // where the statistics of the rows come from the blocks' partial sums, and
-  // only without norm weights or bias (their fold would need them staged).
+  // from a second mma. A folded step takes its rows' statistics from one more
+  // mma over the staged rows (multiply_slots), so after the grid barrier it
+  // reads no other block's partial sums. Folded only without mailboxes
+  // (above kMailboxMaxK; with mailboxes the statistics come with the pass
+  // over the rows as they arrive), and only without norm weights or bias
+  // (their fold would need them staged).
   static constexpr int kNoFold = 0, kFoldScale = 1, kFoldCenter = 2;
   template <typename Pro> static constexpr int fold_of() {
     return !kMailbox && Pro::active && !Pro::weighted && !Pro::biased ? (Pro::center ? kFoldCenter : kFoldScale) : kNoFold;
@@ -426,6 +461,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     return reinterpret_cast<float2*>(mail_) + ((s & 1) * chain::kMaxRows + r) * chain::kBlocks + b;
   }
   GDL_DEV float& first_of(int s, int r) const { return firsts_[(s & 1) * chain::kMaxRows + r]; }
+  // Per warp and row: the sum and the sum of squares of a folded step's
+  // rows over the warp's k (multiply_slots), after firsts_.
+  GDL_DEV float2* row_parts() const { return reinterpret_cast<float2*>(firsts_ + 2 * chain::kMaxRows); }
 
   // The mailbox words of row r (of this group's kMaxRows) written by step s,
   // and the flag step s writes there in this launch.
@@ -470,23 +508,37 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
 
   // Step s's slots through the tensor cores; the warp's column sums into sums_.
   // With kColumnSums (kFoldCenter) a second mma sums the strip's columns
-  // (b times ones) into cs, the same layout as d. The fold then applies to
-  // the warp's own part of the sums, before they are added: the rows'
-  // statistics are in stats_ by then (stage_rows).
-  template <bool kColumnSums> GDL_DEV void multiply_slots(int s, int fold) {
+  // (b times ones) into cs, the same layout as d. A folded step (kFold) also
+  // sums its rows and their squares with a third mma (multiply, rs); the
+  // warps' parts of those are added here, and the fold then applies to the
+  // warp's own part of the sums, before they are added.
+  template <int kFold> GDL_DEV void multiply_slots(int s, float eps) {
+    constexpr bool kColumnSums = kFold == kFoldCenter;
     float d[kHalves][4] = {};
     float cs[kHalves][4] = {};
+    float rs[4] = {};
+    // Layernorm's rows are summed shifted by their first element (first_of),
+    // as the partial sums are: exact where x and the shift are within a
+    // factor of two of each other.
+    const unsigned shift = kFold == kFoldCenter ? pair_of(first_of(s, lane_ >> 2)) : 0u;
     for (int i = 0; i < kStepSlots; ++i) {
       const int g = s * kStepSlots + i;
       const long long since = trace_now();
       chain::barrier_wait(landed(g % kSlots), (g / kSlots) & 1);  // the producer's copy of the slot
       trace_wait(s, 4, since);
-      multiply<kColumnSums>(g, i, d, cs);
+      multiply<kFold>(g, i, d, cs, rs, shift);
       chain::barrier_arrive(read(g % kSlots));  // one of 256: this lane's ldmatrix has its values
     }
     const int m = lane_ >> 2, r = 2 * (lane_ & 3);
-    if (fold != kNoFold) {  // rows r and r + 1 of d: (mean, inv) of each
-      const float2 lo = stats_[r], hi = stats_[r + 1];
+    if constexpr (kFold != kNoFold) {  // rows r and r + 1 of d: (mean, inv) of each
+      // Row n's sum of squares is rs's element (n, n), its sum (8 + n, n):
+      // lane 4 n + n / 2 holds both (mma's accumulator layout).
+      const bool odd = m & 1;  // no indexing of rs by a run-time value: it would live in local memory
+      if ((lane_ & 3) == (m >> 1))
+        chain::shared_store(chain::smem_address(row_parts() + warp_ * chain::kMaxRows + m),
+                            make_float2(odd ? rs[3] : rs[2], odd ? rs[1] : rs[0]));
+      chain::computing_warps_sync();
+      const float2 lo = row_statistics_of<kFold>(s, r, eps), hi = row_statistics_of<kFold>(s, r + 1, eps);
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
         if constexpr (kColumnSums) {
@@ -514,13 +566,37 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     }
   }
 
+  // (mean, 1 / sqrt(var + eps)) of row n from the warps' parts of its
+  // sums (multiply_slots), shifted for layernorm.
+  template <int kFold> GDL_DEV float2 row_statistics_of(int s, int n, float eps) const {
+    constexpr bool kCenter = kFold == kFoldCenter;
+    float sum = 0.0f, squares = 0.0f;
+#pragma unroll
+    for (int w = 0; w < chain::kWarps; ++w) {
+      const float2 part = chain::shared_load_float2(chain::smem_address(row_parts() + w * chain::kMaxRows + n));
+      sum += part.x;
+      squares += part.y;
+    }
+    return chain::row_statistics<kCenter, K>(sum, squares, kCenter ? first_of(s, n) : 0.0f, eps);
+  }
+
   // mma over one slot: the warp's 16 rows of k, every 16-column half.
-  template <bool kColumnSums> GDL_DEV void multiply(int g, int i, float (&d)[kHalves][4], float (&cs)[kHalves][4]) {
+  template <int kFold>
+  GDL_DEV void multiply(int g, int i, float (&d)[kHalves][4], float (&cs)[kHalves][4], float (&rs)[4], unsigned shift) {
+    constexpr bool kColumnSums = kFold == kFoldCenter;
     const T* tile = ring_ + ((g % kSlots) * chain::kWarps + warp_) * kTileElems;
     const int k = i * chain::kSlotRows + warp_ * chain::kTileRows + 2 * (lane_ & 3);
     const unsigned xb = chain::smem_address(xn_ + (lane_ >> 2) * L::xn_stride + k);
     const unsigned b0 = chain::shared_load(xb);
     const unsigned b1 = chain::shared_load(xb + 16);
+    if constexpr (kFold != kNoFold) {
+      // The rows as both operands, and ones as rows 8-15 of A: element (m,
+      // n) of rs sums x_m x_n over the warp's k, (8 + m, n) sums x_n.
+      const unsigned x0 = kFold == kFoldCenter ? sub_pairs(b0, shift) : b0;
+      const unsigned x1 = kFold == kFoldCenter ? sub_pairs(b1, shift) : b1;
+      const unsigned rows[4] = {x0, ones(), x1, ones()};
+      mma16816(rs, rows, x0, x1, T{});
+    }
     if constexpr (kCols == 8) {
       // ldmatrix.x2.trans: lanes 0-7 give rows 0-7 of k, lanes 8-15 rows
       // 8-15 (the others' addresses are not read); columns 8-15 of M are zero.
@@ -548,6 +624,9 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   }
   // Two ones of T in a word: the column sums' mma operand.
   static GDL_DEV unsigned ones() { return Vec16<T>::pack(1.0f, 1.0f); }
+  // x twice in a word of T (x is a T's value: exact).
+  static GDL_DEV unsigned pair_of(float x) { return Vec16<T>::pack(x, x); }
+  static GDL_DEV unsigned sub_pairs(unsigned a, unsigned b) { return chain::sub_pairs(a, b, T{}); }
 
   // Rows [0, rows) of a into xn_, through the norm prologue, with one read
   // of a (step 0) or of the mailbox step s - 1 wrote (waiting for each
@@ -568,12 +647,13 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // stage_rows for at most kRows rows (a power of two): warp w takes row r
   // = w / kPerRow and its piece of kSpan 16-byte vectors, which each lane
   // keeps in registers until it stores them, as they are (a folded norm, or
-  // none) or normalized. The statistics: in step 0 and with mailboxes, the
-  // shifted sums of the lanes' own vectors (as norm_row_stats,
-  // gdl_matmul.cuh), added over the row's warps; later steps without
-  // mailboxes add the partial sums every block stored with its part of the
-  // rows (store), warp r for row r: a few loads instead of the pass over
-  // the whole row. a from c (step 0, or above kMailboxMaxK after the
+  // none) or normalized. The statistics of a norm applied here (not
+  // folded; a folded step sums its rows in the mma): in step 0 and with
+  // mailboxes, the shifted sums of the lanes' own vectors (as
+  // norm_row_stats, gdl_matmul.cuh), added over the row's warps; later steps
+  // without mailboxes add the partial sums every block stored with its part
+  // of the rows (store), warp r for row r: a few loads instead of the pass
+  // over the whole row. a from c (step 0, or above kMailboxMaxK after the
   // barrier) is read with __ldcg: other blocks of this launch wrote it, and
   // L1 may hold an older copy. Rows of xn_ past `rows` keep what they held:
   // mma's column n only reaches output row n, and store() writes rows below
@@ -593,7 +673,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     const bool mine = r < rows;
     // Whether the lane holds its vector j: a constant where every lane does.
     const auto has = [&](int j) { return kEveryLane || lane_ + 32 * j < kSpan; };
-    const bool from_partials = !kMailbox && Pro::active && s > 0;
+    const bool from_partials = !kMailbox && Pro::active && kFold == kNoFold && s > 0;
+    if (from_partials && !published_) __trap();  // gdlc's publish_stats disagrees with fold_of
     const uint4* row = reinterpret_cast<const uint4*>(a) + (size_t)r * kRowVectors + piece * kSpan;
     uint4 v[kPerLane];
     float4 pairs[kPairsPerLane];  // row warp_'s partial sums, two blocks' a load
@@ -633,7 +714,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
     // it): this step's shift of the partial sums (partial_stats).
     if (!kMailbox && mine && piece == 0 && lane_ == 0) first_of(s, r) = Vec16<T>::elem(v[0].x, 0);
     float2 st = make_float2(0.0f, 1.0f);  // (mean, 1 / sqrt(var + eps)) of row r
-    if constexpr (Pro::active) {
+    if constexpr (Pro::active && kFold == kNoFold) {  // a folded step sums its rows in the mma
       if (from_partials) {
         if (warp_ < rows) {
           // Every block's sums share the shift first_of(s - 1, row), kept
@@ -651,10 +732,8 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
           if (lane_ == 0)
             stats_[warp_] = chain::row_statistics<Pro::center, K>(shifted_sum, shifted_squares, shift, pro.eps);
         }
-        if constexpr (kFold == kNoFold) {  // the normalized rows below need every row's statistics
-          chain::computing_warps_sync();
-          st = stats_[r];
-        }
+        chain::computing_warps_sync();  // the normalized rows below need every row's statistics
+        st = stats_[r];
       } else {
         // Each warp shifts by the first element of its piece (lane 0's), a
         // value near the row's mean that it holds already; the row's warps
@@ -685,8 +764,6 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
             chain::add_shifted_sums(parts_[r * kPerRow + w], row_shift, (float)(kSpan * 8), row_sum, row_squares);
         }
         st = chain::row_statistics<Pro::center, K>(row_sum, row_squares, row_shift, pro.eps);
-        if constexpr (kFold != kNoFold)
-          if (mine && piece == 0 && lane_ == 0) stats_[r] = st;
       }
     }
     if (mine) {
@@ -719,10 +796,11 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   // element, or per pair with a mailbox (its words hold two). The epilogue
   // takes the element's index in c and a's element at that index (a
   // residual), from the rows staged above. The elements go to c and, but in
-  // the last step, into the mailbox, or without mailboxes each row's sum
-  // and sum of squares over the block's columns into the partial sums of
-  // the next step's statistics (stage_rows_of).
-  template <typename Epi> GDL_DEV void store(int s, T* c, int rows, const Epi& epi) {
+  // the last step, into the mailbox, or without mailboxes (where
+  // publish_stats) each row's sum and sum of squares over the block's
+  // columns into the partial sums of the next step's statistics
+  // (stage_rows_of).
+  template <typename Epi> GDL_DEV void store(int s, T* c, int rows, const Epi& epi, bool publish_stats) {
     chain::computing_warps_sync();
     const auto value = [&](int row, int col, long long index) {
       float acc = 0.0f;
@@ -756,7 +834,7 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
         c[index] = y;
         x = num(y);
       }
-      if (s + 1 < steps_ && warp_ * 32 < rows * kCols) {  // the warp holds a row (all its lanes shuffle)
+      if (publish_stats && s + 1 < steps_ && warp_ * 32 < rows * kCols) {  // the warp holds a row (all its lanes shuffle)
         float sum = live ? x - first_of(s, row) : 0.0f, squares = sum * sum;
 #pragma unroll
         for (int o = kCols / 2; o > 0; o >>= 1) {
@@ -815,8 +893,11 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   GDL_DEV void print_trace() const {}
 #endif
 
+  // The members are 128 bytes: the noinline functions' copy of them (self)
+  // is passed in registers; at 144 bytes it went through the stack.
   const unsigned char* maps_;  // the steps' tensor maps
   int steps_;
+  bool published_ = true;  // the step before wrote its partial statistics (step's publish_stats)
   unsigned long long* counter_;  // the group's launch count
   unsigned long long* mail_;     // the group's two mailboxes
   unsigned long long launch_ = 0;  // the count at the start of this launch
@@ -826,10 +907,11 @@ template <typename T, int K, int C = chain::cols_for(K)> class MatmulChain {
   float* sums_;
   float4* parts_;
   int* active_;                 // the block's group has rows (step 0 sets it)
-  float2* stats_;               // per row: (mean, 1 / sqrt(var + eps)) where the step folds its norm
+  float2* stats_;               // per row: (mean, 1 / sqrt(var + eps)) of a norm applied as the rows are staged
   float* firsts_;               // per step parity and row: a's first element (first_of)
   unsigned long long* bars_;    // per slot: landed, read
   int lane_, warp_, n0_, row0_;
 };
+static_assert(sizeof(MatmulChain<__half, 4096>) == 128, "the members of a chain stay at 128 bytes (see maps_)");
 
 }  // namespace gdl

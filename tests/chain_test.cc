@@ -270,6 +270,32 @@ size_t count_in(const std::string& source, const std::string& what, size_t from,
   return n;
 }
 
+TEST_CASE("chain: a step stores its rows' partial statistics only where the next step's norm reads them") {
+  // Above K = 1024 a norm without weight or bias is folded into the mma,
+  // which sums the rows itself; one with a weight or a bias reads the sums
+  // every block stored in the step before (gdl_chain.cuh, publish_stats).
+  const std::string text =
+      "program mixed;\ndim B in [1, 8];\nconst H = 2048;\nparam W : f16[4, H, H];\nparam g : f16[H];\n"
+      "input x : f16[B, H];\noutput y : f16[B, H];\n"
+      "let h = x + layernorm(x, eps = 1e-5) @ W[0];\n"  // step 0: folded
+      "let h1 = h + rmsnorm(h, g) @ W[1];\n"           // step 1: weighted, reads step 0's sums
+      "let h2 = h1 + rmsnorm(h1) @ W[2];\n"            // step 2: folded
+      "y = h2 + layernorm(h2, eps = 1e-5) @ W[3];\n";  // step 3: folded
+  plan::Plan p = plan::make_plan(graph_of(text));
+  REQUIRE(p.chains.size() == 1);
+  REQUIRE(p.chains[0].last - p.chains[0].first == 3);
+  const GeneratedCode code = generate_cuda(p);
+  const std::vector<std::string> publish = {"true", "false", "false", "false"};
+  for (int s = 0; s < 4; ++s) {
+    INFO("step " << s);
+    const size_t call = code.source.find("chain.step(" + std::to_string(s) + ", ");
+    REQUIRE(call != std::string::npos);
+    const size_t end = code.source.find(");", call);
+    const std::string args = code.source.substr(call, end - call);
+    CHECK(args.substr(args.rfind(", ") + 2) == publish[static_cast<size_t>(s)]);
+  }
+}
+
 TEST_CASE("chain: a step's epilogue takes its residual from the rows the chain staged, only when it reads a") {
   // W2: every step adds its own a. With the input x as every step's
   // residual, only step 0 reads its a; steps 1 and 2 load x.

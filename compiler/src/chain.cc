@@ -65,8 +65,9 @@ uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
   constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
   const int64_t slot_bytes = kWarps * 16 * cols * 2 + 2 * 8;  // the tiles and their two mbarriers
   const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
-  // the warps' statistics, a flag, the rows' (mean, inv), their first elements in two steps
-  const int64_t misc = kWarps * 16 + 16 + kMaxRows * 8 + 2 * kMaxRows * 4;
+  // the warps' statistics, a flag, the rows' (mean, inv), their first elements in two steps, the
+  // warps' parts of a folded step's row sums
+  const int64_t misc = kWarps * 16 + 16 + kMaxRows * 8 + 2 * kMaxRows * 4 + kWarps * kMaxRows * 8;
   const int64_t rest = xn + raw + sums + misc + 1024;   // + the ring's alignment to 1024 bytes
   const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
   return static_cast<uint32_t>(slots * slot_bytes + rest);

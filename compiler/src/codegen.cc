@@ -282,9 +282,9 @@ enum class Variant { kFirst, kLarge, kChainStep };
 class StepEmitter {
  public:
   StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ValueId, int>& scalar_slot, int sm,
-              Variant variant = Variant::kFirst, int chain_step = 0)
+              Variant variant = Variant::kFirst, int chain_step = 0, bool chain_publish_stats = false)
       : plan_(p), g_(p.graph), index_(step_index), step_(p.steps[step_index]), scalar_slot_(scalar_slot), sm_(sm),
-        variant_(variant), chain_step_(chain_step) {}
+        variant_(variant), chain_step_(chain_step), chain_publish_stats_(chain_publish_stats) {}
 
   // After emit(): the step is a matmul with a rows and a large kernel, and
   // the matmul's rows (its result's shape without the last axis).
@@ -782,7 +782,8 @@ class StepEmitter {
       local("rows", product(rs, 0, rs.size() - 1));
       chain_b_ = args[1];  // the chain streams b itself (its chain_weights)
       body += "  chain.step(" + std::to_string(chain_step_) + ", " + args[0] + ", " + out_ptr + ", rows, " + epi + ", " +
-              pro + ");\n";
+              pro + ", " + (chain_publish_stats_ ? "true" : "false") + ");  // publish_stats: " +
+              (chain_publish_stats_ ? "the next step's norm reads them" : "no next step reads them") + "\n";
       return body;
     }
     // The fast kernels of a folded batch take the folded row count instead.
@@ -1079,6 +1080,7 @@ class StepEmitter {
   int min_blocks_ = 0;  // blocks per multiprocessor the kernel's registers must allow (0: no bound)
   Variant variant_ = Variant::kFirst;
   int chain_step_ = 0;  // Variant::kChainStep: the step's index in its chain
+  bool chain_publish_stats_ = false;  // Variant::kChainStep: the next step's norm reads the blocks' partial sums
   std::string chain_b_;  // Variant::kChainStep: b's pointer, which the step leaves undeclared
   std::string chain_a_;  // Variant::kChainStep: a's pointer, whose elements the chain passes to the epilogue
   std::vector<std::pair<std::string, uint64_t>> param_pointers_;  // pointers into params, with their buffers' bytes
@@ -1091,6 +1093,16 @@ class StepEmitter {
   ValueId anchor_ = ir::kNoValue;    // the step's first value after any prologue
   bool structured_ = false;          // the anchor is a structured op (not elementwise or data movement)
 };
+
+// Whether a chain step's norm prologue takes its rows' statistics from the
+// partial sums the blocks store in the step before (above the chain's
+// mailbox K): a norm with a weight or a bias operand, which the kernel does
+// not fold into its mma (MatmulChain::fold_of; a weight or bias that is a
+// constant one or zero counts here too, which only costs the stores).
+bool chain_norm_reads_partial_stats(const ir::Graph& g, const plan::Step& step) {
+  const ValueId norm = matmul_prologue(g, step.values);
+  return norm != ir::kNoValue && g.node(norm).args.size() > 1;
+}
 
 // A kernel of plan chain `c` (gdl::MatmulChain, gdl_chain.cuh) in `groups`
 // row groups (1: the kernel for at most kChainMaxRows rows): the weights of
@@ -1152,7 +1164,8 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
   src += "  if (chain.produce()) return;  // the producer warp streams the weights, before any wait (gdl_abi.cuh)\n";
   src += "  gdl::wait_for_producers();\n";
   for (int s = chain.first; s <= chain.last; ++s)
-    src += StepEmitter(p, static_cast<size_t>(s), scalar_slot, sm, Variant::kChainStep, s - chain.first)
+    src += StepEmitter(p, static_cast<size_t>(s), scalar_slot, sm, Variant::kChainStep, s - chain.first,
+                       s < chain.last && chain_norm_reads_partial_stats(g, p.steps[static_cast<size_t>(s) + 1]))
                .emit_chain_step();
   src += "}\n";
   out.push_back(std::move(info));
