@@ -123,8 +123,8 @@ def build(torch_res, gdl_res):
         main.append([name, us(gg), us(get(g, "graph_serial", "median_us")), us(ge), us(te), us(tg),
                      us(get(t, "graph", "median_us")), ratio(gg, tg),
                      f"{us(fl)} ({bound})" if fl is not None else "-", ratio(gg, fl), verdict(g)])
-        host.append([name, us(get(g, "host", "median_us")), us(get(g, "host_device_bind", "median_us")),
-                     us(get(g, "host_launch_probe", "median_us")),
+        host.append([name, us(get(g, "host", "median_us")), us(get(g, "host_copy_probe", "median_us")),
+                     us(get(g, "host_device_bind", "median_us")), us(get(g, "host_launch_probe", "median_us")),
                      us(get(t, "graph_host", "median_us")), us(get(g, "loop", "median_us")),
                      us(get(t, "graph_loop", "median_us"))])
         prog = get(g, "program")
@@ -196,8 +196,8 @@ TARGET_HEAD = ["target", "this run", "met"]
 MAIN_HEAD = ["workload", "gdl graph", "gdl graph, no overlap", "gdl eager", "torch eager", "torch graph",
              "torch replay only", "gdl/torch graph",
              "floor", "gdl/floor", "correct (err vs torch)"]
-HOST_HEAD = ["workload", "gdl bind+run (host mem)", "gdl bind+run (dev mem)",
-             "one-memset graph launch (host)", "torch copy_+replay",
+HOST_HEAD = ["workload", "gdl bind+run (host mem)", "memcpy of the inputs to pinned (host)",
+             "gdl bind+run (dev mem)", "one-memset graph launch (host)", "torch copy_+replay",
              "gdl loop/run", "torch graph loop/run"]
 ONCE_HEAD = ["program", "nodes", "compile ms", "graph build us", "instantiate us", "upload us",
              "arena MiB", "params MiB"]
@@ -258,7 +258,9 @@ def markdown(torch_res, gdl_res, ceilings, assumed, main, host, once):
         "Host time of one run in microseconds (median; the GPU idle at its start, no sync inside): "
         "gdl `bind` of every input + `run()`, the input in host memory (bind copies it through a "
         "pinned staging buffer) or in device memory (bind records the pointer, the run's graph copies it); "
-        "beside them, the host time of `cudaGraphLaunch` of a graph of one 4-byte memset, timed after each "
+        "beside them, a `std::memcpy` of the same inputs into pinned memory, timed after each run from host "
+        "memory (the copy such a bind must make, its source warm in the caches), and the host time of "
+        "`cudaGraphLaunch` of a graph of one 4-byte memset, timed after each "
         "run from device memory (how fast this host and driver launch at that moment); "
         "torch `static_x.copy_(new_x)` + "
         "`graph.replay()`. Loop: runs back to back between two synchronizes, per run "
