@@ -69,7 +69,11 @@ step() {
 
 {
   echo "date: $(date -u)"
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown) (this copy of the repository)"
+  # Binaries built elsewhere name their own sources (scripts/stage-device.sh,
+  # stage-variant.sh): the GPU machine's copy may report another HEAD.
+  built_from="$(dirname "$BIN")/built-from.txt"
+  [ -f "$built_from" ] && echo "binaries built from: $(cat "$built_from")"
   echo "python: $(python3 --version 2>&1)"
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
   nvidia-smi 2>&1 || echo "nvidia-smi failed"

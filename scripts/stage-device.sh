@@ -20,6 +20,9 @@ cp "$BUILD/tests/gdl_gpu_tests" "$stage/tests/"
 cp "$BUILD"/examples/run_{mlp,chain,attention} "$BUILD/examples/hello_host" "$stage/examples/"
 cp "$BUILD/gdlc" "$BUILD/gdlrun" "$stage/"
 cp "$BUILD/bench/gdl_bench" "$stage/bench/"
+# What the binaries were built from (bench/run.sh copies it into env.txt).
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . && echo '' || echo ' with uncommitted changes')" \
+  >"$stage/bench/built-from.txt"
 [ -x "$BUILD/bench/gdl_dynamic_bench" ] && cp "$BUILD/bench/gdl_dynamic_bench" "$stage/bench/"
 # Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program.
 GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \

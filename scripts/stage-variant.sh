@@ -16,6 +16,8 @@ dir=$(mktemp -d)
 mkdir -p "$dir/$name/bench-cache"
 cp "$BUILD/bench/gdl_bench" "$dir/$name/"
 strip "$dir/$name/gdl_bench"
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . && echo '' || echo ' with uncommitted changes')" \
+  >"$dir/$name/built-from.txt"
 for program in bench/workloads/*.gdl bench/l2_flush.gdl; do
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$BUILD/gdlc" "$program" -o "$dir/program.gdlx" \
     --cache-dir="$dir/$name/bench-cache" >/dev/null
