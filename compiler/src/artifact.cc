@@ -455,7 +455,7 @@ std::vector<KernelInfo> read_kernels(Reader& r, const ir::Graph& g) {
 // maps from these, before any kernel runs.
 bool chain_weights_fit(const ChainKernel& c, const plan::Plan& p) {
   const plan::Chain& chain = p.chains[static_cast<size_t>(c.chain)];
-  if (c.tensor_maps_offset != chain_tensor_maps_offset(chain, c.groups > 1 ? 1 : 0)) return false;
+  if (c.tensor_maps_offset != chain_tensor_maps_offset(chain, chain_kernel_index(c.groups))) return false;
   if (c.weight_offsets.size() != static_cast<size_t>(chain.last - chain.first + 1)) return false;
   const uint64_t bytes = static_cast<uint64_t>(chain.k) * static_cast<uint64_t>(chain.k) * 2;
   for (uint64_t o : c.weight_offsets)

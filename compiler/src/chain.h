@@ -68,6 +68,9 @@ uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups);
 inline constexpr uint64_t kChainTensorMapBytes = 128;  // sizeof(CUtensorMap), gdl::chain::kTensorMapBytes; also its alignment here
 // The chain's kernels: 1, or 2 with row groups (ChainKernel, codegen.h).
 int64_t chain_kernel_count(const plan::Chain& c);
+// The chain's kernel that serves a launch in `groups` row groups: 0, the
+// kernel for one group (at most kChainMaxRows rows), or 1 for more.
+inline int64_t chain_kernel_index(int64_t groups) { return groups > 1 ? 1 : 0; }
 // Scratch offset of the tensor maps of the chain's kernel `kernel` (0 or 1).
 uint64_t chain_tensor_maps_offset(const plan::Chain& c, int64_t kernel);
 // The chain's whole scratch: its exchange area, then its kernels' tensor maps.

@@ -1139,7 +1139,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
   info.groups = static_cast<uint32_t>(groups);
   info.threads = kChainThreads;
   info.shared_bytes = chain_shared_bytes(chain.k, cols);
-  info.tensor_maps_offset = chain_tensor_maps_offset(chain, groups > 1 ? 1 : 0);
+  info.tensor_maps_offset = chain_tensor_maps_offset(chain, chain_kernel_index(groups));
   info.weight_offsets = weights;
   std::string src = "// steps " + std::to_string(chain.first) + "-" + std::to_string(chain.last) +
                     " as one persistent kernel (gdl_chain.cuh), launched in place of their kernels while the rows are " +
