@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | kvread | persistent | tmastream | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -33,6 +33,11 @@
 #               block contiguous) weights, or by 64-byte row bulk copies,
 #               with and without a cap on slots in flight, with the latency
 #               of L2 loads between the steps; not part of `all`
+# 3g. clusterrows: bench/cluster_rows.cu (nvcc here): whether the chain's
+#               cooperative launch can also be a cluster launch of two blocks
+#               (directly and as a graph node), and a step's 64 KiB of rows
+#               read by each of 128 blocks, by half of them, or once per
+#               pair by multicast bulk copies; not part of `all`
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -152,6 +157,12 @@ if [[ $what == tmastream ]]; then
   step tma_stream 120 "$OUT/tma_stream"
 fi
 
+if [[ $what == clusterrows ]]; then
+  NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  step cluster_rows_build 180 "$NVCC" -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o "$OUT/cluster_rows" bench/cluster_rows.cu
+  step cluster_rows 120 "$OUT/cluster_rows"
+fi
+
 if [[ $what == persistent ]]; then
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   step persistent_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/persistent_mlp" bench/persistent_mlp.cu
@@ -245,7 +256,7 @@ PY
       ;;
     stream_patterns)
       grep -E "^(device|pattern|strip|warp|block|ceiling|pdl)" "$log" | sed "s/^/$name: /" ;;
-    kv_read_patterns)
+    kv_read_patterns|cluster_rows)
       sed "s/^/$name: /" "$log" ;;
     tma_stream)
       grep -E "^(cp.async|tma|256 MiB)" "$log" | sed "s/^/$name: /" ;;
