@@ -1,43 +1,10 @@
-// The kernel ABI shared by every generated kernel (see compiler/src/codegen.h):
-//
-//   extern "C" __global__ void gdl_s<step>_<op>(unsigned char* arena,
-//                                              const unsigned char* params,
-//                                              gdl_args args);
-//
-// arena:  base of the per-session device arena (inputs, outputs, temporaries).
-// params: base of the persistent params region (weights), read only.
-// args:   passed by value; dims[i] is the layout extent of run-time dim i
-//         (Graph::dims order): the capacity of the run's bucket under the
-//         buckets policy, the value itself under the update policy;
-//         scalars[i] the current value of run-time scalar i (an i32 scalar
-//         travels as its bit pattern).
-// The valid counts: a program with run-time dims reserves a block at a
-// fixed arena offset (plan::kValidDimsOffset) holding int valid[8], the
-// value of each run-time dim for this run (valid[i] <= dims[i]), written by
-// the runtime before a run whenever it changed. Kernels that combine
-// elements along a run-time axis read it (gdl::valid_dim) and ignore
-// positions past it; every other kernel computes the padding too.
+// The kernel ABI's device side: the launch-overlap calls, the L2 prefetch,
+// the input copy and the valid counts of run-time dims. The kernel
+// signature, gdl_args and gdl_input_copies are in gdl_abi_types.cuh (host
+// C++ includes that one too).
 #pragma once
 
-#define GDL_MAX_RUNTIME_DIMS 8
-#define GDL_MAX_SCALARS 16
-
-struct gdl_args {
-  int dims[GDL_MAX_RUNTIME_DIMS];
-  float scalars[GDL_MAX_SCALARS];
-};
-
-// The runtime's input copy node (gdl_input_copy, generated into every
-// module): entry y copies bytes[y] bytes from src[y] (an input's pinned
-// staging buffer, read over the bus, or the caller's device memory) to
-// dst[y] (its arena buffer); bytes 0 skips the entry (an input with no bind
-// since the last run).
-#define GDL_MAX_INPUT_COPIES 16
-struct gdl_input_copies {
-  const unsigned char* src[GDL_MAX_INPUT_COPIES];
-  unsigned char* dst[GDL_MAX_INPUT_COPIES];
-  unsigned long long bytes[GDL_MAX_INPUT_COPIES];
-};
+#include "gdl_abi_types.cuh"
 
 #define GDL_DEV __device__ __forceinline__
 
@@ -51,8 +18,9 @@ namespace gdl {
 // its weights into L2 there). allow_dependents() lets the kernels after
 // this one launch; a kernel that prefetches calls it only after its wait,
 // so at most one prefetching kernel runs ahead of the one computing, and
-// only when its work is short (gdl_matmul.cuh matmul_allow_dependents);
-// otherwise its dependents launch as its blocks exit.
+// only when its work is short (gdl_matmul_prefetch.cuh,
+// matmul_allow_dependents); otherwise its dependents launch as its blocks
+// exit.
 // Without a programmatic edge (eager launches) both are no-ops.
 GDL_DEV void wait_for_producers() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

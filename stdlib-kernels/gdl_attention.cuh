@@ -27,8 +27,9 @@
 //     positions t = slice, slice + SLICES, ... (coalesced rows of v);
 //  5. the slices are added in shared memory. With one split the block
 //     writes acc / l; otherwise it stores (m, l, acc) as its part and the
-//     last block of the row to arrive (gdl_split.cuh) combines the parts:
-//     M = max m_i, out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i - M) l_i.
+//     last block of the row to arrive (gdl_split_tiles.cuh) combines the
+//     parts: M = max m_i,
+//     out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i - M) l_i.
 // An empty part (m = -inf, l = 0) weighs nothing. Requires blockDim.x ==
 // kAttentionThreads, D <= D_MAX, DV <= DV_MAX, splits <= kAttentionMaxSplits.
 #pragma once
@@ -286,7 +287,7 @@ GDL_DEV uint4 load_shared16(const void* p) {
   uint4 r;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "r"((unsigned)__cvta_generic_to_shared(p))
+               : "r"(bulk::shared_address(p))
                : "memory");  // after the barrier wait that makes the bytes visible
   return r;
 }
@@ -470,7 +471,7 @@ template <int D, int DV, typename T, int P> struct StreamMma {
     uint2 r;
     asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
                  : "=r"(r.x), "=r"(r.y)
-                 : "r"((unsigned)__cvta_generic_to_shared(p))
+                 : "r"(bulk::shared_address(p))
                  : "memory");
     return r;
   }
@@ -484,7 +485,7 @@ template <int D, int DV, typename T, int P> struct StreamMma {
       const uint2 r = load_shared8(p);
       w[0] = r.x, w[1] = r.y;
     } else {
-      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w[0]) : "r"((unsigned)__cvta_generic_to_shared(p)) : "memory");
+      asm volatile("ld.shared.b32 %0, [%1];" : "=r"(w[0]) : "r"(bulk::shared_address(p)) : "memory");
     }
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) {

@@ -9,9 +9,9 @@
 // Floats accumulate in float; i32 sum/mean accumulate in 64 bits (the sum
 // then wraps like the interpreter's, the mean truncates toward zero).
 //
-// Padding (buckets, gdl_abi.cuh): every function takes `valid`, the number
-// of positions along the combined axis that hold data (<= len, which is the
-// layout extent). Reductions, softmax's peak and sum, and the norms'
+// Padding (buckets, gdl_abi_types.cuh): every function takes `valid`, the
+// number of positions along the combined axis that hold data (<= len, which
+// is the layout extent). Reductions, softmax's peak and sum, and the norms'
 // statistics use positions < valid only, and mean divides by valid; softmax
 // and the norms still write every position (the padded ones from padding).
 // The overloads without `valid` use valid == len.

@@ -147,7 +147,7 @@ struct IntValue {
   int v;
   GDL_DEV int get() const { return v; }
 };
-// A length clamped to the valid count of a padded axis (buckets, gdl_abi.cuh).
+// A length clamped to the valid count of a padded axis (buckets, gdl_abi_types.cuh).
 template <typename S> struct ClampedLen {
   S source;
   int valid;

@@ -1,0 +1,75 @@
+// The matmul kernels' shared pieces (gdl_matmul.cuh): the default epilogue
+// functor (IdentityEpilogue) and store_result, the kernels' tilings and
+// constants (namespace mm), the shared memory each fast kernel needs
+// (kMatmul*Smem), the rows kernel's strip (RowsTile), and the first task of
+// a block in a split launch (split_task_first). The batch dims' offsets
+// come from gdl::BatchMap (gdl_index.cuh).
+#pragma once
+
+#include "gdl_index.cuh"
+#include "gdl_split.cuh"
+#include "gdl_types.cuh"
+
+namespace gdl {
+
+template <typename T> struct IdentityEpilogue {
+  // A chain step's epilogue also takes a's element at the index (gdl_chain.cuh).
+  template <typename X, typename I>
+  GDL_DEV typename dtype_traits<T>::compute operator()(X acc, I, float /*a_staged*/ = 0.0f) const {
+    return fit<T>(acc);
+  }
+};
+
+template <typename TC, typename I, typename Epi> GDL_DEV void store_result(TC* c, I index, float acc, const Epi& epi) {
+  c[index] = cvt<TC>(epi(acc, index));
+}
+
+namespace mm {
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// matmul_rows
+constexpr int kRowLanes = 8;                      // threads over one 128-byte strip of a row of b
+constexpr int kKGroups = kThreads / kRowLanes;    // rows of b per load step
+constexpr int kUnroll = 4;                        // 16-byte loads per thread per step
+constexpr int kStageFloats = 8192;                // staged rows of a, then the cross-warp sums
+// matmul_mma
+constexpr int kMmaBM = 64, kMmaBN = 128, kMmaBK = 32;
+constexpr int kMmaLdA = kMmaBK + 8, kMmaLdB = kMmaBN + 8, kMmaLdC = kMmaBN + 4;  // padded against bank conflicts
+constexpr int kMmaStageA = kMmaBM * kMmaLdA, kMmaStageB = kMmaBK * kMmaLdB;       // elements per buffer
+// Operand stages in flight: copies for steps k + 1 .. k + kMmaStages - 1
+// land while the tensor cores work on step k. Three fit the static shared
+// memory limit (48 KiB) with the fold's tile.
+constexpr int kMmaStages = 3;
+constexpr int kMmaOperandBytes = kMmaStages * (kMmaStageA + kMmaStageB) * 2;
+constexpr int kMmaResultBytes = kMmaBM * kMmaLdC * 4;
+// matmul_simt
+constexpr int kSimtBM = 64, kSimtBN = 128, kSimtBK = 16;
+constexpr int kSimtLdA = kSimtBM + 4;  // a is stored transposed: [k][m]
+constexpr int kSimtTM = 8, kSimtTN = 4;
+
+template <int A, int B> struct min_int { static constexpr int value = A < B ? A : B; };
+}  // namespace mm
+
+constexpr int kMatmulRowsSmem = mm::kStageFloats * 4;
+constexpr int kMatmulMmaSmem = mm::kMmaOperandBytes > mm::kMmaResultBytes ? mm::kMmaOperandBytes : mm::kMmaResultBytes;
+constexpr int kMatmulSimtSmem = (2 * mm::kSimtBK * mm::kSimtLdA + 2 * mm::kSimtBK * mm::kSimtBN) * 4;
+
+template <typename T> struct RowsTile {
+  static constexpr int V = Vec16<T>::n;            // columns per thread
+  static constexpr int BN = mm::kRowLanes * V;     // columns per block: 64 (f16, bf16), 32 (f32)
+};
+
+// ------------------------------------------------------------ tasks
+// The first task of this block among `tiles` output tiles (or strips)
+// split K ways, numbered part * tiles + tile as the kernels take them. In
+// clusters of ClusterSplits blocks along y (cluster split,
+// gdl_matmul_tiles.cuh) the block takes part `rank` of its cluster's tile,
+// one task per block; otherwise task_first (gdl_index.cuh).
+template <int ClusterSplits, typename I> GDL_DEV I split_task_first(I tiles) {
+  if constexpr (ClusterSplits > 1)
+    return (I)cluster_rank() * tiles + (I)blockIdx.x + (I)gridDim.x * ((I)blockIdx.y / ClusterSplits);
+  else
+    return task_first<I>();
+}
+
+}  // namespace gdl
