@@ -15,7 +15,7 @@
    the correctness verdict of gdl_bench's check.
 3. A second table: host time of one run (bind + submit) and back-to-back loop
    time per run; a third: one-time costs per program.
-4. The targets of issue 5 against this run (TARGETS below): each target's
+4. gdl's performance targets against this run (TARGETS below): each target's
    ratio per variant, met only where every variant it names was measured,
    checked correct and inside the limit.
 5. Print the tables as text; with --md, write them as markdown ready for
@@ -138,7 +138,7 @@ def build(torch_res, gdl_res):
     return ceilings, assumed, main, host, once
 
 
-# The targets of issue 5: (what, variant name pattern, quantity, limit).
+# gdl's performance targets: (what, variant name pattern, quantity, limit).
 # Quantities: "torch" = gdl graph / torch graph, "floor" = gdl graph / floor,
 # "host" and "host_dev" = gdl bind + run in us, inputs in host or device memory.
 TARGETS = [
@@ -287,12 +287,12 @@ def report(torch_res, gdl_res, md_path=None, out=sys.stdout):
     print("\nhost time per run, us (median)\n" + text_table(HOST_HEAD, host), file=out)
     print("\none-time costs\n" + text_table(ONCE_HEAD, once), file=out)
     targets = target_rows(torch_res, gdl_res, ceilings)
-    print("\ntargets of issue 5 (met: every variant measured, checked correct and inside the limit)\n" +
+    print("\ntargets (met: every variant measured, checked correct and inside the limit)\n" +
           text_table(TARGET_HEAD, targets), file=out)
     if md_path:
         with open(md_path, "w") as f:
             f.write(markdown(torch_res, gdl_res, ceilings, assumed, main, host, once))
-            f.write("\nThe targets of issue 5 in this run (met: every variant measured, checked correct and "
+            f.write("\nThe targets in this run (met: every variant measured, checked correct and "
                     "inside the limit; `bench/report.py`, TARGETS).\n\n" + md_table(TARGET_HEAD, targets) + "\n")
         print(f"\nwrote {md_path}", file=out)
     failed = [r[0] for r in main if not r[-1].startswith("ok")]

@@ -16,28 +16,31 @@
 #               kernel, fixed B), p10 (rows kernel, B at run time), p4 (rows
 #               or tensor cores at run time), p7 (4096-wide rows kernel) and
 #               of one W2 layer at B=1, 8 and 64; not part of `all`
-# 3c. stream:   bench/stream_patterns.cu (nvcc here): a 32 MiB weight
-#               stream per launch by access pattern and a pure read, the
-#               ceiling of one W2 H=4096 layer; not part of `all`
-# 3e. kvread:   bench/kv_read_patterns.cu (nvcc here): W3's 64 MiB of K and
-#               V read by access pattern (grid-stride, the attention kernel's
-#               splits, chunks interleaved across blocks) and mechanism
-#               (plain loads, a ring of bulk copies); not part of `all`
-# 3d. persistent: bench/persistent_mlp.cu (nvcc here): W2's eight H=4096
+# 3c-3g: the standalone CUDA experiments in bench/experiments/ (README.md
+#     there says what each asks), each built here with the device's nvcc;
+#     none is part of `all`.
+# 3c. stream:   bench/experiments/stream_patterns.cu: a 32 MiB weight stream
+#               per launch by access pattern, and a pure read (the ceiling
+#               of one W2 H=4096 layer)
+# 3d. persistent: bench/experiments/persistent_mlp.cu: W2's eight H=4096
 #               layers in one cooperative launch by design, the load paths
 #               of one block per SM and the grid barrier (the experiment
-#               behind gdl_chain.cuh); not part of `all`
-# 3f. tmastream: bench/tma_stream.cu (nvcc here): W2's H=4096 weight stream
+#               behind gdl_chain.cuh)
+# 3e. kvread:   bench/experiments/kv_read_patterns.cu: W3's 64 MiB of K and
+#               V read by access pattern (grid-stride, the attention
+#               kernel's splits, chunks interleaved across blocks) and
+#               mechanism (plain loads, a ring of bulk copies)
+# 3f. tmastream: bench/experiments/tma_stream.cu: W2's H=4096 weight stream
 #               through the chain's ring, filled by cp.async producer warps,
 #               by one thread's 2-D tensor copies (TMA), from packed (per
 #               block contiguous) weights, or by 64-byte row bulk copies,
 #               with and without a cap on slots in flight, with the latency
-#               of L2 loads between the steps; not part of `all`
-# 3g. clusterrows: bench/cluster_rows.cu (nvcc here): whether the chain's
-#               cooperative launch can also be a cluster launch of two blocks
-#               (directly and as a graph node), and a step's 64 KiB of rows
-#               read by each of 128 blocks, by half of them, or once per
-#               pair by multicast bulk copies; not part of `all`
+#               of L2 loads between the steps
+# 3g. clusterrows: bench/experiments/cluster_rows.cu: whether the chain's
+#               cooperative launch can also be a cluster launch of two
+#               blocks (directly and as a graph node), and a step's 64 KiB
+#               of rows read by each of 128 blocks, by half of them, or once
+#               per pair by multicast bulk copies
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
@@ -137,35 +140,35 @@ if [[ $what == stalls ]]; then
 fi
 
 if [[ $what == stream ]]; then
-  # bench/stream_patterns.cu: how fast a GEMV-like kernel can stream a
-  # 32 MiB f16 weight matrix per launch, by access pattern, against a pure
-  # read; built here with the device's nvcc (it needs no gdl library).
+  # bench/experiments/stream_patterns.cu: how fast a GEMV-like kernel can
+  # stream a 32 MiB f16 weight matrix per launch, by access pattern, against
+  # a pure read; built here with the device's nvcc (it needs no gdl library).
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  step stream_build 180 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/stream_patterns" bench/stream_patterns.cu
+  step stream_build 180 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/stream_patterns" bench/experiments/stream_patterns.cu
   step stream_patterns 120 "$OUT/stream_patterns"
 fi
 
 if [[ $what == kvread ]]; then
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  step kvread_build 180 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/kv_read_patterns" bench/kv_read_patterns.cu
+  step kvread_build 180 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/kv_read_patterns" bench/experiments/kv_read_patterns.cu
   step kv_read_patterns 120 "$OUT/kv_read_patterns"
 fi
 
 if [[ $what == tmastream ]]; then
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  step tma_stream_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/tma_stream" bench/tma_stream.cu
+  step tma_stream_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/tma_stream" bench/experiments/tma_stream.cu
   step tma_stream 120 "$OUT/tma_stream"
 fi
 
 if [[ $what == clusterrows ]]; then
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  step cluster_rows_build 180 "$NVCC" -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o "$OUT/cluster_rows" bench/cluster_rows.cu
+  step cluster_rows_build 180 "$NVCC" -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o "$OUT/cluster_rows" bench/experiments/cluster_rows.cu
   step cluster_rows 120 "$OUT/cluster_rows"
 fi
 
 if [[ $what == persistent ]]; then
   NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  step persistent_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/persistent_mlp" bench/persistent_mlp.cu
+  step persistent_build 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 -o "$OUT/persistent_mlp" bench/experiments/persistent_mlp.cu
   step persistent_mlp 120 "$OUT/persistent_mlp"
 fi
 

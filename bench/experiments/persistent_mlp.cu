@@ -1,11 +1,11 @@
 // persistent_mlp.cu - can eight layers of W2 (x = x + gelu(layernorm(x) @ W[l]
 // + bias[l]), H = 4096, f16) reach the weight-bandwidth floor in ONE launch?
 //
-// Build: nvcc -O3 -std=c++17 -arch=sm_90 -o persistent_mlp bench/persistent_mlp.cu
+// Build: nvcc -O3 -std=c++17 -arch=sm_90 -o persistent_mlp bench/experiments/persistent_mlp.cu
 // Run:   ./persistent_mlp
 //
 // The experiment behind gdl::MatmulChain (stdlib-kernels/gdl_chain.cuh) and
-// the "several layers per kernel" item of docs/performance.md. Every kernel
+// docs/performance.md, "Persistent chain kernel". Every kernel
 // here is one cooperative launch of 128 blocks, one per SM, over all eight
 // layers, a grid-wide barrier between layers, the weights streamed through a
 // ring of cp.async slots in shared memory that runs across the layer
@@ -35,7 +35,7 @@
 #include <functional>
 #include <vector>
 
-#include "../stdlib-kernels/gdl_stdlib.cuh"
+#include "../../stdlib-kernels/gdl_stdlib.cuh"
 #include "cuda_bench.cuh"
 
 constexpr int H = 4096, L = 8;

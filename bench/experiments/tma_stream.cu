@@ -3,10 +3,10 @@
 // per block (128 rows of 32 columns), 128 blocks, filled either
 //   - by four producer warps of per-lane 16-byte cp.async copies, each tile
 //     of a computing warp with its own "landed" and "read" mbarriers (the
-//     committed kernel, session 14), or
+//     chain's producer before it took tensor copies), or
 //   - by one thread issuing one 2-D tensor copy (TMA, cp.async.bulk.tensor)
 //     per slot, with one "landed" mbarrier (expect_tx) and one "read"
-//     mbarrier per slot (the candidate of docs/performance.md),
+//     mbarrier per slot (the chain's producer today, docs/performance.md),
 //   - or, from weights packed so that each block's strip of a step is
 //     contiguous (256 KiB; slot after slot of 8 KiB), by the same cp.async
 //     producer warps, or by one thread issuing one 1-D bulk copy
@@ -24,7 +24,7 @@
 // records the cycles of that phase. The question: does the exchange's load
 // latency rise with the copies in flight, and does it less with TMA, whose
 // copies do not take the load path?
-//   nvcc -O3 -std=c++17 -arch=sm_90 -o tma_stream bench/tma_stream.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o tma_stream bench/experiments/tma_stream.cu
 #include <cuda.h>
 #include <cudaTypedefs.h>
 

@@ -1,7 +1,7 @@
 // stream_patterns.cu - which access pattern lets a GEMV-like kernel stream a
 // row-major f16 weight matrix W[4096][4096] (32 MiB) near DRAM bandwidth?
 //
-// Build: nvcc -O3 -std=c++17 -arch=sm_90 -o stream_patterns bench/stream_patterns.cu
+// Build: nvcc -O3 -std=c++17 -arch=sm_90 -o stream_patterns bench/experiments/stream_patterns.cu
 // Run:   ./stream_patterns
 //
 // Every pattern computes y[m][n] = sum_k x[m][k] * W[k][n] (f32 accumulate)

@@ -4,7 +4,7 @@
 // memory at about 22 us where the floor is 15.8 us (docs/performance.md);
 // this separates the pattern from the copy mechanism.
 //
-// Build: nvcc -O3 -std=c++17 -arch=sm_90 -o kv_read_patterns bench/kv_read_patterns.cu
+// Build: nvcc -O3 -std=c++17 -arch=sm_90 -o kv_read_patterns bench/experiments/kv_read_patterns.cu
 // Run:   ./kv_read_patterns
 //
 // Every variant reads every 32-bit word of K and V once and adds them into

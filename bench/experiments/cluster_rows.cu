@@ -1,10 +1,11 @@
 // cluster_rows.cu - how should the chain's 128 blocks read a step's rows?
 // At W2 H=4096 B=8 every block of gdl::MatmulChain reads the same 64 KiB
 // of rows (8 rows of 4096 f16, written by all blocks in the step before)
-// after each grid barrier, while its producer streams the weights. Session
-// 19 (docs/performance.md) found that half the blocks reading them costs
-// as little as none: the cost is shared, not each SM's own read. This
-// probe asks whether the next step there can run, and how the rows' read
+// after each grid barrier, while its producer streams the weights. A
+// measurement build of the chain where only half the blocks read them was
+// about as fast as one where none did (docs/performance.md, "Targets"):
+// the cost is shared, not each SM's own read. This probe asks whether
+// the next step there can run, and how the rows' read
 // compares by mechanism, outside the chain:
 //  1. can a cooperative launch (the chain's grid barrier needs every block
 //     resident) also be a cluster launch of 2 blocks, with the chain's
@@ -17,8 +18,8 @@
 //       none       the barrier and the write-back alone
 //       plain      every block loads the 64 KiB with 16-byte __ldcg loads
 //                  (as the chain does)
-//       odd        only the odd blocks load them (the measurement build
-//                  of session 19, here with correct checks for the others)
+//       odd        only the odd blocks load them (as that measurement
+//                  build, here with correct checks for the others)
 //       multicast  each block of a cluster pair issues half of the rows as
 //                  1-D bulk copies with .multicast::cluster, so every row
 //                  is read from L2 once per pair and lands in both blocks
@@ -28,7 +29,7 @@
 // Every block checks what it staged: the 32-bit words of the rows it read
 // each step summed (integer, order-free) against the sum of the source.
 //
-// Build: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o cluster_rows bench/cluster_rows.cu
+// Build: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o cluster_rows bench/experiments/cluster_rows.cu
 // Run:   ./cluster_rows
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>

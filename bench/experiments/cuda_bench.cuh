@@ -1,5 +1,5 @@
-// What the standalone CUDA experiments in bench/ (stream_patterns.cu,
-// persistent_mlp.cu, each built alone with nvcc) share: failing loudly on a
+// What the standalone CUDA experiments in bench/experiments/ (each built
+// alone with nvcc, README.md there) share: failing loudly on a
 // CUDA error, and reproducible fill values without a host round trip.
 #pragma once
 
