@@ -34,8 +34,11 @@
 #include <string>
 #include <vector>
 
-#include "buckets.h"  // default_buckets: the powers of two that the compiler gives a dim without buckets
+#include "passes/padding.h"  // default_buckets: the powers of two that the compiler gives a dim without buckets
 #include "gdl/gdl.h"
+#include "gdl/jit.h"
+#include "gdl/profile.h"
+#include "gdl/testing.h"
 
 namespace {
 
@@ -132,7 +135,7 @@ int main(int argc, char** argv) {
     if (entry.path().extension() == ".gdl") files.push_back(entry.path());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
-    gdl::Expected<gdl::Program> p = gdl::Program::compile(f.string());
+    gdl::Expected<gdl::Program> p = gdl::jit::compile(f.string());
     if (!p) {
       std::fprintf(stderr, "error: %s: %s\n", f.string().c_str(), p.status().ToString().c_str());
       return 2;
@@ -284,7 +287,7 @@ int main(int argc, char** argv) {
     GDL_EXIT_ON_ERROR(set_params(s, rng), 2);
     GDL_EXIT_ON_ERROR(bind_inputs(s, upper(l.program), rng), 2);
     GDL_EXIT_ON_ERROR(s.run(), 2);
-    gdl::Expected<gdl::GraphUpdateCosts> c = s.measure_graph_update_costs(std::min(runs, 100));
+    gdl::Expected<gdl::GraphUpdateCosts> c = gdl::measure_graph_update_costs(s, std::min(runs, 100));
     if (!c) {
       std::fprintf(stderr, "error: %s: %s\n", l.name.c_str(), c.status().ToString().c_str());
       return 2;

@@ -61,6 +61,9 @@
 #include <vector>
 
 #include "gdl/gdl.h"
+#include "gdl/jit.h"
+#include "gdl/profile.h"
+#include "gdl/testing.h"
 
 namespace {
 
@@ -477,7 +480,7 @@ struct Options {
   double max_mode_s = 3;     // a mode of a slow variant gets fewer runs (at least 50) to stay inside this
   double time_budget_s = 0;  // > 0: variants not started by then are skipped
   bool cpu_check = false;
-  bool chains = true;  // --no-chains: SessionOptions::chain_kernels off in every session (an A/B of the chain kernels)
+  bool chains = true;  // --no-chains: SessionOptions::multi_step_kernels off in every session (an A/B of the chain kernels)
   std::string compile_cache = "-";  // no cache: compile_ms is a real compile
   size_t flush_bytes = size_t(256) << 20;
   std::string flush = "read";  // --flush: L2Flush's mode (bench/README.md, "L2 flush")
@@ -502,9 +505,9 @@ class L2Flush {
     }
     BENCH_TRY(cuda_check(cudaMalloc(&buffer_.ptr, 16), "allocating the flush's ordering word"));
     buffer_.bytes = 16;
-    gdl::CompileSettings settings;
+    gdl::jit::CompileSettings settings;
     settings.cache_dir = opt.compile_cache;
-    gdl::Expected<gdl::Program> p = gdl::Program::compile((opt.repo / "bench/l2_flush.gdl").string(), settings);
+    gdl::Expected<gdl::Program> p = gdl::jit::compile((opt.repo / "bench/l2_flush.gdl").string(), settings);
     if (!p.ok()) return p.status();
     program_ = std::move(p).value();
     gdl::Expected<std::unique_ptr<gdl::Session>> s = gdl::Session::create(*program_, gdl::SessionOptions{.device = 0});
@@ -636,7 +639,7 @@ Status read_output(gdl::Session& s, const TensorFile& out, std::vector<double>& 
 Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program& program,
                        const std::vector<std::vector<uint8_t>>& params, L2Flush& flush, JsonObject& json) {
   gdl::Expected<std::unique_ptr<gdl::Session>> created =
-      gdl::Session::create(program, gdl::SessionOptions{.device = 0, .record_device_time = true, .chain_kernels = opt.chains});
+      gdl::Session::create(program, gdl::SessionOptions{.device = 0, .record_device_time = true, .multi_step_kernels = opt.chains});
   if (!created.ok()) return created.status();
   gdl::Session& s = **created;
   for (size_t i = 0; i < v.params.size(); ++i)
@@ -658,7 +661,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[k].ref64, true, v.output.count());
     if (!torch) check.sets_without_reference += 1;
     for (bool eager : {false, true}) {
-      BENCH_TRY(s.poison_arena_for_testing(0xFF));
+      BENCH_TRY(gdl::testing::poison_arena(s, 0xFF));
       BENCH_TRY(bind_set(s, v.sets[k], sets[k], false));
       BENCH_TRY(eager ? s.run_eager() : s.run());
       std::vector<double> got;
@@ -701,18 +704,18 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   // for the host time.
   gdl::Expected<std::unique_ptr<gdl::Session>> serial_created = gdl::Session::create(
       program, gdl::SessionOptions{.device = 0, .record_device_time = true, .overlap_launches = false,
-                                   .chain_kernels = opt.chains});
+                                   .multi_step_kernels = opt.chains});
   if (!serial_created.ok()) return serial_created.status();
   gdl::Session& serial = **serial_created;
   gdl::Expected<std::unique_ptr<gdl::Session>> plain_created =
-      gdl::Session::create(program, gdl::SessionOptions{.device = 0, .chain_kernels = opt.chains});
+      gdl::Session::create(program, gdl::SessionOptions{.device = 0, .multi_step_kernels = opt.chains});
   if (!plain_created.ok()) return plain_created.status();
   gdl::Session& plain = **plain_created;
   {
     std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[0].torch_out, false, v.output.count());
     std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[0].ref64, true, v.output.count());
     CheckResult serial_check;
-    BENCH_TRY(serial.poison_arena_for_testing(0xFF));
+    BENCH_TRY(gdl::testing::poison_arena(serial, 0xFF));
     BENCH_TRY(bind_set(serial, v.sets[0], sets[0], false));
     BENCH_TRY(serial.run());
     std::vector<double> got;
@@ -877,7 +880,7 @@ Status run_variant_cpu(const Options& opt, const Variant& v, const gdl::Program&
       BENCH_TRY(load_tensor(opt.data, t, bytes));
       tensors[t.name] = gdl::TensorData{t.dtype, t.shape, std::move(bytes)};
     }
-    gdl::Expected<std::map<std::string, gdl::TensorData>> out = program.run_reference(tensors);
+    gdl::Expected<std::map<std::string, gdl::TensorData>> out = gdl::jit::run_reference(program, tensors);
     if (!out.ok()) return out.status();
     auto it = out->find(v.output.name);
     if (it == out->end()) return Status::Internal("the reference run has no output '" + v.output.name + "'");
@@ -973,9 +976,9 @@ int run(const Options& opt) {
       status = Status::Unavailable("skipped: the time budget of " + number(opt.time_budget_s) + " s is spent");
     } else if (!compiled.program && compiled.status.ok()) {
       double t0 = now_us();
-      gdl::CompileSettings compile_settings;
+      gdl::jit::CompileSettings compile_settings;
       compile_settings.cache_dir = opt.compile_cache;
-      gdl::Expected<gdl::Program> p = gdl::Program::compile((opt.repo / v.gdl).string(), compile_settings);
+      gdl::Expected<gdl::Program> p = gdl::jit::compile((opt.repo / v.gdl).string(), compile_settings);
       compiled.compile_ms = (now_us() - t0) / 1000.0;
       if (p.ok()) compiled.program = std::move(p).value();
       else compiled.status = p.status();

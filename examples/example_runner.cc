@@ -28,6 +28,9 @@
 #include <random>
 #include <vector>
 
+#include "gdl/jit.h"
+#include "gdl/profile.h"
+
 namespace gdl::examples {
 namespace {
 
@@ -153,7 +156,7 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
   // 1. The program.
   Clock::time_point t0 = Clock::now();
   bool is_artifact = std::filesystem::path(path).extension() == ".gdlx";
-  Expected<Program> loaded = is_artifact ? Program::load(path) : Program::compile(path);
+  Expected<Program> loaded = is_artifact ? Program::load(path) : jit::compile(path);
   if (!loaded) {
     std::fprintf(stderr, "error: %s: %s\n", path.c_str(), loaded.status().ToString().c_str());
     return 2;
@@ -182,7 +185,7 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
     for (const TensorInfo& info : *list)
       tensors[info.name] = random_tensor(info, dims, spec.values.count(info.name) ? spec.values.at(info.name) : Values{}, rng);
   t0 = Clock::now();
-  Expected<std::map<std::string, TensorData>> want = program.run_reference(tensors, spec.scalars);
+  Expected<std::map<std::string, TensorData>> want = jit::run_reference(program, tensors, spec.scalars);
   if (!want) {
     std::fprintf(stderr, "error: CPU reference: %s\n", want.status().ToString().c_str());
     return 2;

@@ -11,6 +11,10 @@
 
 #include "artifact.h"
 #include "ir_builder.h"
+#include "passes/ir_print.h"
+#include "passes/ir_verify.h"
+#include "pipeline.h"
+#include "plan/check.h"
 
 namespace gdl {
 namespace {
@@ -52,13 +56,19 @@ ir::Graph sample_graph() {
   return b.g;
 }
 
+// A kernel table that uses every field: a kernel per step, a large kernel
+// for step 1 (rows above 16), and a cooperative kernel of steps 0-1 with a
+// tensor map over w, chosen first by both steps.
 Artifact sample_artifact() {
   Artifact a;
-  a.plan = plan::make_plan(sample_graph());
+  a.plan = plan_program(sample_graph());
   REQUIRE(plan::check_plan(a.plan) == "");
+  KernelTable& t = a.kernels;
+  t.step_choices.resize(a.plan.steps.size());
   for (size_t i = 0; i < a.plan.steps.size(); ++i) {
-    KernelInfo k;
+    Kernel k;
     k.symbol = "gdl_step" + std::to_string(i);
+    k.first_step = k.last_step = static_cast<int>(i);
     k.launch.work = a.plan.graph.node(a.plan.steps[i].result).type.shape;
     k.launch.items_per_block = 64 + static_cast<int64_t>(i);
     k.launch.grid_y = 1 + static_cast<uint32_t>(i % 3);
@@ -67,18 +77,51 @@ Artifact sample_artifact() {
     if (i % 2) k.scalars_used = {0};
     k.depends_on_dims = i % 2 == 0;
     k.early_start = i % 3 == 0;
-    if (i == 1) {  // a step with a large kernel (codegen.h LargeKernel)
-      k.large.symbol = k.symbol + "_tiled";
-      k.large.launch.work = k.launch.work;
-      k.large.launch.items_per_block = 64;
-      k.large.launch.grid_y = 40;
-      k.large.launch.block = 256;
-      k.large.rows = k.launch.work;
-      if (!k.large.rows.empty()) k.large.rows.pop_back();
-      k.large.rows_limit = 16;
+    if (i == 1) {  // rows above 16 take a large kernel
+      Kernel large = k;
+      large.symbol = k.symbol + "_tiled";
+      large.launch.items_per_block = 64;
+      large.launch.grid_y = 40;
+      large.launch.block = 256;
+      large.rows = k.launch.work;
+      if (!large.rows.empty()) large.rows.pop_back();
+      large.min_rows = 17;
+      t.step_choices[i].push_back(static_cast<int>(t.kernels.size()));
+      t.kernels.push_back(large);
     }
-    a.kernels.push_back(k);
+    t.step_choices[i].push_back(static_cast<int>(t.kernels.size()));
+    t.kernels.push_back(k);
   }
+  Kernel both;
+  both.symbol = "gdl_steps01";
+  both.first_step = 0;
+  both.last_step = 1;
+  both.launch.work = {Dim::constant(4)};
+  both.launch.items_per_block = 1;
+  both.launch.grid_y = 2;
+  both.launch.block = 288;
+  both.launch.shared_bytes = 4096;
+  both.rows = a.plan.graph.node(a.plan.steps[1].result).type.shape;
+  both.rows.pop_back();
+  both.max_rows = 8;
+  both.scalars_used = {0};
+  both.depends_on_dims = true;
+  both.cooperative = true;
+  TensorMap m;  // over w: f16[8, 4], in 128 bytes of scratch added for it
+  m.scratch_offset = a.plan.arena_bytes + a.plan.scratch_bytes;
+  a.plan.scratch_bytes += 256;
+  m.params_offset = a.plan.buffers[1].offset;
+  m.element_bytes = 2;
+  m.columns = 4;
+  m.rows = 8;
+  m.row_stride_bytes = 16;
+  m.box_columns = 4;
+  m.box_rows = 8;
+  m.swizzle_bytes = 0;
+  both.tensor_maps = {m};
+  for (int s : {0, 1}) t.step_choices[static_cast<size_t>(s)].insert(t.step_choices[static_cast<size_t>(s)].begin(),
+                                                                      static_cast<int>(t.kernels.size()));
+  t.kernels.push_back(both);
   a.module.arch = "sm_90";
   std::mt19937 rng(42);
   a.module.cubin = {0x7f, 'E', 'L', 'F'};
@@ -141,27 +184,42 @@ void check_same_artifact(const Artifact& x, const Artifact& y) {
   CHECK(x.plan.params_bytes == y.plan.params_bytes);
   CHECK(x.plan.naive_bytes == y.plan.naive_bytes);
   CHECK(x.plan.live_lower_bound == y.plan.live_lower_bound);
-  REQUIRE(x.kernels.size() == y.kernels.size());
-  for (size_t i = 0; i < x.kernels.size(); ++i) {
-    const KernelInfo &a = x.kernels[i], &b = y.kernels[i];
+  REQUIRE(x.kernels.kernels.size() == y.kernels.kernels.size());
+  for (size_t i = 0; i < x.kernels.kernels.size(); ++i) {
+    const Kernel &a = x.kernels.kernels[i], &b = y.kernels.kernels[i];
     CHECK(a.symbol == b.symbol);
     CHECK(a.launch.work == b.launch.work);
     CHECK(a.launch.items_per_block == b.launch.items_per_block);
     CHECK(a.launch.grid_y == b.launch.grid_y);
     CHECK(a.launch.block == b.launch.block);
     CHECK(a.launch.shared_bytes == b.launch.shared_bytes);
+    CHECK(a.first_step == b.first_step);
+    CHECK(a.last_step == b.last_step);
+    CHECK(a.rows == b.rows);
+    CHECK(a.min_rows == b.min_rows);
+    CHECK(a.max_rows == b.max_rows);
     CHECK(a.scalars_used == b.scalars_used);
     CHECK(a.depends_on_dims == b.depends_on_dims);
     CHECK(a.early_start == b.early_start);
-    CHECK(a.large.symbol == b.large.symbol);
-    CHECK(a.large.launch.work == b.large.launch.work);
-    CHECK(a.large.launch.items_per_block == b.large.launch.items_per_block);
-    CHECK(a.large.launch.grid_y == b.large.launch.grid_y);
-    CHECK(a.large.launch.block == b.large.launch.block);
-    CHECK(a.large.rows == b.large.rows);
-    CHECK(a.large.rows_limit == b.large.rows_limit);
+    CHECK(a.cooperative == b.cooperative);
+    REQUIRE(a.tensor_maps.size() == b.tensor_maps.size());
+    for (size_t j = 0; j < a.tensor_maps.size(); ++j) {
+      const TensorMap &p = a.tensor_maps[j], &q = b.tensor_maps[j];
+      CHECK(p.scratch_offset == q.scratch_offset);
+      CHECK(p.params_offset == q.params_offset);
+      CHECK(p.element_bytes == q.element_bytes);
+      CHECK(p.columns == q.columns);
+      CHECK(p.rows == q.rows);
+      CHECK(p.row_stride_bytes == q.row_stride_bytes);
+      CHECK(p.box_columns == q.box_columns);
+      CHECK(p.box_rows == q.box_rows);
+      CHECK(p.swizzle_bytes == q.swizzle_bytes);
+    }
   }
-  CHECK_FALSE(x.kernels.at(1).large.symbol.empty());
+  CHECK(x.kernels.step_choices == y.kernels.step_choices);
+  CHECK(x.kernels.step_choices.at(1).size() == 3);  // the kernel of steps 0-1, the large kernel, its own
+  for (size_t i = 0; i < x.plan.graph.dims.size(); ++i) CHECK(x.plan.graph.dims[i].padding_blocker == y.plan.graph.dims[i].padding_blocker);
+  REQUIRE(x.plan.chains.size() == y.plan.chains.size());
   CHECK(x.module.arch == y.module.arch);
   CHECK(x.module.cubin == y.module.cubin);
   CHECK(x.module.ptx == y.module.ptx);
@@ -313,8 +371,8 @@ TEST_CASE("artifact: hostile payloads with a valid checksum are refused, never c
   CHECK(refusal(huge) == "artifact payload is malformed: program name count 4294967295 exceeds the bytes left");
 
   // Every byte of the payload replaced by a few values, then resealed: the
-  // decoder, ir::verify and check_plan must turn each into a value or a
-  // DataLoss status. Many such edits are harmless (a name, a CUBIN byte).
+  // decoder and verify_artifact must turn each into a value or a DataLoss
+  // status. Many such edits are harmless (a name, a CUBIN byte).
   size_t refused = 0, edits = 0;
   for (size_t i = kHeaderBytes; i < file.size(); ++i) {
     for (uint8_t value : {uint8_t{0x00}, uint8_t{0xff}, static_cast<uint8_t>(file[i] + 1)}) {
@@ -338,11 +396,11 @@ TEST_CASE("artifact: hostile payloads with a valid checksum are refused, never c
   }
 }
 
-TEST_CASE("artifact: an invalid graph, an unsound plan or a missing kernel is refused") {
+TEST_CASE("artifact: an invalid graph, an unsound plan or a kernel table that does not fit is refused") {
   {
     Artifact a = sample_artifact();
-    a.plan.graph.nodes[3].type.shape.pop_back();  // the matmul's type no longer follows from its arguments
-    CHECK(refusal(serialize_artifact(a)).find("artifact holds an invalid graph: %3 matmul") == 0);
+    a.plan.graph.nodes[2].name = "x";  // two leaves named x
+    CHECK(refusal(serialize_artifact(a)).find("artifact holds an invalid graph: %2 scalar: leaf name \"x\" is declared twice") == 0);
   }
   {
     Artifact a = sample_artifact();
@@ -351,21 +409,48 @@ TEST_CASE("artifact: an invalid graph, an unsound plan or a missing kernel is re
     a.plan.buffers[static_cast<size_t>(second.result)] = a.plan.buffers[static_cast<size_t>(first.result)];
     CHECK(refusal(serialize_artifact(a)).find("artifact holds an unsound plan: ") == 0);
   }
+  auto refused_because = [](const Artifact& a) { return refusal(serialize_artifact(a)); };
   {
     Artifact a = sample_artifact();
-    a.kernels.pop_back();
-    CHECK(refusal(serialize_artifact(a)).find("kernels for") != std::string::npos);
+    a.kernels.step_choices.pop_back();
+    CHECK(refused_because(a).find("kernel choices for") != std::string::npos);
   }
   {
     Artifact a = sample_artifact();
-    a.kernels[1].scalars_used = {3};
-    CHECK(refusal(serialize_artifact(a)) ==
-          "artifact payload is malformed: kernel 1 uses scalar #3, which does not exist");
+    a.kernels.kernels[2].scalars_used = {3};
+    CHECK(refused_because(a) == "artifact kernel 2 ('gdl_step1') uses a scalar that does not exist");
   }
   {
     Artifact a = sample_artifact();
-    a.kernels[1].large.rows_limit = 0;  // every run would take the large kernel: not what codegen writes
-    CHECK(refusal(serialize_artifact(a)) == "artifact payload is malformed: kernel 1 has an impossible large kernel");
+    a.kernels.step_choices[1].pop_back();  // step 1's last choice is its large kernel, which applies only above 16 rows
+    CHECK(refused_because(a).find("step 1's last kernel choice ('gdl_step1_tiled') does not run it at every binding") !=
+          std::string::npos);
+  }
+  {
+    Artifact a = sample_artifact();
+    std::swap(a.kernels.step_choices[1][1], a.kernels.step_choices[1][0]);  // step 1 reaches the kernel of 0-1 later than step 0
+    CHECK(refused_because(a).find("reaches kernel 'gdl_steps01' through other choices") != std::string::npos);
+  }
+  {
+    Artifact a = sample_artifact();
+    a.kernels.step_choices[1].erase(a.kernels.step_choices[1].begin());  // the kernel of steps 0-1 computes step 1
+    CHECK(refused_because(a).find("computes step 1, which never chooses it") != std::string::npos);
+  }
+  {
+    Artifact a = sample_artifact();
+    a.kernels.kernels.back().tensor_maps[0].scratch_offset = 0;  // over the arena's values
+    CHECK(refused_because(a).find("puts a tensor map outside the scratch area") != std::string::npos);
+  }
+  {
+    Artifact a = sample_artifact();
+    a.kernels.kernels.back().tensor_maps[0].params_offset = a.plan.params_bytes;
+    CHECK(refused_because(a).find("maps a tensor outside the params region") != std::string::npos);
+  }
+  {
+    Artifact a = sample_artifact();
+    a.kernels.kernels[0].min_rows = 9;
+    a.kernels.kernels[0].max_rows = 8;
+    CHECK(refused_because(a).find("has an empty rows range") != std::string::npos);
   }
   {
     Artifact a = sample_artifact();

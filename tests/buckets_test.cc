@@ -12,14 +12,19 @@
 #include <random>
 
 #include "artifact.h"
-#include "buckets.h"
-#include "codegen.h"
+#include "passes/padding.h"
+#include "codegen/codegen.h"
 #include "dynamic_program.h"
 #include "gdl/gdl.h"
-#include "interp.h"
+#include "gdl/jit.h"
+#include "gdl/profile.h"
+#include "gdl/testing.h"
+#include "interp/interp.h"
 #include "ir_builder.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "plan/check.h"
+#include "strided_copy.h"
 
 namespace gdl {
 namespace {
@@ -90,7 +95,7 @@ void expect_capacity_mode_matches(const ir::Graph& g, const std::vector<int64_t>
 // a stand-in module image (introspection never loads it).
 Program program_of(const std::string& text) {
   Artifact a;
-  a.plan = plan::make_plan(graph_of(text));
+  a.plan = plan_program(graph_of(text));
   a.kernels = generate_cuda(a.plan).kernels;
   a.module.arch = "sm_90";
   a.module.ptx = "// not real PTX: never loaded without a GPU\n";
@@ -141,27 +146,27 @@ TEST_CASE("buckets: padding waste on a uniform distribution is plain arithmetic"
 
 TEST_CASE("buckets: strided copy pieces between packed and padded layouts") {
   // A padded leading dim: one contiguous piece.
-  std::vector<CopyPiece> lead = strided_copy_pieces({3, 5}, {3, 5}, {8, 5}, 2);
+  std::vector<rt::CopyPiece> lead = rt::strided_copy_pieces({3, 5}, {3, 5}, {8, 5}, 2);
   REQUIRE(lead.size() == 1);
   CHECK(lead[0].width == 30);
   CHECK(lead[0].height == 1);
   // A padded inner dim: one 2D piece of 4 rows of 3 elements, pitches 3 and 8.
-  std::vector<CopyPiece> inner = strided_copy_pieces({4, 3}, {4, 3}, {4, 8}, 4);
+  std::vector<rt::CopyPiece> inner = rt::strided_copy_pieces({4, 3}, {4, 3}, {4, 8}, 4);
   REQUIRE(inner.size() == 1);
   CHECK(inner[0].width == 12);
   CHECK(inner[0].height == 4);
   CHECK(inner[0].src_pitch == 12);
   CHECK(inner[0].dst_pitch == 32);
   // Two padded dims [B, NH, T, D]: one 2D piece per valid b.
-  std::vector<CopyPiece> two = strided_copy_pieces({2, 3, 5, 4}, {2, 3, 5, 4}, {4, 3, 8, 4}, 1);
+  std::vector<rt::CopyPiece> two = rt::strided_copy_pieces({2, 3, 5, 4}, {2, 3, 5, 4}, {4, 3, 8, 4}, 1);
   REQUIRE(two.size() == 2);
   CHECK(two[1].dst == 3 * 8 * 4);
   CHECK(two[1].src == 3 * 5 * 4);
   CHECK(two[0].height == 3);
   CHECK(two[0].width == 20);
   // Nothing padded: one piece of everything; reversed (padded -> packed) too.
-  CHECK(strided_copy_pieces({2, 3}, {2, 3}, {2, 3}, 4).size() == 1);
-  std::vector<CopyPiece> back = strided_copy_pieces({4, 3}, {4, 8}, {4, 3}, 4);
+  CHECK(rt::strided_copy_pieces({2, 3}, {2, 3}, {2, 3}, 4).size() == 1);
+  std::vector<rt::CopyPiece> back = rt::strided_copy_pieces({4, 3}, {4, 8}, {4, 3}, 4);
   REQUIRE(back.size() == 1);
   CHECK(back[0].src_pitch == 32);
   CHECK(back[0].dst_pitch == 12);
@@ -376,12 +381,12 @@ y = x * alpha;
     std::vector<double> v(static_cast<size_t>(rows * 3), 0.5);
     return TensorData{ElementType::kF32, {rows, 3}, encode_elements(ElementType::kF32, v)};
   };
-  Expected<std::map<std::string, TensorData>> ok = p.run_reference({{"x", x_of(4)}}, {{"alpha", 3.0}});
+  Expected<std::map<std::string, TensorData>> ok = jit::run_reference(p, {{"x", x_of(4)}}, {{"alpha", 3.0}});
   REQUIRE(ok.ok());
   CHECK(decode_elements(ElementType::kF32, ok->at("y").bytes.data(), 1)[0] == 1.5);
-  CHECK(p.run_reference({{"x", x_of(17)}}).status().code() == StatusCode::kOutOfRange);
-  CHECK(p.run_reference({{"x", x_of(1)}}).status().code() == StatusCode::kOutOfRange);
-  Expected<std::map<std::string, TensorData>> no_scalar = p.run_reference({{"x", x_of(4)}}, {{"beta", 1.0}});
+  CHECK(jit::run_reference(p, {{"x", x_of(17)}}).status().code() == StatusCode::kOutOfRange);
+  CHECK(jit::run_reference(p, {{"x", x_of(1)}}).status().code() == StatusCode::kOutOfRange);
+  Expected<std::map<std::string, TensorData>> no_scalar = jit::run_reference(p, {{"x", x_of(4)}}, {{"beta", 1.0}});
   CHECK(no_scalar.status().code() == StatusCode::kNotFound);
   CHECK(no_scalar.status().message().find("'beta'") != std::string::npos);
   CHECK(p.dims()[0].bucket_for(17) == -1);
@@ -426,13 +431,14 @@ f = transpose(x) @ x[:, 0:8];
 h = x @ w;
 o = attention(q, kc, vc, len);
 )");
-  plan::Plan p = plan::make_plan(g);
+  plan::Plan p = plan_program(g);
   REQUIRE(plan::check_plan(p) == "");
   GeneratedCode code = generate_cuda(p);
   auto kernel_text = [&](ir::Op op) {
     for (size_t s = 0; s < p.steps.size(); ++s)
       if (p.graph.node(p.steps[s].values.front()).op == op) {
-        std::string header = " " + code.kernels[s].symbol + "(unsigned char* arena";
+        const Kernel& own = code.kernels.kernels[static_cast<size_t>(code.kernels.step_choices[s].back())];
+        std::string header = " " + own.symbol + "(unsigned char* arena";
         size_t at = code.source.find(header);
         REQUIRE(at != std::string::npos);
         return code.source.substr(at, code.source.find("\n}\n", at) - at);
@@ -450,7 +456,7 @@ o = attention(q, kc, vc, len);
   CHECK(kernel_text(ir::Op::kAttention).find(block + "1)") != std::string::npos);
   // A norm over a constant axis needs no valid count.
   ir::Graph plain = graph_of("program n;\ndim B in [1, 8];\ninput x : f32[B, 16];\noutput y : f32[B, 16];\ny = layernorm(x);\n");
-  CHECK(generate_cuda(plan::make_plan(plain)).source.find("gdl::valid_dim") == std::string::npos);
+  CHECK(generate_cuda(plan_program(plain)).source.find("gdl::valid_dim") == std::string::npos);
 
   CompileOptions options;
   options.arch = "sm_90";

@@ -8,11 +8,13 @@
 #include <string>
 
 #include "artifact.h"
-#include "chain.h"
-#include "codegen.h"
+#include "plan/chains.h"
+#include "codegen/codegen.h"
 #include "ir_builder.h"
 #include "pipeline.h"
 #include "plan.h"
+#include "plan/check.h"
+#include "plan/print.h"
 
 namespace gdl {
 namespace {
@@ -39,19 +41,27 @@ void require_compiles_with(const std::string& source, const std::string& entry) 
   CHECK(module->ptx.find(".entry " + entry + "(") != std::string::npos);
 }
 
+// The kernels of several steps (the chains'), in table order.
+std::vector<const Kernel*> multi_step_kernels(const GeneratedCode& code) {
+  std::vector<const Kernel*> out;
+  for (const Kernel& k : code.kernels.kernels)
+    if (k.first_step != k.last_step) out.push_back(&k);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("chain: the W2 layers form one chain over every step, with its own exchange area in the scratch") {
   for (const std::string t : {"f16", "bf16"}) {
     INFO(t);
-    plan::Plan p = plan::make_plan(graph_of(layers(t, 2048, 4)));
+    plan::Plan p = plan_program(graph_of(layers(t, 2048, 4)));
     REQUIRE(plan::check_plan(p) == "");
     REQUIRE(p.steps.size() == 4);
     REQUIRE(p.chains.size() == 1);
     CHECK(p.chains[0].first == 0);
     CHECK(p.chains[0].last == 3);
     CHECK(p.chains[0].k == 2048);
-    CHECK(p.chains[0].exchange_offset % plan::kAlignment == 0);
+    CHECK(p.chains[0].scratch_offset % plan::kAlignment == 0);
     // 8 counter lines of 128 bytes; no mailboxes above K = 1024 (a barrier
     // between the steps instead) but each block's partial statistics of its
     // rows: two step parities of 8 rows x 128 blocks, 8 bytes each.
@@ -61,12 +71,13 @@ TEST_CASE("chain: the W2 layers form one chain over every step, with its own exc
     // per 8-byte word with a flag).
     CHECK(chain_exchange_bytes(1024, 0) == 8 * 128 + 2 * 8 * 1024 * 4);
     // Then the kernel's tensor maps, one of 128 bytes per step: last in the area.
-    CHECK(chain_tensor_maps_offset(p.chains[0], 0) == p.chains[0].exchange_offset + exchange_bytes);
+    CHECK(chain_tensor_maps_at(p.chains[0], 0) == exchange_bytes);
     CHECK(chain_scratch_bytes(p.chains[0]) == exchange_bytes + 4 * 128);
-    CHECK(p.chains[0].exchange_offset + chain_scratch_bytes(p.chains[0]) == p.arena_bytes + p.scratch_bytes);
+    CHECK(p.chains[0].scratch_bytes == chain_scratch_bytes(p.chains[0]));
+    CHECK(p.chains[0].scratch_offset + p.chains[0].scratch_bytes == p.arena_bytes + p.scratch_bytes);
     CHECK(p.chains[0].row_groups == 0);  // K = 2048: no row groups
     for (const plan::Step& st : p.steps)
-      if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].exchange_offset);
+      if (st.tickets_bytes > 0) CHECK(st.tickets_offset + st.tickets_bytes <= p.chains[0].scratch_offset);
     CHECK(plan::print_plan(p).find("chain: steps 0-3 as one persistent kernel while the rows are at most 8") !=
           std::string::npos);
     CHECK(plan::plan_to_dot(p).find("subgraph cluster_chain0 {") != std::string::npos);
@@ -95,13 +106,13 @@ TEST_CASE("chain: steps the chain kernel cannot run stay out of every chain") {
   };
   for (const Case& c : cases) {
     INFO(c.what << "\n" << c.text);
-    plan::Plan p = plan::make_plan(graph_of(c.text));
+    plan::Plan p = plan_program(graph_of(c.text));
     REQUIRE(plan::check_plan(p) == "");
     CHECK(p.chains.empty());
   }
   plan::PlanOptions off;
   off.chain_matmuls = false;
-  CHECK(plan::make_plan(graph_of(layers("f16", 2048, 4)), off).chains.empty());
+  CHECK(plan_program(graph_of(layers("f16", 2048, 4)), off).chains.empty());
 }
 
 TEST_CASE("chain: a step that does not read the step before it ends the chain") {
@@ -109,17 +120,17 @@ TEST_CASE("chain: a step that does not read the step before it ends the chain") 
   const std::string text =
       "program c;\ndim B in [1, 8];\ninput x : f16[B, 2048];\nparam w : f16[4, 2048, 2048];\noutput y : f16[B, 2048];\n"
       "output z : f16[B, 2048];\ny = (x @ w[0]) @ w[1];\nz = (x @ w[2]) @ w[3];\n";
-  plan::Plan p = plan::make_plan(graph_of(text));
+  plan::Plan p = plan_program(graph_of(text));
   REQUIRE(plan::check_plan(p) == "");
   REQUIRE(p.chains.size() == 2);
   CHECK(p.chains[0].last == p.chains[0].first + 1);
   CHECK(p.chains[1].first == p.chains[0].last + 1);
   CHECK(p.chains[1].last == p.chains[1].first + 1);
-  CHECK(p.chains[0].exchange_offset != p.chains[1].exchange_offset);
+  CHECK(p.chains[0].scratch_offset != p.chains[1].scratch_offset);
 }
 
-TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share their exchange area") {
-  plan::Plan good = plan::make_plan(graph_of(layers("f16", 4096, 2)));  // steps with tickets (H = 1024 splits in clusters)
+TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share their scratch") {
+  plan::Plan good = plan_program(graph_of(layers("f16", 4096, 2)));  // steps with tickets (H = 1024 splits in clusters)
   REQUIRE(good.chains.size() == 1);
   REQUIRE(good.steps[0].tickets_bytes > 0);
   {
@@ -139,13 +150,19 @@ TEST_CASE("chain: check_plan refuses chains that overlap, run backwards or share
   }
   {
     plan::Plan bad = good;
-    bad.chains[0].exchange_offset = bad.steps[0].tickets_offset;
+    bad.chains[0].scratch_offset = bad.steps[0].tickets_offset;
     CHECK(plan::check_plan(bad).find("share bytes with other scratch") != std::string::npos);
   }
   {
     plan::Plan bad = good;
-    bad.chains[0].exchange_offset = bad.arena_bytes + bad.scratch_bytes;
-    CHECK(plan::check_plan(bad).find("its exchange area lies outside the scratch area") != std::string::npos);
+    bad.chains[0].scratch_offset = bad.arena_bytes + bad.scratch_bytes;
+    CHECK(plan::check_plan(bad).find("its scratch lies outside the scratch area") != std::string::npos);
+  }
+  {
+    plan::Plan bad = good;
+    bad.chains[0].scratch_bytes -= 128;  // one tensor map short
+    CHECK(plan::check_plan(bad).find("is not the " + std::to_string(good.chains[0].scratch_bytes) +
+                                     " its kernels use") != std::string::npos);
   }
   for (const int64_t groups : {1, 3, 9}) {
     plan::Plan bad = good;  // K = 4096: no row groups at all
@@ -178,32 +195,41 @@ TEST_CASE("chain: at K = 1024 a second kernel serves up to 64 rows in row groups
   for (const Case& c : std::vector<Case>{{"dim B in [1, 64] buckets(1, 8, 64);", 8}, {"dim B in [1, 16];", 2},
                                           {"dim B in [1, 8];", 0}}) {
     INFO(c.batch);
-    plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 3, c.batch)));
+    plan::Plan p = plan_program(graph_of(layers("f16", 1024, 3, c.batch)));
     REQUIRE(plan::check_plan(p) == "");
     REQUIRE(p.chains.size() == 1);
     CHECK(p.chains[0].row_groups == c.groups);
     const GeneratedCode code = generate_cuda(p);
-    REQUIRE(code.chains.size() == (c.groups > 0 ? 2u : 1u));
-    CHECK(code.chains[0].groups == 1u);
-    CHECK(code.chains[0].max_rows == 8);
+    const std::vector<const Kernel*> chains = multi_step_kernels(code);
+    REQUIRE(chains.size() == (c.groups > 0 ? 2u : 1u));
+    CHECK(chains[0]->launch.grid_y == 1u);
+    CHECK(chains[0]->max_rows == 8);
     if (c.groups == 0) continue;
     CHECK(plan::print_plan(p).find("and one in " + std::to_string(c.groups) + " row groups of 8 up to " +
                                    std::to_string(8 * c.groups)) != std::string::npos);
-    const ChainKernel& k = code.chains[1];
+    const Kernel& k = *chains[1];
     const int64_t cols = chain_group_columns(1024, c.groups);
     CHECK(k.symbol == "gdl_chain0_rows" + std::to_string(8 * c.groups));
-    CHECK(k.chain == 0);
-    CHECK(k.first == 0);
-    CHECK(k.last == 2);
-    CHECK(k.groups == static_cast<uint32_t>(c.groups));
-    CHECK(k.blocks == static_cast<uint32_t>(1024 / cols));
-    CHECK(k.shared_bytes == chain_shared_bytes(1024, cols));
-    CHECK(!uses_chain(k, {8}));
-    CHECK(uses_chain(k, {9}));
-    CHECK(uses_chain(k, {8 * c.groups}));
-    CHECK(!uses_chain(k, {8 * c.groups + 1}));
-    CHECK(uses_chain(code.chains[0], {8}));
-    CHECK(!uses_chain(code.chains[0], {9}));
+    CHECK(k.first_step == 0);
+    CHECK(k.last_step == 2);
+    CHECK(k.cooperative);
+    CHECK(k.launch.grid_y == static_cast<uint32_t>(c.groups));
+    CHECK(k.launch.work == Shape{Dim::constant(1024 / cols)});
+    CHECK(k.launch.shared_bytes == chain_shared_bytes(1024, cols));
+    CHECK(!kernel_applies(k, {8}));
+    CHECK(kernel_applies(k, {9}));
+    CHECK(kernel_applies(k, {8 * c.groups}));
+    CHECK(!kernel_applies(k, {8 * c.groups + 1}));
+    CHECK(kernel_applies(*chains[0], {8}));
+    CHECK(!kernel_applies(*chains[0], {9}));
+    // Every step of the chain prefers its kernels, in the same order, before its own.
+    for (int s = 0; s <= 2; ++s) {
+      const std::vector<int>& choices = code.kernels.step_choices[static_cast<size_t>(s)];
+      REQUIRE(choices.size() >= 3);
+      CHECK(&code.kernels.kernels[static_cast<size_t>(choices[0])] == chains[0]);
+      CHECK(&code.kernels.kernels[static_cast<size_t>(choices[1])] == chains[1]);
+      CHECK(code.kernels.kernels[static_cast<size_t>(choices.back())].first_step == s);
+    }
     CHECK(code.source.find("gdl::MatmulChain<__half, 1024, " + std::to_string(cols) + "> chain(") != std::string::npos);
   }
 }
@@ -225,23 +251,35 @@ TEST_CASE("chain: a block owns 8, 16 or 32 columns, so that K = 1024, 2048 and 4
 TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each step in order, and compiles") {
   for (const int h : {4096, 1024}) {
   INFO("H = " << h);
-  plan::Plan p = plan::make_plan(graph_of(layers(h == 4096 ? "bf16" : "f16", h, 3, "dim B in [1, 16];")));
+  plan::Plan p = plan_program(graph_of(layers(h == 4096 ? "bf16" : "f16", h, 3, "dim B in [1, 16];")));
   REQUIRE(p.chains.size() == 1);
   const GeneratedCode code = generate_cuda(p);
-  REQUIRE(code.chains.size() == (h == 1024 ? 2u : 1u));  // K = 1024: and one in two row groups for B up to 16
-  const ChainKernel& k = code.chains[0];
+  const std::vector<const Kernel*> chains = multi_step_kernels(code);
+  REQUIRE(chains.size() == (h == 1024 ? 2u : 1u));  // K = 1024: and one in two row groups for B up to 16
+  const Kernel& k = *chains[0];
   CHECK(k.symbol == "gdl_chain0");
-  CHECK(k.first == 0);
-  CHECK(k.last == 2);
-  CHECK(k.blocks == 128u);
-  CHECK(k.threads == kChainThreads);
-  CHECK(k.shared_bytes == chain_shared_bytes(h, chain_block_columns(h)));
-  CHECK(k.shared_bytes <= 227u * 1024u);
-  CHECK(uses_chain(k, {8}));
-  CHECK(!uses_chain(k, {9}));
+  CHECK(k.first_step == 0);
+  CHECK(k.last_step == 2);
+  CHECK(k.launch.work == Shape{Dim::constant(128)});
+  CHECK(k.launch.block == kChainThreads);
+  CHECK(k.launch.shared_bytes == chain_shared_bytes(h, chain_block_columns(h)));
+  CHECK(k.launch.shared_bytes <= 227u * 1024u);
+  CHECK(kernel_applies(k, {8}));
+  CHECK(!kernel_applies(k, {9}));
+  // One tensor map per step, over its [H, H] weight, in the chain's scratch.
+  REQUIRE(k.tensor_maps.size() == 3);
+  for (const TensorMap& m : k.tensor_maps) {
+    CHECK(m.columns == static_cast<uint64_t>(h));
+    CHECK(m.rows == static_cast<uint64_t>(h));
+    CHECK(m.box_columns == static_cast<uint32_t>(chain_block_columns(h)));
+    CHECK(m.box_rows == static_cast<uint32_t>(kChainKMultiple));
+    CHECK(m.scratch_offset >= p.chains[0].scratch_offset);
+    CHECK(m.scratch_offset + kTensorMapBytes <= p.chains[0].scratch_offset + p.chains[0].scratch_bytes);
+  }
   const size_t kernel = code.source.find("void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) gdl_chain0(");
   REQUIRE(kernel != std::string::npos);
-  for (const KernelInfo& info : code.kernels) CHECK(code.source.find(" " + info.symbol + "(") < kernel);
+  for (const Kernel& info : code.kernels.kernels)
+    if (info.first_step == info.last_step) CHECK(code.source.find(" " + info.symbol + "(") < kernel);
   // The producer warp streams the weights and leaves before the wait
   // (params only), the steps run in order after it.
   const size_t start = code.source.find("if (chain.produce()) return;", kernel),
@@ -258,8 +296,8 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   require_compiles_with(code.source, "gdl_chain0");
   }
   // The kernel in row groups (K = 1024, up to 64 rows) compiles too.
-  const GeneratedCode grouped = generate_cuda(plan::make_plan(graph_of(layers("f16", 1024, 2))));
-  REQUIRE(grouped.chains.size() == 2);
+  const GeneratedCode grouped = generate_cuda(plan_program(graph_of(layers("f16", 1024, 2))));
+  REQUIRE(multi_step_kernels(grouped).size() == 2);
   require_compiles_with(grouped.source, "gdl_chain0_rows64");
 }
 
@@ -281,7 +319,7 @@ TEST_CASE("chain: a step stores its rows' partial statistics only where the next
       "let h1 = h + rmsnorm(h, g) @ W[1];\n"           // step 1: weighted, reads step 0's sums
       "let h2 = h1 + rmsnorm(h1) @ W[2];\n"            // step 2: folded
       "y = h2 + layernorm(h2, eps = 1e-5) @ W[3];\n";  // step 3: folded
-  plan::Plan p = plan::make_plan(graph_of(text));
+  plan::Plan p = plan_program(graph_of(text));
   REQUIRE(p.chains.size() == 1);
   REQUIRE(p.chains[0].last - p.chains[0].first == 3);
   const GeneratedCode code = generate_cuda(p);
@@ -305,8 +343,8 @@ TEST_CASE("chain: a step's epilogue takes its residual from the rows the chain s
   from_x.replace(from_x.find(layer), layer.size(), "h = x + gelu(");
   for (const auto& [text, staged] : {std::pair{w2, 3u}, std::pair{from_x, 1u}}) {
     INFO(text);
-    const GeneratedCode code = generate_cuda(plan::make_plan(graph_of(text)));
-    REQUIRE(code.chains.size() == 2);
+    const GeneratedCode code = generate_cuda(plan_program(graph_of(text)));
+    REQUIRE(multi_step_kernels(code).size() == 2);
     const std::string bounds = "void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) ";
     const size_t first = code.source.find(bounds + "gdl_chain0(");
     const size_t grouped = code.source.find(bounds + "gdl_chain0_rows16(");
@@ -319,92 +357,57 @@ TEST_CASE("chain: a step's epilogue takes its residual from the rows the chain s
   }
 }
 
-TEST_CASE("chain: the artifact keeps the chains and refuses chain kernels that do not match the plan") {
-  plan::Plan p = plan::make_plan(graph_of(layers("f16", 1024, 2)));  // two kernels: up to 8 rows, up to 64
+TEST_CASE("chain: the artifact keeps the chains' kernels and refuses tensor maps outside the scratch or the params") {
+  plan::Plan p = plan_program(graph_of(layers("f16", 1024, 2)));  // two kernels: up to 8 rows, up to 64
   REQUIRE(p.chains.size() == 1);
   REQUIRE(p.chains[0].row_groups == 8);
   // Eight groups' counters, then each group's two mailboxes of 8 rows.
   CHECK(chain_exchange_bytes(1024, 8) == 8 * 128 + 8 * 2 * 8 * 1024 * 4);
   // Then the tensor maps of both kernels, two steps each.
-  CHECK(chain_tensor_maps_offset(p.chains[0], 1) == chain_tensor_maps_offset(p.chains[0], 0) + 2 * 128);
-  CHECK(p.chains[0].exchange_offset + chain_exchange_bytes(1024, 8) + 4 * 128 == p.arena_bytes + p.scratch_bytes);
+  CHECK(chain_tensor_maps_at(p.chains[0], 1) == chain_tensor_maps_at(p.chains[0], 0) + 2 * 128);
+  CHECK(p.chains[0].scratch_offset + chain_exchange_bytes(1024, 8) + 4 * 128 == p.arena_bytes + p.scratch_bytes);
   Artifact a;
   a.plan = p;
   GeneratedCode code = generate_cuda(p);
   a.kernels = code.kernels;
-  a.chains = code.chains;
   a.module.arch = "sm_90";
   a.module.ptx = "// no code";
   Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
-  REQUIRE(back.ok());
+  REQUIRE_MESSAGE(back.ok(), back.status().message());
   REQUIRE(back->plan.chains.size() == 1);
-  CHECK(back->plan.chains[0].exchange_offset == p.chains[0].exchange_offset);
+  CHECK(back->plan.chains[0].scratch_offset == p.chains[0].scratch_offset);
+  CHECK(back->plan.chains[0].scratch_bytes == p.chains[0].scratch_bytes);
   CHECK(back->plan.chains[0].row_groups == 8);
-  REQUIRE(back->chains.size() == 2);
+  const std::vector<const Kernel*> chains = multi_step_kernels(code);
+  REQUIRE(chains.size() == 2);
   for (size_t i = 0; i < 2; ++i) {
-    CHECK(back->chains[i].symbol == a.chains[i].symbol);
-    CHECK(back->chains[i].shared_bytes == a.chains[i].shared_bytes);
-    CHECK(back->chains[i].rows == a.chains[i].rows);
-    CHECK(back->chains[i].blocks == a.chains[i].blocks);
-    CHECK(back->chains[i].groups == a.chains[i].groups);
-    CHECK(back->chains[i].min_rows == a.chains[i].min_rows);
-    CHECK(back->chains[i].max_rows == a.chains[i].max_rows);
-    CHECK(back->chains[i].tensor_maps_offset == chain_tensor_maps_offset(p.chains[0], static_cast<int64_t>(i)));
-    CHECK(back->chains[i].weight_offsets == a.chains[i].weight_offsets);
+    // Each kernel maps the steps' weights, the b of each matmul in params,
+    // from its own place in the chain's scratch.
+    const Kernel& k = *chains[i];
+    REQUIRE(k.tensor_maps.size() == 2);
+    CHECK(k.tensor_maps[0].params_offset != k.tensor_maps[1].params_offset);
+    for (size_t s = 0; s < 2; ++s) {
+      const TensorMap& m = k.tensor_maps[s];
+      CHECK(m.params_offset + 1024 * 1024 * 2 <= p.params_bytes);
+      CHECK(m.params_offset == chains[0]->tensor_maps[s].params_offset);
+      CHECK(m.scratch_offset == p.chains[0].scratch_offset + chain_tensor_maps_at(p.chains[0], static_cast<int64_t>(i)) + s * 128);
+    }
   }
-  // Each kernel names the steps' weights: the b of each matmul, in params.
-  REQUIRE(a.chains[0].weight_offsets.size() == 2);
-  CHECK(a.chains[0].weight_offsets[0] != a.chains[0].weight_offsets[1]);
-  for (uint64_t o : a.chains[0].weight_offsets) CHECK(o + 1024 * 1024 * 2 <= p.params_bytes);
-  CHECK(a.chains[1].weight_offsets == a.chains[0].weight_offsets);
-
-  Artifact wrong = a;
-  wrong.chains[0].last = 0;
-  Expected<Artifact> refused = deserialize_artifact(serialize_artifact(wrong));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("runs steps or row groups the plan holds no chain for") != std::string::npos);
-  Artifact regrouped = a;
-  regrouped.chains[1].groups = 4;
-  refused = deserialize_artifact(serialize_artifact(regrouped));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("runs steps or row groups the plan holds no chain for") != std::string::npos);
-  Artifact rows = a;
-  rows.chains[1].max_rows = 65;
-  refused = deserialize_artifact(serialize_artifact(rows));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("serves rows [9, 65], not those of its 8 row groups") != std::string::npos);
-  Artifact swapped = a;
-  std::swap(swapped.chains[0], swapped.chains[1]);
-  refused = deserialize_artifact(serialize_artifact(swapped));
-  REQUIRE(!refused.ok());
-  Artifact missing = a;
-  missing.chains.clear();
-  refused = deserialize_artifact(serialize_artifact(missing));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("the plan's chains have no kernels") != std::string::npos);
-  // Tensor maps elsewhere than the plan puts them, or a weight that does
-  // not lie in the params (the runtime would encode a map over it).
-  const std::string outside = "names tensor maps or weights outside its chain's scratch or the params";
+  const size_t last = a.kernels.kernels.size() - 1;  // the grouped kernel
+  REQUIRE(a.kernels.kernels[last].symbol == "gdl_chain0_rows64");
+  const auto refused = [](const Artifact& x) {
+    Expected<Artifact> r = deserialize_artifact(serialize_artifact(x));
+    return r.ok() ? std::string() : r.status().message();
+  };
   Artifact moved = a;
-  moved.chains[1].tensor_maps_offset = moved.chains[0].tensor_maps_offset;
-  refused = deserialize_artifact(serialize_artifact(moved));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find(outside) != std::string::npos);
+  moved.kernels.kernels[last].tensor_maps[0].scratch_offset = moved.kernels.kernels[last - 1].tensor_maps[0].scratch_offset;
+  CHECK(refused(moved).find("has two tensor maps in the same bytes") != std::string::npos);
   Artifact beyond = a;
-  beyond.chains[0].weight_offsets[1] = p.params_bytes - 1024 * 1024;  // half of it past the end
-  refused = deserialize_artifact(serialize_artifact(beyond));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find(outside) != std::string::npos);
-  Artifact fewer = a;
-  fewer.chains[0].weight_offsets.pop_back();
-  refused = deserialize_artifact(serialize_artifact(fewer));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find(outside) != std::string::npos);
-  Artifact ungrouped = a;
-  ungrouped.chains.pop_back();
-  refused = deserialize_artifact(serialize_artifact(ungrouped));
-  REQUIRE(!refused.ok());
-  CHECK(refused.status().message().find("the plan's chains have no kernels") != std::string::npos);
+  beyond.kernels.kernels[last].tensor_maps[1].params_offset = p.params_bytes - 1024 * 1024;  // half of it past the end
+  CHECK(refused(beyond).find("maps a tensor outside the params region") != std::string::npos);
+  Artifact everywhere = a;  // a cooperative kernel as some step's last choice: not every device runs it
+  everywhere.kernels.step_choices[0].resize(2);  // the chain's two kernels, without the step's own
+  CHECK(refused(everywhere).find("does not run it at every binding on every device") != std::string::npos);
 }
 
 }  // namespace gdl

@@ -13,16 +13,32 @@
 #include <string>
 #include <vector>
 
-#include "chain.h"
-#include "codegen.h"
-#include "kernel_choice.h"
+#include "plan/chains.h"
+#include "codegen/codegen.h"
+#include "plan/kernel_choice.h"
 #include "ir_builder.h"
 #include "pipeline.h"
 #include "plan.h"
-#include "source_loader.h"
+#include "frontend/source_loader.h"
+#include "passes/ir_print.h"
+#include "passes/ir_verify.h"
+#include "plan/check.h"
+#include "plan/print.h"
 
 namespace gdl {
 namespace {
+
+// Step s's own kernel (its last choice), and its large kernel (the single-
+// step choice before it, for more rows), if it has one.
+const Kernel& own_kernel(const GeneratedCode& code, size_t s) {
+  return code.kernels.kernels.at(static_cast<size_t>(code.kernels.step_choices.at(s).back()));
+}
+const Kernel* large_kernel(const GeneratedCode& code, size_t s) {
+  const std::vector<int>& choices = code.kernels.step_choices.at(s);
+  if (choices.size() < 2) return nullptr;
+  const Kernel& k = code.kernels.kernels.at(static_cast<size_t>(choices[choices.size() - 2]));
+  return k.first_step == k.last_step ? &k : nullptr;
+}
 
 using ir::Op;
 using ir::ValueId;
@@ -54,7 +70,7 @@ plan::Plan plan_of(const ir::Graph& g) {
   std::string problem = ir::verify(g);
   INFO(ir::print_ir(g));
   REQUIRE(problem == "");
-  return plan::make_plan(g);
+  return plan_program(g);
 }
 
 bool contains(const std::vector<uint8_t>& bytes, const std::string& s) {
@@ -79,9 +95,8 @@ void require_compiles(const GeneratedCode& code) {
   CHECK(module->nvrtc_major >= 12);
   REQUIRE(module->cubin.size() > 4);
   CHECK(std::string(module->cubin.begin(), module->cubin.begin() + 4) == "\x7f" "ELF");
-  for (const KernelInfo& k : code.kernels)
-    for (const std::string& symbol : {k.symbol, k.large.symbol}) {
-      if (symbol.empty()) continue;  // no large kernel
+  for (const Kernel& k : code.kernels.kernels)
+    for (const std::string& symbol : {k.symbol}) {
       INFO(symbol);
       CHECK(code.source.find(" " + symbol + "(unsigned char* arena") != std::string::npos);
       CHECK(contains(module->cubin, symbol));
@@ -224,9 +239,9 @@ plan::Plan fused_plan() {
 TEST_CASE("codegen: every elementwise op in every dtype compiles to an sm_90 CUBIN") {
   plan::Plan p = plan_of(elementwise_program());
   GeneratedCode code = generate_cuda(p);
-  REQUIRE(code.kernels.size() == p.steps.size());
+  REQUIRE(code.kernels.step_choices.size() == p.steps.size());
   for (size_t s = 0; s < p.steps.size(); ++s) {
-    const KernelInfo& k = code.kernels[s];
+    const Kernel& k = own_kernel(code, s);
     const ir::Node& n = p.graph.node(p.steps[s].result);
     INFO(k.symbol);
     CHECK(k.symbol == "gdl_s" + std::to_string(s) + "_" + ir::op_name(n.op));
@@ -238,7 +253,7 @@ TEST_CASE("codegen: every elementwise op in every dtype compiles to an sm_90 CUB
   }
   // The kernel reading alpha (scalar slot 0) says so; the one reading `step` too.
   int alpha_users = 0, step_users = 0;
-  for (const KernelInfo& k : code.kernels) {
+  for (const Kernel& k : code.kernels.kernels) {
     alpha_users += k.scalars_used == std::vector<int>{0};
     step_users += k.scalars_used == std::vector<int>{1};
   }
@@ -253,12 +268,12 @@ TEST_CASE("codegen: every elementwise op in every dtype compiles to an sm_90 CUB
 TEST_CASE("codegen: matmul reductions softmax norms data movement and attention compile") {
   plan::Plan p = plan_of(structured_program());
   GeneratedCode code = generate_cuda(p);
-  REQUIRE(code.kernels.size() == p.steps.size());
+  REQUIRE(code.kernels.step_choices.size() == p.steps.size());
   int matmuls = 0, attentions = 0;
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const ir::Node& n = p.graph.node(p.steps[s].result);
-    const LaunchRule& r = code.kernels[s].launch;
-    INFO(code.kernels[s].symbol);
+    const LaunchRule& r = own_kernel(code, s).launch;
+    INFO(own_kernel(code, s).symbol);
     const bool general = !is_float(n.type.dtype);  // i32 and bool take the general matmul
     if (n.op == Op::kMatMul && n.type.rank() == 3 && general) {
       // [B, 80, 40]: 2 x 1 tiles of 64 x 64 per batch entry; [B, 32, 40]:
@@ -267,7 +282,7 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
       CHECK(r.items_per_block == 1);
       CHECK(r.grid_y == (n.type.shape[1].extent == 80 ? 2 : 4));
       CHECK(r.block == 256);
-      CHECK(code.kernels[s].depends_on_dims);
+      CHECK(own_kernel(code, s).depends_on_dims);
       CHECK(code.source.find(n.type.shape[1].extent == 80 ? "gdl::matmul<64, 64, 16, 4, 4, int>"
                                                             : "gdl::matmul<16, 32, 64, 1, 2, int>") != std::string::npos);
       ++matmuls;
@@ -300,7 +315,7 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
       // [2, 3, 5, 6]: every factor constant, so all blocks go into grid.y.
       CHECK(r.work.empty());
       CHECK(r.grid_y == 6);
-      CHECK(!code.kernels[s].depends_on_dims);
+      CHECK(!own_kernel(code, s).depends_on_dims);
       ++matmuls;
     }
     if (n.op == Op::kSum && n.attrs.axis == 2) {
@@ -397,7 +412,7 @@ TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the
            std::string::npos) == !f32);
     CHECK((code.source.find("gdl::matmul_rows<8, 8>(") != std::string::npos) == !f32);
     CHECK((p.steps[0].scratch_bytes == 0) == !f32);
-    CHECK(code.kernels[0].launch.grid_y == (f32 ? 32 : 16) * 8);
+    CHECK(own_kernel(code, 0).launch.grid_y == (f32 ? 32 : 16) * 8);
   }
 }
 
@@ -421,8 +436,8 @@ TEST_CASE("codegen: attention over a k view off 16-byte alignment takes the spli
     const bool aligned = std::string(offset) == "8";
     CHECK((code.source.find("gdl::attention_stream<128, 128, ") != std::string::npos) == aligned);
     CHECK((code.source.find("gdl::attention_split<128, 128, ") != std::string::npos) == !aligned);
-    CHECK(code.kernels.size() == 1);
-    CHECK(code.kernels[0].launch.shared_bytes == (aligned ? 96u * 1024 : 0u));
+    CHECK(code.kernels.step_choices.size() == 1);
+    CHECK(own_kernel(code, 0).launch.shared_bytes == (aligned ? 96u * 1024 : 0u));
     require_compiles(code);
   }
 }
@@ -478,8 +493,8 @@ TEST_CASE("codegen: the streamed attention copies a param KV cache before it wai
     const size_t kernel_start = src.rfind("extern \"C\"", call);
     const size_t wait = src.find("gdl::wait_for_producers();", kernel_start);
     CHECK((wait < call) == !params);
-    REQUIRE(code.kernels.size() == 1);
-    CHECK(code.kernels[0].early_start == params);  // the runtime's programmatic edge from the input copies
+    REQUIRE(code.kernels.step_choices.size() == 1);
+    CHECK(own_kernel(code, 0).early_start == params);  // the runtime's programmatic edge from the input copies
     require_compiles(code);
   }
 }
@@ -530,7 +545,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(rows.row_tile == 8);
     CHECK(rows.rows_splits == (f32 ? 2 : 4));
     size_t s = step_writing(p, k.value["rows"]);
-    const LaunchRule& rr = code.kernels[s].launch;
+    const LaunchRule& rr = own_kernel(code, s).launch;
     CHECK(rr.work.empty());
     CHECK(rr.grid_y == strips * rows.rows_splits);
     CHECK(rr.block == 256);
@@ -552,29 +567,32 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(hybrid.tiles == (f32 ? MatmulKernel::kSimt : MatmulKernel::kMma));
     CHECK(hybrid.tile_splits == 8);
     s = step_writing(p, k.value["hybrid"]);
-    const KernelInfo& hk = code.kernels[s];
+    const Kernel& hk = own_kernel(code, s);
+    REQUIRE(large_kernel(code, s) != nullptr);
+    const Kernel& large = *large_kernel(code, s);
     CHECK(hk.symbol == "gdl_s" + std::to_string(s) + "_matmul");
     CHECK(hk.launch.work.empty());
     CHECK(hk.launch.grid_y == strips * hybrid.rows_splits);
-    CHECK(hk.large.symbol == hk.symbol + "_tiled");
-    CHECK(hk.large.launch.work == dims({Dim::runtime(1)}));
-    CHECK(hk.large.launch.items_per_block == 64);
-    CHECK(hk.large.launch.grid_y == 32 * hybrid.tile_splits);
-    CHECK(hk.large.rows == dims({Dim::runtime(1)}));
-    CHECK(hk.large.rows_limit == 16);
+    CHECK(large.symbol == hk.symbol + "_tiled");
+    CHECK(large.launch.work == dims({Dim::runtime(1)}));
+    CHECK(large.launch.items_per_block == 64);
+    CHECK(large.launch.grid_y == 32 * hybrid.tile_splits);
+    CHECK(large.rows == dims({Dim::runtime(1)}));
+    CHECK(large.min_rows == 17);
+    CHECK(large.max_rows == kAnyRows);
     CHECK(hk.depends_on_dims);
-    CHECK(src.find(" " + hk.large.symbol + "(unsigned char* arena") != std::string::npos);
+    CHECK(src.find(" " + large.symbol + "(unsigned char* arena") != std::string::npos);
     // 32 tiles x 8 parts: more blocks than multiprocessors, so no clusters
     // (kernel_choice.cc); the partial tiles are the larger scratch.
     CHECK_FALSE(hybrid.tile_cluster);
-    CHECK(src.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) " + hk.large.symbol + "(") == std::string::npos);
+    CHECK(src.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) " + large.symbol + "(") == std::string::npos);
     CHECK(hybrid.scratch.partial_floats == 8 * 32 * 64 * 128);
     CHECK(src.find("// step " + std::to_string(s) + ", more than 16 rows: ") != std::string::npos);
     // The runtime's pick: the rows at the run's dims (C is dim 1).
-    CHECK_FALSE(uses_large_kernel(hk, {8, 1}));
-    CHECK_FALSE(uses_large_kernel(hk, {8, 16}));
-    CHECK(uses_large_kernel(hk, {8, 17}));
-    CHECK_FALSE(uses_large_kernel(code.kernels[step_writing(p, k.value["rows"])], {8, 64}));
+    CHECK_FALSE(kernel_applies(large, {8, 1}));
+    CHECK_FALSE(kernel_applies(large, {8, 16}));
+    CHECK(kernel_applies(large, {8, 17}));
+    CHECK(large_kernel(code, step_writing(p, k.value["rows"])) == nullptr);
     CHECK(p.steps[s].scratch_bytes == hybrid.scratch.partial_bytes());
 
     // tiles: 256 x 256 is 8 tiles of 64 x 128; K = 512 split 4 ways, each
@@ -583,12 +601,12 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK_FALSE(tiles.use_rows);
     CHECK(tiles.tile_splits == 4);
     s = step_writing(p, k.value["tiles"]);
-    CHECK(code.kernels[s].launch.grid_y == 8 * tiles.tile_splits);
-    CHECK(code.kernels[s].launch.work.empty());
+    CHECK(own_kernel(code, s).launch.grid_y == 8 * tiles.tile_splits);
+    CHECK(own_kernel(code, s).launch.work.empty());
     // f16/bf16: 32 blocks, so the 4 parts of a tile are one cluster, with
     // no scratch; f32 (FMA kernel) keeps the partial tiles.
     CHECK(tiles.tile_cluster == !f32);
-    CHECK((src.find("__cluster_dims__(1, 4, 1) __launch_bounds__(256, 2) " + code.kernels[s].symbol + "(") !=
+    CHECK((src.find("__cluster_dims__(1, 4, 1) __launch_bounds__(256, 2) " + own_kernel(code, s).symbol + "(") !=
            std::string::npos) == !f32);
     CHECK((src.find("gdl::matmul_mma<4>(") != std::string::npos) == !f32);
     CHECK(p.steps[s].scratch_bytes == (f32 ? tiles.scratch.partial_bytes() : 0));
@@ -598,7 +616,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK_FALSE(batched.fold_batch);
     CHECK_FALSE(batched.use_rows);
     s = step_writing(p, k.value["batched"]);
-    CHECK(code.kernels[s].launch.grid_y == 4 * batched.tile_splits);
+    CHECK(own_kernel(code, s).launch.grid_y == 4 * batched.tile_splits);
     CHECK(src.find("  batches.set(1, gdl::Shape<1, int>{{4}}, K * N);  // b") != std::string::npos);
 
     // ragged: 3 x 17 rows fold into 51, K = 33 too short to split.
@@ -622,8 +640,8 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(decode.scratch.tickets == 32);
     CHECK(decode.scratch.partial_floats == 32 * 12 * 130);
     s = step_writing(p, k.value["decode"]);
-    CHECK(code.kernels[s].launch.grid_y == 32 * 8);
-    CHECK(code.kernels[s].launch.shared_bytes == 96 * 1024);
+    CHECK(own_kernel(code, s).launch.grid_y == 32 * 8);
+    CHECK(own_kernel(code, s).launch.shared_bytes == 96 * 1024);
     CHECK(p.steps[s].tickets_bytes == decode.scratch.ticket_bytes());
     CHECK(p.steps[s].scratch_bytes == decode.scratch.partial_bytes());
     const AttentionChoice odd = choose_attention(p.graph, p.graph.node(k.value["odd"]));
@@ -720,8 +738,8 @@ TEST_CASE("plan: split kernels in a chain share their partial tiles; their ticke
 TEST_CASE("codegen: a fused elementwise step is one kernel with one local per value") {
   plan::Plan p = fused_plan();
   GeneratedCode code = generate_cuda(p);
-  REQUIRE(code.kernels.size() == 1);
-  CHECK(code.kernels[0].symbol == "gdl_s0_add");
+  REQUIRE(code.kernels.step_choices.size() == 1);
+  CHECK(own_kernel(code, 0).symbol == "gdl_s0_add");
   const std::string& src = code.source;
   CHECK(src.find("const float r2 = gdl::fit<__half>(gdl::op::mul(gdl::ld(v0[i]), gdl::ld(v1[st1.at(c)])));") !=
         std::string::npos);
@@ -741,8 +759,8 @@ TEST_CASE("codegen: the same plan gives the same text with IR values and source 
   GeneratedCode first = generate_cuda(p);
   GeneratedCode second = generate_cuda(plan_of(g));
   CHECK(first.source == second.source);
-  REQUIRE(first.kernels.size() == second.kernels.size());
-  for (size_t i = 0; i < first.kernels.size(); ++i) CHECK(first.kernels[i].symbol == second.kernels[i].symbol);
+  REQUIRE(first.kernels.kernels.size() == second.kernels.kernels.size());
+  for (size_t i = 0; i < first.kernels.kernels.size(); ++i) CHECK(first.kernels.kernels[i].symbol == second.kernels.kernels[i].symbol);
   std::string last = "%" + std::to_string(attention_id) + " = attention";
   size_t at = first.source.find(last);
   REQUIRE(at != std::string::npos);
@@ -802,7 +820,7 @@ TEST_CASE("compile_cuda: a second compile comes from the cache and a corrupted e
   CHECK(!after_truncation->from_cache);
 }
 
-TEST_CASE("compile_cuda: a broken source returns the NVRTC log and a bad arch is refused") {
+TEST_CASE("compile_cuda: a broken source is a bug in gdl: Internal, with the NVRTC log; a bad arch is refused") {
   std::string broken =
       "#include \"gdl_abi.cuh\"\n"
       "extern \"C\" __global__ void gdl_s0_broken(unsigned char* arena, const unsigned char* params, gdl_args args) {\n"
@@ -810,7 +828,7 @@ TEST_CASE("compile_cuda: a broken source returns the NVRTC log and a bad arch is
       "}\n";
   auto result = compile_cuda(broken, options_in("-"));
   REQUIRE(!result.ok());
-  CHECK(result.status().code() == StatusCode::kCompileError);
+  CHECK(result.status().code() == StatusCode::kInternal);  // CompileError means the user's program was rejected
   const std::string& m = result.status().message();
   INFO(m);
   CHECK(m.find("gdl_program.cu(3): error") != std::string::npos);

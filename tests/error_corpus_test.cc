@@ -15,11 +15,11 @@
 #include <regex>
 #include <sstream>
 
-#include "check.h"
-#include "lower.h"
-#include "parse.h"
+#include "frontend/check.h"
+#include "lower/lower.h"
+#include "frontend/parse.h"
 #include "pipeline.h"
-#include "source_loader.h"
+#include "frontend/source_loader.h"
 
 namespace gdl {
 namespace {

@@ -11,7 +11,11 @@
 #include "artifact.h"
 #include "pipeline.h"
 #include "plan.h"
-#include "source_loader.h"
+#include "frontend/source_loader.h"
+#include "passes/ir_print.h"
+#include "plan/check.h"
+#include "plan/print.h"
+#include "plan/run_planned.h"
 
 namespace fs = std::filesystem;
 
@@ -67,7 +71,7 @@ TEST_CASE("examples: the plan is sound and the planned interpreter equals the pl
   for (const fs::path& path : example_files()) {
     CAPTURE(path.string());
     gdl::ir::Graph graph = compile_example(path);
-    gdl::plan::Plan plan = gdl::plan::make_plan(graph);
+    gdl::plan::Plan plan = gdl::plan_program(graph);
     CHECK(gdl::plan::check_plan(plan) == "");
     CHECK(plan.arena_bytes <= plan.naive_bytes);
     CHECK(plan.arena_bytes >= plan.live_lower_bound);
@@ -96,8 +100,8 @@ TEST_CASE("examples: the plan is sound and the planned interpreter equals the pl
 TEST_CASE("examples: the artifact round trip keeps plan, kernels and module") {
   for (const fs::path& path : example_files()) {
     CAPTURE(path.string());
-    gdl::CompileOptions options;
-    options.cache_dir = (fs::path(GDL_BINARY_DIR) / "test-nvrtc-cache").string();
+    gdl::PipelineOptions options;
+    options.codegen.cache_dir = (fs::path(GDL_BINARY_DIR) / "test-nvrtc-cache").string();
     auto artifact = gdl::build_artifact(compile_example(path), options);
     REQUIRE_MESSAGE(artifact.ok(), artifact.status().ToString());
     std::vector<uint8_t> bytes = gdl::serialize_artifact(*artifact);
@@ -105,7 +109,7 @@ TEST_CASE("examples: the artifact round trip keeps plan, kernels and module") {
     REQUIRE_MESSAGE(back.ok(), back.status().ToString());
     CHECK(gdl::ir::print_ir(back->plan.graph) == gdl::ir::print_ir(artifact->plan.graph));
     CHECK(gdl::plan::print_plan(back->plan) == gdl::plan::print_plan(artifact->plan));
-    CHECK(back->kernels.size() == artifact->plan.steps.size());
+    CHECK(back->kernels.step_choices.size() == artifact->plan.steps.size());
     CHECK(back->module.cubin == artifact->module.cubin);
     CHECK(back->module.ptx == artifact->module.ptx);
     CHECK(back->cuda_source == artifact->cuda_source);

@@ -9,12 +9,16 @@
 #include <filesystem>
 #include <random>
 
-#include "codegen.h"
-#include "kernel_choice.h"
+#include "codegen/codegen.h"
+#include "plan/kernel_choice.h"
 #include "ir_builder.h"
 #include "pipeline.h"
 #include "plan.h"
-#include "source_loader.h"
+#include "frontend/source_loader.h"
+#include "passes/ir_verify.h"
+#include "plan/check.h"
+#include "plan/print.h"
+#include "plan/run_planned.h"
 
 namespace gdl {
 namespace {
@@ -132,8 +136,8 @@ TEST_CASE("fuse: chain.gdl and w1_chain.gdl (100 times h = h times a plus b) are
   for (std::string name : {"chain.gdl", "w1_chain.gdl"}) {
     INFO(name);
     ir::Graph g = name == "chain.gdl" ? example(name) : workload(name);
-    Plan unfused = plan::make_plan(g, kNoFusion);
-    Plan p = plan::make_plan(g);
+    Plan unfused = plan_program(g, kNoFusion);
+    Plan p = plan_program(g);
     CHECK(unfused.steps.size() == 200);
     REQUIRE(p.steps.size() == 1);
     const plan::Step& s = p.steps[0];
@@ -154,7 +158,7 @@ TEST_CASE("fuse: chain.gdl and w1_chain.gdl (100 times h = h times a plus b) are
 
 TEST_CASE("fuse: mlp.gdl is one step per layer: layernorm, matmul and epilogue, with no slice copies") {
   ir::Graph g = example("mlp.gdl");
-  Plan p = plan::make_plan(g);
+  Plan p = plan_program(g);
   INFO(plan::print_plan(p));
   REQUIRE(p.steps.size() == 8);
   // Every block lists the same ops: the layernorm (the matmul's prologue)
@@ -200,7 +204,7 @@ TEST_CASE("fuse: mlp.gdl is one step per layer: layernorm, matmul and epilogue, 
 
   // Without fusion the slices are still views: 49 steps (6 per layer and
   // the cast of alpha) instead of 65, and no 2 MiB copy in the arena.
-  Plan unfused = plan::make_plan(g, kNoFusion);
+  Plan unfused = plan_program(g, kNoFusion);
   CHECK(unfused.steps.size() == 49);
   CHECK(unfused.arena_bytes < 2 * kMiB);
   CHECK(plan::check_plan(unfused) == "");
@@ -213,7 +217,7 @@ TEST_CASE("fuse: the W2 workloads are 8 or 16 steps, W3 one") {
     for (std::string h : {"1024", "4096"}) {
       std::string name = "w2_mlp_h" + h + "_" + dtype + ".gdl";
       INFO(name);
-      Plan p = plan::make_plan(workload(name));
+      Plan p = plan_program(workload(name));
       REQUIRE(plan::check_plan(p) == "");
       // The layernorm joins its matmul in f16 and bf16, where the re-read of
       // x for the row statistics stays within 32 MiB at B = 64 (the rows
@@ -234,7 +238,7 @@ TEST_CASE("fuse: the W2 workloads are 8 or 16 steps, W3 one") {
       CHECK(p.arena_bytes - x_offset == (fused ? 4 : 5) * row);
       if (h == "1024") expect_exact(p, random_bindings(p.graph, {2}, 17));
     }
-  Plan w3 = plan::make_plan(workload("w3_attention.gdl"));
+  Plan w3 = plan_program(workload("w3_attention.gdl"));
   CHECK(w3.steps.size() == 1);
 }
 
@@ -248,7 +252,7 @@ TEST_CASE("fuse: an elementwise diamond is one step and structured branches stay
     ValueId right = b.unary(Op::kTanh, x);
     ValueId y = b.binary(Op::kAdd, left, right);
     b.output("y", y);
-    Plan p = plan::make_plan(b.g);
+    Plan p = plan_program(b.g);
     REQUIRE(p.steps.size() == 1);
     CHECK(p.steps[0].values == std::vector<ValueId>{left, right, y});
     CHECK(p.steps[0].reads == std::vector<ValueId>{x});
@@ -271,7 +275,7 @@ TEST_CASE("fuse: an elementwise diamond is one step and structured branches stay
     ValueId y = b.op(Op::kConcat, {left, right}, {DType::kF16, {batch, Dim::constant(32)}}, testing::axis_attrs(1));
     b.output("y", y);
     REQUIRE(ir::verify(b.g) == "");
-    Plan p = plan::make_plan(b.g);
+    Plan p = plan_program(b.g);
     INFO(plan::print_plan(p));
     REQUIRE(p.steps.size() == 3);
     CHECK(p.steps[0].values == std::vector<ValueId>{m1, m1 + 1, left});
@@ -294,7 +298,7 @@ TEST_CASE("fuse: an expensive intermediate with two consumers is stored once and
   b.output("left", left);
   b.output("right", right);
   REQUIRE(ir::verify(b.g) == "");
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   INFO(plan::print_plan(p));
   REQUIRE(p.steps.size() == 3);
   // tanh and exp once, in the step that writes `shared`.
@@ -324,7 +328,7 @@ TEST_CASE("fuse: an expensive intermediate with two consumers is stored once and
   ValueId scaled = c.binary(Op::kMul, xs, gain);
   c.output("normed", normed);
   c.output("scaled", scaled);
-  Plan q = plan::make_plan(c.g);
+  Plan q = plan_program(c.g);
   INFO(plan::print_plan(q));
   CHECK(q.steps.size() == 3);
   CHECK(writer_of(q, gain) >= 0);
@@ -341,7 +345,7 @@ TEST_CASE("fuse: what stays out of a matmul epilogue") {
     ValueId m = b.op(Op::kMatMul, {x, w}, {dt, {c4, c16}});
     consumers(b, m);
     REQUIRE(ir::verify(b.g) == "");
-    return plan::make_plan(b.g);
+    return plan_program(b.g);
   };
   SUBCASE("an output matmul is written, its consumer separate") {
     Plan p = matmul_then(DType::kF32, [](GraphBuilder& b, ValueId m) {
@@ -393,7 +397,7 @@ TEST_CASE("fuse: what stays out of a matmul epilogue") {
     ValueId w = b.param("w", {DType::kF32, {c8, c16}});
     ValueId m = b.op(Op::kMatMul, {x, w}, {DType::kF32, {c4, c16}});
     b.output("y", b.unary(Op::kRelu, b.unary(Op::kExp, m)));
-    Plan p = plan::make_plan(b.g, PlanOptions{true, false});
+    Plan p = plan_program(b.g, PlanOptions{true, false});
     REQUIRE(p.steps.size() == 2);
     CHECK(ops_of(p, p.steps[1]) == std::vector<Op>{Op::kExp, Op::kRelu});
   }
@@ -428,7 +432,7 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
     ValueId y = r.b.unary(Op::kRelu, r.mm);
     r.b.output("y", y);
     REQUIRE(ir::verify(r.b.g) == "");
-    Plan p = plan::make_plan(r.b.g);
+    Plan p = plan_program(r.b.g);
     INFO(plan::print_plan(p));
     REQUIRE(p.steps.size() == 1);
     CHECK(p.steps[0].values == std::vector<ValueId>{r.norm, r.mm, y});
@@ -451,7 +455,7 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
   SUBCASE("rmsnorm without a weight, in f16, with no epilogue") {
     Built r = build(DType::kF16, Op::kRmsNorm, false);
     r.b.output("y", r.mm);
-    Plan p = plan::make_plan(r.b.g);
+    Plan p = plan_program(r.b.g);
     REQUIRE(p.steps.size() == 1);
     CHECK(ops_of(p, p.steps[0]) == std::vector<Op>{Op::kRmsNorm, Op::kMatMul});
     expect_exact(p, random_bindings(p.graph, {3}, 12));
@@ -463,13 +467,13 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
       Built r = build(DType::kF32, Op::kLayerNorm, false);
       r.b.output("n", r.norm);
       r.b.output("y", r.mm);
-      Plan p = plan::make_plan(r.b.g);
+      Plan p = plan_program(r.b.g);
       CHECK(p.steps.size() == 2);
     }
     {
       Built r = build(DType::kF32, Op::kLayerNorm, false);
       r.b.output("y", r.b.binary(Op::kAdd, r.mm, r.b.op(Op::kMatMul, {r.norm, r.w}, r.b.g.node(r.mm).type)));
-      Plan p = plan::make_plan(r.b.g);
+      Plan p = plan_program(r.b.g);
       INFO(plan::print_plan(p));
       CHECK(ops_of(p, p.steps[0]) == std::vector<Op>{Op::kLayerNorm});
     }
@@ -479,7 +483,7 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
       ValueId n = b.op(Op::kLayerNorm, {x}, {DType::kF32, {c48, c48}}, eps);
       ValueId a = b.input("a", {DType::kF32, {c4, c48}});
       b.output("y", b.op(Op::kMatMul, {a, n}, {DType::kF32, {c4, c48}}));
-      Plan p = plan::make_plan(b.g);
+      Plan p = plan_program(b.g);
       CHECK(p.steps.size() == 2);
       expect_exact(p, random_bindings(p.graph, {}, 13));
     }
@@ -487,7 +491,7 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
   SUBCASE("f32 with the rows kernel's 16-row register tile: the norm stays a step") {
     Built r = build(DType::kF32, Op::kLayerNorm, true);
     r.b.output("y", r.mm);
-    Plan p = plan::make_plan(r.b.g);
+    Plan p = plan_program(r.b.g);
     CHECK(choose_matmul(p.graph, p.graph.node(r.mm)).row_tile == 16);
     CHECK(p.steps.size() == 2);
   }
@@ -501,14 +505,14 @@ TEST_CASE("fuse: a norm joins the matmul that takes it as a, as its prologue, an
       ValueId mm = b.op(Op::kMatMul, {norm, b.param("w", {DType::kF32, {k, n}})}, {DType::kF32, {rows, n}});
       b.output("y", mm);
       CHECK(prologue_reread_bytes(b.g, b.g.node(mm)) > (uint64_t{16} << 20));
-      CHECK(plan::make_plan(b.g).steps.size() == 2);
+      CHECK(plan_program(b.g).steps.size() == 2);
     }
     {
       Built r = build(DType::kF32, Op::kLayerNorm, true);
       r.b.output("y", r.mm);
       PlanOptions options;
       options.fuse_prologues = false;
-      Plan p = plan::make_plan(r.b.g, options);
+      Plan p = plan_program(r.b.g, options);
       REQUIRE(p.steps.size() == 2);
       CHECK(ops_of(p, p.steps[1]) == std::vector<Op>{Op::kMatMul});
     }
@@ -523,7 +527,7 @@ TEST_CASE("fuse: a value broadcast into a much larger result is computed once, i
   ValueId big = b.input("big", type(DType::kF32, {128, 16}));  // 2048: 128 per element
   b.output("near", b.binary(Op::kAdd, m, b.unary(Op::kTanh, v)));
   b.output("far", b.binary(Op::kAdd, big, small));
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   INFO(plan::print_plan(p));
   REQUIRE(p.steps.size() == 3);
   CHECK(ops_of(p, p.steps[0]) == std::vector<Op>{Op::kExp});
@@ -564,7 +568,7 @@ TEST_CASE("views: a contiguous slice is a view at its offset, others are copies"
   b.output("middle", b.unary(Op::kNeg, middle));
   b.output("w_out", w_out);
   REQUIRE(ir::verify(b.g) == "");
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   INFO(plan::print_plan(p));
   REQUIRE(plan::check_plan(p) == "");
 
@@ -616,7 +620,7 @@ TEST_CASE("views: the viewed storage stays live while a view of it is read") {
   ValueId u = b.unary(Op::kTanh, x);     // step 1: h is still live through v
   ValueId n = b.unary(Op::kNeg, v);      // step 2
   b.output("y", b.binary(Op::kAdd, n, u));
-  Plan p = plan::make_plan(b.g, kNoFusion);
+  Plan p = plan_program(b.g, kNoFusion);
   INFO(plan::print_plan(p));
   REQUIRE(plan::check_plan(p) == "");
   REQUIRE(writer_of(p, v) < 0);
@@ -629,7 +633,7 @@ TEST_CASE("views: the viewed storage stays live while a view of it is read") {
   broken.buffers[u].offset = broken.buffers[h].offset;
   CHECK(plan::check_plan(broken).find("live at the same time") != std::string::npos);
 
-  Plan fused = plan::make_plan(b.g);
+  Plan fused = plan_program(b.g);
   CHECK(fused.steps.size() == 2);  // exp stored for its view; tanh, neg and add in one step
   expect_exact(fused, random_bindings(fused.graph, {}, 31));
 }
@@ -643,7 +647,7 @@ TEST_CASE("check_plan: fused values that are stored, read or written twice are f
   ValueId c = b.unary(Op::kTanh, a);
   ValueId y = b.unary(Op::kNeg, c);
   b.output("y", y);
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   REQUIRE(p.steps.size() == 1);
   REQUIRE(plan::check_plan(p) == "");
   {
@@ -695,14 +699,15 @@ TEST_CASE("fuse: codegen passes a fused matmul its epilogue, and NVRTC compiles 
   ValueId wt = b.param("wt", {DType::kF32, {c48, c32}});
   b.output("z", b.unary(Op::kRelu, b.op(Op::kMatMul, {t, wt}, {DType::kF32, {c32, c32}})));
   REQUIRE(ir::verify(b.g) == "");
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   INFO(plan::print_plan(p));
   REQUIRE(p.steps.size() == 2);
   GeneratedCode code = generate_cuda(p);
   const std::string& src = code.source;
   INFO(src);
-  CHECK(code.kernels[0].symbol == "gdl_s0_matmul");
-  CHECK(code.kernels[0].scalars_used == std::vector<int>{0});
+  const Kernel& own = code.kernels.kernels[static_cast<size_t>(code.kernels.step_choices[0].back())];
+  CHECK(own.symbol == "gdl_s0_matmul");
+  CHECK(own.scalars_used == std::vector<int>{0});
   CHECK(src.find("const auto epi = [&](const float acc, const int i) -> float {") != std::string::npos);
   CHECK(src.find("const float r" + std::to_string(h) + " = gdl::fit<__half>(acc);") != std::string::npos);
   CHECK(src.find("return r" + std::to_string(y) + ";") != std::string::npos);

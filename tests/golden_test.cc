@@ -10,7 +10,8 @@
 #include <sstream>
 
 #include "pipeline.h"
-#include "source_loader.h"
+#include "frontend/source_loader.h"
+#include "passes/ir_print.h"
 
 namespace fs = std::filesystem;
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "interp.h"
+#include "interp/interp.h"
 #include "ir_builder.h"
 
 using namespace gdl;

@@ -16,11 +16,13 @@
 #include <utility>
 #include <vector>
 
-#include "diagnostics.h"
-#include "interp.h"
+#include "frontend/diagnostics.h"
+#include "interp/interp.h"
 #include "ir.h"
 #include "pipeline.h"
-#include "source.h"
+#include "frontend/source.h"
+#include "passes/ir_print.h"
+#include "passes/ir_verify.h"
 
 namespace gdl::testing {
 

@@ -1,6 +1,6 @@
 // Successful lowering of small programs: unrolling, folding, inlining, shapes
 // and dtypes of the IR that lower_module builds.
-#include "lower.h"
+#include "lower/lower.h"
 
 #include <doctest/doctest.h>
 
@@ -8,10 +8,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "check.h"
-#include "interp.h"
-#include "parse.h"
-#include "source_loader.h"
+#include "frontend/check.h"
+#include "interp/interp.h"
+#include "frontend/parse.h"
+#include "frontend/source_loader.h"
+#include "passes/ir_verify.h"
 
 namespace gdl {
 namespace {

@@ -9,9 +9,9 @@
 #include <sstream>
 #include <string>
 
-#include "ast_print.h"
-#include "parse.h"
-#include "source_loader.h"
+#include "frontend/ast_print.h"
+#include "frontend/parse.h"
+#include "frontend/source_loader.h"
 
 namespace gdl {
 namespace {

@@ -6,11 +6,12 @@
 
 #include <cmath>
 
-#include "cse.h"
-#include "dce.h"
-#include "fold_constants.h"
-#include "interp.h"
+#include "passes/cse.h"
+#include "passes/dce.h"
+#include "passes/fold_constants.h"
+#include "interp/interp.h"
 #include "ir_builder.h"
+#include "passes/ir_verify.h"
 
 using namespace gdl;
 using namespace gdl::testing;

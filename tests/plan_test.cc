@@ -9,8 +9,14 @@
 #include <random>
 
 #include "ir_builder.h"
-#include "kernel_choice.h"
+#include "plan/kernel_choice.h"
 #include "plan.h"
+#include "passes/ir_print.h"
+#include "passes/ir_verify.h"
+#include "pipeline.h"
+#include "plan/check.h"
+#include "plan/print.h"
+#include "plan/run_planned.h"
 
 namespace gdl {
 namespace {
@@ -95,7 +101,7 @@ Plan chain_plan() {
   for (Op op : ops) v = b.unary(op, v);
   b.output("y", v);
   REQUIRE(ir::verify(b.g) == "");
-  return plan::make_plan(b.g, kNoFusion);
+  return plan_program(b.g, kNoFusion);
 }
 
 // x -> a = exp(x), b = tanh(x) -> c = a + b -> y.
@@ -106,7 +112,7 @@ Plan diamond_plan() {
   ValueId right = b.unary(Op::kTanh, x);
   b.output("y", b.binary(Op::kAdd, left, right));
   REQUIRE(ir::verify(b.g) == "");
-  return plan::make_plan(b.g, kNoFusion);
+  return plan_program(b.g, kNoFusion);
 }
 
 TEST_CASE("plan: a chain of 10 elementwise ops ping-pongs between two reused slots") {
@@ -166,7 +172,7 @@ TEST_CASE("plan: longer branches do not reuse each other's space, so they stay p
   ValueId c2 = b.unary(Op::kAbs, c);     // step 3: in the schedule, a is dead here
   ValueId y = b.binary(Op::kAdd, a2, c2);
   b.output("y", y);
-  Plan p = plan::make_plan(b.g, kNoFusion);
+  Plan p = plan_program(b.g, kNoFusion);
   CHECK(plan::check_plan(p) == "");
   REQUIRE(p.steps.size() == 5);
   CHECK(p.steps[1].deps.empty());
@@ -193,7 +199,7 @@ TEST_CASE("plan: leaves get the storage their role needs") {
   ValueId y = b.binary(Op::kMul, b.binary(Op::kAdd, h, w2), two);
   b.output("y", y);
   (void)alpha;
-  Plan p = plan::make_plan(b.g, kNoFusion);
+  Plan p = plan_program(b.g, kNoFusion);
   CHECK(plan::check_plan(p) == "");
   CHECK(p.buffers[unused].region == Region::kArena);  // binding it must still work
   CHECK(p.buffers[unused].bytes == 28);
@@ -229,7 +235,7 @@ TEST_CASE("plan: a reshape is a view of its argument's storage") {
   b.output("z", z);
   b.output("w", w);
   REQUIRE(ir::verify(b.g) == "");
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   CHECK(plan::check_plan(p) == "");
 
   CHECK(p.buffers[r].region == p.buffers[a].region);
@@ -278,7 +284,7 @@ TEST_CASE("plan: an output that is a leaf gets a copy step of its own") {
   b.output("alpha", alpha);
   b.output("k", k);
   REQUIRE(ir::verify(b.g) == "");
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   CHECK(ir::verify(p.graph) == "");
   CHECK(plan::check_plan(p) == "");
   REQUIRE(p.graph.nodes.size() == b.g.nodes.size() + 4);
@@ -343,7 +349,7 @@ TEST_CASE("check_plan: missing write-after-read and write-after-write deps on a 
   ValueId a2 = b.unary(Op::kNeg, a);  // step 2: a's last read
   ValueId c2 = b.unary(Op::kAbs, c);  // step 3
   b.output("y", b.binary(Op::kAdd, a2, c2));
-  Plan p = plan::make_plan(b.g, kNoFusion);
+  Plan p = plan_program(b.g, kNoFusion);
   REQUIRE(plan::check_plan(p) == "");
   REQUIRE(p.steps[3].deps == std::vector<int>{1});
   // Put c2 into a's slot: sound in the schedule order, but step 3 must now
@@ -422,7 +428,7 @@ TEST_CASE("run_planned: an MLP block with a run-time batch, params, a scalar and
     g.output("y", y);
     g.output("h", h);
     REQUIRE(ir::verify(g.g) == "");
-    Plan p = plan::make_plan(g.g);
+    Plan p = plan_program(g.g);
     REQUIRE(plan::check_plan(p) == "");
     // f32: w1 512 + bias 64->256 + w2 512 + gamma 32->256; f16/bf16: four 256-byte slots.
     CHECK(p.params_bytes == (dt == DType::kF32 ? 1536u : 1024u));
@@ -450,7 +456,7 @@ TEST_CASE("run_planned: gather and attention with a device scalar length") {
   ValueId flat = b.op(Op::kReshape, {att}, {DType::kF32, {batch, Dim::constant(8)}});
   b.output("out", b.binary(Op::kAdd, flat, e));
   REQUIRE(ir::verify(b.g) == "");
-  Plan p = plan::make_plan(b.g);
+  Plan p = plan_program(b.g);
   REQUIRE(plan::check_plan(p) == "");
   CHECK(p.buffers[len].bytes == 4);
   CHECK(p.buffers[q].offset == p.buffers[e].offset);
@@ -700,7 +706,7 @@ TEST_CASE("plan property: 200 random graphs plan soundly and run bit-exact, with
     REQUIRE(ir::verify(g) == "");
     for (bool fuse : {false, true}) {
       INFO((fuse ? "fused" : "one step per value"));
-      Plan p = plan::make_plan(g, fuse ? plan::PlanOptions{} : kNoFusion);
+      Plan p = plan_program(g, fuse ? plan::PlanOptions{} : kNoFusion);
       INFO(plan::print_plan(p));
       REQUIRE(plan::check_plan(p) == "");
       CHECK(p.live_lower_bound <= p.arena_bytes);

@@ -11,6 +11,12 @@
 
 #include "artifact.h"
 #include "gdl/gdl.h"
+#include "gdl/jit.h"
+#include "gdl/profile.h"
+#include "gdl/testing.h"
+#include "passes/ir_verify.h"
+#include "pipeline.h"
+#include "plan/check.h"
 
 using namespace gdl;
 
@@ -50,15 +56,17 @@ Artifact tiny_artifact(int extra_dims = 0) {
   REQUIRE(ir::verify(g) == "");
 
   Artifact a;
-  a.plan = plan::make_plan(std::move(g));
+  a.plan = plan_program(std::move(g));
   REQUIRE(plan::check_plan(a.plan) == "");
   for (size_t i = 0; i < a.plan.steps.size(); ++i) {
-    KernelInfo k;
+    Kernel k;
     k.symbol = "gdl_step_" + std::to_string(i);
+    k.first_step = k.last_step = static_cast<int>(i);
     k.launch.work = bx;
     k.depends_on_dims = true;
     if (i + 1 == a.plan.steps.size()) k.scalars_used = {0};
-    a.kernels.push_back(k);
+    a.kernels.step_choices.push_back({static_cast<int>(a.kernels.kernels.size())});
+    a.kernels.kernels.push_back(k);
   }
   a.module.arch = "sm_90";
   a.module.ptx = "// not real PTX: never loaded without a GPU\n";
@@ -148,7 +156,7 @@ TEST_CASE("runtime: an artifact whose tables do not fit the kernel ABI is refuse
   std::filesystem::remove(path);
 
   Artifact missing_kernel = tiny_artifact();
-  missing_kernel.kernels.pop_back();
+  missing_kernel.kernels.step_choices.pop_back();
   std::vector<uint8_t> bytes = serialize_artifact(missing_kernel);
   path = temp_path("missing_kernel");
   put_bytes(path, bytes);
@@ -233,7 +241,7 @@ TEST_CASE("runtime: the CPU reference path through the public API") {
   for (double alpha : {2.0, -0.5}) {
     std::map<std::string, double> scalars;
     if (alpha != 2.0) scalars["alpha"] = alpha;  // 2.0 is the default
-    auto out = p->run_reference(t, scalars);
+    auto out = jit::run_reference(*p, t, scalars);
     INFO(out.status().message());
     REQUIRE(out.ok());
     const TensorData& y = out->at("y");
@@ -244,20 +252,20 @@ TEST_CASE("runtime: the CPU reference path through the public API") {
       CHECK(yv[i] == doctest::Approx(want).epsilon(1e-6));
     }
   }
-  CHECK(p->run_reference(t, {{"beta", 1.0}}).status().code() == StatusCode::kNotFound);
+  CHECK(jit::run_reference(*p, t, {{"beta", 1.0}}).status().code() == StatusCode::kNotFound);
   auto bad = t;
   bad["x"].bytes.pop_back();
-  CHECK(p->run_reference(bad).status().code() == StatusCode::kInvalidArgument);
+  CHECK(jit::run_reference(*p, bad).status().code() == StatusCode::kInvalidArgument);
   bad = t;
   bad["nope"] = t["w"];
-  CHECK(p->run_reference(bad).status().code() == StatusCode::kNotFound);
+  CHECK(jit::run_reference(*p, bad).status().code() == StatusCode::kNotFound);
   bad = t;
   bad.erase("w");
-  CHECK_FALSE(p->run_reference(bad).ok());
+  CHECK_FALSE(jit::run_reference(*p, bad).ok());
   bad = t;
   bad["x"].shape = {9, 4};  // B = 9 is outside [1, 8]
   bad["x"].bytes.resize(9 * 4 * 4);
-  CHECK_FALSE(p->run_reference(bad).ok());
+  CHECK_FALSE(jit::run_reference(*p, bad).ok());
 }
 
 TEST_CASE("runtime: element conversions") {

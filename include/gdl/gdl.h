@@ -1,5 +1,7 @@
-// The gdl runtime: load (or compile) a program, create sessions on a GPU,
-// bind inputs by copy, replay the program's CUDA graph, read outputs.
+// The gdl runtime: load a compiled program (.gdlx), create sessions on a
+// GPU, bind inputs by copy, replay the program's CUDA graph, read outputs.
+// It links cudart alone (library gdl_runtime); compiling in the process is
+// gdl/jit.h (library gdl_jit).
 //
 //   auto prog = gdl::Program::load("mlp.gdlx");                 // Expected<Program>
 //   auto s = gdl::Session::create(*prog, {.device = 0});        // Expected<unique_ptr<Session>>
@@ -86,11 +88,6 @@ struct TensorData {
   std::vector<uint8_t> bytes;  // row-major, element_size(dtype) bytes per element
 };
 
-struct CompileSettings {
-  std::string arch;       // CUBIN target, e.g. "sm_90"; "" = device 0's arch when a GPU is usable, else sm_90
-  std::string cache_dir;  // "" = $GDL_CACHE_DIR or ~/.cache/gdl; "-" = no cache
-};
-
 enum class MemoryKind : uint8_t { kHost, kDevice };
 
 // How a session serves a run-time dim (docs/dynamic.md).
@@ -104,6 +101,21 @@ enum class MemoryKind : uint8_t { kHost, kDevice };
 // whatever is asked.
 enum class DimPolicyChoice : uint8_t { kAsDeclared, kBuckets, kUpdate };
 
+class Program;
+
+// Compiles a program again with raised upper bounds on its run-time dims,
+// for the eager fallback (SessionOptions::eager_fallback). The runtime
+// cannot compile; gdl::jit::recompiler() (gdl/jit.h, library gdl_jit) gives
+// one that can.
+class Recompiler {
+ public:
+  virtual ~Recompiler() = default;
+  // `program` with run-time dim d's upper bound at upper_bounds[d] (every
+  // other declaration the same), compiled for `arch` ("sm_90").
+  virtual Expected<Program> recompile(const Program& program, const std::vector<int64_t>& upper_bounds,
+                                      const std::string& arch) const = 0;
+};
+
 struct SessionOptions {
   int device = 0;
   // Records CUDA events around each run so stats() can report device time.
@@ -116,27 +128,26 @@ struct SessionOptions {
   // combination of the buckets of bucket-served dims) in Session::create;
   // otherwise each is built at its first run.
   bool build_buckets_at_create = false;
-  // A run-time dim above its upper bound: bind accepts it and the run goes
-  // to the eager path instead (the program re-planned and compiled with the
-  // bound raised to the next power of two >= the value, cached per bound; a
-  // temporary arena; kernels launched one by one; outputs copied out; counted
-  // in SessionStats::fallback_runs). Without this, such a bind is OutOfRange.
-  // A value below the lower bound is always OutOfRange (slices rely on it).
-  bool eager_fallback = false;
-  // Test hook: a bind that pads an input first fills its whole buffer with
-  // 0xFF bytes (NaN in every float dtype), so padding that leaks shows.
-  bool poison_padding_for_testing = false;
+  // A run-time dim above its upper bound: with a recompiler here
+  // (gdl::jit::recompiler()), bind accepts it and the run goes to the eager
+  // path instead (the program re-planned and compiled with the bound raised
+  // to the next power of two >= the value, cached per bound; a temporary
+  // arena; kernels launched one by one; outputs copied out; counted in
+  // SessionStats::fallback_runs). Without one (nullptr), such a bind is
+  // OutOfRange. A value below the lower bound is always OutOfRange (slices
+  // rely on it).
+  std::shared_ptr<const Recompiler> eager_fallback;
   // Graph edges between kernels are programmatic (programmatic dependent
   // launch, sm_90): a kernel launches while the kernels before it finish,
   // waits for them inside (griddepcontrol.wait) and meanwhile pulls its
   // weights into L2. Off: ordinary edges, each kernel launched after the
   // previous one completed. The results are the same either way.
   bool overlap_launches = true;
-  // A run of matmul steps that the compiler chained (gdlc --emit=plan,
-  // "chain:") runs as one persistent kernel while its rows are at most 8,
-  // if the device holds all of that kernel's blocks at once. Off: the
-  // steps' own kernels always run. The results agree to rounding.
-  bool chain_kernels = true;
+  // Kernels that compute several plan steps in one launch (gdlc
+  // --emit=plan lists them) run in place of the steps' own kernels where
+  // the rows allow and the device holds all of their blocks at once. Off:
+  // every step's own kernel runs. The results agree to rounding.
+  bool multi_step_kernels = true;
 };
 
 // How Session::create would serve each run-time dim of a program.
@@ -154,9 +165,6 @@ class Program {
   // Reads a .gdlx artifact. Missing file: NotFound. Wrong magic, version,
   // size or checksum, or tables that do not fit together: DataLoss.
   static Expected<Program> load(const std::string& path);
-  // Compiles a .gdl file (parse, check, lower, optimise, plan, codegen, NVRTC).
-  // A rejected program: CompileError with the rendered diagnostics.
-  static Expected<Program> compile(const std::string& path, const CompileSettings& settings = {});
   // Writes the program as a .gdlx artifact.
   Status save(const std::string& path) const;
 
@@ -172,7 +180,7 @@ class Program {
   const TensorInfo* find_output(const std::string& name) const;
   const ScalarInfo* find_scalar(const std::string& name) const;
 
-  size_t node_count() const;         // kernel nodes in the graph (plan steps; a chain kernel runs several as one)
+  size_t node_count() const;         // kernel nodes in the graph (plan steps; a multi-step kernel runs several as one)
   uint64_t arena_bytes() const;      // per-session device memory
   uint64_t params_bytes() const;     // shared by the sessions of this program on one device
   uint64_t naive_bytes() const;      // the arena if no buffer were reused
@@ -184,14 +192,10 @@ class Program {
   // (NotFound for an unknown dim name in options.dim_policies).
   Expected<std::vector<DimServing>> dim_serving(const SessionOptions& options = {}) const;
 
-  // Runs the program on the CPU reference interpreter. `tensors` holds every
-  // input and param by name; run-time dims are read from the inputs' shapes;
-  // scalars not given take their defaults. Returns every output by name.
-  Expected<std::map<std::string, TensorData>> run_reference(
-      const std::map<std::string, TensorData>& tensors,
-      const std::map<std::string, double>& scalars = {}) const;
-
-  struct Impl;  // defined in runtime/src; opaque to users
+  // gdl's own libraries (gdl_jit, the session) reach the program through
+  // this; Impl is opaque to users.
+  struct Impl;
+  const Impl& internals() const { return *impl_; }
 
  private:
   friend class Session;
@@ -212,8 +216,8 @@ struct SessionStats {
   uint64_t graphs_built = 0;
   // Instantiations of a graph that was built before. Buckets and node
   // updates never re-instantiate; one path does: under the update policy, a
-  // run whose rows cross a chain's limit of 8 rebuilds its graph
-  // (docs/dynamic.md).
+  // run whose rows move a multi-step kernel in or out of use rebuilds its
+  // graph (docs/dynamic.md).
   uint64_t reinstantiations = 0;
   double library_load_us = 0;      // cudaLibraryLoadData + cudaLibraryGetKernel
   std::string module_image;        // what was loaded: "cubin sm_90", or "ptx (...)" when the arch differs
@@ -235,10 +239,11 @@ struct SessionStats {
   double node_update_us = 0;
   uint64_t runs = 0;
   uint64_t eager_runs = 0;
-  // Chain kernels launched (one per chain per run, graph and eager), and
-  // why a chain of the program never runs on this device, if one never does.
-  uint64_t chain_launches = 0;
-  std::vector<std::string> chain_refusals;
+  // Kernels of several steps launched (graph and eager runs), and the
+  // kernels this device cannot run, with why (a cooperative kernel whose
+  // blocks do not all fit at once): the steps' other kernels serve them.
+  uint64_t multi_step_launches = 0;
+  std::vector<std::string> kernel_refusals;
 
   // Run-time dims: how each is served, and rows computed against rows valid
   // over every run (graph and eager, not fallbacks). rows_computed -
@@ -272,38 +277,6 @@ struct SessionStats {
 
 // A readable multi-line report of the stats (gdlrun --stats, the examples).
 std::string format_stats(const SessionStats& stats);
-
-// One kernel node as profile_nodes measured it.
-struct NodeTime {
-  std::string kernel;     // the kernel's symbol
-  double submit_us = 0;   // host time of its cudaLaunchKernel (median)
-  double device_us = 0;   // device time between events recorded around it (median)
-  std::vector<int> deps;  // the nodes it waits for in the graph
-};
-
-// What a graph saves on one session's program and bindings (explain_graph):
-// the timeline model (seed 000, section 02: submit cost overlaps with device
-// work) fed with measured per-node times, beside measured runs.
-struct GraphExplanation {
-  size_t nodes = 0;
-  double eager_submit_us = 0;     // host time of one eager launch (median over the nodes' medians)
-  double device_busy_us = 0;      // sum of the nodes' device times (profile_nodes)
-  double graph_submit_us = 0;     // host time of run(): node updates + cudaGraphLaunch (mean)
-  double predicted_eager_us = 0;  // the model: when the last eager task ends
-  double predicted_graph_us = 0;  // the model: when the last graph node ends (parallel branches overlap)
-  double measured_eager_us = 0;   // wall time of run_eager() + synchronize() (median)
-  double measured_graph_us = 0;   // wall time of run() + synchronize() (median)
-  std::string table;              // all of it, readable, with the slowest nodes
-};
-
-
-// What changing an instantiated graph costs, measured on one session's graph.
-struct GraphUpdateCosts {
-  size_t nodes = 0;                   // kernel nodes of the graph (a chain kernel's steps share one)
-  double set_params_us_per_node = 0;  // cudaGraphExecKernelNodeSetParams (mean over every node)
-  double exec_update_us = 0;          // cudaGraphExecUpdate from the same graph (mean)
-  double reinstantiate_us = 0;        // cudaGraphInstantiate of the same graph (mean)
-};
 
 // One execution context on one GPU: its own stream, its own arena (inputs,
 // outputs, intermediates at fixed addresses), the program's graph, and a
@@ -374,21 +347,6 @@ class Session {
   // Launches the same kernels one by one, without a graph.
   Status run_eager();
 
-  // Launches the kernels eagerly `repeats` times with a CUDA event before and
-  // after each, waits, and returns per node the median device time between
-  // its events and the median host time of its launch (for the timeline
-  // model: what a graph saves). Every plan step is its own node here, also
-  // the steps that run() and run_eager() hand to a chain kernel. Needs what
-  // run_eager needs; afterwards the outputs are those of an eager run. Dims
-  // above their bounds: FailedPrecondition.
-  Expected<std::vector<NodeTime>> profile_nodes(int repeats = 20);
-
-  // Measures, on the graph of the current dims (built if needed), the host
-  // cost of cudaGraphExecKernelNodeSetParams per node, of cudaGraphExecUpdate
-  // and of instantiating the same graph again, `repeats` times each. Waits
-  // for the stream first; leaves the graph as it was (not counted in stats).
-  Expected<GraphUpdateCosts> measure_graph_update_costs(int repeats = 20);
-
   // Waits for the last run, then copies output `name` into `host` (`bytes` must
   // equal the output's size for the last run's dims: only the valid rows,
   // never padding). Output buffers are overwritten by the next run: read()
@@ -404,21 +362,14 @@ class Session {
   const Program& program() const;
   int device() const;
 
-  // Test hook: fills every arena byte that does not belong to an input (or to
-  // the valid-dims block) with `byte` (ordered on the stream), so that
-  // elements a run fails to write show up.
-  Status poison_arena_for_testing(uint8_t byte = 0xFF);
-
+  // gdl's own measurement and test tools (gdl/profile.h, gdl/testing.h)
+  // reach the session through this; Impl is opaque to users.
   struct Impl;
+  Impl& internals() { return *impl_; }
 
  private:
   explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Profiles the nodes, times `repeats` graph and eager runs to completion and
-// predicts both from the profile (GraphExplanation). Needs what run() needs;
-// waits; afterwards the outputs are those of an eager run.
-Expected<GraphExplanation> explain_graph(Session& session, int repeats = 20);
 
 }  // namespace gdl

@@ -1,14 +1,15 @@
-// Small helpers shared by the runtime files: CUDA errors as Status values,
-// the exception boundary of the public API, and a host stopwatch.
+// Small helpers shared by the runtime files: CUDA errors as Status values and
+// a host stopwatch. (The exception boundary of the public API is guarded(),
+// internal_error.h.)
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <chrono>
-#include <exception>
 #include <string>
 
 #include "gdl/status.h"
+#include "internal_error.h"
 
 namespace gdl::rt {
 
@@ -36,19 +37,6 @@ inline Status cuda_error(cudaError_t e, const std::string& what) {
     ::gdl::Status gdl_status_ = (expr);        \
     if (!gdl_status_.ok()) return gdl_status_; \
   } while (0)
-
-// Runs `body` (returning Status or Expected<T>) so that no exception leaves
-// the public API: an escaped exception is a gdl bug, reported as Internal.
-template <typename Body>
-auto guarded(const char* what, Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    return Status::Internal(std::string(what) + ": unexpected exception: " + e.what());
-  } catch (...) {
-    return Status::Internal(std::string(what) + ": unexpected exception");
-  }
-}
 
 class Stopwatch {
  public:

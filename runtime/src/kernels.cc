@@ -1,22 +1,23 @@
-// Loading the generated kernels and computing their launch dims.
-//
-// KernelLibrary::step_launch: the kernel of a step for a run's dims (its
-// large kernel when the rows call for it) and that kernel's launch dims.
+// Loading the generated kernels and choosing and launching them.
 //
 // KernelLibrary::load:
 // 1. Read the device's compute capability; use the CUBIN if the artifact's
 //    arch is exactly this one, else the PTX (the driver JIT-compiles it).
 // 2. cudaLibraryLoadData the image (context-independent; the runtime loads
 //    it into the device's context when needed).
-// 3. cudaLibraryGetKernel for each step's symbol and its large kernel's
-//    (codegen.h LargeKernel; steps may share a kernel).
-// 4. For rules with dynamic shared memory, raise the kernel's limit on this
-//    device (checked against the device's opt-in max).
-// 4b. The input copy kernel (codegen.h kInputCopySymbol).
-// 5. Each chain kernel (codegen.h ChainKernel) the same way, then whether
-//    the device holds all its blocks at once (cooperative launch support,
-//    the occupancy calculator times the multiprocessors): where it does
-//    not, the chain is refused and its steps' kernels serve every run.
+// 3. The input copy kernel (kInputCopySymbol), then cudaLibraryGetKernel
+//    for every kernel of the table (kernels may share a symbol).
+// 4. Where a rule asks for dynamic shared memory, raise the kernel's limit
+//    on this device (checked against the device's opt-in max).
+// 5. A cooperative kernel must have every block resident at once: the
+//    device must support cooperative launches and hold its blocks (the
+//    occupancy calculator times the multiprocessors). Where it does not, or
+//    where its shared memory is more than the device allows, the kernel is
+//    refused and the steps' other choices serve every run; for any other
+//    kernel that is an error.
+// KernelLibrary::choose: the first choice of the step that applies at the
+// dims (kernel_applies) and is not refused (nor of several steps, when
+// those are off).
 #include "kernels.h"
 
 #include <map>
@@ -43,7 +44,7 @@ KernelLibrary::~KernelLibrary() {
 
 Status KernelLibrary::load(const Program::Impl& program, int device) {
   const Artifact& a = program.artifact;
-  if (a.kernels.empty()) return Status::Ok();
+  if (a.kernels.kernels.empty()) return Status::Ok();
   int major = 0, minor = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "reading the compute capability");
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
@@ -62,89 +63,70 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
   }
   GDL_CUDA_TRY(cudaLibraryLoadData(&library_, code, nullptr, nullptr, 0, nullptr, nullptr, 0),
                "loading the kernel module (" + image_ + ")");
+  GDL_CUDA_TRY(cudaLibraryGetKernel(&input_copy_, library_, kInputCopySymbol), "finding the input copy kernel");
 
-  int smem_optin = 0;
+  int smem_optin = 0, sms = 0, cooperative_launch = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                "reading the shared memory limit");
-  std::map<std::string, cudaKernel_t> by_symbol;
-  auto get = [&](const std::string& symbol, const LaunchRule& rule, cudaKernel_t& kernel) -> Status {
-    kernel = by_symbol[symbol];
-    if (!kernel) GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_, symbol.c_str()), "finding kernel '" + symbol + "'");
-    by_symbol[symbol] = kernel;
-    // Raised for any dynamic amount, not only above 48 KiB: the default
-    // limit counts the kernel's static shared memory too (a 48 KiB request
-    // beside a few static bytes was refused as an invalid argument).
-    if (rule.shared_bytes > 0) {
-      if (rule.shared_bytes > static_cast<unsigned>(smem_optin))
-        return Status::FailedPrecondition("kernel '" + symbol + "' needs " + std::to_string(rule.shared_bytes) +
-                                          " bytes of shared memory; device " + std::to_string(device) + " allows " +
-                                          std::to_string(smem_optin));
-      GDL_CUDA_TRY(cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(rule.shared_bytes), device),
-                   "raising the shared memory limit of kernel '" + symbol + "'");
-    }
-    return Status::Ok();
-  };
-  GDL_CUDA_TRY(cudaLibraryGetKernel(&input_copy_, library_, kInputCopySymbol), "finding the input copy kernel");
-  for (const KernelInfo& k : a.kernels) {
-    cudaKernel_t kernel = nullptr, large = nullptr;
-    GDL_RETURN_IF_ERROR(get(k.symbol, k.launch, kernel));
-    if (!k.large.symbol.empty()) GDL_RETURN_IF_ERROR(get(k.large.symbol, k.large.launch, large));
-    kernels_.push_back(kernel);
-    large_kernels_.push_back(large);
-  }
-  int sms = 0, cooperative = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "reading the multiprocessor count");
-  GDL_CUDA_TRY(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device),
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&cooperative_launch, cudaDevAttrCooperativeLaunch, device),
                "reading cooperative launch support");
-  for (const ChainKernel& c : a.chains) {
-    LaunchRule rule;
-    rule.shared_bytes = c.shared_bytes;
-    cudaKernel_t kernel = nullptr;
+  std::map<std::string, cudaKernel_t> by_symbol;
+  for (const Kernel& k : a.kernels.kernels) {
+    const LaunchRule& rule = k.launch;
     std::string refusal;
-    if (c.shared_bytes > static_cast<unsigned>(smem_optin)) {
-      refusal = "needs " + std::to_string(c.shared_bytes) + " bytes of shared memory per block, the device allows " +
+    if (rule.shared_bytes > static_cast<unsigned>(smem_optin))
+      refusal = "needs " + std::to_string(rule.shared_bytes) + " bytes of shared memory per block, the device allows " +
                 std::to_string(smem_optin);
-    } else {
-      GDL_RETURN_IF_ERROR(get(c.symbol, rule, kernel));
+    cudaKernel_t kernel = nullptr;
+    if (refusal.empty()) {
+      kernel = by_symbol[k.symbol];
+      if (!kernel) GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_, k.symbol.c_str()), "finding kernel '" + k.symbol + "'");
+      by_symbol[k.symbol] = kernel;
+      // Raised for any dynamic amount, not only above 48 KiB: the default
+      // limit counts the kernel's static shared memory too (a 48 KiB request
+      // beside a few static bytes was refused as an invalid argument).
+      if (rule.shared_bytes > 0)
+        GDL_CUDA_TRY(cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(rule.shared_bytes), device),
+                     "raising the shared memory limit of kernel '" + k.symbol + "'");
+    }
+    if (refusal.empty() && k.cooperative) {
+      Expected<LaunchDims> dims = launch_dims(rule, {});
+      if (!dims) return dims.status();
       int per_sm = 0;
       GDL_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(kernel),
-                                                                 static_cast<int>(c.threads), c.shared_bytes),
-                   "asking how many blocks of chain kernel '" + c.symbol + "' fit");
-      const int64_t blocks = static_cast<int64_t>(c.blocks) * c.groups;
-      if (!cooperative) refusal = "the device has no cooperative launch";
+                                                                 static_cast<int>(rule.block), rule.shared_bytes),
+                   "asking how many blocks of kernel '" + k.symbol + "' fit");
+      const int64_t blocks = static_cast<int64_t>(dims->grid.x) * dims->grid.y;
+      if (!cooperative_launch) refusal = "the device has no cooperative launch";
       else if (static_cast<int64_t>(per_sm) * sms < blocks)
         refusal = std::to_string(blocks) + " blocks, the device holds " + std::to_string(per_sm * sms) + " at once";
     }
-    chain_kernels_.push_back(refusal.empty() ? kernel : nullptr);
-    chain_refusals_.push_back(refusal);
+    if (!refusal.empty() && !k.cooperative)
+      return Status::FailedPrecondition("kernel '" + k.symbol + "' cannot run on device " + std::to_string(device) + ": " +
+                                        refusal);
+    if (!refusal.empty()) refusals_.push_back("kernel '" + k.symbol + "': " + refusal);
+    kernels_.push_back(refusal.empty() ? kernel : nullptr);
   }
   return Status::Ok();
 }
 
-std::vector<int> KernelLibrary::chain_of_steps(const Artifact& a, const std::vector<int64_t>& dims) const {
-  std::vector<int> chain(a.kernels.size(), -1);
-  for (size_t c = 0; c < a.chains.size() && c < chain_kernels_.size(); ++c)
-    if (chain_kernels_[c] && uses_chain(a.chains[c], dims))
-      for (int s = a.chains[c].first; s <= a.chains[c].last; ++s) chain.at(static_cast<size_t>(s)) = static_cast<int>(c);
-  return chain;
+int KernelLibrary::choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step) const {
+  const std::vector<int>& choices = t.step_choices.at(step);
+  for (int c : choices) {
+    const Kernel& k = t.kernels.at(static_cast<size_t>(c));
+    if (!kernels_.at(static_cast<size_t>(c)) || (!multi_step && k.first_step != k.last_step)) continue;
+    if (kernel_applies(k, dims)) return c;
+  }
+  return choices.back();  // always applies and always loads (verify_artifact, load)
 }
 
-StepLaunch KernelLibrary::chain_launch(const Artifact& a, size_t c) const {
-  const ChainKernel& k = a.chains.at(c);
-  LaunchDims dims;
-  dims.grid = dim3(k.blocks, k.groups, 1);
-  dims.block = dim3(k.threads, 1, 1);
-  dims.shared_bytes = k.shared_bytes;
-  return StepLaunch{chain_kernels_.at(c), dims};
-}
-
-Expected<StepLaunch> KernelLibrary::step_launch(size_t step, const KernelInfo& info,
-                                                const std::vector<int64_t>& dims) const {
-  const bool large = uses_large_kernel(info, dims);
-  Expected<LaunchDims> launch = launch_dims(large ? info.large.launch : info.launch, dims);
+Expected<StepLaunch> KernelLibrary::launch(const KernelTable& t, int k, const std::vector<int64_t>& dims) const {
+  const Kernel& kernel = t.kernels.at(static_cast<size_t>(k));
+  Expected<LaunchDims> launch = launch_dims(kernel.launch, dims);
   if (!launch) return launch.status();
-  return StepLaunch{large ? large_kernels_.at(step) : kernels_.at(step), *launch};
+  return StepLaunch{kernels_.at(static_cast<size_t>(k)), *launch, kernel.cooperative};
 }
 
 }  // namespace gdl::rt

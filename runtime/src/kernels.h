@@ -1,5 +1,6 @@
-// The generated kernels on the device: loading the module image, the kernel
-// ABI's argument block, and launch dims from a step's LaunchRule.
+// The generated kernels on the device: loading the module image, choosing
+// each step's kernel, the kernel ABI's argument blocks, and launch dims from
+// a kernel's LaunchRule.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,18 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "codegen.h"
+#include "kernel_table.h"
 #include "program_impl.h"
 
 namespace gdl::rt {
 
-// Host mirror of the kernels' `gdl_args` (codegen.h): passed by value as the
-// third kernel parameter.
+// The kernels' `gdl_args` (gdl_abi_types.cuh) with zeroed members: passed
+// by value as the third kernel parameter.
 struct KernelArgs {
   int32_t dims[kMaxRuntimeDims] = {};
   float scalars[kMaxScalars] = {};
 };
-static_assert(sizeof(KernelArgs) == 4 * (kMaxRuntimeDims + kMaxScalars), "gdl_args has no padding");
+static_assert(sizeof(KernelArgs) == sizeof(gdl_args), "the kernels' gdl_args");
 
 struct LaunchDims {
   dim3 grid, block;
@@ -37,17 +38,17 @@ Expected<LaunchDims> launch_dims(const LaunchRule& rule, const std::vector<int64
 struct StepLaunch {
   cudaKernel_t kernel;
   LaunchDims dims;
+  bool cooperative = false;  // every block resident at once (cudaLaunchAttributeCooperative)
 };
 
-// Host mirror of gdl_input_copies (gdl_abi.cuh), the input copy kernel's
-// parameter (codegen.h kInputCopySymbol), passed by value.
-inline constexpr int kMaxInputCopies = 16;  // GDL_MAX_INPUT_COPIES
+// The input copy kernel's gdl_input_copies (gdl_abi_types.cuh,
+// kInputCopySymbol) with zeroed members, passed by value.
 struct InputCopies {
   const void* src[kMaxInputCopies] = {};
   void* dst[kMaxInputCopies] = {};
   unsigned long long bytes[kMaxInputCopies] = {};
 };
-static_assert(sizeof(InputCopies) == 24 * kMaxInputCopies, "gdl_input_copies has no padding");
+static_assert(sizeof(InputCopies) == sizeof(gdl_input_copies), "the kernel's gdl_input_copies");
 
 // Its launch: an entry per blockIdx.y, blocks of kInputCopyThreads over x,
 // one 16-byte vector per thread and block step, at most kInputCopyMaxBlocks
@@ -58,8 +59,8 @@ inline unsigned input_copy_blocks(unsigned long long bytes) {
   return static_cast<unsigned>(std::min<unsigned long long>(std::max<unsigned long long>(blocks, 1), kInputCopyMaxBlocks));
 }
 
-// The loaded module and one kernel handle per plan step (two for a step
-// with a large kernel).
+// The loaded module: a handle per kernel of the program's kernel table,
+// and which of them this device can run.
 class KernelLibrary {
  public:
   KernelLibrary() = default;
@@ -68,24 +69,22 @@ class KernelLibrary {
   KernelLibrary& operator=(const KernelLibrary&) = delete;
 
   // Loads the CUBIN when it was built for this device's arch, else the PTX
-  // (JIT-compiled by the driver); gets every step's kernel and raises the
-  // dynamic shared memory limit where a rule asks for more than 48 KiB.
-  // `device` is current. `image` says which one was loaded.
+  // (JIT-compiled by the driver); gets every kernel and raises the dynamic
+  // shared memory limit where a rule asks for it. A cooperative kernel whose
+  // blocks do not all fit on this device at once is refused (refusals());
+  // any other kernel that cannot run is an error. `device` is current.
   Status load(const Program::Impl& program, int device);
 
-  // Step `step` (described by `info`) at these layout dims: its kernel,
-  // or its large kernel where the rows call for it, and the launch dims.
-  Expected<StepLaunch> step_launch(size_t step, const KernelInfo& info, const std::vector<int64_t>& dims) const;
+  // The kernel (an index in the kernel table) that computes step `step` at
+  // these layout dims: the first of its choices that applies and that this
+  // device runs; with multi_step false, kernels of several steps are passed
+  // over.
+  int choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step) const;
+  // Kernel k's handle and launch dims at these layout dims.
+  Expected<StepLaunch> launch(const KernelTable& t, int k, const std::vector<int64_t>& dims) const;
 
-  // Per plan step, the chain kernel (an index in Artifact::chains, codegen.h
-  // ChainKernel) that runs it at these layout dims, or -1 where the step's
-  // own kernel runs: a chain kernel runs while the rows lie in its range, if
-  // the device holds every one of its blocks at once (load() checks).
-  std::vector<int> chain_of_steps(const Artifact& a, const std::vector<int64_t>& dims) const;
-  // Chain kernel c and its launch dims (grid = its blocks x row groups, launched cooperatively).
-  StepLaunch chain_launch(const Artifact& a, size_t c) const;
-  // Why chain kernel c never runs on this device ("" when it may).
-  const std::string& chain_refusal(size_t c) const { return chain_refusals_.at(c); }
+  // "kernel 'NAME': why" for each kernel this device cannot run.
+  const std::vector<std::string>& refusals() const { return refusals_; }
   const std::string& image() const { return image_; }
   // The module's input copy kernel.
   cudaKernel_t input_copy() const { return input_copy_; }
@@ -93,10 +92,8 @@ class KernelLibrary {
  private:
   cudaLibrary_t library_ = nullptr;
   cudaKernel_t input_copy_ = nullptr;
-  std::vector<cudaKernel_t> kernels_;
-  std::vector<cudaKernel_t> large_kernels_;  // nullptr where a step has one kernel
-  std::vector<cudaKernel_t> chain_kernels_;  // per chain kernel; nullptr where the device cannot hold its blocks
-  std::vector<std::string> chain_refusals_;
+  std::vector<cudaKernel_t> kernels_;  // per table kernel; nullptr where this device cannot run it
+  std::vector<std::string> refusals_;
   std::string image_;
 };
 

@@ -38,7 +38,11 @@ struct Program::Impl {
   mutable std::mutex params_mutex;
   mutable std::map<int, std::weak_ptr<rt::DeviceParams>> params_by_device;
 
+  // A Program over this (the constructor is Program's own; Impl is its member).
+  static Program wrap(std::shared_ptr<const Impl> impl) { return Program(std::move(impl)); }
+
   const plan::Plan& plan() const { return artifact.plan; }
+  const KernelTable& kernels() const { return artifact.kernels; }
   const ir::Graph& graph() const { return artifact.plan.graph; }
   const plan::Buffer& buffer_of(ir::ValueId v) const { return artifact.plan.buffers.at(static_cast<size_t>(v)); }
 };

@@ -6,10 +6,10 @@
 //    device current, create the session's stream.
 // 2. One cudaMalloc for the arena (plan.arena_bytes) and the kernels'
 //    scratch behind it, zeroed once (arena_scratch.h); the params region is
-//    shared with the program's other sessions on the device; the chain
-//    kernels' tensor maps of their weights into the scratch
-//    (chain_tensor_maps.h).
-// 3. Load the kernel module and find every step's kernel.
+//    shared with the program's other sessions on the device; the kernels'
+//    tensor maps of the params into the scratch (tensor_maps.h).
+// 3. Load the kernel module and find every kernel (kernels.h); the kernels
+//    this device cannot run go into the stats.
 // 4. A pinned staging buffer and an upload event per input; a ring of
 //    pinned slots for the valid-dims block.
 // 5. Each run-time dim's policy (Program::dim_serving); dims start at their
@@ -26,8 +26,8 @@
 // inputs an update-served dim lays out, enqueue it on the stream at once, so
 // it is ordered after every run already submitted.
 // Under buckets the buffer is laid out at the bucket's capacity: the valid
-// rows go in by strided copies (buckets.h strided_copy_pieces; one piece when
-// the dim leads). A bind above a dim's bound (eager_fallback) keeps the
+// rows go in by strided copies (strided_copy.h; one piece when the dim
+// leads). A bind above a dim's bound (eager_fallback) keeps the
 // contents on the host for the fallback run.
 // read: the valid rows of the last run's layout, by the same pieces reversed.
 // write_valid_block: before a run, when the dims differ from what the block
@@ -37,10 +37,11 @@
 #include <cstring>
 
 #include "arena_scratch.h"
-#include "chain_tensor_maps.h"
-#include "buckets.h"
 #include "cuda_util.h"
+#include "gdl/testing.h"
 #include "session_impl.h"
+#include "strided_copy.h"
+#include "tensor_maps.h"
 
 namespace gdl {
 
@@ -86,8 +87,8 @@ static float scalar_as_bits(DType dtype, double value) {
 }
 
 // The run-time dims and scalars that each step's kernel node depends on:
-// every run-time dim in the shapes it computes or reads and in its launch
-// rule's work shape, every scalar its kernel reads.
+// every run-time dim in the shapes it computes or reads, in the work shapes
+// and rows of its kernels, every scalar they read.
 static void step_dependencies(const Program::Impl& prog, std::vector<uint32_t>& dims_out,
                               std::vector<uint32_t>& scalars_out) {
   const plan::Plan& p = prog.plan();
@@ -102,10 +103,15 @@ static void step_dependencies(const Program::Impl& prog, std::vector<uint32_t>& 
       add_shape(dims_mask, g.node(v).type.shape);
       for (ir::ValueId a : g.node(v).args) add_shape(dims_mask, g.node(a).type.shape);
     }
-    const KernelInfo& k = prog.artifact.kernels[i];
-    add_shape(dims_mask, k.launch.work);
-    if (k.depends_on_dims && dims_mask == 0) dims_mask = ~0u;  // says it depends on some dim, not which: every one
-    for (int s : k.scalars_used) scalars_mask |= 1u << s;
+    bool depends_on_dims = false;
+    for (int c : prog.kernels().step_choices[i]) {
+      const Kernel& k = prog.kernels().kernels[static_cast<size_t>(c)];
+      add_shape(dims_mask, k.launch.work);
+      add_shape(dims_mask, k.rows);
+      depends_on_dims |= k.depends_on_dims;
+      for (int s : k.scalars_used) scalars_mask |= 1u << s;
+    }
+    if (depends_on_dims && dims_mask == 0) dims_mask = ~0u;  // says it depends on some dim, not which: every one
     dims_out.push_back(dims_mask);
     scalars_out.push_back(scalars_mask);
   }
@@ -134,15 +140,13 @@ Status Session::Impl::init() {
   Expected<std::shared_ptr<rt::DeviceParams>> shared = rt::acquire_device_params(prog, device);
   if (!shared) return shared.status();
   params = std::move(shared).value();
-  GDL_RETURN_IF_ERROR(rt::write_chain_tensor_maps(prog, arena, params->base(), stream));  // they name the params' addresses
+  GDL_RETURN_IF_ERROR(rt::write_tensor_maps(prog, arena, params->base(), stream));  // they name the params' addresses
 
   Stopwatch load_time;
   GDL_RETURN_IF_ERROR(library.load(prog, device));
   stats.library_load_us = load_time.elapsed_us();
   stats.module_image = library.image();
-  for (size_t c = 0; c < prog.artifact.chains.size(); ++c)
-    if (!library.chain_refusal(c).empty())
-      stats.chain_refusals.push_back("chain kernel '" + prog.artifact.chains[c].symbol + "': " + library.chain_refusal(c));
+  stats.kernel_refusals = library.refusals();
 
   inputs.resize(prog.inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -266,7 +270,7 @@ Status match_shape(const TensorInfo& info, const std::vector<RuntimeDimInfo>& di
     if (shape[a] < d.lo || (shape[a] > d.hi && !(above_hi_ok && shape[a] <= INT32_MAX)))
       return Status::OutOfRange(what() + " (dim " + d.name + " = " + std::to_string(shape[a]) + " is outside [" +
                                 std::to_string(d.lo) + ", " + std::to_string(d.hi) + "]" +
-                                (shape[a] > d.hi ? "; SessionOptions::eager_fallback runs such values eagerly" : "") +
+                                (shape[a] > d.hi ? "; SessionOptions::eager_fallback (gdl::jit::recompiler()) runs such values eagerly" : "") +
                                 ")");
     int64_t& value = dims_out[static_cast<size_t>(axis.dim)];
     if (value >= 0 && value != shape[a])
@@ -292,13 +296,13 @@ Status wrong_role(const Program::Impl& p, const std::string& name, const char* w
 
 }  // namespace
 
-// Copies `pieces` (buckets.h, in bytes) from `src` to `dst` on the stream:
+// Copies `pieces` (strided_copy.h, in bytes) from `src` to `dst` on the stream:
 // cudaMemcpy2DAsync per piece, or row by row where a pitch exceeds what
 // cudaMemcpy2D takes.
-static Status copy_pieces(unsigned char* dst, const unsigned char* src, const std::vector<CopyPiece>& pieces,
+static Status copy_pieces(unsigned char* dst, const unsigned char* src, const std::vector<rt::CopyPiece>& pieces,
                           cudaMemcpyKind kind, cudaStream_t stream, const std::string& what) {
   constexpr uint64_t kMaxPitch = uint64_t{1} << 30;
-  for (const CopyPiece& p : pieces) {
+  for (const rt::CopyPiece& p : pieces) {
     if (p.height == 1 || (p.src_pitch < kMaxPitch && p.dst_pitch < kMaxPitch)) {
       GDL_CUDA_TRY(cudaMemcpy2DAsync(dst + p.dst, p.dst_pitch, src + p.src, p.src_pitch, p.width, p.height, kind, stream),
                    what);
@@ -330,7 +334,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   if (dtype != info.dtype)
     return Status::InvalidArgument("input '" + name + "' is " + info.type_text + ", got " + element_type_name(dtype) + " data");
   std::vector<int64_t> shape_dims;
-  GDL_RETURN_IF_ERROR(match_shape(info, prog.dims, shape, shape_dims, options.eager_fallback));
+  GDL_RETURN_IF_ERROR(match_shape(info, prog.dims, shape, shape_dims, options.eager_fallback != nullptr));
   size_t count = 1;
   for (int64_t e : shape) count *= static_cast<size_t>(e);
   size_t expected = count * element_size(dtype);
@@ -392,7 +396,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
       slot.staged_bytes = bytes;
     }
     if (!slot.copy_pending) {
-      if (is_padded && options.poison_padding_for_testing) {
+      if (is_padded && poison_padding) {
         size_t padded_count = 1;
         for (int64_t e : padded) padded_count *= static_cast<size_t>(e);
         GDL_CUDA_TRY(cudaMemsetAsync(target, 0xFF, padded_count * unit, stream), "poisoning the padding of '" + name + "'");
@@ -401,7 +405,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
         GDL_CUDA_TRY(cudaMemcpyAsync(target, source, bytes, cudaMemcpyDefault, stream), "copying input '" + name + "' to the device");
       } else {
         GDL_RETURN_IF_ERROR(copy_pieces(target, static_cast<const unsigned char*>(source),
-                                        strided_copy_pieces(shape, shape, padded, unit), cudaMemcpyDefault, stream,
+                                        rt::strided_copy_pieces(shape, shape, padded, unit), cudaMemcpyDefault, stream,
                                         "copying input '" + name + "' into its padded buffer"));
       }
       if (kind == MemoryKind::kHost) {  // the staging buffer is free again once this copy is done
@@ -470,7 +474,7 @@ void Session::Impl::stream_idle() {
 Status Session::Impl::set_dim(const std::string& name, int64_t value) {
   for (size_t d = 0; d < prog.dims.size(); ++d) {
     if (prog.dims[d].name != name) continue;
-    bool above_ok = options.eager_fallback && value <= INT32_MAX;
+    bool above_ok = options.eager_fallback != nullptr && value <= INT32_MAX;
     if (value < prog.dims[d].lo || (value > prog.dims[d].hi && !above_ok))
       return Status::OutOfRange("dim " + name + " = " + std::to_string(value) + " is outside [" +
                                 std::to_string(prog.dims[d].lo) + ", " + std::to_string(prog.dims[d].hi) + "]");
@@ -537,7 +541,7 @@ Status Session::Impl::read(const std::string& name, void* host, size_t bytes) {
     GDL_CUDA_TRY(cudaMemcpyAsync(host, source, bytes, cudaMemcpyDeviceToHost, stream), "copying output '" + name + "' out");
   } else {
     GDL_RETURN_IF_ERROR(copy_pieces(static_cast<unsigned char*>(host), source,
-                                    strided_copy_pieces(shape, padded, shape, element_size(info.dtype)),
+                                    rt::strided_copy_pieces(shape, padded, shape, element_size(info.dtype)),
                                     cudaMemcpyDeviceToHost, stream, "copying the valid rows of output '" + name + "' out"));
   }
   GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting for the run and the copy of output '" + name + "'");
@@ -569,7 +573,7 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
 Expected<std::unique_ptr<Session>> Session::create(const Program& program, const SessionOptions& options) {
-  return rt::guarded("Session::create", [&]() -> Expected<std::unique_ptr<Session>> {
+  return guarded("Session::create", [&]() -> Expected<std::unique_ptr<Session>> {
     auto impl = std::make_unique<Impl>(program, program.impl_, options);
     GDL_RETURN_IF_ERROR(impl->init());
     return std::unique_ptr<Session>(new Session(std::move(impl)));
@@ -577,7 +581,7 @@ Expected<std::unique_ptr<Session>> Session::create(const Program& program, const
 }
 
 Status Session::set_param(const std::string& name, const void* data, size_t bytes) {
-  return rt::guarded("Session::set_param", [&] {
+  return guarded("Session::set_param", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->set_param(name, data, bytes);
   });
@@ -585,60 +589,46 @@ Status Session::set_param(const std::string& name, const void* data, size_t byte
 
 Status Session::bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
                      const std::vector<int64_t>& shape, MemoryKind kind) {
-  return rt::guarded("Session::bind", [&] {
+  return guarded("Session::bind", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->bind(name, data, bytes, dtype, shape, kind);
   });
 }
 
 Status Session::set_dim(const std::string& name, int64_t value) {
-  return rt::guarded("Session::set_dim", [&] { return impl_->set_dim(name, value); });
+  return guarded("Session::set_dim", [&] { return impl_->set_dim(name, value); });
 }
 
 Status Session::set_scalar(const std::string& name, double value) {
-  return rt::guarded("Session::set_scalar", [&] {
+  return guarded("Session::set_scalar", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->set_scalar(name, value);
   });
 }
 
 Status Session::run() {
-  return rt::guarded("Session::run", [&] {
+  return guarded("Session::run", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->run();
   });
 }
 
 Status Session::run_eager() {
-  return rt::guarded("Session::run_eager", [&] {
+  return guarded("Session::run_eager", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->run_eager();
   });
 }
 
-Expected<std::vector<NodeTime>> Session::profile_nodes(int repeats) {
-  return rt::guarded("Session::profile_nodes", [&]() -> Expected<std::vector<NodeTime>> {
-    GDL_RETURN_IF_ERROR(impl_->make_current());
-    return impl_->profile_nodes(repeats);
-  });
-}
-
-Expected<GraphUpdateCosts> Session::measure_graph_update_costs(int repeats) {
-  return rt::guarded("Session::measure_graph_update_costs", [&]() -> Expected<GraphUpdateCosts> {
-    GDL_RETURN_IF_ERROR(impl_->make_current());
-    return impl_->measure_graph_update_costs(repeats);
-  });
-}
-
 Status Session::read(const std::string& name, void* host, size_t bytes) {
-  return rt::guarded("Session::read", [&] {
+  return guarded("Session::read", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->read(name, host, bytes);
   });
 }
 
 Expected<std::vector<int64_t>> Session::shape_of(const std::string& name) const {
-  return rt::guarded("Session::shape_of", [&]() -> Expected<std::vector<int64_t>> {
+  return guarded("Session::shape_of", [&]() -> Expected<std::vector<int64_t>> {
     const Program::Impl& p = impl_->prog;
     ir::ValueId value = ir::kNoValue;
     const std::vector<int64_t>* dims = &impl_->dims;
@@ -653,7 +643,7 @@ Expected<std::vector<int64_t>> Session::shape_of(const std::string& name) const 
 }
 
 Status Session::synchronize() {
-  return rt::guarded("Session::synchronize", [&] {
+  return guarded("Session::synchronize", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     GDL_CUDA_TRY(cudaStreamSynchronize(impl_->stream), "waiting for the session stream");
     impl_->stream_idle();
@@ -675,11 +665,16 @@ SessionStats Session::stats() const {
 const Program& Session::program() const { return impl_->program; }
 int Session::device() const { return impl_->device; }
 
-Status Session::poison_arena_for_testing(uint8_t byte) {
-  return rt::guarded("Session::poison_arena_for_testing", [&] {
-    GDL_RETURN_IF_ERROR(impl_->make_current());
-    return impl_->poison(byte);
+Status testing::poison_arena(Session& session, uint8_t byte) {
+  return guarded("testing::poison_arena", [&] {
+    GDL_RETURN_IF_ERROR(session.internals().make_current());
+    return session.internals().poison(byte);
   });
+}
+
+Status testing::poison_padding(Session& session, bool on) {
+  session.internals().poison_padding = on;
+  return Status::Ok();
 }
 
 }  // namespace gdl

@@ -5,9 +5,9 @@
 // Session::Impl::run_fallback:
 // 1. The raised bounds: each dim above its bound goes to the next power of
 //    two >= its value, the others keep theirs. One program per set of bounds,
-//    cached in the session: a copy of the artifact's graph with those bounds
-//    through build_artifact (plan, codegen, NVRTC through the on-disk cache)
-//    for this device's arch, checked by make_program_impl, kernels loaded.
+//    cached in the session: the session's Recompiler (SessionOptions::
+//    eager_fallback, gdl/jit.h) compiles the program with those bounds for
+//    this device's arch; its kernels are loaded.
 // 2. Params: the session's shared region when the new plan lays the params
 //    out alike (a param whose shape holds a raised dim cannot run: its data
 //    stops at the old bound); otherwise a temporary region filled by device
@@ -16,18 +16,18 @@
 //    packed at the run's dims: from the host copy kept by bind (an input
 //    above the bound) or from the session's arena, where it lies in its
 //    bucket's padded layout (device copies by strided_copy_pieces).
-// 4. Every kernel launched in plan order on the session stream, gdl_args
-//    holding the values themselves (a packed layout, like the update policy).
+// 4. Every step's own kernel launched in plan order on the session stream,
+//    gdl_args holding the values themselves (a packed layout, like the
+//    update policy).
 // 5. Wait, copy every output to the host (read() serves those copies), free
 //    the temporaries. The time of all of it goes to stats.fallback_us.
 #include <cstring>
 
 #include "arena_scratch.h"
-#include "chain_tensor_maps.h"
-#include "buckets.h"
 #include "cuda_util.h"
-#include "pipeline.h"
 #include "session_impl.h"
+#include "strided_copy.h"
+#include "tensor_maps.h"
 
 namespace gdl {
 
@@ -81,25 +81,12 @@ Status Session::Impl::run_fallback() {
                                           ": its data stops at the upper bound, so values above it cannot run");
   std::unique_ptr<FallbackProgram>& cached = fallbacks[bounds];
   if (!cached) {
-    ir::Graph g = prog.graph();
-    for (size_t d = 0; d < g.dims.size(); ++d) {
-      g.dims[d].hi = bounds[d];
-      if (g.dims[d].buckets.empty() || g.dims[d].buckets.back() != bounds[d]) g.dims[d].buckets.push_back(bounds[d]);
-    }
-    CompileOptions compile;
-    compile.arch = device_arch;
-    Expected<Artifact> artifact = build_artifact(std::move(g), compile);
-    if (!artifact) {
+    Expected<Program> recompiled = options.eager_fallback->recompile(program, bounds, device_arch);
+    if (!recompiled) {
       fallbacks.erase(bounds);
-      return Status(artifact.status().code(), "eager fallback: " + artifact.status().message());
+      return Status(recompiled.status().code(), "eager fallback: " + recompiled.status().message());
     }
-    Expected<std::shared_ptr<Program::Impl>> impl = rt::make_program_impl(std::move(artifact).value());
-    if (!impl) {
-      fallbacks.erase(bounds);
-      return Status::Internal("eager fallback: the re-planned program is inconsistent: " + impl.status().message());
-    }
-    auto made = std::make_unique<FallbackProgram>();
-    made->impl = std::move(impl).value();
+    auto made = std::make_unique<FallbackProgram>(std::move(recompiled).value());
     Status loaded = made->library.load(*made->impl, device);
     if (!loaded.ok()) {
       fallbacks.erase(bounds);
@@ -133,7 +120,7 @@ Status Session::Impl::run_fallback() {
   GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&temp_arena.bytes), rt::arena_allocation_bytes(fp.plan())),
                "allocating the fallback's arena (" + std::to_string(fp.plan().arena_bytes) + " bytes)");
   GDL_RETURN_IF_ERROR(rt::zero_scratch(temp_arena.bytes, fp.plan(), stream));
-  GDL_RETURN_IF_ERROR(rt::write_chain_tensor_maps(fp, temp_arena.bytes, params_base, stream));
+  GDL_RETURN_IF_ERROR(rt::write_tensor_maps(fp, temp_arena.bytes, params_base, stream));
   if (!dims.empty()) {
     fallback_valid.fill(0);
     for (size_t d = 0; d < dims.size(); ++d) fallback_valid[d] = static_cast<int32_t>(dims[d]);
@@ -156,7 +143,7 @@ Status Session::Impl::run_fallback() {
       continue;
     }
     const unsigned char* source = arena + prog.buffer_of(prog.input_values[i]).offset;
-    for (const CopyPiece& p : strided_copy_pieces(shape, extents(info, main_layout), shape, unit))
+    for (const rt::CopyPiece& p : rt::strided_copy_pieces(shape, extents(info, main_layout), shape, unit))
       GDL_CUDA_TRY(cudaMemcpy2DAsync(target + p.dst, p.dst_pitch, source + p.src, p.src_pitch, p.width, p.height,
                                      cudaMemcpyDeviceToDevice, stream),
                    "copying input '" + info.name + "' for the fallback");
@@ -167,12 +154,13 @@ Status Session::Impl::run_fallback() {
   const unsigned char* params_arg = params_base;
   rt::KernelArgs args = kernel_args(dims);
   void* pointers[3] = {&arena_arg, &params_arg, &args};
-  for (size_t i = 0; i < fp.artifact.kernels.size(); ++i) {
-    Expected<rt::StepLaunch> launch = cached->library.step_launch(i, fp.artifact.kernels[i], dims);
+  for (size_t i = 0; i < fp.plan().steps.size(); ++i) {
+    const int k = cached->library.choose(fp.kernels(), i, dims, /*multi_step=*/false);
+    Expected<rt::StepLaunch> launch = cached->library.launch(fp.kernels(), k, dims);
     if (!launch) return launch.status();
     GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch->kernel), launch->dims.grid, launch->dims.block,
                                   pointers, launch->dims.shared_bytes, stream),
-                 "launching fallback step " + std::to_string(i) + " ('" + fp.artifact.kernels[i].symbol + "')");
+                 "launching fallback step " + std::to_string(i) + " ('" + fp.kernels().kernels[static_cast<size_t>(k)].symbol + "')");
   }
 
   // 5. The outputs, copied out before the arena goes.

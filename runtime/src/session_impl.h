@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device_params.h"
+#include "gdl/profile.h"
 #include "gdl/gdl.h"
 #include "kernels.h"
 #include "program_impl.h"
@@ -37,9 +38,11 @@ struct Session::Impl {
   // The current run-time scalars as the kernels see them (gdl_args::scalars).
   float scalar_bits[kMaxScalars] = {};
 
-  // Per plan step: the run-time dims its indexing or launch uses, and the
-  // scalars it reads (bit masks): the nodes a change of either must update.
+  // Per plan step: the run-time dims its indexing, launch or kernel choice
+  // uses, and the scalars it reads (bit masks): the nodes a change of either
+  // must update.
   std::vector<uint32_t> step_dims, step_scalars;
+  bool poison_padding = false;  // gdl/testing.h poison_padding
 
   std::vector<int64_t> last_run_dims, last_run_layout;
   bool has_run = false;
@@ -94,9 +97,9 @@ struct Session::Impl {
     std::vector<int64_t> key;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    std::vector<cudaGraphNode_t> nodes;  // one per plan step (a chain's steps share its node)
-    std::vector<int> step_chain;         // per plan step: the chain whose node runs it, or -1
-    uint64_t chain_nodes = 0;            // chain kernels among the nodes
+    std::vector<cudaGraphNode_t> nodes;  // one per plan step (a multi-step kernel's steps share its node)
+    std::vector<int> step_kernel;        // per plan step: the kernel that computes it (kernels_at)
+    uint64_t multi_step_nodes = 0;       // kernels of several steps among the nodes
     // The input copy nodes: one kernel node per kMaxInputCopies inputs that
     // the graph copies (InputSlot). A node's params copy the inputs of
     // `params_mask` (bit e: entry e); `state` is the mask it runs this time,
@@ -107,7 +110,7 @@ struct Session::Impl {
       std::vector<unsigned long long> bytes;  // entry e's bytes at this graph's layout
       dim3 grid;
       int64_t params_mask = 0, state = -1;
-      std::array<const void*, rt::kMaxInputCopies> params_src{};  // entry e's source in the node's params
+      std::array<const void*, kMaxInputCopies> params_src{};  // entry e's source in the node's params
     };
     std::vector<CopyNode> copy_nodes;
     std::vector<int64_t> applied_layout, built_layout;
@@ -122,7 +125,9 @@ struct Session::Impl {
   // The eager fallback: one program per raised set of bounds, and the
   // outputs of a fallback run (read() serves them).
   struct FallbackProgram {
-    std::shared_ptr<const Program::Impl> impl;
+    explicit FallbackProgram(Program p) : program(std::move(p)), impl(&program.internals()) {}
+    Program program;
+    const Program::Impl* impl;
     rt::KernelLibrary library;
   };
   std::map<std::vector<int64_t>, std::unique_ptr<FallbackProgram>> fallbacks;
@@ -156,17 +161,12 @@ struct Session::Impl {
   int64_t layout_extent(size_t dim, int64_t value) const;  // the bucket's capacity, or the value
   std::vector<int64_t> layout(const std::vector<int64_t>& values) const;
   std::vector<int64_t> bucket_key(const std::vector<int64_t>& values) const;
-  // Per plan step at these layout dims: the chain whose kernel runs it, or -1.
-  std::vector<int> chains_at(const std::vector<int64_t>& layout_dims) const;
-  // What runs plan step `step` (step_chain from chains_at): its own kernel;
-  // its chain's kernel at the chain's first step; nothing at the chain's
-  // later steps (runs false: they share the first step's node).
-  struct StepRun {
-    bool runs = false;
-    int chain = -1;
-    rt::StepLaunch launch{};
-  };
-  Expected<StepRun> step_run(const std::vector<int>& step_chain, size_t step, const std::vector<int64_t>& layout_dims) const;
+  // Per plan step at these layout dims: the kernel that computes it
+  // (KernelLibrary::choose). A kernel of several steps runs at its first
+  // step; its later steps share that node.
+  std::vector<int> kernels_at(const std::vector<int64_t>& layout_dims) const;
+  // "step 3 (kernel 'gdl_s3_matmul')" or "steps 2-9 (kernel 'gdl_chain0')".
+  std::string kernel_name(int kernel) const;
   Status write_valid_block();                // copies the current dims when they changed
   bool copies_in_graph(size_t input) const;  // no update-served dim in its shape
   size_t input_layout_bytes(size_t input, const std::vector<int64_t>& layout_dims) const;
@@ -183,7 +183,7 @@ struct Session::Impl {
   Expected<GraphInstance*> graph_for(const std::vector<int64_t>& key, const std::vector<int64_t>& layout_dims);
   Status build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims);
   Status build_every_bucket();
-  Status update_node(GraphInstance& g, size_t step, const std::vector<int64_t>& layout_dims);
+  Status update_node(GraphInstance& g, size_t node_step, const std::vector<int64_t>& layout_dims);
   Status sync_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims);  // node updates for changed dims/scalars
   void count_run(const std::vector<int64_t>& layout_dims);
   size_t bucket_stats_for(const std::vector<int64_t>& key);

@@ -16,11 +16,11 @@
 //    pointer and gdl_args (layout dims, scalars) by value, edges from the
 //    steps' deps, or from the copy nodes for a step without deps
 //    (ordinary from the copies unless the kernel starts before its wait,
-//    KernelInfo::early_start; otherwise programmatic unless
+//    Kernel::early_start; otherwise programmatic unless
 //    SessionOptions::overlap_launches is
 //    off: each kernel waits for its producers itself, gdl_abi.cuh; ordinary
-//    into and out of a chain's node, which runs its steps: one node, the
-//    cooperative attribute);
+//    into and out of a cooperative kernel's node); a kernel of several
+//    steps is one node for all of them;
 //    instantiate; upload. Every graph shares the one arena.
 // 4. sync_nodes: the nodes that depend on a dim or scalar whose value
 //    differs from what the graph's nodes were last given are updated with
@@ -90,19 +90,16 @@ struct CopyNodeParams {
   CopyNodeParams(const CopyNodeParams&) = delete;  // pointers point into this object
 };
 
-std::string step_name(const Program::Impl& p, size_t step) {
-  return "step " + std::to_string(step) + " (kernel '" + p.artifact.kernels[step].symbol + "')";
-}
-
-std::string chain_name(const Program::Impl& p, int chain) {
-  const ChainKernel& c = p.artifact.chains.at(static_cast<size_t>(chain));
-  return "steps " + std::to_string(c.first) + "-" + std::to_string(c.last) + " (chain kernel '" + c.symbol + "')";
-}
-
-// A chain kernel's blocks wait for each other (gdl_chain.cuh): it is
-// launched cooperatively, so that the driver refuses rather than hangs
+// One eager launch. A cooperative kernel's blocks wait for each other: it
+// is launched cooperatively, so that the driver refuses rather than hangs
 // where they cannot all be resident.
-Status launch_cooperative(const rt::StepLaunch& launch, void** args, cudaStream_t stream, const std::string& what) {
+Status launch_eager(const rt::StepLaunch& launch, void** args, cudaStream_t stream, const std::string& what) {
+  if (!launch.cooperative) {
+    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch.kernel), launch.dims.grid, launch.dims.block,
+                                  args, launch.dims.shared_bytes, stream),
+                 "launching " + what);
+    return Status::Ok();
+  }
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;
   attribute.val.cooperative = 1;
@@ -115,6 +112,18 @@ Status launch_cooperative(const rt::StepLaunch& launch, void** args, cudaStream_
   config.numAttrs = 1;
   GDL_CUDA_TRY(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(launch.kernel), args), "launching " + what);
   return Status::Ok();
+}
+
+// Whether two choices of kernels give a graph the same nodes: the same
+// kernels of several steps (a step moving between kernels of its own is a
+// node update, not another node).
+bool same_nodes(const KernelTable& t, const std::vector<int>& a, const std::vector<int>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Kernel &x = t.kernels[static_cast<size_t>(a[i])], &y = t.kernels[static_cast<size_t>(b[i])];
+    const bool x_multi = x.first_step != x.last_step || x.cooperative, y_multi = y.first_step != y.last_step || y.cooperative;
+    if ((x_multi || y_multi) && a[i] != b[i]) return false;
+  }
+  return true;
 }
 
 double median(std::vector<double> v) {
@@ -191,7 +200,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   for (size_t i = 0; i < inputs.size(); ++i) {
     const unsigned long long bytes = copies_in_graph(i) ? input_layout_bytes(i, layout_dims) : 0;
     if (bytes == 0) continue;
-    if (g.copy_nodes.empty() || g.copy_nodes.back().inputs.size() == static_cast<size_t>(rt::kMaxInputCopies))
+    if (g.copy_nodes.empty() || g.copy_nodes.back().inputs.size() == static_cast<size_t>(kMaxInputCopies))
       g.copy_nodes.emplace_back();
     GraphInstance::CopyNode& c = g.copy_nodes.back();
     c.inputs.push_back(i);
@@ -212,45 +221,46 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
     GDL_CUDA_TRY(cudaGraphAddEventRecordNode(&recorded, g.graph, copies.data(), copies.size(), graph_copies_done),
                  "adding the event after the input copies");
   }
+  const KernelTable& table = prog.kernels();
   g.nodes.assign(p.steps.size(), nullptr);
-  g.step_chain = chains_at(layout_dims);
-  g.chain_nodes = 0;
+  g.step_kernel = kernels_at(layout_dims);
+  g.multi_step_nodes = 0;
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    Expected<StepRun> run = step_run(g.step_chain, i, layout_dims);
-    if (!run) return run.status();
-    const int chain = run->chain;
-    const ChainKernel* ck = chain >= 0 ? &prog.artifact.chains[static_cast<size_t>(chain)] : nullptr;
-    if (!run->runs) {  // a chain's later step: the node of its first step
-      g.nodes[i] = g.nodes[static_cast<size_t>(ck->first)];
+    const int k = g.step_kernel[i];
+    const Kernel& kernel = table.kernels[static_cast<size_t>(k)];
+    if (static_cast<size_t>(kernel.first_step) < i) {  // a later step of a kernel of several: its first step's node
+      g.nodes[i] = g.nodes[static_cast<size_t>(kernel.first_step)];
       continue;
     }
-    const std::string name = ck ? chain_name(prog, chain) : step_name(prog, i);
+    Expected<rt::StepLaunch> launch = library.launch(table, k, layout_dims);
+    if (!launch) return launch.status();
+    const std::string name = kernel_name(k);
     std::vector<cudaGraphNode_t> deps;
-    bool from_chain = false;  // a dep is a chain's node
-    for (size_t s = i; s <= (ck ? static_cast<size_t>(ck->last) : i); ++s)
+    bool from_cooperative = false;  // a dep's kernel is cooperative
+    for (size_t s = i; s <= static_cast<size_t>(kernel.last_step); ++s)
       for (int d : p.steps[s].deps)
         if (d < static_cast<int>(i)) {
           deps.push_back(g.nodes[static_cast<size_t>(d)]);
-          from_chain |= g.step_chain[static_cast<size_t>(d)] >= 0;
+          from_cooperative |= table.kernels[static_cast<size_t>(g.step_kernel[static_cast<size_t>(d)])].cooperative;
         }
-    std::sort(deps.begin(), deps.end());  // steps of one chain share a node: one edge each
+    std::sort(deps.begin(), deps.end());  // steps of one kernel share a node: one edge each
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     const bool from_copies = deps.empty() && !copies.empty();
     if (from_copies) deps = copies;  // a kernel without a dep waits for the input copies
-    NodeParams node(arena, params->base(), args, run->launch);
-    // Edges into and out of a chain's node stay ordinary: a cooperative
+    NodeParams node(arena, params->base(), args, *launch);
+    // Edges into and out of a cooperative kernel's node stay ordinary: a
     // launch whose blocks must all be resident is not started beside the
-    // kernel before it, and the chain kernel never lets its dependents
-    // launch early anyway (gdl_chain.cuh). Edges from the copy nodes are
+    // kernel before it, and such a kernel never lets its dependents launch
+    // early anyway (gdl_chain.cuh). Edges from the copy nodes are
     // programmatic only into a kernel that starts work before its wait
-    // (KernelInfo::early_start; the copy kernel lets it launch at once).
-    const bool programmatic = options.overlap_launches && !deps.empty() && !ck && !from_chain &&
-                              (!from_copies || prog.artifact.kernels[i].early_start);
+    // (Kernel::early_start; the copy kernel lets it launch at once).
+    const bool programmatic = options.overlap_launches && !deps.empty() && !kernel.cooperative && !from_cooperative &&
+                              (!from_copies || kernel.early_start);
     GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
                                         programmatic ? 0 : deps.size(), &node.cuda),
                  "adding the graph node of " + name);
-    if (ck) {
-      g.chain_nodes += 1;
+    if (kernel.first_step != kernel.last_step) g.multi_step_nodes += 1;
+    if (kernel.cooperative) {
       cudaLaunchAttributeValue cooperative{};
       cooperative.cooperative = 1;
       GDL_CUDA_TRY(cudaGraphKernelNodeSetAttribute(g.nodes[i], cudaLaunchAttributeCooperative, &cooperative),
@@ -298,11 +308,11 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
                                                                  const std::vector<int64_t>& layout_dims) {
   auto it = graphs.find(key);
   if (it != graphs.end()) {
-    // A dim served by node updates may move a chain's rows across its limit,
-    // which changes the graph's nodes: build it again.
+    // A dim served by node updates may move a kernel of several steps in or
+    // out of use, which changes the graph's nodes: build it again. (A step
+    // moving between two kernels of its own is a node update.)
     const bool updates = std::find(update_dim.begin(), update_dim.end(), true) != update_dim.end();
-    if (prog.artifact.chains.empty() || !updates || it->second->step_chain == chains_at(layout_dims))
-      return it->second.get();
+    if (!updates || same_nodes(prog.kernels(), it->second->step_kernel, kernels_at(layout_dims))) return it->second.get();
     (void)cudaGraphExecDestroy(it->second->exec);
     (void)cudaGraphDestroy(it->second->graph);
     if (last_graph == it->second.get()) last_graph = nullptr;
@@ -321,25 +331,19 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
   return raw;
 }
 
-Expected<Session::Impl::StepRun> Session::Impl::step_run(const std::vector<int>& step_chain, size_t step,
-                                                         const std::vector<int64_t>& layout_dims) const {
-  StepRun run;
-  run.chain = step_chain.at(step);
-  if (run.chain >= 0) {
-    run.runs = static_cast<int>(step) == prog.artifact.chains[static_cast<size_t>(run.chain)].first;
-    if (run.runs) run.launch = library.chain_launch(prog.artifact, static_cast<size_t>(run.chain));
-    return run;
-  }
-  Expected<rt::StepLaunch> launch = library.step_launch(step, prog.artifact.kernels[step], layout_dims);
-  if (!launch) return launch.status();
-  run.runs = true;
-  run.launch = *launch;
-  return run;
+std::vector<int> Session::Impl::kernels_at(const std::vector<int64_t>& layout_dims) const {
+  std::vector<int> chosen(prog.plan().steps.size());
+  for (size_t i = 0; i < chosen.size(); ++i)
+    chosen[i] = library.choose(prog.kernels(), i, layout_dims, options.multi_step_kernels);
+  return chosen;
 }
 
-std::vector<int> Session::Impl::chains_at(const std::vector<int64_t>& layout_dims) const {
-  if (!options.chain_kernels) return std::vector<int>(prog.artifact.kernels.size(), -1);
-  return library.chain_of_steps(prog.artifact, layout_dims);
+std::string Session::Impl::kernel_name(int kernel) const {
+  const Kernel& k = prog.kernels().kernels.at(static_cast<size_t>(kernel));
+  const std::string steps = k.first_step == k.last_step
+                                ? "step " + std::to_string(k.first_step)
+                                : "steps " + std::to_string(k.first_step) + "-" + std::to_string(k.last_step);
+  return steps + " (kernel '" + k.symbol + "')";
 }
 
 Status Session::Impl::build_every_bucket() {
@@ -363,14 +367,15 @@ Status Session::Impl::build_every_bucket() {
   return Status::Ok();
 }
 
-Status Session::Impl::update_node(GraphInstance& g, size_t step, const std::vector<int64_t>& layout_dims) {
+Status Session::Impl::update_node(GraphInstance& g, size_t node_step, const std::vector<int64_t>& layout_dims) {
   Stopwatch update_time;
-  Expected<StepRun> run = step_run(g.step_chain, step, layout_dims);
-  if (!run) return run.status();
-  if (!run->runs) return Status::Ok();  // the chain's node is updated with its first step
-  NodeParams node(arena, params->base(), kernel_args(layout_dims), run->launch);
-  GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[step], &node.cuda),
-               "updating the graph node of " + (run->chain >= 0 ? chain_name(prog, run->chain) : step_name(prog, step)));
+  const int k = library.choose(prog.kernels(), node_step, layout_dims, options.multi_step_kernels);
+  Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), k, layout_dims);
+  if (!launch) return launch.status();
+  NodeParams node(arena, params->base(), kernel_args(layout_dims), *launch);
+  GDL_CUDA_TRY(cudaGraphExecKernelNodeSetParams(g.exec, g.nodes[node_step], &node.cuda),
+               "updating the graph node of " + kernel_name(k));
+  g.step_kernel[node_step] = k;
   stats.node_updates += 1;
   stats.node_update_us += update_time.elapsed_us();
   return Status::Ok();
@@ -383,9 +388,14 @@ Status Session::Impl::sync_nodes(GraphInstance& g, const std::vector<int64_t>& l
   for (size_t s = 0; s < prog.scalars.size(); ++s)
     if (std::memcmp(&g.applied_scalars[s], &scalar_bits[s], sizeof(float)) != 0) changed_scalars |= 1u << s;
   if (changed_dims == 0 && changed_scalars == 0) return Status::Ok();
+  // A step's change updates the node that computes it: its own, or the
+  // node of the first step of its kernel (once for all the kernel's steps).
+  std::vector<bool> node_changed(step_dims.size(), false);
   for (size_t step = 0; step < step_dims.size(); ++step)
     if ((step_dims[step] & changed_dims) || (step_scalars[step] & changed_scalars))
-      GDL_RETURN_IF_ERROR(update_node(g, step, layout_dims));
+      node_changed[static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(g.step_kernel[step])].first_step)] = true;
+  for (size_t step = 0; step < node_changed.size(); ++step)
+    if (node_changed[step]) GDL_RETURN_IF_ERROR(update_node(g, step, layout_dims));
   g.applied_layout = layout_dims;
   std::copy(std::begin(scalar_bits), std::end(scalar_bits), g.applied_scalars.begin());
   return Status::Ok();
@@ -458,7 +468,7 @@ Status Session::Impl::run() {
   submit_us_total += stats.last_submit_us;
   stats.runs += 1;
   stats.mean_submit_us = submit_us_total / static_cast<double>(stats.runs);
-  stats.chain_launches += g.chain_nodes;
+  stats.multi_step_launches += g.multi_step_nodes;
   last_graph = &g;
   count_run(layout_dims);
   after_run(layout_dims, false);
@@ -468,7 +478,7 @@ Status Session::Impl::run() {
 Status Session::Impl::run_eager() {
   GDL_RETURN_IF_ERROR(ready_to_run());
   if (above_bounds()) return run_fallback();  // counted in fallback_runs, not as a graph or eager run
-  const size_t steps = prog.artifact.kernels.size();
+  const size_t steps = prog.plan().steps.size();
   const std::vector<int64_t> layout_dims = layout(dims);
   Stopwatch submit;
   GDL_RETURN_IF_ERROR(write_valid_block());
@@ -479,20 +489,14 @@ Status Session::Impl::run_eager() {
   const unsigned char* params_arg = params->base();
   rt::KernelArgs args = kernel_args(layout_dims);
   void* pointers[3] = {&arena_arg, &params_arg, &args};
-  const std::vector<int> step_chain = chains_at(layout_dims);
+  const std::vector<int> chosen = kernels_at(layout_dims);
   for (size_t i = 0; i < steps; ++i) {
-    Expected<StepRun> run = step_run(step_chain, i, layout_dims);
-    if (!run) return run.status();
-    if (!run->runs) continue;  // a chain's later step: its kernel ran at the first
-    if (run->chain >= 0) {
-      GDL_RETURN_IF_ERROR(launch_cooperative(run->launch, pointers, stream, chain_name(prog, run->chain)));
-      stats.chain_launches += 1;
-      continue;
-    }
-    const rt::StepLaunch& launch = run->launch;
-    GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch.kernel), launch.dims.grid, launch.dims.block,
-                                  pointers, launch.dims.shared_bytes, stream),
-                 "launching " + step_name(prog, i));
+    const Kernel& kernel = prog.kernels().kernels[static_cast<size_t>(chosen[i])];
+    if (static_cast<size_t>(kernel.first_step) < i) continue;  // a later step of a kernel of several: it ran at the first
+    Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), chosen[i], layout_dims);
+    if (!launch) return launch.status();
+    GDL_RETURN_IF_ERROR(launch_eager(*launch, pointers, stream, kernel_name(chosen[i])));
+    if (kernel.first_step != kernel.last_step) stats.multi_step_launches += 1;
   }
   if (options.record_device_time) {
     GDL_CUDA_TRY(cudaEventRecord(run_end, stream), "recording the run end");
@@ -513,11 +517,13 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
     return Status::FailedPrecondition("profile_nodes: a run-time dim is above its upper bound; profile inside the bounds");
   GDL_RETURN_IF_ERROR(flush_staged_inputs());
   repeats = std::max(repeats, 1);
-  const size_t n = prog.artifact.kernels.size();
+  const size_t n = prog.plan().steps.size();
   const std::vector<int64_t> layout_dims = layout(dims);
   std::vector<rt::StepLaunch> launches;
+  std::vector<int> kernels;  // every step its own kernel
   for (size_t i = 0; i < n; ++i) {
-    Expected<rt::StepLaunch> launch = library.step_launch(i, prog.artifact.kernels[i], layout_dims);
+    kernels.push_back(library.choose(prog.kernels(), i, layout_dims, /*multi_step=*/false));
+    Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), kernels.back(), layout_dims);
     if (!launch) return launch.status();
     launches.push_back(*launch);
   }
@@ -534,9 +540,7 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
     for (size_t i = 0; i < n; ++i) {
       GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i], stream), "recording an event");
       Stopwatch launch_time;
-      GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launches[i].kernel), launches[i].dims.grid,
-                                    launches[i].dims.block, pointers, launches[i].dims.shared_bytes, stream),
-                   "launching " + step_name(prog, i));
+      GDL_RETURN_IF_ERROR(launch_eager(launches[i], pointers, stream, kernel_name(kernels[i])));
       submit[i].push_back(launch_time.elapsed_us());
       GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i + 1], stream), "recording an event");
     }
@@ -550,7 +554,8 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
   after_run(layout_dims, false);
   std::vector<NodeTime> out;
   for (size_t i = 0; i < n; ++i)
-    out.push_back({prog.artifact.kernels[i].symbol, median(submit[i]), median(device[i]), prog.plan().steps[i].deps});
+    out.push_back({prog.kernels().kernels[static_cast<size_t>(kernels[i])].symbol, median(submit[i]), median(device[i]),
+                   prog.plan().steps[i].deps});
   return out;
 }
 
@@ -569,11 +574,13 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   // 1. Each node given what it already holds.
   rt::KernelArgs args = kernel_args(g.applied_layout);
   std::memcpy(args.scalars, g.applied_scalars.data(), sizeof args.scalars);
-  std::vector<std::pair<cudaGraphNode_t, rt::StepLaunch>> launches;  // per node: a chain's steps share one
+  std::vector<std::pair<cudaGraphNode_t, rt::StepLaunch>> launches;  // per node: a multi-step kernel's steps share one
   for (size_t i = 0; i < costs.nodes; ++i) {
-    Expected<StepRun> run = step_run(g.step_chain, i, g.applied_layout);
-    if (!run) return run.status();
-    if (run->runs) launches.emplace_back(g.nodes[i], run->launch);
+    const int k = g.step_kernel[i];
+    if (static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(k)].first_step) < i) continue;
+    Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), k, g.applied_layout);
+    if (!launch) return launch.status();
+    launches.emplace_back(g.nodes[i], *launch);
   }
   costs.nodes = launches.size();
   Stopwatch set_params_time;

@@ -37,8 +37,7 @@ std::vector<std::map<std::string, TensorData>> run_sequence(DimPolicyChoice poli
   const Program& program = dynamic_program();
   SessionOptions options;
   options.dim_policy = policy;
-  options.poison_padding_for_testing = true;
-  std::unique_ptr<Session> s = make_session(program, options);
+  std::unique_ptr<Session> s = make_session(program, options, /*poison_padding=*/true);
   std::mt19937_64 rng(seed_for("dynamic sequence"));
   std::map<std::string, TensorData> tensors = random_bindings(program, {batches[0]}, rng);
   bind_all(*s, tensors);
@@ -150,8 +149,7 @@ s = sum(cast(x, f32), axis = 1);
 q = softmax(transpose(x, perm = [0, 2, 1]), axis = -1);
 )");
   SessionOptions options;
-  options.poison_padding_for_testing = true;
-  std::unique_ptr<Session> s = make_session(program, options);
+  std::unique_ptr<Session> s = make_session(program, options, /*poison_padding=*/true);
   std::mt19937_64 rng(seed_for("inner padding"));
   for (int64_t b : {2, 7, 8, 9, 31, 32, 3}) {
     INFO("B = " << b);
@@ -239,8 +237,7 @@ output o : f16[4, 64];
 o = attention(q, k, v, len);
 )");
   SessionOptions options;
-  options.poison_padding_for_testing = true;
-  std::unique_ptr<Session> st = make_session(padded_t, options);
+  std::unique_ptr<Session> st = make_session(padded_t, options, /*poison_padding=*/true);
   for (auto [t, len] : {std::pair<int64_t, int32_t>{40, 40}, {40, 64}, {60, 10}, {300, 300}, {300, 512}, {64, 64}}) {
     INFO("T = " << t << ", len = " << len);
     std::map<std::string, TensorData> tt = random_bindings(padded_t, {t}, rng);
@@ -277,7 +274,7 @@ n = mean(m, axis = 1);
 
   std::mt19937_64 rng(seed_for("fallback"));
   SessionOptions options;
-  options.eager_fallback = true;
+  options.eager_fallback = jit::recompiler();
   std::unique_ptr<Session> s = make_session(program, options);
   std::map<std::string, TensorData> tensors = random_bindings(program, {5}, rng);
   bind_all(*s, tensors);
@@ -362,7 +359,7 @@ TEST_CASE("dynamic: per-node device times and graph update costs are measured") 
   std::map<std::string, TensorData> tensors = random_bindings(program, {20}, rng);
   std::unique_ptr<Session> s = make_session(program);
   bind_all(*s, tensors);
-  Expected<std::vector<NodeTime>> nodes = s->profile_nodes(5);
+  Expected<std::vector<NodeTime>> nodes = profile_nodes(*s, 5);
   REQUIRE(nodes.ok());
   REQUIRE(nodes->size() == program.node_count());
   double device = 0;
@@ -373,7 +370,7 @@ TEST_CASE("dynamic: per-node device times and graph update costs are measured") 
     device += n.device_us;
   }
   CHECK(expect_match(read_outputs(*s), reference(program, tensors), "outputs of the profiled eager runs"));
-  Expected<GraphUpdateCosts> costs = s->measure_graph_update_costs(5);
+  Expected<GraphUpdateCosts> costs = measure_graph_update_costs(*s, 5);
   REQUIRE(costs.ok());
   CHECK(costs->nodes == program.node_count());
   CHECK(costs->set_params_us_per_node > 0);

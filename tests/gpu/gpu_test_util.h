@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "gdl/gdl.h"
+#include "gdl/jit.h"
+#include "gdl/profile.h"
+#include "gdl/testing.h"
 
 namespace gdl::gpu_test {
 
@@ -47,7 +50,9 @@ TensorData random_tensor(const TensorInfo& info, const std::vector<int64_t>& dim
 std::map<std::string, TensorData> random_bindings(const Program& program, const std::vector<int64_t>& dims,
                                                   std::mt19937_64& rng, const RangeFor& range = {});
 
-std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options = {});
+// `poison_padding`: gdl::testing::poison_padding, so padding that leaks shows as NaN.
+std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options = {},
+                                      bool poison_padding = false);
 
 // set_param for params, bind for inputs (REQUIREs success).
 void bind_all(Session& s, const std::map<std::string, TensorData>& tensors);

@@ -29,7 +29,7 @@ Expected<Program> try_compile_text(const std::string& text) {
     std::ofstream out(path);
     out << text;
   }
-  Expected<Program> program = Program::compile(path.string());
+  Expected<Program> program = jit::compile(path.string());
   std::error_code ignored;
   std::filesystem::remove(path, ignored);
   return program;
@@ -118,10 +118,11 @@ std::map<std::string, TensorData> random_bindings(const Program& program, const 
   return out;
 }
 
-std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options) {
+std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options, bool poison_padding) {
   Expected<std::unique_ptr<Session>> s = Session::create(program, options);
   INFO("Session::create: " << s.status().message());
   REQUIRE(s.ok());
+  if (poison_padding) GDL_REQUIRE_OK(testing::poison_padding(**s));
   return std::move(s).value();
 }
 
@@ -154,7 +155,7 @@ std::map<std::string, TensorData> read_outputs(Session& s) {
 }
 
 std::map<std::string, TensorData> run_and_read(Session& s, bool eager) {
-  GDL_REQUIRE_OK(s.poison_arena_for_testing(0xFF));
+  GDL_REQUIRE_OK(gdl::testing::poison_arena(s, 0xFF));
   if (eager)
     GDL_REQUIRE_OK(s.run_eager());
   else
@@ -164,7 +165,7 @@ std::map<std::string, TensorData> run_and_read(Session& s, bool eager) {
 
 std::map<std::string, TensorData> reference(const Program& program, const std::map<std::string, TensorData>& tensors,
                                             const std::map<std::string, double>& scalars) {
-  Expected<std::map<std::string, TensorData>> ref = program.run_reference(tensors, scalars);
+  Expected<std::map<std::string, TensorData>> ref = jit::run_reference(program, tensors, scalars);
   INFO("run_reference: " << ref.status().message());
   REQUIRE(ref.ok());
   return std::move(ref).value();

@@ -31,14 +31,15 @@ std::string with_dtype(const std::string& text, const std::string& t) { return s
 // bound once), `replays` graph runs and one eager run, each on a poisoned
 // arena and compared with the CPU reference.
 void check_sequence(const Program& program, const std::string& what, const std::vector<std::vector<int64_t>>& dims_sequence,
-                    int replays, const SessionOptions& options = {}, const RangeFor& range = {}) {
+                    int replays, const SessionOptions& options = {}, const RangeFor& range = {},
+                    bool poison_padding = false) {
   std::mt19937_64 rng(seed_for(what));
   std::map<std::string, TensorData> params = random_bindings(program, dims_sequence.front(), rng, range);
   if (cpu_only) {
     CHECK(!reference(program, params).empty());
     return;
   }
-  std::unique_ptr<Session> s = make_session(program, options);
+  std::unique_ptr<Session> s = make_session(program, options, poison_padding);
   bind_all(*s, params);
   for (const std::vector<int64_t>& dims : dims_sequence) {
     std::map<std::string, TensorData> tensors = random_bindings(program, dims, rng, range);
@@ -206,9 +207,9 @@ TEST_CASE("kernels: a matmul over a run-time K sums its valid positions only") {
     Program program = compile_text(with_dtype(text, t));
     SessionOptions options;
     options.dim_policy = DimPolicyChoice::kBuckets;  // served by updates if buckets cannot serve it
-    options.poison_padding_for_testing = true;       // padding past the valid K is NaN
     INFO("run-time K " << t);
-    check_sequence(program, "runtime-k/" + t, {{37}, {64}, {1}, {33}}, 2, options);
+    check_sequence(program, "runtime-k/" + t, {{37}, {64}, {1}, {33}}, 2, options, {},
+                   /*poison_padding=*/true);  // padding past the valid K is NaN
   }
 }
 
@@ -324,7 +325,7 @@ TEST_CASE("kernels: device time of the bench shapes (printed for the record, not
     std::unique_ptr<Session> s = make_session(program);
     bind_all(*s, tensors);
     GDL_REQUIRE_OK(s->run());
-    Expected<std::vector<NodeTime>> times = s->profile_nodes(30);
+    Expected<std::vector<NodeTime>> times = profile_nodes(*s, 30);
     REQUIRE(times.ok());
     for (const NodeTime& n : *times)
       MESSAGE(c.name << ": " << n.kernel << " " << n.device_us << " us, " << c.bytes / (n.device_us * 1e-6) / 1e12

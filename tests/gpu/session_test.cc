@@ -471,7 +471,7 @@ TEST_CASE("semantics: a program compiled for another arch runs through its PTX")
     std::ofstream out(path);
     out << kSemantics;
   }
-  Expected<Program> program = Program::compile(path, {.arch = "sm_80", .cache_dir = ""});
+  Expected<Program> program = jit::compile(path, {.arch = "sm_80", .cache_dir = ""});
   std::filesystem::remove(path);
   INFO(program.status().message());
   REQUIRE(program.ok());

@@ -1,0 +1,729 @@
+// check_module: the static checks that need no types.
+//
+// 1. Collect the global declarations (dims, consts, params, inputs, outputs,
+//    scalars, fns) into one namespace, in any order; a second declaration of
+//    a name is an error at the second one.
+// 2. Check the names inside declarations (dim bounds, const values, types,
+//    scalar defaults); report const cycles at the reference that closes them.
+// 3. Walk every fn body in its own scope (globals, its parameters, its lets):
+//    names, assignments, `return` as the last statement only, calls (each
+//    call of a fn is an edge of the call graph, kept with its call site).
+// 4. Walk the program body the same way, also tracking which outputs are
+//    assigned along the current path (`if` branches separately, merged after):
+//    a second assignment, an assignment inside a `for`, or a read before the
+//    assignment is an error.
+// 5. Recursion: a depth-first walk of the call graph; every back edge is a
+//    cycle, reported at its call site with the cycle named.
+// 6. Outputs that no path assigns.
+// 7. Only when there is no error: warnings for unused lets, inputs, params,
+//    scalars, fn parameters and fns (a rejected program shows errors alone).
+#include "frontend/check.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "lower/lower.h"
+#include "types.h"
+
+namespace gdl {
+
+std::optional<std::string> closest_spelling(std::string_view name, const std::vector<std::string>& candidates) {
+  // Optimal string alignment distance: insertions, deletions, substitutions
+  // and swaps of two neighbours each cost 1.
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i)
+      for (size_t j = 1; j <= b.size(); ++j) {
+        size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    return d[a.size()][b.size()];
+  };
+  size_t limit = name.size() <= 3 ? 1 : 2;
+  std::optional<std::string> best;
+  size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    if (c == name || c.size() > name.size() + limit + 1 || name.size() > c.size() + limit + 1) continue;
+    size_t dist = distance(name, c);
+    if (dist < best_distance && dist < name.size()) {
+      best_distance = dist;
+      best = c;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+std::string loc_text(SourceLoc loc) { return std::to_string(loc.line) + ":" + std::to_string(loc.col); }
+
+bool before(SourceLoc a, SourceLoc b) { return a.line != b.line ? a.line < b.line : a.col < b.col; }
+
+// Names that look like host I/O: a graph replay runs device work only.
+bool is_host_effect(std::string_view name) {
+  static const std::set<std::string_view> kNames = {"print",  "println", "printf", "puts",  "write",
+                                                    "assert", "debug",   "dump",   "trace", "eprint"};
+  return kNames.count(name) > 0;
+}
+
+enum class GlobalKind { kDim, kConst, kParam, kInput, kOutput, kScalar, kFn };
+
+// "an input", "a param", ...
+const char* kind_name(GlobalKind k) {
+  switch (k) {
+    case GlobalKind::kDim: return "a dim";
+    case GlobalKind::kConst: return "a const";
+    case GlobalKind::kParam: return "a param";
+    case GlobalKind::kInput: return "an input";
+    case GlobalKind::kOutput: return "an output";
+    case GlobalKind::kScalar: return "a scalar";
+    case GlobalKind::kFn: return "a fn";
+  }
+  return "a name";
+}
+
+struct Global {
+  GlobalKind kind;
+  SourceLoc loc;
+  bool used = false;
+};
+
+enum class LocalKind { kLet, kFnParam, kLoopVar };
+
+struct Local {
+  LocalKind kind;
+  SourceLoc loc;
+  bool used = false;
+};
+
+// One body being walked: a fn's, or the program's (fn == nullptr).
+struct Body {
+  const ast::FnDecl* fn = nullptr;
+  std::vector<std::map<std::string, Local>> scopes;
+  std::multimap<std::string, SourceLoc> all_lets;  // every let/loop variable of this body, any block
+  int loop_depth = 0;
+};
+
+struct CallEdge {
+  std::string callee;
+  SourceLoc loc;
+};
+
+class Checker {
+ public:
+  Checker(const ast::Module& m, DiagnosticSink& d) : m_(m), diags_(d) {}
+
+  void run() {
+    collect_globals();
+    check_declarations();
+    for (const ast::FnDecl& fn : m_.fns) check_fn(fn);
+    check_program_body();
+    check_recursion();
+    for (const ast::TensorDecl& t : m_.tensors)
+      if (t.role == ast::TensorRole::kOutput && !assigned_.count(t.name) && !globals_duplicate_.count(&t))
+        diags_.error(t.name_loc, "output '" + t.name + "' is never assigned",
+                     "assign it exactly once in the program body: " + t.name + " = ...;",
+                     static_cast<uint32_t>(t.name.size()));
+    if (!diags_.has_errors()) report_unused();
+  }
+
+ private:
+  // ------------------------------------------------------------ declarations
+
+  void declare(const std::string& name, SourceLoc loc, GlobalKind kind, const void* decl) {
+    if (parse_dtype(name))  // still declared below, so that its uses raise nothing more
+      diags_.error(loc, "'" + name + "' is a type name and cannot be declared", "pick another name",
+                   static_cast<uint32_t>(name.size()));
+    auto [it, inserted] = globals_.emplace(name, Global{kind, loc});
+    if (!inserted) {
+      diags_.error(loc,
+                   "'" + name + "' is already declared (as " + kind_name(it->second.kind) + " at " +
+                       loc_text(it->second.loc) + ")",
+                   "every top-level name is declared once; rename one of them", static_cast<uint32_t>(name.size()));
+      globals_duplicate_.insert(decl);
+      return;
+    }
+    if (kind == GlobalKind::kFn && is_standard_op(name))
+      diags_.error(loc, "fn '" + name + "' has the name of a standard op", "pick another name",
+                   static_cast<uint32_t>(name.size()));
+  }
+
+  void collect_globals() {
+    for (const ast::DimDecl& d : m_.dims) declare(d.name, d.name_loc, GlobalKind::kDim, &d);
+    for (const ast::ConstDecl& c : m_.consts) declare(c.name, c.name_loc, GlobalKind::kConst, &c);
+    for (const ast::TensorDecl& t : m_.tensors) {
+      GlobalKind kind = t.role == ast::TensorRole::kParam    ? GlobalKind::kParam
+                        : t.role == ast::TensorRole::kInput  ? GlobalKind::kInput
+                        : t.role == ast::TensorRole::kOutput ? GlobalKind::kOutput
+                                                             : GlobalKind::kScalar;
+      declare(t.name, t.name_loc, kind, &t);
+    }
+    for (const ast::FnDecl& f : m_.fns) declare(f.name, f.name_loc, GlobalKind::kFn, &f);
+  }
+
+  void check_declarations() {
+    Body decl_body;  // declarations see globals only
+    body_ = &decl_body;
+    for (const ast::DimDecl& d : m_.dims) {
+      expr(*d.lo);
+      expr(*d.hi);
+      for (const ast::ExprPtr& b : d.buckets) expr(*b);
+    }
+    for (const ast::ConstDecl& c : m_.consts) expr(*c.value);
+    for (const ast::TensorDecl& t : m_.tensors) {
+      type(t.type);
+      if (t.init) expr(*t.init);
+    }
+    check_const_cycles();
+    body_ = nullptr;
+  }
+
+  // A const may use consts declared anywhere, but not itself through a chain.
+  void check_const_cycles() {
+    std::map<std::string, const ast::ConstDecl*> consts;
+    for (const ast::ConstDecl& c : m_.consts) consts.emplace(c.name, &c);
+    std::map<std::string, int> state;  // 1 = on the path, 2 = done
+    std::vector<std::string> path;
+    std::function<void(const ast::ConstDecl&)> visit = [&](const ast::ConstDecl& c) {
+      state[c.name] = 1;
+      path.push_back(c.name);
+      std::vector<const ast::NameExpr*> refs;
+      collect_names(*c.value, refs);
+      for (const ast::NameExpr* ref : refs) {
+        auto it = consts.find(ref->name);
+        if (it == consts.end()) continue;
+        if (state[ref->name] == 1) {
+          std::string cycle;
+          auto start = std::find(path.begin(), path.end(), ref->name);
+          for (auto p = start; p != path.end(); ++p) cycle += *p + " -> ";
+          diags_.error(ref->loc, "const '" + ref->name + "' depends on itself: " + cycle + ref->name,
+                       "give the const a value that does not use itself", static_cast<uint32_t>(ref->name.size()));
+        } else if (state[ref->name] == 0 && path.size() < 4096) {
+          visit(*it->second);
+        }
+      }
+      path.pop_back();
+      state[c.name] = 2;
+    };
+    for (const ast::ConstDecl& c : m_.consts)
+      if (state[c.name] == 0) visit(c);
+  }
+
+  static void collect_names(const ast::Expr& e, std::vector<const ast::NameExpr*>& out) {
+    switch (e.kind) {
+      case ast::ExprKind::kName: out.push_back(&e.as<ast::NameExpr>()); break;
+      case ast::ExprKind::kUnary: collect_names(*e.as<ast::UnaryExpr>().operand, out); break;
+      case ast::ExprKind::kBinary:
+        collect_names(*e.as<ast::BinaryExpr>().lhs, out);
+        collect_names(*e.as<ast::BinaryExpr>().rhs, out);
+        break;
+      case ast::ExprKind::kCall:
+        for (const ast::Arg& a : e.as<ast::CallExpr>().args) collect_names(*a.value, out);
+        break;
+      case ast::ExprKind::kIndex: {
+        const auto& ix = e.as<ast::IndexExpr>();
+        collect_names(*ix.base, out);
+        for (const ast::Subscript& s : ix.subscripts)
+          for (const ast::ExprPtr* p : {&s.index, &s.start, &s.stop})
+            if (*p) collect_names(**p, out);
+        break;
+      }
+      case ast::ExprKind::kList:
+        for (const ast::ExprPtr& el : e.as<ast::ListExpr>().elements) collect_names(*el, out);
+        break;
+      default: break;
+    }
+  }
+
+  void type(const ast::TypeExpr& t) {
+    for (const ast::ExprPtr& d : t.dims) expr(*d);
+  }
+
+  // -------------------------------------------------------------- fn bodies
+
+  void check_fn(const ast::FnDecl& fn) {
+    Body body;
+    body.fn = &fn;
+    body_ = &body;
+    collect_lets(fn.body, body.all_lets);
+    for (const ast::FnParam& p : fn.params) type(p.type);
+    if (fn.result) type(*fn.result);
+    body.scopes.emplace_back();
+    for (const ast::FnParam& p : fn.params) {
+      if (parse_dtype(p.name)) {
+        diags_.error(p.loc, "'" + p.name + "' is a type name and cannot name a parameter", "pick another name",
+                     static_cast<uint32_t>(p.name.size()));
+        continue;
+      }
+      auto [it, inserted] = body.scopes.back().emplace(p.name, Local{LocalKind::kFnParam, p.loc});
+      if (!inserted)
+        diags_.error(p.loc, "parameter '" + p.name + "' appears twice in fn '" + fn.name + "'",
+                     "give each parameter its own name", static_cast<uint32_t>(p.name.size()));
+    }
+    misplaced_return_ = false;
+    block(fn.body, /*fn_top=*/true);
+    bool ends_with_return = !fn.body.empty() && fn.body.back()->kind == ast::StmtKind::kReturn;
+    if (!ends_with_return && !misplaced_return_)
+      diags_.error(fn.name_loc, "fn '" + fn.name + "' does not return a value",
+                   "end its body with 'return EXPR;': a fn is inlined where it is called and must give a value",
+                   static_cast<uint32_t>(fn.name.size()));
+    pop_scope();
+    body_ = nullptr;
+  }
+
+  void check_program_body() {
+    Body body;
+    body_ = &body;
+    collect_lets(m_.body, body.all_lets);
+    for (const auto& [name, loc] : body.all_lets) program_lets_.insert(name);
+    body.scopes.emplace_back();
+    block(m_.body, /*fn_top=*/false);
+    pop_scope();
+    body_ = nullptr;
+  }
+
+  static void collect_lets(const ast::Block& b, std::multimap<std::string, SourceLoc>& out) {
+    for (const ast::StmtPtr& s : b) {
+      switch (s->kind) {
+        case ast::StmtKind::kLet: {
+          const auto& let = s->as<ast::LetStmt>();
+          out.emplace(let.name, let.name_loc);
+          break;
+        }
+        case ast::StmtKind::kFor: {
+          const auto& f = s->as<ast::ForStmt>();
+          out.emplace(f.var, f.var_loc);
+          collect_lets(f.body, out);
+          break;
+        }
+        case ast::StmtKind::kIf: {
+          const auto& i = s->as<ast::IfStmt>();
+          collect_lets(i.then_body, out);
+          collect_lets(i.else_body, out);
+          break;
+        }
+        default: break;
+      }
+    }
+  }
+
+  void pop_scope() {
+    for (const auto& [name, local] : body_->scopes.back()) {
+      if (local.used || name.starts_with("_")) continue;
+      if (local.kind == LocalKind::kLet)
+        unused_.push_back({local.loc, "'" + name + "' is never used",
+                           "remove the let, or start its name with _ to keep it", name.size()});
+      else if (local.kind == LocalKind::kFnParam)
+        unused_.push_back({local.loc, "parameter '" + name + "' of fn '" + body_->fn->name + "' is never used",
+                           "remove the parameter, or start its name with _", name.size()});
+    }
+    body_->scopes.pop_back();
+  }
+
+  // --------------------------------------------------------------- statements
+
+  void block(const ast::Block& b, bool fn_top) {
+    for (size_t i = 0; i < b.size(); ++i) statement(*b[i], fn_top && i + 1 == b.size());
+  }
+
+  void scoped_block(const ast::Block& b) {
+    body_->scopes.emplace_back();
+    block(b, false);
+    pop_scope();
+  }
+
+  void statement(const ast::Stmt& s, bool fn_tail) {
+    switch (s.kind) {
+      case ast::StmtKind::kLet: {
+        const auto& let = s.as<ast::LetStmt>();
+        if (let.type) type(*let.type);
+        expr(*let.value);
+        define_local(let.name, let.name_loc, LocalKind::kLet);
+        break;
+      }
+      case ast::StmtKind::kAssign: assign(s.as<ast::AssignStmt>()); break;
+      case ast::StmtKind::kFor: {
+        const auto& f = s.as<ast::ForStmt>();
+        expr(*f.start);
+        expr(*f.stop);
+        body_->scopes.emplace_back();
+        define_local(f.var, f.var_loc, LocalKind::kLoopVar);
+        ++body_->loop_depth;
+        block(f.body, false);
+        --body_->loop_depth;
+        pop_scope();
+        break;
+      }
+      case ast::StmtKind::kIf: {
+        const auto& i = s.as<ast::IfStmt>();
+        expr(*i.cond);
+        // Each branch starts from the same assignment state; after the if an
+        // output counts as assigned when either branch may assign it.
+        auto entry = assigned_;
+        scoped_block(i.then_body);
+        auto after_then = std::move(assigned_);
+        assigned_ = entry;
+        scoped_block(i.else_body);
+        for (auto& kv : after_then) assigned_.insert(kv);
+        break;
+      }
+      case ast::StmtKind::kWhile:
+        diags_.error(s.loc, "while loops are not allowed: a CUDA graph replays a fixed set of tasks",
+                     "loops must run over a compile-time range: for i in 0..N { ... }", 5);
+        break;
+      case ast::StmtKind::kReturn: {
+        const auto& r = s.as<ast::ReturnStmt>();
+        if (!body_->fn) {
+          diags_.error(s.loc, "return outside a fn", "the program body gives its results by assigning outputs", 6);
+        } else if (!fn_tail) {
+          misplaced_return_ = true;
+          diags_.error(s.loc, "return must be the last statement of fn '" + body_->fn->name + "'",
+                       "compute the value into a let (use where(cond, a, b) to choose) and return it at the end", 6);
+        }
+        expr(*r.value);
+        break;
+      }
+      case ast::StmtKind::kExpr: expression_statement(s.as<ast::ExprStmt>()); break;
+    }
+  }
+
+  void expression_statement(const ast::ExprStmt& s) {
+    const ast::Expr& e = *s.expr;
+    if (e.kind == ast::ExprKind::kCall && is_host_effect(e.as<ast::CallExpr>().callee)) {
+      const auto& call = e.as<ast::CallExpr>();
+      diags_.error(s.loc, call.callee + "(...) is a host side effect that a CUDA graph replay cannot perform",
+                   "a graph replays a fixed set of device tasks; make the value an output and read it after the run",
+                   static_cast<uint32_t>(call.callee.size()));
+      for (const ast::Arg& a : call.args) expr(*a.value);
+      return;
+    }
+    if (e.kind == ast::ExprKind::kCall) {
+      const auto& call = e.as<ast::CallExpr>();
+      diags_.error(s.loc, "the value of " + call.callee + "(...) is not used: a call for effect does nothing here",
+                   "calls have no side effects in a graph; bind the value with let or assign it to an output",
+                   static_cast<uint32_t>(call.callee.size()));
+    } else {
+      diags_.error(s.loc, "this expression statement has no effect",
+                   "bind the value with let or assign it to an output");
+    }
+    expr(e);
+  }
+
+  void define_local(const std::string& name, SourceLoc loc, LocalKind kind) {
+    auto len = static_cast<uint32_t>(name.size());
+    if (parse_dtype(name)) {
+      diags_.error(loc, "'" + name + "' is a type name and cannot name a value", "pick another name", len);
+      return;
+    }
+    for (const auto& scope : body_->scopes) {
+      auto it = scope.find(name);
+      if (it == scope.end()) continue;
+      diags_.error(loc, "'" + name + "' is already defined at " + loc_text(it->second.loc),
+                   kind == LocalKind::kLet ? "re-bind it with '" + name + " = ...;' (no let), or pick another name"
+                                           : "pick another name for the loop variable",
+                   len);
+      return;
+    }
+    if (auto g = globals_.find(name); g != globals_.end()) {
+      diags_.error(
+          loc, "'" + name + "' is already declared as " + kind_name(g->second.kind) + " at " + loc_text(g->second.loc),
+          "pick another name", len);
+      return;
+    }
+    body_->scopes.back().emplace(name, Local{kind, loc});
+  }
+
+  Local* find_local(const std::string& name) {
+    for (auto scope = body_->scopes.rbegin(); scope != body_->scopes.rend(); ++scope)
+      if (auto it = scope->find(name); it != scope->end()) return &it->second;
+    return nullptr;
+  }
+
+  void assign(const ast::AssignStmt& a) {
+    expr(*a.value);
+    auto len = static_cast<uint32_t>(a.name.size());
+    if (Local* local = find_local(a.name)) {
+      if (local->kind == LocalKind::kLoopVar)
+        diags_.error(a.name_loc, "cannot assign to loop variable '" + a.name + "'",
+                     "it holds the iteration's index; bind a new value with let", len);
+      return;
+    }
+    auto g = globals_.find(a.name);
+    if (g == globals_.end()) {
+      unknown_name(a.name, a.name_loc, /*assigning=*/true);
+      return;
+    }
+    switch (g->second.kind) {
+      case GlobalKind::kOutput: assign_output(a); return;
+      case GlobalKind::kInput:
+        diags_.error(a.name_loc, "cannot assign to input '" + a.name + "': inputs are bound by copy before each run",
+                     "bind the new value to a name of its own: let " + a.name + "2 = ...;", len);
+        return;
+      case GlobalKind::kParam:
+        diags_.error(a.name_loc, "cannot assign to param '" + a.name + "': params are bound once by the host",
+                     "bind the new value to a name of its own: let " + a.name + "2 = ...;", len);
+        return;
+      case GlobalKind::kScalar:
+        diags_.error(a.name_loc,
+                     "cannot assign to scalar '" + a.name + "': run-time scalars are set by the host between runs",
+                     "bind the new value to a name of its own: let " + a.name + "2 = ...;", len);
+        return;
+      case GlobalKind::kConst:
+        diags_.error(a.name_loc, "cannot assign to const '" + a.name + "'",
+                     "consts are fixed at compile time; use let for a value that changes", len);
+        return;
+      case GlobalKind::kDim:
+        diags_.error(a.name_loc, "cannot assign to dim '" + a.name + "'",
+                     "a dim's value comes from the shapes bound at run time", len);
+        return;
+      case GlobalKind::kFn:
+        diags_.error(a.name_loc, "cannot assign to fn '" + a.name + "'", "bind the value with let", len);
+        return;
+    }
+  }
+
+  void assign_output(const ast::AssignStmt& a) {
+    auto len = static_cast<uint32_t>(a.name.size());
+    if (body_->fn) {
+      diags_.error(a.name_loc, "fn '" + body_->fn->name + "' cannot assign output '" + a.name + "'",
+                   "return the value and assign the output in the program body", len);
+      return;
+    }
+    if (body_->loop_depth > 0) {
+      diags_.error(a.name_loc,
+                   "output '" + a.name + "' is assigned inside a for loop: it would be assigned once per iteration",
+                   "accumulate the value in a let inside the loop and assign the output once after it", len);
+      assigned_.emplace(a.name, a.name_loc);
+      return;
+    }
+    auto [it, inserted] = assigned_.emplace(a.name, a.name_loc);
+    if (!inserted)
+      diags_.error(a.name_loc, "output '" + a.name + "' is assigned twice (first at " + loc_text(it->second) + ")",
+                   "an output is assigned exactly once; build its value with let and assign it once", len);
+  }
+
+  // -------------------------------------------------------------- expressions
+
+  void expr(const ast::Expr& e) {
+    switch (e.kind) {
+      case ast::ExprKind::kName: use_name(e.as<ast::NameExpr>()); break;
+      case ast::ExprKind::kUnary: expr(*e.as<ast::UnaryExpr>().operand); break;
+      case ast::ExprKind::kBinary:
+        expr(*e.as<ast::BinaryExpr>().lhs);
+        expr(*e.as<ast::BinaryExpr>().rhs);
+        break;
+      case ast::ExprKind::kCall: call(e.as<ast::CallExpr>()); break;
+      case ast::ExprKind::kIndex: {
+        const auto& ix = e.as<ast::IndexExpr>();
+        expr(*ix.base);
+        for (const ast::Subscript& s : ix.subscripts)
+          for (const ast::ExprPtr* p : {&s.index, &s.start, &s.stop})
+            if (*p) expr(**p);
+        break;
+      }
+      case ast::ExprKind::kList:
+        for (const ast::ExprPtr& el : e.as<ast::ListExpr>().elements) expr(*el);
+        break;
+      default: break;
+    }
+  }
+
+  void use_name(const ast::NameExpr& n) {
+    auto len = static_cast<uint32_t>(n.name.size());
+    if (Local* local = find_local(n.name)) {
+      local->used = true;
+      return;
+    }
+    auto g = globals_.find(n.name);
+    if (g == globals_.end()) {
+      if (parse_dtype(n.name))
+        diags_.error(n.loc, "'" + n.name + "' is a type, not a value",
+                     "types are written in declarations and in cast(x, " + n.name + ")", len);
+      else
+        unknown_name(n.name, n.loc, /*assigning=*/false);
+      return;
+    }
+    g->second.used = true;
+    if (g->second.kind == GlobalKind::kFn) {
+      diags_.error(n.loc, "fn '" + n.name + "' is used as a value", "call it: " + n.name + "(...)", len);
+    } else if (g->second.kind == GlobalKind::kOutput) {
+      if (body_->fn)
+        diags_.error(n.loc, "output '" + n.name + "' cannot be read inside fn '" + body_->fn->name + "'",
+                     "pass the value as an argument", len);
+      else if (body_->scopes.empty())
+        diags_.error(n.loc, "output '" + n.name + "' cannot be used in a declaration",
+                     "declarations use consts and dims only", len);
+      else if (!assigned_.count(n.name))
+        diags_.error(n.loc, "output '" + n.name + "' is read before it is assigned",
+                     "assign the output first, or use the value it will be assigned from", len);
+    }
+  }
+
+  void unknown_name(const std::string& name, SourceLoc loc, bool assigning) {
+    auto len = static_cast<uint32_t>(name.size());
+    // A let of this body that is not visible here: later, or in a block that ended.
+    auto [first, last] = body_->all_lets.equal_range(name);
+    for (auto it = first; it != last; ++it) {
+      if (before(loc, it->second)) {
+        diags_.error(loc, "'" + name + "' is used before its definition",
+                     "it is defined at " + loc_text(it->second) + "; move that let above this use", len);
+        return;
+      }
+    }
+    if (first != last) {
+      diags_.error(loc,
+                   "'" + name + "' is not visible here: its definition at " + loc_text(first->second) +
+                       " is inside a block that has ended",
+                   "declare it with let before the block and re-bind it inside", len);
+      return;
+    }
+    if (body_->fn && program_lets_.count(name)) {
+      diags_.error(loc, "fn '" + body_->fn->name + "' cannot see '" + name + "', a let of the program body",
+                   "pass it to the fn as an argument", len);
+      return;
+    }
+    std::vector<std::string> candidates;
+    for (const auto& scope : body_->scopes)
+      for (const auto& [local_name, local] : scope) candidates.push_back(local_name);
+    for (const auto& [global_name, global] : globals_)
+      if (global.kind != GlobalKind::kFn) candidates.push_back(global_name);
+    std::string message = (assigning ? "assignment to undeclared name '" : "unknown name '") + name + "'";
+    if (auto near = closest_spelling(name, candidates)) message += "; did you mean '" + *near + "'?";
+    diags_.error(loc, message,
+                 assigning ? "declare it first: let " + name + " = ...;"
+                           : "declare it with let, const, input, param or scalar before using it",
+                 len);
+  }
+
+  void call(const ast::CallExpr& c) {
+    auto len = static_cast<uint32_t>(c.callee.size());
+    bool cast = false;
+    if (auto g = globals_.find(c.callee); g != globals_.end()) {
+      if (g->second.kind == GlobalKind::kFn) {
+        g->second.used = true;
+        if (body_->fn) calls_[body_->fn->name].push_back({c.callee, c.loc});
+      } else {
+        diags_.error(c.loc, "'" + c.callee + "' is " + kind_name(g->second.kind) + ", not a fn",
+                     "only fns and standard ops can be called", len);
+      }
+    } else if (is_standard_op(c.callee)) {
+      cast = c.callee == "cast";
+    } else if (is_host_effect(c.callee)) {
+      diags_.error(c.loc, c.callee + "(...) is a host side effect that a CUDA graph replay cannot perform",
+                   "make the value an output and read it after the run", len);
+    } else {
+      std::vector<std::string> candidates = standard_op_names();
+      for (const auto& [name, global] : globals_)
+        if (global.kind == GlobalKind::kFn) candidates.push_back(name);
+      std::string message = "unknown function '" + c.callee + "'";
+      if (auto near = closest_spelling(c.callee, candidates)) message += "; did you mean '" + *near + "'?";
+      diags_.error(c.loc, message, "declare it with fn, or use a standard op from docs/language.md", len);
+    }
+    for (size_t i = 0; i < c.args.size(); ++i) {
+      const ast::Arg& a = c.args[i];
+      // cast(x, f16): the target is a type name, checked by the lowering.
+      bool type_argument =
+          cast && (a.keyword == "dtype" || (a.keyword.empty() && i == 1)) && a.value->kind == ast::ExprKind::kName;
+      if (!type_argument) expr(*a.value);
+    }
+  }
+
+  // ---------------------------------------------------------------- recursion
+
+  void check_recursion() {
+    std::map<std::string, int> state;  // 1 = on the path, 2 = done
+    for (const ast::FnDecl& root : m_.fns) {
+      if (state[root.name] != 0) continue;
+      // Iterative depth-first walk: the path is the chain of active calls.
+      struct Frame {
+        std::string fn;
+        size_t next_edge = 0;
+      };
+      std::vector<Frame> path{{root.name}};
+      state[root.name] = 1;
+      while (!path.empty()) {
+        Frame& top = path.back();
+        const std::vector<CallEdge>& edges = calls_[top.fn];
+        if (top.next_edge == edges.size()) {
+          state[top.fn] = 2;
+          path.pop_back();
+          continue;
+        }
+        const CallEdge& edge = edges[top.next_edge++];
+        int& s = state[edge.callee];
+        if (s == 1) {
+          std::string cycle;
+          auto start = std::find_if(path.begin(), path.end(), [&](const Frame& f) { return f.fn == edge.callee; });
+          for (auto f = start; f != path.end(); ++f) cycle += f->fn + " -> ";
+          cycle += edge.callee;
+          diags_.error(edge.loc, "recursive call: " + cycle,
+                       "fns are inlined at every call, so recursion would never end; "
+                       "repeat work with a for loop over a compile-time range",
+                       static_cast<uint32_t>(edge.callee.size()));
+        } else if (s == 0) {
+          s = 1;
+          path.push_back({edge.callee});
+        }
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ unused
+
+  void report_unused() {
+    for (const ast::TensorDecl& t : m_.tensors) {
+      auto g = globals_.find(t.name);
+      if (g == globals_.end() || g->second.used || t.name.starts_with("_")) continue;
+      auto len = t.name.size();
+      switch (t.role) {
+        case ast::TensorRole::kInput:
+          unused_.push_back({t.name_loc, "input '" + t.name + "' is never used",
+                             "remove it: an unused input is still copied in before every run", len});
+          break;
+        case ast::TensorRole::kParam:
+          unused_.push_back({t.name_loc, "param '" + t.name + "' is never used",
+                             "remove it: an unused param still takes device memory", len});
+          break;
+        case ast::TensorRole::kScalar:
+          unused_.push_back({t.name_loc, "scalar '" + t.name + "' is never used", "remove it", len});
+          break;
+        case ast::TensorRole::kOutput: break;
+      }
+    }
+    for (const ast::FnDecl& f : m_.fns) {
+      auto g = globals_.find(f.name);
+      if (g != globals_.end() && !g->second.used && !f.name.starts_with("_"))
+        unused_.push_back({f.name_loc, "fn '" + f.name + "' is never called", "remove it, or call it", f.name.size()});
+    }
+    for (const Unused& u : unused_) diags_.warning(u.loc, u.message, u.hint, static_cast<uint32_t>(u.length));
+  }
+
+  struct Unused {
+    SourceLoc loc;
+    std::string message, hint;
+    size_t length;
+  };
+
+  const ast::Module& m_;
+  DiagnosticSink& diags_;
+  std::map<std::string, Global> globals_;
+  std::set<const void*> globals_duplicate_;  // declarations rejected as duplicates
+  std::set<std::string> program_lets_;
+  std::map<std::string, std::vector<CallEdge>> calls_;
+  std::map<std::string, SourceLoc> assigned_;  // outputs assigned on the current path
+  std::vector<Unused> unused_;
+  Body* body_ = nullptr;
+  bool misplaced_return_ = false;
+};
+
+}  // namespace
+
+void check_module(const ast::Module& module, DiagnosticSink& diags) { Checker(module, diags).run(); }
+
+}  // namespace gdl

@@ -1,0 +1,67 @@
+// The CPU reference interpreter: executes an IR graph for one binding of the
+// run-time dims. It is the oracle for every GPU test and the fallback that
+// runs programs on machines without a GPU.
+//
+// Values are held as doubles. Every op computes (and accumulates) in double,
+// then rounds its result to the node's dtype, so a value held here is exactly
+// representable in that dtype and encodes to raw bytes without loss.
+#pragma once
+
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gdl/status.h"
+#include "ir.h"
+
+namespace gdl {
+
+struct HostTensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // concrete extents
+  std::vector<double> data;    // row-major, rounded to dtype
+  int64_t size() const { return static_cast<int64_t>(data.size()); }
+};
+
+// Capacity mode (the buckets policy): when valid_dims is not empty, `dims`
+// holds the capacity of each run-time dim (the extents values are laid out
+// with) and valid_dims the value the run is for (lo <= valid <= capacity).
+// Inputs are bound at their capacity shape; positions past the valid count
+// along a run-time axis are padding (fill them with NaN to prove they never
+// leak: pad_to_capacity). Ops that combine elements along a padded axis
+// (sum, mean, max, softmax, layernorm, rmsnorm, the contracted K of a
+// matmul, attention positions) use only the valid positions, and mean
+// divides by the valid count; every other op computes the padding too. The
+// valid part of every output (valid_part) then equals the plain run.
+struct Bindings {
+  std::vector<int64_t> dims;                   // value of each run-time dim (Graph::dims order); capacity in capacity mode
+  std::map<std::string, HostTensor> tensors;   // inputs and params by name
+  std::map<std::string, double> scalars;       // run-time scalars; missing ones take their default
+  std::vector<int64_t> valid_dims;             // capacity mode: the valid value of each run-time dim; empty otherwise
+};
+
+// Evaluates one non-leaf node from its argument values (args[i] is the value
+// of node.args[i]). Internal errors (a malformed node) abort; user errors
+// cannot reach this point because the checker rejected them. In capacity
+// mode arg_valid[i] holds the valid extents of args[i] (its shape with the
+// valid dims); empty means every position is valid.
+HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> args,
+                     const std::vector<int64_t>& dims, std::span<const std::vector<int64_t>> arg_valid = {});
+
+// Capacity mode helpers. pad_to_capacity lays a tensor of shape `s` at the
+// valid dims out at the capacity dims, `fill` in the padding;
+// valid_part copies the valid block of a tensor laid out at capacity.
+HostTensor pad_to_capacity(const HostTensor& valid, const Shape& s, const std::vector<int64_t>& capacity, double fill);
+HostTensor valid_part(const HostTensor& padded, const Shape& s, const std::vector<int64_t>& valid);
+
+// Checks bindings against the graph (every input and param present, dtype and
+// shape equal, dims inside their bounds; in capacity mode valid dims inside
+// [lo, capacity] and no padded dim that padding_blockers names)
+// and returns a Status error naming the first mismatch.
+Status validate_bindings(const ir::Graph& g, const Bindings& b);
+
+// Runs the whole graph; returns every output by name.
+Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const Bindings& b);
+
+}  // namespace gdl

@@ -1,0 +1,33 @@
+// The elaborator: AST -> IR. Evaluates compile-time values, inlines fns,
+// unrolls `for`, folds `if`, and checks every op's dtypes and shapes.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "frontend/ast.h"
+#include "frontend/diagnostics.h"
+#include "ir.h"
+
+namespace gdl {
+
+// Lowers a module that check_module accepted. Every problem goes to diags;
+// nullopt when this call reported an error. The graph has one leaf per input,
+// param and scalar declaration (declaration order, even when unused) and its
+// outputs in declaration order.
+std::optional<ir::Graph> lower_module(const ast::Module& module, DiagnosticSink& diags);
+
+// The standard ops callable from gdl (exp, matmul, layernorm, ...), for the
+// checker's unknown-function diagnostics.
+bool is_standard_op(std::string_view name);
+const std::vector<std::string>& standard_op_names();
+
+// Limits that keep elaboration finite on hostile input.
+inline constexpr int64_t kMaxLoopIterations = 65536;         // one `for`
+inline constexpr size_t kMaxIrNodes = 1'000'000;             // the whole graph
+inline constexpr int64_t kMaxElaborationSteps = 20'000'000;  // statements run + fns inlined
+inline constexpr int kMaxInlineDepth = 256;                  // nested fn calls
+
+}  // namespace gdl

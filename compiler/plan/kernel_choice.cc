@@ -1,0 +1,350 @@
+// Kernel choice for matmul and attention steps.
+//
+// choose_matmul:
+// 1. Rows: when every batch dim of b is 1, b is shared and the batch of a
+//    folds into its rows; rows_min / rows_max are the row count at every
+//    run-time dim's lower / upper bound.
+// 2. Kernels: non-float dtypes take the general kernel. Floats take the
+//    rows kernel when b is shared and some binding has at most
+//    kMatmulRowsLimit rows, and the tiled kernel (tensor cores for f16 and
+//    bf16, FMA for f32) when some binding has more, or when b is batched.
+// 3. Splits: a kernel's output tiles (rows kernel: 128-byte column strips
+//    of b; tiled kernels: 64 x 128 tiles at the largest binding) are
+//    multiplied by a K split count so that the launch has about
+//    kTargetMultiprocessors * kMatmulBlocksPerSM blocks, at most
+//    kMaxSplits, and each split keeps at least kMinKPerSplit positions of
+//    K. Then the count drops until the partial tiles fit
+//    kMaxScratchBytes.
+//    The tensor-core kernel's 2 to 8 splits of a tile with b shared run
+//    as one thread-block cluster (tile_cluster) when the launch has at most
+//    a block per multiprocessor; so do the rows kernel's splits of a strip
+//    (rows_cluster).
+// 4. Scratch: one ticket per tile and splits partial tiles, for whichever
+//    kernel needs more (only one runs per launch); none for a cluster.
+//
+// choose_attention: for the split kernel, positions split into about
+// kTargetMultiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
+// parts, at most kAttentionMaxSplits, each at least 64 positions long at the
+// largest T. The streamed kernel is possible for static head dims whose
+// rows are 8 to 32 whole 16-byte vectors; its ring (the layout of
+// gdl::AttentionStream) sets how many blocks share a multiprocessor, and
+// its splits aim at filling them, each at least a stage and 64 positions
+// long. Scratch is one ticket per row and, per row and split, (max, sum)
+// and DV partial sums, for the largest binding and the kernel with more
+// splits.
+#include "plan/kernel_choice.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "frontend/diagnostics.h"
+#include "internal_error.h"
+
+namespace gdl {
+namespace {
+
+constexpr int64_t kRowsLanes = 8;  // gdl_matmul.cuh: mm::kRowLanes
+constexpr int64_t kTileRows = kMatmulTileRows, kTileCols = kMatmulTileCols;
+// Positions of K that one split part of a matmul keeps at least (rows and
+// tiled kernels; four K steps of the tensor-core kernel, eight of the FMA
+// one). 128 rather than 64: measured on the H200, W2 H=1024 (K =
+// 1024, 8 parts instead of 16) f16 B=1 63.1 -> 60.7 us, B=8 74.5 -> 67.1,
+// B=64 193 -> 181, f32 B=64 223 -> 213; the last part adds fewer partials.
+constexpr int64_t kMinKPerSplit = 128;
+constexpr int64_t kMinPositionsPerSplit = 64;  // attention
+
+uint64_t align256(uint64_t n) { return (n + 255) / 256 * 256; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t extent_at(const Dim& d, const ir::Graph& g, bool upper) {
+  if (!d.is_runtime()) return d.extent;
+  const DimInfo& info = g.dims.at(static_cast<size_t>(d.symbol));
+  return upper ? info.hi : info.lo;
+}
+
+int64_t product_at(const Shape& s, size_t from, size_t to, const ir::Graph& g, bool upper) {
+  int64_t n = 1;
+  for (size_t i = from; i < to && i < s.size(); ++i) n *= std::max<int64_t>(0, extent_at(s[i], g, upper));
+  return n;
+}
+
+int64_t pow2_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Rows of one batch entry of a tiled kernel (the batch folded in when b is
+// shared), and its output tiles, at the largest binding.
+int64_t tile_rows(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
+  const Shape& rs = n.type.shape;
+  return std::max<int64_t>(1, c.fold_batch ? c.rows_max : extent_at(rs[rs.size() - 2], g, true));
+}
+int64_t tile_count(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
+  const Shape& rs = n.type.shape;
+  const size_t batch_rank = rs.size() - 2;
+  return (c.fold_batch ? 1 : product_at(rs, 0, batch_rank, g, true)) * ceil_div(tile_rows(g, n, c), kTileRows) *
+         ceil_div(std::max<int64_t>(1, extent_at(rs.back(), g, true)), kTileCols);
+}
+
+// A positive count from the environment variable `name`; 0 when it is
+// unset or not a positive number. Read once per knob (the callers keep it).
+int64_t env_count(const char* name) {
+  const char* text = std::getenv(name);
+  const long long v = text ? std::atoll(text) : 0;
+  return v >= 1 ? static_cast<int64_t>(v) : 0;
+}
+
+// GDL_MAX_SPLITS=N caps every split count (matmul K, attention positions)
+// at N. An experiment knob, for measuring what the splits cost
+// (docs/performance.md); unset, the choice below stands.
+int64_t split_cap() {
+  static const int64_t cap = [] {
+    const int64_t v = env_count("GDL_MAX_SPLITS");
+    return v >= 1 ? v : std::max<int64_t>(kMaxSplits, kAttentionMaxSplits);
+  }();
+  return cap;
+}
+
+// GDL_ATTENTION_STREAM=0 leaves every attention to the split kernel,
+// GDL_ATTENTION_KV_EARLY=0 makes the streamed kernel wait before its first
+// copies even of a param KV cache,
+// GDL_ATTENTION_RING_KIB=N sets the streamed kernel's ring to about N KiB
+// and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage;
+// GDL_ATTENTION_SPLITS=N asks for N splits of a row (within the same caps).
+// Experiment knobs like the one above, for A/B runs of the kernels.
+bool env_off(const char* name) {
+  const char* text = std::getenv(name);
+  return text && std::string(text) == "0";
+}
+bool attention_stream_allowed() {
+  static const bool allowed = !env_off("GDL_ATTENTION_STREAM");
+  return allowed;
+}
+bool attention_kv_early_allowed() {
+  static const bool allowed = !env_off("GDL_ATTENTION_KV_EARLY");
+  return allowed;
+}
+int64_t attention_stage_positions() {
+  static const int64_t n = env_count("GDL_ATTENTION_STAGE_POSITIONS");
+  return n;
+}
+int64_t attention_splits_wanted() {
+  static const int64_t n = env_count("GDL_ATTENTION_SPLITS");
+  return n;
+}
+int64_t attention_ring_bytes() {
+  static const int64_t bytes = [] {
+    const int64_t kib = env_count("GDL_ATTENTION_RING_KIB");
+    return kib >= 1 ? kib * 1024 : kAttentionStreamRingBytes;
+  }();
+  return bytes;
+}
+
+// Whether the `splits` K splits of each of `units` output tiles (or rows
+// kernel strips) run as one thread-block cluster: 2 to kMaxClusterSplits
+// of them, and only where every block of the launch can have a
+// multiprocessor of its own. Measured on the H200, W2 H=1024 B=64 (64
+// blocks) went from 137 to 85 us with clusters, but H=4096 B=64 (256
+// blocks in 32 clusters of 8) from 317 to 333 (f16) and 357 to 381 us
+// (bf16), presumably because fewer clusters of 8 than that fit the GPCs at
+// once. A cluster's blocks are consecutive along grid.y, which then holds
+// every part (below 65535, so never folded into the work).
+bool split_as_cluster(int splits, int64_t units) {
+  return splits > 1 && splits <= kMaxClusterSplits && units * splits <= kTargetMultiprocessors;
+}
+
+// Splits of `tiles` output tiles: about the blocks that fill the GPU, at
+// most `most`, at least one.
+int split_count(int64_t tiles, int64_t blocks_wanted, int64_t most) {
+  int64_t s = blocks_wanted / std::max<int64_t>(1, tiles);
+  return static_cast<int>(std::clamp<int64_t>(std::min({s, most, split_cap()}), 1, kMaxSplits));
+}
+
+}  // namespace
+
+int64_t matmul_strip_columns(DType t) { return kRowsLanes * (16 / static_cast<int64_t>(dtype_size(t))); }
+
+const char* matmul_kernel_name(MatmulKernel k) {
+  switch (k) {
+    case MatmulKernel::kGeneral: return "general";
+    case MatmulKernel::kRows: return "rows";
+    case MatmulKernel::kMma: return "mma";
+    case MatmulKernel::kSimt: return "simt";
+  }
+  return "general";
+}
+
+uint64_t SplitScratchSize::ticket_bytes() const { return align256(static_cast<uint64_t>(tickets) * 4); }
+uint64_t SplitScratchSize::partial_bytes() const { return align256(static_cast<uint64_t>(partial_floats) * 4); }
+
+MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
+  GDL_INTERNAL_ASSERT(n.op == ir::Op::kMatMul && n.args.size() == 2, "choose_matmul on a node that is not a matmul");
+  const Shape& as = g.node(n.args[0]).type.shape;
+  const Shape& bs = g.node(n.args[1]).type.shape;
+  const Shape& rs = n.type.shape;
+  GDL_INTERNAL_ASSERT(as.size() >= 2 && bs.size() >= 2 && rs.size() >= 2, "matmul operands of rank < 2");
+  MatmulChoice c;
+  // 1. rows
+  c.fold_batch = std::all_of(bs.begin(), bs.end() - 2, [](const Dim& d) { return !d.is_runtime() && d.extent == 1; });
+  const size_t batch_rank = rs.size() - 2;
+  const Dim& m = rs[batch_rank];
+  const int64_t batch_max = product_at(rs, 0, batch_rank, g, true);
+  c.rows_min = extent_at(m, g, false) * (c.fold_batch ? product_at(rs, 0, batch_rank, g, false) : 1);
+  c.rows_max = extent_at(m, g, true) * (c.fold_batch ? batch_max : 1);
+  const int64_t n_max = extent_at(rs.back(), g, true);
+  const int64_t k_max = extent_at(as.back(), g, true);
+  const DType t = n.type.dtype;
+
+  // 2. kernels
+  if (!is_float(t)) {
+    c.use_rows = false;
+    c.use_tiles = true;
+    c.tiles = MatmulKernel::kGeneral;
+    return c;
+  }
+  c.use_rows = c.fold_batch && c.rows_min <= kMatmulRowsLimit;
+  c.use_tiles = !c.use_rows || c.rows_max > kMatmulRowsLimit;
+  c.tiles = t == DType::kF32 ? MatmulKernel::kSimt : MatmulKernel::kMma;
+
+  // 3. splits
+  const int64_t blocks_wanted = kTargetMultiprocessors * kMatmulBlocksPerSM;
+  const int64_t strip_cols = matmul_strip_columns(t);
+  const int64_t strips = ceil_div(std::max<int64_t>(1, n_max), strip_cols);
+  const int64_t rows_held = std::min(std::max<int64_t>(1, c.rows_max), kMatmulRowsLimit);
+  const int64_t tiles = tile_count(g, n, c);  // at the largest binding
+  if (c.use_rows) {
+    c.row_tile = static_cast<int>(std::min<int64_t>(pow2_at_least(rows_held), t == DType::kF32 ? 16 : 8));
+    c.rows_splits = split_count(strips, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
+    while (c.rows_splits > 1 &&
+           static_cast<uint64_t>(c.rows_splits * strips * rows_held * strip_cols) * 4 > kMaxScratchBytes)
+      --c.rows_splits;
+    c.rows_cluster = split_as_cluster(c.rows_splits, strips);
+  }
+  if (c.use_tiles && c.tiles != MatmulKernel::kGeneral) {
+    c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
+    while (c.tile_splits > 1 &&
+           static_cast<uint64_t>(c.tile_splits * tiles * kTileRows * kTileCols) * 4 > kMaxScratchBytes)
+      --c.tile_splits;
+    c.tile_cluster = c.tiles == MatmulKernel::kMma && c.fold_batch && split_as_cluster(c.tile_splits, tiles);
+  }
+
+  // 4. scratch
+  if (c.use_rows && c.rows_splits > 1 && !c.rows_cluster) {
+    c.scratch.tickets = std::max(c.scratch.tickets, strips);
+    c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.rows_splits * strips * rows_held * strip_cols);
+  }
+  if (c.use_tiles && c.tile_splits > 1 && !c.tile_cluster) {
+    c.scratch.tickets = std::max(c.scratch.tickets, tiles);
+    c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.tile_splits * tiles * kTileRows * kTileCols);
+  }
+  return c;
+}
+
+AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
+  GDL_INTERNAL_ASSERT(n.op == ir::Op::kAttention && n.args.size() == 4, "choose_attention on a node that is not attention");
+  const Shape& qs = g.node(n.args[0]).type.shape;
+  const Shape& ks = g.node(n.args[1]).type.shape;
+  const Shape& vs = g.node(n.args[2]).type.shape;
+  GDL_INTERNAL_ASSERT(qs.size() >= 2 && ks.size() >= 3 && vs.size() >= 3, "attention operand ranks");
+  const int64_t rows_min = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, false));
+  const int64_t rows_max = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, true));
+  const int64_t t_max = std::max<int64_t>(1, extent_at(ks[ks.size() - 2], g, true));
+  const int64_t dv_max = std::max<int64_t>(1, extent_at(vs.back(), g, true));
+  // Splits of at least `min_positions` positions aiming at `blocks` blocks, within the scratch cap.
+  auto splits_for = [&](int64_t blocks, int64_t min_positions) {
+    const int64_t most = std::min({int64_t{kAttentionMaxSplits}, ceil_div(t_max, min_positions), split_cap()});
+    int64_t s = std::clamp<int64_t>(blocks / rows_min, 1, std::max<int64_t>(1, most));
+    while (s > 1 && static_cast<uint64_t>(rows_max * s * (2 + dv_max)) * 4 > kMaxScratchBytes) --s;
+    return static_cast<int>(s);
+  };
+  AttentionChoice c;
+  c.splits = splits_for(kTargetMultiprocessors * kAttentionBlocksPerSM, kMinPositionsPerSplit);
+
+  const Dim& d = qs.back();
+  const Dim& dv = vs.back();
+  const int64_t esize = static_cast<int64_t>(dtype_size(n.type.dtype));
+  const bool float_type = n.type.dtype == DType::kF16 || n.type.dtype == DType::kBF16 || n.type.dtype == DType::kF32;
+  const bool whole_vectors = !d.is_runtime() && !dv.is_runtime() && (d.extent * esize) % 16 == 0 &&
+                             (dv.extent * esize) % 16 == 0;
+  if (attention_stream_allowed() && float_type && whole_vectors) {
+    // The layout of gdl::AttentionStream (gdl_attention.cuh).
+    const int64_t qv = d.extent * esize / 16, vv = dv.extent * esize / 16;
+    if (std::max(qv, vv) >= 8 && std::max(qv, vv) <= 32) {
+      const int64_t lanes = pow2_at_least(std::max(qv, vv));
+      // f16/bf16 heads of 64-256 take the tensor-core scores (att::StreamMma):
+      // 16-row tiles shared by the 8 warps, 64 positions a stage by default.
+      // The others take att::StreamLanes: 256 / lanes groups, 32 positions.
+      const bool mma = esize == 2 && d.extent % 64 == 0 && dv.extent % 64 == 0;  // == att::StreamUsesMma
+      const int64_t unit = mma ? 16 : 256 / lanes;
+      const int64_t asked = attention_stage_positions() > 0 ? attention_stage_positions() : (mma ? 64 : 32);
+      const int64_t positions = mma ? std::min<int64_t>(pow2_at_least(std::max(asked, unit)), 128)  // tiles dividing 8 warps
+                                    : (std::max(asked, unit) + unit - 1) / unit * unit;
+      const int64_t stage = positions * (d.extent + dv.extent) * esize;
+      c.stream_stages = static_cast<int>(std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12));
+      // A large ring (the knob) leaves room for the block's static shared memory.
+      while (c.stream_stages > 2 && c.stream_stages * stage > kSharedBytesPerSM - 8 * 1024) --c.stream_stages;
+      c.stream_positions = static_cast<int>(positions);
+      c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
+      const int64_t per_sm = std::max<int64_t>(1, kSharedBytesPerSM / (c.stream_shared_bytes + 1024));
+      const int64_t wanted = attention_splits_wanted();
+      c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : kTargetMultiprocessors * per_sm,
+                                   std::max(kMinPositionsPerSplit, positions));
+    }
+  }
+  c.stream_early = attention_kv_early_allowed();
+  const int most = std::max(c.splits, c.stream_splits);
+  if (most > 1) {
+    c.scratch.tickets = rows_max;
+    c.scratch.partial_floats = rows_max * most * (2 + dv_max);
+  }
+  return c;
+}
+
+uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& n) {
+  const MatmulChoice c = choose_matmul(g, n);
+  if (!c.use_rows && c.tiles == MatmulKernel::kGeneral) return 0;
+  const Shape& as = g.node(n.args[0]).type.shape;
+  const Shape& rs = n.type.shape;
+  const uint64_t row_bytes = static_cast<uint64_t>(std::max<int64_t>(1, extent_at(as.back(), g, true))) *
+                             dtype_size(n.type.dtype);
+  const int64_t n_max = std::max<int64_t>(1, extent_at(rs.back(), g, true));
+  uint64_t most = 0;
+  if (c.use_rows) {  // every block takes every row, MR at a time
+    const int64_t blocks = ceil_div(n_max, matmul_strip_columns(n.type.dtype)) * c.rows_splits;
+    most = static_cast<uint64_t>(blocks * std::min(c.rows_max, kMatmulRowsLimit)) * row_bytes;
+  }
+  if (c.use_tiles) {  // the fold: the parts of a tile share its rows' statistics
+    most = std::max(most, static_cast<uint64_t>(tile_count(g, n, c) * std::min(tile_rows(g, n, c), kTileRows)) * row_bytes);
+  }
+  return most;
+}
+
+ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
+  if (values.size() < 2) return ir::kNoValue;
+  const ir::Node& first = g.node(values[0]);
+  const ir::Node& second = g.node(values[1]);
+  const bool norm = first.op == ir::Op::kLayerNorm || first.op == ir::Op::kRmsNorm;
+  return norm && second.op == ir::Op::kMatMul && second.args.at(0) == values[0] ? values[0] : ir::kNoValue;
+}
+
+SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
+  if (values.empty()) return {};
+  const bool prologue = matmul_prologue(g, values) != ir::kNoValue;
+  const ir::Node& anchor = g.node(values[prologue ? 1 : 0]);
+  if (anchor.op == ir::Op::kMatMul) {
+    const MatmulChoice c = choose_matmul(g, anchor);
+    SplitScratchSize need = c.scratch;
+    if (prologue && c.use_tiles && c.tile_splits > 1 && !c.tile_cluster) {  // the fold: each part's column sums, each tile's statistics
+      const int64_t tiles = tile_count(g, anchor, c);
+      need.partial_floats = std::max(need.partial_floats, c.tile_splits * tiles * (kTileRows * kTileCols + 2 * kTileCols) +
+                                                              tiles * 2 * kTileRows);
+    }
+    return need;
+  }
+  if (anchor.op == ir::Op::kAttention) return choose_attention(g, anchor).scratch;
+  return {};
+}
+
+}  // namespace gdl

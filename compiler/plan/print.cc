@@ -1,0 +1,188 @@
+// The plan in words and as a picture: the listing of `gdlc --emit=plan`
+// (print_plan) and the Graphviz DOT of `gdlc --emit=graph` (plan_to_dot).
+#include "plan/print.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "plan/chains.h"
+
+namespace gdl::plan {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+bool is_leaf(Op op) { return ir::op_info(op).cls == ir::OpClass::kLeaf; }
+
+std::string human_bytes(uint64_t n) {
+  if (n < 1024) return std::to_string(n) + " B";
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n) / 1024.0;
+  int u = 0;
+  while (v >= 1024.0 && u < 3) v /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+// The shortest of %g and %.17g that reads back as the same double.
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string value_ref(ValueId v) { return "%" + std::to_string(v); }
+
+// The ops of a step for listings: all of them up to kListedOps, else the
+// first few, the last and how many values there are.
+constexpr size_t kListedOps = 16;
+std::string step_summary(const Plan& p, const Step& s) {
+  if (s.values.size() <= kListedOps) return step_ops(p, s);
+  std::string out;
+  for (size_t i = 0; i < 6; ++i) out += std::string(ir::op_name(p.graph.node(s.values[i]).op)) + "+";
+  return out + "...+" + ir::op_name(p.graph.node(s.values.back()).op) + " (" + std::to_string(s.values.size()) +
+         " values)";
+}
+
+std::string region_text(const Buffer& b) {
+  switch (b.region) {
+    case Region::kArena: return "arena @" + std::to_string(b.offset) + " (" + human_bytes(b.bytes) + ")";
+    case Region::kParams: return "params @" + std::to_string(b.offset) + " (" + human_bytes(b.bytes) + ")";
+    case Region::kNone: break;
+  }
+  return "by value";
+}
+
+std::string dot_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------- print_plan
+
+std::string print_plan(const Plan& p) {
+  const ir::Graph& g = p.graph;
+  std::string out = "plan " + g.program_name + ": " + std::to_string(p.steps.size()) + " steps\n";
+  // Before plan_memory (a dump after an earlier pass) nothing has a buffer yet.
+  const bool placed = p.buffers.size() == g.nodes.size();
+  auto where = [&](ValueId v) { return placed ? region_text(p.buffers[static_cast<size_t>(v)]) : std::string("(not placed yet)"); };
+  std::vector<bool> written(g.nodes.size(), false);
+  for (const Step& st : p.steps) written.at(static_cast<size_t>(st.result)) = true;
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const ir::Node& n = g.nodes[v];
+    bool view = !is_leaf(n.op) && !written[v] && placed && p.buffers[v].region != Region::kNone;
+    if (!is_leaf(n.op) && !view) continue;
+    out += "  " + value_ref(static_cast<ValueId>(v)) + " " + ir::op_name(n.op);
+    if (is_leaf(n.op) && n.op != Op::kConstant) out += " \"" + n.name + "\"";
+    if (n.op == Op::kConstant || n.op == Op::kScalar) out += (n.op == Op::kScalar ? " default " : " ") + number_text(n.attrs.value);
+    if (view) out += " view of " + value_ref(n.args[0]);
+    out += " : " + type_to_string(n.type, g.dims) + " -> " + where(static_cast<ValueId>(v)) + "\n";
+  }
+  // "step 3: matmul+add+gelu [%9 %10 %11] reads %8 %5 %7 -> %11 f16[B, 1024] in arena @0 (128.0 KiB); after 2"
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& st = p.steps[s];
+    const ir::Node& n = g.node(st.result);
+    out += "  step " + std::to_string(s) + ": " + step_summary(p, st) + " [";
+    for (size_t i = 0; i < st.values.size(); ++i) {
+      if (st.values.size() > kListedOps && i == 6) {
+        out += " ...";
+        i = st.values.size() - 1;
+      }
+      out += (i ? " " : "") + value_ref(st.values[i]);
+    }
+    out += "]";
+    if (!st.reads.empty()) out += " reads";
+    for (ValueId r : st.reads) out += " " + value_ref(r);
+    out += " -> " + value_ref(st.result) + " " + type_to_string(n.type, g.dims) + " in " + where(st.result);
+    if (!st.deps.empty()) {
+      out += "; after";
+      for (size_t d = 0; d < st.deps.size(); ++d) out += (d ? ", " : " ") + std::to_string(st.deps[d]);
+    }
+    if (st.tickets_bytes > 0 || st.scratch_bytes > 0)
+      out += "; scratch: tickets @" + std::to_string(st.tickets_offset) + ", partials @" +
+             std::to_string(st.scratch_offset) + " (" + human_bytes(st.scratch_bytes) + ")";
+    out += "\n";
+  }
+  for (const Chain& c : p.chains)
+    out += "  chain: steps " + std::to_string(c.first) + "-" + std::to_string(c.last) +
+           " as one persistent kernel while the rows are at most " + std::to_string(kChainMaxRows) +
+           (c.row_groups > 0 ? ", and one in " + std::to_string(c.row_groups) + " row groups of " +
+                                   std::to_string(kChainMaxRows) + " up to " +
+                                   std::to_string(c.row_groups * kChainMaxRows)
+                             : std::string()) +
+           " (K = " + std::to_string(c.k) + "); exchange @" + std::to_string(c.scratch_offset) + " (" +
+           human_bytes(chain_exchange_bytes(c.k, c.row_groups)) + "), tensor maps @" +
+           std::to_string(c.scratch_offset + chain_tensor_maps_at(c, 0)) + "\n";
+  for (const ir::Output& o : g.outputs)
+    out += "  output \"" + o.name + "\" = " + value_ref(o.value) + " -> " + where(o.value) + "\n";
+  out += "arena " + human_bytes(p.arena_bytes) + " (naive " + human_bytes(p.naive_bytes) + ", live lower bound " +
+         human_bytes(p.live_lower_bound) + "), params " + human_bytes(p.params_bytes);
+  if (p.scratch_bytes > 0) out += ", scratch " + human_bytes(p.scratch_bytes);
+  out += "\n";
+  return out;
+}
+
+// ---------------------------------------------------------------- plan_to_dot
+
+std::string plan_to_dot(const Plan& p) {
+  const ir::Graph& g = p.graph;
+  std::string out = "digraph \"" + dot_escape(g.program_name) + "\" {\n  node [fontname=\"monospace\"];\n";
+  // The step that writes each value's storage, for edges into output boxes.
+  std::vector<int> writer(g.nodes.size(), -1);
+  for (size_t s = 0; s < p.steps.size(); ++s) writer[static_cast<size_t>(p.steps[s].result)] = static_cast<int>(s);
+  auto source_of = [&](ValueId v) -> std::string {
+    // Through views to the value that owns the storage.
+    while (writer[static_cast<size_t>(v)] < 0 && (g.node(v).op == Op::kReshape || g.node(v).op == Op::kSlice))
+      v = g.node(v).args[0];
+    if (writer[static_cast<size_t>(v)] >= 0) return "s" + std::to_string(writer[static_cast<size_t>(v)]);
+    Op op = g.node(v).op;
+    if (op == Op::kInput || op == Op::kParam) return "v" + std::to_string(v);
+    return "";
+  };
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const ir::Node& n = g.nodes[v];
+    if (n.op != Op::kInput && n.op != Op::kParam) continue;
+    out += "  v" + std::to_string(v) + " [shape=box" + (n.op == Op::kParam ? ", style=dashed" : "") + ", label=\"" +
+           ir::op_name(n.op) + " " + dot_escape(n.name) + "\\n" + dot_escape(type_to_string(n.type, g.dims)) + "\"];\n";
+  }
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& st = p.steps[s];
+    out += "  s" + std::to_string(s) + " [label=\"#" + std::to_string(s) + " " + step_summary(p, st) + "\\n" +
+           dot_escape(type_to_string(g.node(st.result).type, g.dims)) + "\"];\n";
+  }
+  // A chain's steps in one box: one kernel runs them while the rows are at most kChainMaxRows.
+  for (size_t c = 0; c < p.chains.size(); ++c) {
+    out += "  subgraph cluster_chain" + std::to_string(c) + " {\n    label=\"chain " + std::to_string(c) +
+           ": one kernel at <= " + std::to_string(kChainMaxRows) + " rows" +
+           (p.chains[c].row_groups > 0 ? ", one at <= " + std::to_string(p.chains[c].row_groups * kChainMaxRows)
+                                       : std::string()) +
+           "\";\n    style=dashed;\n   ";
+    for (int s = p.chains[c].first; s <= p.chains[c].last; ++s) out += " s" + std::to_string(s) + ";";
+    out += "\n  }\n";
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    out += "  o" + std::to_string(i) + " [shape=box, style=bold, label=\"output " + dot_escape(g.outputs[i].name) + "\"];\n";
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    for (int d : p.steps[s].deps) out += "  s" + std::to_string(d) + " -> s" + std::to_string(s) + ";\n";
+    for (ValueId r : p.steps[s].reads) {
+      std::string src = source_of(r);
+      if (!src.empty() && src[0] == 'v') out += "  " + src + " -> s" + std::to_string(s) + " [style=dashed];\n";
+    }
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    std::string src = source_of(g.outputs[i].value);
+    if (!src.empty()) out += "  " + src + " -> o" + std::to_string(i) + ";\n";
+  }
+  return out + "}\n";
+}
+
+}  // namespace gdl::plan

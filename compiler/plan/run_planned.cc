@@ -1,0 +1,96 @@
+// run_planned (run_planned.h) executes the plan in two host byte arrays
+// laid out as planned (poisoned with 0xFF, NaN in every float dtype):
+// 1. bind inputs and params by copy into their buffers;
+// 2. per step, decode the values it reads from their buffers, evaluate its
+//    values with the interpreter's eval_node, encode its result;
+// 3. decode the outputs from their buffers.
+#include "plan/run_planned.h"
+
+#include <deque>
+
+#include "plan/check.h"
+
+namespace gdl::plan {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
+std::string value_ref(ValueId v) { return "%" + std::to_string(v); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- run_planned
+
+Expected<std::map<std::string, HostTensor>> run_planned(const Plan& p, const Bindings& b) {
+  const ir::Graph& g = p.graph;
+  if (Status s = validate_bindings(g, b); !s.ok()) return s;
+  if (std::string problem = check_plan(p); !problem.empty()) return Status::Internal("unsound plan: " + problem);
+
+  constexpr unsigned char kPoison = 0xFF;  // NaN in every float dtype: a read of unwritten bytes shows
+  std::vector<unsigned char> arena(p.arena_bytes, kPoison), params(p.params_bytes, kPoison);
+  // The bytes of value v for the current dims; check_plan proved they fit.
+  auto storage = [&](ValueId v) -> unsigned char* {
+    const Buffer& buf = p.buffers[static_cast<size_t>(v)];
+    return (buf.region == Region::kArena ? arena.data() : params.data()) + buf.offset;
+  };
+  auto decode = [&](ValueId v) {
+    const ir::Node& n = g.node(v);
+    HostTensor t;
+    t.dtype = n.type.dtype;
+    t.shape = concrete_shape(n.type.shape, b.dims);
+    if (has_no_storage(n.op)) {
+      double value = n.attrs.value;
+      if (auto it = b.scalars.find(n.name); n.op == Op::kScalar && it != b.scalars.end()) value = it->second;
+      t.data.assign(static_cast<size_t>(element_count(n.type.shape, b.dims)), round_to_dtype(value, t.dtype));
+      return t;
+    }
+    const unsigned char* bytes = storage(v);
+    t.data.resize(static_cast<size_t>(element_count(n.type.shape, b.dims)));
+    for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = load_element(bytes, t.dtype, i);
+    return t;
+  };
+  auto encode = [&](ValueId v, const HostTensor& t) {
+    unsigned char* bytes = storage(v);
+    for (size_t i = 0; i < t.data.size(); ++i) store_element(bytes, t.dtype, i, t.data[i]);
+  };
+
+  // 1. Bind inputs and params by copy into their buffers.
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const ir::Node& n = g.nodes[v];
+    if (n.op == Op::kInput || n.op == Op::kParam) encode(static_cast<ValueId>(v), b.tensors.at(n.name));
+  }
+
+  // 2. Each step: decode what it reads, evaluate its values, encode its result.
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& st = p.steps[s];
+    std::map<ValueId, HostTensor> local;
+    std::deque<HostTensor> loaded;  // stable addresses for the argument pointers
+    std::vector<const HostTensor*> args;
+    for (ValueId v : st.values) {
+      const ir::Node& n = g.node(v);
+      args.clear();
+      for (ValueId a : n.args) {
+        if (auto it = local.find(a); it != local.end()) {
+          args.push_back(&it->second);
+        } else {
+          loaded.push_back(decode(a));
+          args.push_back(&loaded.back());
+        }
+      }
+      HostTensor result = eval_node(n, args, b.dims);
+      if (result.size() != element_count(n.type.shape, b.dims))
+        return Status::Internal("step " + std::to_string(s) + ": " + value_ref(v) + " has the wrong element count");
+      local[v] = std::move(result);
+    }
+    encode(st.result, local.at(st.result));
+  }
+
+  // 3. Outputs, read after the run.
+  std::map<std::string, HostTensor> results;
+  for (const ir::Output& o : g.outputs) results[o.name] = decode(o.value);
+  return results;
+}
+
+}  // namespace gdl::plan

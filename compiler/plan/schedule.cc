@@ -1,0 +1,79 @@
+// schedule_steps (schedule.h):
+// 1. An output that is a leaf (input, param, constant, run-time scalar)
+//    gets an identity kReshape node appended to the graph, and the output
+//    names that node instead: every output then owns a buffer that a step
+//    writes, read after the run, which a later bind cannot change.
+// 2. The graph's topological order (ValueId order) is the schedule. Every
+//    non-leaf node becomes one Step, except a view, which runs nothing: a
+//    kReshape shares its argument's buffer; a kSlice whose elements are one
+//    contiguous row-major run at an offset that no run-time dim changes
+//    (contiguous_slice_offset: `W[l]`, `bias[l]`) is the part of its
+//    argument's buffer that holds them. A view still gets a step when its
+//    argument has no storage (a constant or scalar) or when it is an output
+//    whose storage would otherwise be an input or a param (an output owns
+//    its buffer).
+// 3. A step reads each argument that has storage, once, in argument order.
+#include "plan/schedule.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace gdl::plan {
+namespace {
+
+using ir::Op;
+using ir::ValueId;
+
+bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
+bool is_leaf(Op op) { return ir::op_info(op).cls == ir::OpClass::kLeaf; }
+
+}  // namespace
+
+Plan schedule_steps(ir::Graph graph) {
+  Plan p;
+  p.graph = std::move(graph);
+  // 1. Outputs over leaves.
+  for (ir::Output& o : p.graph.outputs) {
+    const ir::Node& leaf = p.graph.node(o.value);
+    if (!is_leaf(leaf.op)) continue;
+    ir::Node copy;
+    copy.op = Op::kReshape;
+    copy.args = {o.value};
+    copy.type = leaf.type;
+    copy.name = o.name;
+    copy.loc = o.loc;
+    o.value = p.graph.add(std::move(copy));
+  }
+  const ir::Graph& g = p.graph;
+  const size_t count = g.nodes.size();
+  std::vector<bool> is_output(count, false);
+  for (const ir::Output& o : g.outputs) is_output.at(static_cast<size_t>(o.value)) = true;
+
+  // 2-3. Steps; a view's storage is its argument's owner's.
+  std::vector<ValueId> owner(count);
+  std::iota(owner.begin(), owner.end(), 0);
+  auto stored = [&](ValueId v) { return !has_no_storage(g.node(owner[static_cast<size_t>(v)]).op); };
+  for (size_t v = 0; v < count; ++v) {
+    const ir::Node& n = g.nodes[v];
+    if (is_leaf(n.op)) continue;
+    bool view = (n.op == Op::kReshape && n.args.size() == 1) || contiguous_slice_offset(g, n).has_value();
+    if (view && stored(n.args[0])) {
+      ValueId root = owner[static_cast<size_t>(n.args[0])];
+      Op root_op = g.node(root).op;
+      bool output_over_bound_leaf = is_output[v] && (root_op == Op::kInput || root_op == Op::kParam);
+      if (!output_over_bound_leaf) {
+        owner[v] = root;
+        continue;
+      }
+    }
+    Step s;
+    s.values = {static_cast<ValueId>(v)};
+    s.result = static_cast<ValueId>(v);
+    for (ValueId a : n.args)
+      if (stored(a) && std::find(s.reads.begin(), s.reads.end(), a) == s.reads.end()) s.reads.push_back(a);
+    p.steps.push_back(std::move(s));
+  }
+  return p;
+}
+
+}  // namespace gdl::plan

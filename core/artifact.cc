@@ -1,0 +1,681 @@
+// The .gdlx artifact: writer and reader.
+//
+// 1. serialize_artifact encodes the payload with a small little-endian
+//    writer: lengths as u32 before every string and vector, doubles by
+//    their bit pattern, enums as u8. Order: graph (name, dims, nodes with
+//    every field, outputs), plan (buffers, steps with their scratch, memory
+//    summary, scratch area and chains), kernel table (kernels, then each
+//    step's choices), module (arch, CUBIN, PTX, NVRTC version, cache flag,
+//    compile time), CUDA source. Then it prepends the header: magic, format version,
+//    payload size, FNV-1a 64 checksum of the payload.
+// 2. deserialize_artifact checks the header in the order that gives the
+//    most useful message: magic, version, payload size, checksum.
+// 3. It then decodes the payload with a reader that never trusts a byte:
+//    every read is bounds-checked (failure sticks, later reads yield 0),
+//    every count is capped by the bytes left divided by the smallest
+//    encoding of one element, every enum is range-checked, every value id
+//    must name an earlier node, every shape has a bounded element count.
+// 4. Last, the decoded artifact must pass verify_artifact. Any failure is a
+//    DataLoss status; a corrupt file never reaches the runtime.
+// verify_artifact: ir::verify_structure, plan::verify_plan, the ABI's
+// limits (run-time dims, scalars, bounds within int32), then the kernel
+// table: per kernel a symbol, a launch rule a device can take, steps in
+// range, a rows range, scalars that exist, tensor maps inside the scratch
+// area (aligned, not overlapping each other) and the params region; per step
+// choices that name kernels covering it, ending in one that always applies
+// and is not cooperative; a kernel over several steps chosen alike by each
+// of them (the same choices before it); a module image when there are steps.
+#include "artifact.h"
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include <algorithm>
+
+namespace gdl {
+namespace {
+
+constexpr uint8_t kMagic[8] = {'G', 'D', 'L', 'X', '\r', '\n', 0x1a, '\n'};
+constexpr size_t kHeaderBytes = sizeof kMagic + 4 + 8 + 8;
+// Bounds that keep every later size computation inside int64.
+constexpr int64_t kMaxExtent = int64_t{1} << 32;
+constexpr uint64_t kMaxElements = uint64_t{1} << 48;
+
+uint64_t fnv1a64(std::span<const uint8_t> bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint8_t b : bytes) {
+    h ^= b;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// ------------------------------------------------------------------ writer
+
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(v); }
+  void u32(uint32_t v) { put(v, 4); }
+  void u64(uint64_t v) { put(v, 8); }
+  void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void f64(double v) { u64(std::bit_cast<uint64_t>(v)); }
+  void boolean(bool v) { u8(v ? 1 : 0); }
+  void length(size_t n) { u32(static_cast<uint32_t>(n)); }
+  void str(const std::string& s) {
+    length(s.size());
+    out_.insert(out_.end(), s.begin(), s.end());
+  }
+  void bytes(const std::vector<uint8_t>& b) {
+    length(b.size());
+    out_.insert(out_.end(), b.begin(), b.end());
+  }
+  template <typename T, typename F>
+  void vec(const std::vector<T>& v, F each) {
+    length(v.size());
+    for (const T& x : v) each(x);
+  }
+  std::vector<uint8_t>& out() { return out_; }
+
+ private:
+  void put(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  std::vector<uint8_t> out_;
+};
+
+void write_loc(Writer& w, const SourceLoc& loc) {
+  w.u32(loc.line);
+  w.u32(loc.col);
+}
+
+void write_shape(Writer& w, const Shape& s) {
+  w.vec(s, [&](const Dim& d) {
+    w.i64(d.extent);
+    w.i32(d.symbol);
+  });
+}
+
+void write_graph(Writer& w, const ir::Graph& g) {
+  w.str(g.program_name);
+  w.vec(g.dims, [&](const DimInfo& d) {
+    w.str(d.name);
+    w.i64(d.lo);
+    w.i64(d.hi);
+    w.vec(d.buckets, [&](int64_t b) { w.i64(b); });
+    w.u8(static_cast<uint8_t>(d.policy));
+    w.str(d.padding_blocker);
+  });
+  w.vec(g.nodes, [&](const ir::Node& n) {
+    w.u8(static_cast<uint8_t>(n.op));
+    w.vec(n.args, [&](ir::ValueId a) { w.i32(a); });
+    w.u8(static_cast<uint8_t>(n.type.dtype));
+    write_shape(w, n.type.shape);
+    w.f64(n.attrs.value);
+    w.i32(n.attrs.axis);
+    w.boolean(n.attrs.keepdims);
+    w.vec(n.attrs.ints, [&](int64_t i) { w.i64(i); });
+    w.str(n.name);
+    write_loc(w, n.loc);
+  });
+  w.vec(g.outputs, [&](const ir::Output& o) {
+    w.str(o.name);
+    w.i32(o.value);
+    write_loc(w, o.loc);
+  });
+}
+
+void write_plan(Writer& w, const plan::Plan& p) {
+  w.vec(p.buffers, [&](const plan::Buffer& b) {
+    w.u8(static_cast<uint8_t>(b.region));
+    w.u64(b.offset);
+    w.u64(b.bytes);
+  });
+  auto ids = [&](const std::vector<ir::ValueId>& v) { w.vec(v, [&](ir::ValueId id) { w.i32(id); }); };
+  w.vec(p.steps, [&](const plan::Step& s) {
+    ids(s.values);
+    w.i32(s.result);
+    ids(s.reads);
+    w.vec(s.deps, [&](int d) { w.i32(d); });
+    w.u64(s.tickets_offset);
+    w.u64(s.tickets_bytes);
+    w.u64(s.scratch_offset);
+    w.u64(s.scratch_bytes);
+  });
+  w.u64(p.arena_bytes);
+  w.u64(p.params_bytes);
+  w.u64(p.naive_bytes);
+  w.u64(p.live_lower_bound);
+  w.u64(p.scratch_bytes);
+  w.vec(p.chains, [&](const plan::Chain& c) {
+    w.i32(c.first);
+    w.i32(c.last);
+    w.i64(c.k);
+    w.i64(c.row_groups);
+    w.u64(c.scratch_offset);
+    w.u64(c.scratch_bytes);
+  });
+}
+
+void write_launch(Writer& w, const LaunchRule& rule) {
+  write_shape(w, rule.work);
+  w.i64(rule.items_per_block);
+  w.u32(rule.grid_y);
+  w.u32(rule.block);
+  w.u32(rule.shared_bytes);
+}
+
+void write_kernels(Writer& w, const KernelTable& t) {
+  w.vec(t.kernels, [&](const Kernel& k) {
+    w.str(k.symbol);
+    write_launch(w, k.launch);
+    w.i32(k.first_step);
+    w.i32(k.last_step);
+    write_shape(w, k.rows);
+    w.i64(k.min_rows);
+    w.i64(k.max_rows);
+    w.vec(k.scalars_used, [&](int s) { w.i32(s); });
+    w.boolean(k.depends_on_dims);
+    w.boolean(k.early_start);
+    w.boolean(k.cooperative);
+    w.vec(k.tensor_maps, [&](const TensorMap& m) {
+      w.u64(m.scratch_offset);
+      w.u64(m.params_offset);
+      w.u32(m.element_bytes);
+      w.u64(m.columns);
+      w.u64(m.rows);
+      w.u64(m.row_stride_bytes);
+      w.u32(m.box_columns);
+      w.u32(m.box_rows);
+      w.u32(m.swizzle_bytes);
+    });
+  });
+  w.vec(t.step_choices, [&](const std::vector<int>& c) { w.vec(c, [&](int k) { w.i32(k); }); });
+}
+
+void write_module(Writer& w, const CompiledModule& m) {
+  w.str(m.arch);
+  w.bytes(m.cubin);
+  w.str(m.ptx);
+  w.i32(m.nvrtc_major);
+  w.i32(m.nvrtc_minor);
+  w.boolean(m.from_cache);
+  w.f64(m.compile_ms);
+}
+
+// ------------------------------------------------------------------ reader
+
+// Bounds-checked decoding. The first failure is kept; afterwards every read
+// returns zero and every count is zero, so decoding runs to its end safely.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> data) : data_(data) {}
+
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+  size_t left() const { return data_.size() - pos_; }
+  void fail(std::string why) {
+    if (error_.empty()) error_ = std::move(why);
+  }
+
+  uint8_t u8() { return static_cast<uint8_t>(get(1)); }
+  uint32_t u32() { return static_cast<uint32_t>(get(4)); }
+  uint64_t u64() { return get(8); }
+  int32_t i32() { return static_cast<int32_t>(u32()); }
+  int64_t i64() { return static_cast<int64_t>(u64()); }
+  double f64() { return std::bit_cast<double>(u64()); }
+  bool boolean(const char* what) {
+    uint8_t v = u8();
+    if (v > 1) fail(std::string(what) + " is " + std::to_string(v) + ", not 0 or 1");
+    return v == 1;
+  }
+  // An enum stored as u8 whose largest valid value is `last`.
+  template <typename E>
+  E enumeration(E last, const char* what) {
+    uint8_t v = u8();
+    if (v > static_cast<uint8_t>(last)) fail(std::string("unknown ") + what + " " + std::to_string(v));
+    return failed() ? E{} : static_cast<E>(v);
+  }
+  // A vector length; each element takes at least `min_bytes` bytes.
+  size_t count(size_t min_bytes, const char* what) {
+    uint32_t n = u32();
+    if (failed()) return 0;
+    if (n > left() / min_bytes) {
+      fail(std::string(what) + " count " + std::to_string(n) + " exceeds the bytes left");
+      return 0;
+    }
+    return n;
+  }
+  std::string str(const char* what) {
+    size_t n = count(1, what);
+    if (failed()) return {};
+    std::string s(reinterpret_cast<const char*>(data_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  std::vector<uint8_t> bytes(const char* what) {
+    size_t n = count(1, what);
+    if (failed()) return {};
+    std::vector<uint8_t> b(data_.begin() + static_cast<std::ptrdiff_t>(pos_),
+                           data_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
+    pos_ += n;
+    return b;
+  }
+
+ private:
+  uint64_t get(size_t n) {
+    if (failed()) return 0;
+    if (left() < n) {
+      fail("it ends inside a field");
+      return 0;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(data_[pos_ + i]) << (8 * i);
+    pos_ += n;
+    return v;
+  }
+
+  std::span<const uint8_t> data_;
+  size_t pos_ = 0;
+  std::string error_;
+};
+
+SourceLoc read_loc(Reader& r) {
+  SourceLoc loc;
+  loc.line = r.u32();
+  loc.col = r.u32();
+  return loc;
+}
+
+// A shape whose dims name declared run-time dims and whose largest element
+// count stays far inside int64.
+Shape read_shape(Reader& r, const std::vector<DimInfo>& dims, const std::string& where) {
+  Shape s(r.count(12, "shape rank"));
+  if (s.size() > static_cast<size_t>(kMaxRank)) r.fail(where + ": rank " + std::to_string(s.size()) + " exceeds 4");
+  uint64_t elements = 1;
+  for (Dim& d : s) {
+    if (r.failed()) break;
+    d.extent = r.i64();
+    d.symbol = r.i32();
+    if (d.symbol < -1 || d.symbol >= static_cast<int>(dims.size()))
+      r.fail(where + ": run-time dim #" + std::to_string(d.symbol) + " is not declared");
+    if (d.extent < 0 || d.extent > kMaxExtent) r.fail(where + ": extent " + std::to_string(d.extent) + " is out of range");
+    if (r.failed()) break;
+    auto extent = static_cast<uint64_t>(d.is_runtime() ? dims[static_cast<size_t>(d.symbol)].hi : d.extent);
+    if (extent == 0) continue;
+    if (elements > kMaxElements / extent) r.fail(where + ": the shape holds too many elements");
+    elements *= extent;
+  }
+  return s;
+}
+
+ir::Graph read_graph(Reader& r) {
+  ir::Graph g;
+  g.program_name = r.str("program name");
+  g.dims.resize(r.count(22, "dim"));
+  for (DimInfo& d : g.dims) {
+    if (r.failed()) break;
+    d.name = r.str("dim name");
+    d.lo = r.i64();
+    d.hi = r.i64();
+    if (d.lo < 0 || d.hi < d.lo || d.hi > kMaxExtent) r.fail("dim " + d.name + " has bounds out of range");
+    d.buckets.resize(r.count(8, "bucket"));
+    for (int64_t& b : d.buckets) b = r.i64();
+    d.policy = r.enumeration(DimPolicy::kUpdate, "dim policy");
+    d.padding_blocker = r.str("padding blocker");
+  }
+  g.nodes.resize(r.count(39, "node"));
+  for (size_t i = 0; i < g.nodes.size() && !r.failed(); ++i) {
+    ir::Node& n = g.nodes[i];
+    std::string where = "node %" + std::to_string(i);
+    n.op = r.enumeration(static_cast<ir::Op>(ir::kOpCount - 1), "op");
+    n.args.resize(r.count(4, "argument"));
+    for (ir::ValueId& a : n.args) {
+      a = r.i32();
+      if (!r.failed() && (a < 0 || static_cast<size_t>(a) >= i))
+        r.fail(where + " reads %" + std::to_string(a) + ", which does not precede it");
+    }
+    n.type.dtype = r.enumeration(DType::kBool, "dtype");
+    n.type.shape = read_shape(r, g.dims, where);
+    n.attrs.value = r.f64();
+    n.attrs.axis = r.i32();
+    n.attrs.keepdims = r.boolean("keepdims");
+    n.attrs.ints.resize(r.count(8, "int attribute"));
+    for (int64_t& v : n.attrs.ints) v = r.i64();
+    n.name = r.str("node name");
+    n.loc = read_loc(r);
+  }
+  g.outputs.resize(r.count(16, "output"));
+  for (ir::Output& o : g.outputs) {
+    if (r.failed()) break;
+    o.name = r.str("output name");
+    o.value = r.i32();
+    if (!r.failed() && (o.value < 0 || static_cast<size_t>(o.value) >= g.nodes.size()))
+      r.fail("output '" + o.name + "' names %" + std::to_string(o.value) + ", which does not exist");
+    o.loc = read_loc(r);
+  }
+  return g;
+}
+
+std::vector<ir::ValueId> read_ids(Reader& r, size_t value_count, const std::string& where) {
+  std::vector<ir::ValueId> ids(r.count(4, "value id"));
+  for (ir::ValueId& id : ids) {
+    id = r.i32();
+    if (!r.failed() && (id < 0 || static_cast<size_t>(id) >= value_count))
+      r.fail(where + " names %" + std::to_string(id) + ", which does not exist");
+  }
+  return ids;
+}
+
+void read_plan(Reader& r, plan::Plan& p) {
+  size_t values = p.graph.nodes.size();
+  p.buffers.resize(r.count(17, "buffer"));
+  if (!r.failed() && p.buffers.size() != values)
+    r.fail(std::to_string(p.buffers.size()) + " buffers for " + std::to_string(values) + " values");
+  for (plan::Buffer& b : p.buffers) {
+    if (r.failed()) break;
+    b.region = r.enumeration(plan::Region::kNone, "region");
+    b.offset = r.u64();
+    b.bytes = r.u64();
+  }
+  p.steps.resize(r.count(48, "step"));
+  for (size_t s = 0; s < p.steps.size() && !r.failed(); ++s) {
+    plan::Step& st = p.steps[s];
+    std::string where = "step " + std::to_string(s);
+    st.values = read_ids(r, values, where);
+    st.result = r.i32();
+    if (!r.failed() && (st.result < 0 || static_cast<size_t>(st.result) >= values))
+      r.fail(where + " writes %" + std::to_string(st.result) + ", which does not exist");
+    st.reads = read_ids(r, values, where);
+    st.deps.resize(r.count(4, "dep"));
+    for (int& d : st.deps) {
+      d = r.i32();
+      if (!r.failed() && (d < 0 || static_cast<size_t>(d) >= s)) r.fail(where + " waits for a step that is not earlier");
+    }
+    st.tickets_offset = r.u64();
+    st.tickets_bytes = r.u64();
+    st.scratch_offset = r.u64();
+    st.scratch_bytes = r.u64();
+  }
+  p.arena_bytes = r.u64();
+  p.params_bytes = r.u64();
+  p.naive_bytes = r.u64();
+  p.live_lower_bound = r.u64();
+  p.scratch_bytes = r.u64();
+  p.chains.resize(r.count(40, "chain"));
+  for (plan::Chain& c : p.chains) {  // verify_plan judges them
+    c.first = r.i32();
+    c.last = r.i32();
+    c.k = r.i64();
+    c.row_groups = r.i64();
+    c.scratch_offset = r.u64();
+    c.scratch_bytes = r.u64();
+  }
+}
+
+LaunchRule read_launch(Reader& r, const ir::Graph& g, const std::string& where) {
+  LaunchRule rule;
+  rule.work = read_shape(r, g.dims, where);
+  rule.items_per_block = r.i64();
+  rule.grid_y = r.u32();
+  rule.block = r.u32();
+  rule.shared_bytes = r.u32();
+  if (!r.failed() && (rule.items_per_block < 1 || rule.grid_y < 1 || rule.block < 1 || rule.block > 1024))
+    r.fail(where + " has an impossible launch rule");
+  return rule;
+}
+
+// Counts and ranges only; verify_artifact judges the values.
+KernelTable read_kernels(Reader& r, const ir::Graph& g) {
+  KernelTable t;
+  t.kernels.resize(r.count(67, "kernel"));
+  for (size_t i = 0; i < t.kernels.size() && !r.failed(); ++i) {
+    Kernel& k = t.kernels[i];
+    const std::string where = "kernel " + std::to_string(i);
+    k.symbol = r.str("kernel symbol");
+    k.launch = read_launch(r, g, where);
+    k.first_step = r.i32();
+    k.last_step = r.i32();
+    k.rows = read_shape(r, g.dims, where + "'s rows");
+    k.min_rows = r.i64();
+    k.max_rows = r.i64();
+    k.scalars_used.resize(r.count(4, "scalar index"));
+    for (int& s : k.scalars_used) s = r.i32();
+    k.depends_on_dims = r.boolean("depends_on_dims");
+    k.early_start = r.boolean("early_start");
+    k.cooperative = r.boolean("cooperative");
+    k.tensor_maps.resize(r.count(64, "tensor map"));
+    for (TensorMap& m : k.tensor_maps) {
+      m.scratch_offset = r.u64();
+      m.params_offset = r.u64();
+      m.element_bytes = r.u32();
+      m.columns = r.u64();
+      m.rows = r.u64();
+      m.row_stride_bytes = r.u64();
+      m.box_columns = r.u32();
+      m.box_rows = r.u32();
+      m.swizzle_bytes = r.u32();
+    }
+  }
+  t.step_choices.resize(r.count(4, "step's choices"));
+  for (std::vector<int>& c : t.step_choices) {
+    if (r.failed()) break;
+    c.resize(r.count(4, "choice"));
+    for (int& k : c) k = r.i32();
+  }
+  return t;
+}
+
+CompiledModule read_module(Reader& r) {
+  CompiledModule m;
+  m.arch = r.str("arch");
+  m.cubin = r.bytes("cubin");
+  m.ptx = r.str("ptx");
+  m.nvrtc_major = r.i32();
+  m.nvrtc_minor = r.i32();
+  m.from_cache = r.boolean("from_cache");
+  m.compile_ms = r.f64();
+  return m;
+}
+
+uint64_t read_le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+std::string verify_artifact(const Artifact& a) {
+  const plan::Plan& p = a.plan;
+  const ir::Graph& g = p.graph;
+  if (std::string problem = ir::verify_structure(g); !problem.empty()) return "holds an invalid graph: " + problem;
+  if (std::string problem = plan::verify_plan(p); !problem.empty()) return "holds an unsound plan: " + problem;
+
+  // The kernel ABI: gdl_args holds kMaxRuntimeDims ints and kMaxScalars values.
+  if (g.dims.size() > static_cast<size_t>(kMaxRuntimeDims))
+    return "has " + std::to_string(g.dims.size()) + " run-time dims; the kernel ABI holds " +
+           std::to_string(kMaxRuntimeDims);
+  for (const DimInfo& d : g.dims)
+    if (d.hi > INT32_MAX) return "dim " + d.name + " has an upper bound above 2^31-1";
+  const size_t scalar_count = g.leaves(ir::Op::kScalar).size();
+  if (scalar_count > static_cast<size_t>(kMaxScalars))
+    return "has " + std::to_string(scalar_count) + " run-time scalars; the kernel ABI holds " +
+           std::to_string(kMaxScalars);
+
+  // The kernel table.
+  const KernelTable& t = a.kernels;
+  const size_t steps = p.steps.size();
+  const uint64_t scratch_begin = p.arena_bytes, scratch_end = p.arena_bytes + p.scratch_bytes;
+  std::vector<std::pair<uint64_t, uint64_t>> maps;  // every tensor map's bytes
+  for (size_t i = 0; i < t.kernels.size(); ++i) {
+    const Kernel& k = t.kernels[i];
+    const std::string where = "kernel " + std::to_string(i) + " ('" + k.symbol + "')";
+    if (k.symbol.empty()) return "kernel " + std::to_string(i) + " has no symbol";
+    const LaunchRule& r = k.launch;
+    if (r.block < 1 || r.block > 1024 || r.grid_y < 1 || r.grid_y > 65535 || r.items_per_block < 1)
+      return where + " has an impossible launch rule";
+    if (k.first_step < 0 || k.last_step < k.first_step || static_cast<size_t>(k.last_step) >= steps)
+      return where + " computes steps that the plan does not have";
+    if (k.min_rows < 0 || k.max_rows < k.min_rows) return where + " has an empty rows range";
+    for (int s : k.scalars_used)
+      if (s < 0 || static_cast<size_t>(s) >= scalar_count) return where + " uses a scalar that does not exist";
+    for (const TensorMap& m : k.tensor_maps) {
+      const bool swizzle_ok = m.swizzle_bytes == 0 || m.swizzle_bytes == 32 || m.swizzle_bytes == 64 || m.swizzle_bytes == 128;
+      const bool shape_ok = (m.element_bytes == 1 || m.element_bytes == 2 || m.element_bytes == 4) && m.columns > 0 &&
+                            m.rows > 0 && m.columns <= (uint64_t{1} << 32) && m.rows <= (uint64_t{1} << 32) &&
+                            m.row_stride_bytes >= m.columns * m.element_bytes && m.row_stride_bytes % 16 == 0 &&
+                            m.box_columns >= 1 && m.box_columns <= 256 && m.box_rows >= 1 && m.box_rows <= 256 &&
+                            m.box_columns <= m.columns && m.box_rows <= m.rows;
+      if (!swizzle_ok || !shape_ok) return where + " has a malformed tensor map";
+      if (m.scratch_offset % 64 != 0 || m.scratch_offset < scratch_begin || m.scratch_offset > scratch_end ||
+          kTensorMapBytes > scratch_end - m.scratch_offset)
+        return where + " puts a tensor map outside the scratch area";
+      const uint64_t tensor_bytes = (m.rows - 1) * m.row_stride_bytes + m.columns * m.element_bytes;
+      if (m.params_offset % 16 != 0 || m.params_offset > p.params_bytes || tensor_bytes > p.params_bytes - m.params_offset)
+        return where + " maps a tensor outside the params region";
+      maps.push_back({m.scratch_offset, m.scratch_offset + kTensorMapBytes});
+    }
+  }
+  std::sort(maps.begin(), maps.end());
+  for (size_t i = 1; i < maps.size(); ++i)
+    if (maps[i].first < maps[i - 1].second) return "has two tensor maps in the same bytes";
+  for (size_t i = 0; i < t.kernels.size(); ++i) {
+    const Kernel& k = t.kernels[i];
+    for (int s = k.first_step; s < k.last_step + 1 && k.first_step != k.last_step; ++s) {
+      const std::vector<int>* c = static_cast<size_t>(s) < t.step_choices.size() ? &t.step_choices[static_cast<size_t>(s)] : nullptr;
+      if (!c || std::find(c->begin(), c->end(), static_cast<int>(i)) == c->end())
+        return "kernel '" + k.symbol + "' computes step " + std::to_string(s) + ", which never chooses it";
+    }
+  }
+  if (t.step_choices.size() != steps)
+    return "has kernel choices for " + std::to_string(t.step_choices.size()) + " steps, the plan " + std::to_string(steps);
+  for (size_t s = 0; s < steps; ++s) {
+    const std::vector<int>& choices = t.step_choices[s];
+    const std::string where = "step " + std::to_string(s);
+    if (choices.empty()) return where + " has no kernel";
+    for (int c : choices) {
+      if (c < 0 || static_cast<size_t>(c) >= t.kernels.size()) return where + " chooses a kernel that does not exist";
+      const Kernel& k = t.kernels[static_cast<size_t>(c)];
+      if (static_cast<size_t>(k.first_step) > s || static_cast<size_t>(k.last_step) < s)
+        return where + " chooses kernel '" + k.symbol + "', which does not compute it";
+    }
+    const Kernel& last = t.kernels[static_cast<size_t>(choices.back())];
+    if (!applies_always(last) || last.cooperative || last.first_step != last.last_step)
+      return where + "'s last kernel choice ('" + last.symbol + "') does not run it at every binding on every device";
+    // A kernel of several steps is a node for all of them: every one of
+    // them must reach it through the same choices.
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const Kernel& k = t.kernels[static_cast<size_t>(choices[i])];
+      if (k.first_step == k.last_step || static_cast<size_t>(k.first_step) == s) continue;
+      const std::vector<int>& first = t.step_choices[static_cast<size_t>(k.first_step)];
+      if (first.size() <= i || !std::equal(choices.begin(), choices.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                           first.begin()))
+        return where + " reaches kernel '" + k.symbol + "' through other choices than its first step";
+    }
+  }
+  if (steps > 0 && a.module.cubin.empty() && a.module.ptx.empty()) return "has neither CUBIN nor PTX";
+  return "";
+}
+
+std::vector<uint8_t> serialize_artifact(const Artifact& a) {
+  Writer payload;
+  write_graph(payload, a.plan.graph);
+  write_plan(payload, a.plan);
+  write_kernels(payload, a.kernels);
+  write_module(payload, a.module);
+  payload.str(a.cuda_source);
+
+  Writer file;
+  for (uint8_t b : kMagic) file.u8(b);
+  file.u32(kArtifactVersion);
+  file.u64(payload.out().size());
+  file.u64(fnv1a64(payload.out()));
+  std::vector<uint8_t>& out = file.out();
+  out.insert(out.end(), payload.out().begin(), payload.out().end());
+  return std::move(out);
+}
+
+Expected<Artifact> deserialize_artifact(std::span<const uint8_t> bytes) {
+  // 2. Header.
+  if (bytes.empty()) return Status::DataLoss("artifact is truncated: the file is empty");
+  size_t magic_seen = std::min(bytes.size(), sizeof kMagic);
+  if (std::memcmp(bytes.data(), kMagic, magic_seen) != 0) return Status::DataLoss("not a gdl artifact (bad magic)");
+  if (bytes.size() < kHeaderBytes)
+    return Status::DataLoss("artifact is truncated: " + std::to_string(bytes.size()) + " bytes, the header alone is " +
+                            std::to_string(kHeaderBytes));
+  auto version = static_cast<uint32_t>(read_le(bytes.data() + 8, 4));
+  if (version != kArtifactVersion)
+    return Status::DataLoss("artifact format version " + std::to_string(version) + ", this gdl reads version " +
+                            std::to_string(kArtifactVersion) + ": recompile the program with this gdlc");
+  uint64_t payload_size = read_le(bytes.data() + 12, 8);
+  uint64_t checksum = read_le(bytes.data() + 20, 8);
+  std::span<const uint8_t> payload = bytes.subspan(kHeaderBytes);
+  if (payload.size() < payload_size)
+    return Status::DataLoss("artifact is truncated: " + std::to_string(payload.size()) + " of " +
+                            std::to_string(payload_size) + " payload bytes");
+  if (payload.size() > payload_size)
+    return Status::DataLoss("artifact has " + std::to_string(payload.size() - payload_size) +
+                            " bytes after its payload: the file is corrupt");
+  if (fnv1a64(payload) != checksum) return Status::DataLoss("artifact checksum mismatch: the file is corrupt");
+
+  // 3. Payload.
+  Reader r(payload);
+  Artifact a;
+  a.plan.graph = read_graph(r);
+  read_plan(r, a.plan);
+  a.kernels = read_kernels(r, a.plan.graph);
+  a.module = read_module(r);
+  a.cuda_source = r.str("cuda source");
+  if (!r.failed() && r.left() != 0) r.fail(std::to_string(r.left()) + " bytes are left over");
+  if (r.failed()) return Status::DataLoss("artifact payload is malformed: " + r.error());
+
+  // 4. Meaning.
+  if (std::string problem = verify_artifact(a); !problem.empty()) return Status::DataLoss("artifact " + problem);
+  return a;
+}
+
+Status write_artifact(const std::string& path, const Artifact& a) {
+  std::vector<uint8_t> bytes = serialize_artifact(a);
+  // Write beside the target and rename, so a reader never sees half a file.
+  std::string temp = path + ".tmp";
+  std::FILE* f = std::fopen(temp.c_str(), "wb");
+  if (!f) return Status::InvalidArgument("cannot write artifact '" + path + "': " + std::strerror(errno));
+  bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    int err = errno;
+    std::remove(temp.c_str());
+    return Status::InvalidArgument("cannot write artifact '" + path + "': " + std::strerror(err));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(temp.c_str());
+    return Status::InvalidArgument("cannot write artifact '" + path + "': " + std::strerror(err));
+  }
+  return Status::Ok();
+}
+
+Expected<Artifact> read_artifact(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    int err = errno;
+    std::string why = "cannot open artifact '" + path + "': " + std::strerror(err);
+    return err == ENOENT ? Status::NotFound(why) : Status::InvalidArgument(why);
+  }
+  std::vector<uint8_t> bytes;
+  uint8_t chunk[1 << 16];
+  size_t n;
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
+  bool read_error = std::ferror(f) != 0;
+  std::fclose(f);
+  if (read_error) return Status::InvalidArgument("cannot read artifact '" + path + "'");
+  Expected<Artifact> a = deserialize_artifact(bytes);
+  if (!a.ok()) return Status(a.status().code(), "'" + path + "': " + a.status().message());
+  return a;
+}
+
+}  // namespace gdl

@@ -1,0 +1,47 @@
+// The .gdlx artifact: everything the runtime needs, no compiler required.
+//
+// Layout: magic "GDLX\r\n\x1a\n", u32 format version, u64 payload size,
+// u64 FNV-1a 64 checksum of the payload, then the payload (graph, plan,
+// kernel table, module image). All integers little-endian. A file with the
+// wrong magic, version, size or checksum, or whose tables do not fit
+// together, is refused with a DataLoss status.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gdl/status.h"
+#include "kernel_table.h"
+#include "plan.h"
+
+namespace gdl {
+
+// 9: a kernel table of alternatives per step (multi-step kernels, tensor
+// maps), the dims' padding blockers, a chain's scratch range.
+inline constexpr uint32_t kArtifactVersion = 9;
+
+struct Artifact {
+  plan::Plan plan;          // holds the graph: names, shapes, dtypes
+  KernelTable kernels;      // every kernel and each step's choices
+  CompiledModule module;    // CUBIN + PTX
+  std::string cuda_source;  // kept for --emit=cuda on an artifact and for debugging
+};
+
+// What a checksum cannot prove (a writer bug or a hostile file): the graph's
+// structure (ir.h verify_structure), the plan as data (plan.h verify_plan),
+// the kernel ABI's limits, and a kernel table that fits the plan (launch
+// rules a device can take, each step's choices ending in a kernel that
+// always applies, multi-step kernels chosen alike by each of their steps,
+// tensor maps inside the scratch area and the params region) with a module
+// image to load. "" when it holds, else the first problem.
+std::string verify_artifact(const Artifact& a);
+
+std::vector<uint8_t> serialize_artifact(const Artifact& a);
+Expected<Artifact> deserialize_artifact(std::span<const uint8_t> bytes);
+
+Status write_artifact(const std::string& path, const Artifact& a);
+Expected<Artifact> read_artifact(const std::string& path);
+
+}  // namespace gdl

@@ -1,0 +1,118 @@
+// The generated kernels and when each runs: what codegen hands the runtime
+// through the artifact.
+//
+// Kernel ABI (every generated kernel, so the runtime launches them alike):
+//   extern "C" __global__ void NAME(unsigned char* arena,
+//                                   const unsigned char* params,
+//                                   gdl_args args);
+//   struct gdl_args { int dims[kMaxRuntimeDims]; float scalars[kMaxScalars]; };
+// dims holds the layout extent of each run-time dim (Graph::dims order):
+// every index, stride and launch dim uses it. Under the buckets policy it is
+// the capacity of the run's bucket, under the update policy the value itself.
+// scalars holds the current value of each run-time scalar (Graph leaves of op
+// kScalar, in order; an i32 scalar travels as its bit pattern).
+// The valid counts: a program with run-time dims holds int32
+// valid[kMaxRuntimeDims] in the arena at plan::kValidDimsOffset, the value
+// of each run-time dim for this run (valid <= dims), written by the runtime
+// before a run whenever it changed. Only kernels that combine elements along
+// a run-time axis read it (docs/dynamic.md).
+//
+// Alternatives: a plan step lists the kernels that may compute it, in order
+// of preference (step_choices). A run takes the first that applies at its
+// dims (its rows inside its range) and that the device can run; the last
+// choice always applies. A kernel may compute several consecutive steps at
+// once: its node then stands for all of them.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gdl_abi_types.cuh"
+#include "types.h"
+
+namespace gdl {
+
+inline constexpr int kMaxRuntimeDims = GDL_MAX_RUNTIME_DIMS;
+inline constexpr int kMaxScalars = GDL_MAX_SCALARS;
+inline constexpr int kMaxInputCopies = GDL_MAX_INPUT_COPIES;
+
+// Every module also holds this kernel, taking a gdl_input_copies by value
+// (gdl_abi.cuh): the runtime's graph node that copies the inputs bound from
+// host memory from their pinned staging buffers into the arena, one entry
+// per blockIdx.y.
+inline constexpr const char* kInputCopySymbol = "gdl_input_copy";
+
+// How the runtime computes a kernel's launch dims from the run's layout dims:
+//   grid.x = max(1, ceil(element_count(work, dims) / items_per_block))
+//   grid.y = grid_y; block.x = block; dynamic shared memory = shared_bytes.
+struct LaunchRule {
+  Shape work;
+  int64_t items_per_block = 256;
+  uint32_t grid_y = 1;
+  uint32_t block = 256;
+  uint32_t shared_bytes = 0;
+};
+
+// A 2-D tiled tensor map (CUtensorMap, for cp.async.bulk.tensor) over a
+// param, which the runtime encodes when a session starts (it holds the
+// params' device address) and writes into the arena's scratch.
+struct TensorMap {
+  uint64_t scratch_offset = 0;  // where its kTensorMapBytes go, from the arena base
+  uint64_t params_offset = 0;   // the tensor's first element in the params region
+  uint32_t element_bytes = 2;   // copied as raw bits of this width
+  uint64_t columns = 0, rows = 0;  // the tensor's extents, innermost first
+  uint64_t row_stride_bytes = 0;
+  uint32_t box_columns = 0, box_rows = 0;  // one copy's box
+  uint32_t swizzle_bytes = 0;   // 0, 32, 64 or 128: the box rows' swizzle in shared memory
+};
+inline constexpr uint64_t kTensorMapBytes = 128;  // sizeof(CUtensorMap)
+
+inline constexpr int64_t kAnyRows = std::numeric_limits<int64_t>::max();
+
+// One kernel of the module.
+struct Kernel {
+  std::string symbol;       // the extern "C" kernel name
+  LaunchRule launch;
+  int first_step = 0, last_step = 0;  // the plan steps it computes
+  // It applies while the rows, the element count of `rows` at the run's
+  // layout dims, lie in [min_rows, max_rows] (always, with the defaults).
+  Shape rows;
+  int64_t min_rows = 0, max_rows = kAnyRows;
+  std::vector<int> scalars_used;   // indexes into the scalar list (for node updates)
+  bool depends_on_dims = false;    // its launch or indexing uses a run-time dim
+  // It works before it waits for its producers on more than an L2 prefetch
+  // (the streamed attention's early KV copies): the runtime makes its edges
+  // from the input copy nodes programmatic, so it starts beside them. Into
+  // other kernels those edges stay ordinary, which measured faster for the
+  // matmuls (docs/performance.md).
+  bool early_start = false;
+  // Its blocks wait for each other: launched cooperatively, every block
+  // resident at once, it runs only on devices that hold them all (else the
+  // step's next choice runs).
+  bool cooperative = false;
+  std::vector<TensorMap> tensor_maps;
+};
+
+struct KernelTable {
+  std::vector<Kernel> kernels;
+  std::vector<std::vector<int>> step_choices;  // per plan step: indexes into kernels, preferred first
+};
+
+// Whether kernel k applies at these layout dims (its rows in range).
+bool kernel_applies(const Kernel& k, const std::vector<int64_t>& dims);
+// Whether it applies at every binding.
+inline bool applies_always(const Kernel& k) { return k.min_rows <= 0 && k.max_rows == kAnyRows; }
+
+// CUBIN + PTX of the generated translation unit, as NVRTC made them.
+struct CompiledModule {
+  std::string arch;
+  std::vector<uint8_t> cubin;
+  std::string ptx;
+  int nvrtc_major = 0, nvrtc_minor = 0;
+  bool from_cache = false;
+  double compile_ms = 0;
+};
+
+}  // namespace gdl
