@@ -5,29 +5,13 @@
 
 namespace gdl::ir {
 
-const OpInfo& op_info(Op op) {
-  static const OpInfo kTable[] = {
-      {"input", OpClass::kLeaf},      {"param", OpClass::kLeaf},      {"scalar", OpClass::kLeaf},
-      {"const", OpClass::kLeaf},      {"neg", OpClass::kUnary},       {"not", OpClass::kUnary},
-      {"exp", OpClass::kUnary},       {"log", OpClass::kUnary},       {"sqrt", OpClass::kUnary},
-      {"rsqrt", OpClass::kUnary},     {"tanh", OpClass::kUnary},      {"sigmoid", OpClass::kUnary},
-      {"relu", OpClass::kUnary},      {"gelu", OpClass::kUnary},      {"silu", OpClass::kUnary},
-      {"abs", OpClass::kUnary},       {"cast", OpClass::kUnary},      {"add", OpClass::kBinary},
-      {"sub", OpClass::kBinary},      {"mul", OpClass::kBinary},      {"div", OpClass::kBinary},
-      {"min", OpClass::kBinary},      {"max", OpClass::kBinary},      {"pow", OpClass::kBinary},
-      {"lt", OpClass::kBinary},       {"le", OpClass::kBinary},       {"gt", OpClass::kBinary},
-      {"ge", OpClass::kBinary},       {"eq", OpClass::kBinary},       {"ne", OpClass::kBinary},
-      {"and", OpClass::kBinary},      {"or", OpClass::kBinary},       {"where", OpClass::kWhere},
-      {"matmul", OpClass::kStructured}, {"sum", OpClass::kStructured}, {"mean", OpClass::kStructured},
-      {"reduce_max", OpClass::kStructured}, {"softmax", OpClass::kStructured},
-      {"layernorm", OpClass::kStructured}, {"rmsnorm", OpClass::kStructured},
-      {"transpose", OpClass::kStructured}, {"reshape", OpClass::kStructured},
-      {"slice", OpClass::kStructured}, {"concat", OpClass::kStructured},
-      {"gather", OpClass::kStructured}, {"attention", OpClass::kStructured},
+const char* op_name(Op op) {
+  static const char* const kNames[] = {
+#define GDL_IR_OP_NAME(id, name) name,
+      GDL_IR_OPS(GDL_IR_OP_NAME)
+#undef GDL_IR_OP_NAME
   };
-  static_assert(sizeof(kTable) / sizeof(kTable[0]) == static_cast<size_t>(Op::kAttention) + 1,
-                "op table out of sync with enum Op");
-  return kTable[static_cast<size_t>(op)];
+  return static_cast<size_t>(op) < kOpCount ? kNames[static_cast<size_t>(op)] : "?";
 }
 
 std::vector<ValueId> Graph::leaves(Op role) const {
@@ -80,7 +64,7 @@ std::string verify_structure(const Graph& g) {
     for (ValueId a : n.args)
       if (problem.empty() && (a < 0 || static_cast<size_t>(a) >= i))
         problem = "argument %" + std::to_string(a) + " does not come before it (topological order)";
-    if (problem.empty() && op_info(n.op).cls == OpClass::kLeaf) problem = check_leaf(g, n);
+    if (problem.empty() && is_leaf(n.op)) problem = check_leaf(g, n);
     if (problem.empty() && is_named_leaf(n.op) && !leaf_names.insert(n.name).second)
       problem = "leaf name \"" + n.name + "\" is declared twice";
     if (!problem.empty()) return "%" + std::to_string(i) + " " + op_name(n.op) + ": " + problem;

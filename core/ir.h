@@ -21,53 +21,38 @@ namespace gdl::ir {
 using ValueId = int32_t;
 inline constexpr ValueId kNoValue = -1;
 
+// The IR's opcodes and the names the IR text prints, in the order the
+// artifact numbers them. What each op means (its operands and attributes,
+// type rule, CPU rule and kernel) is its entry in compiler/ops/.
+#define GDL_IR_OPS(X)                                                                                  \
+  /* Leaves: values that come from outside or from the program text. */                              \
+  X(kInput, "input") X(kParam, "param") X(kScalar, "scalar") X(kConstant, "const")                    \
+  /* Elementwise. */                                                                                   \
+  X(kNeg, "neg") X(kNot, "not") X(kExp, "exp") X(kLog, "log") X(kSqrt, "sqrt") X(kRsqrt, "rsqrt")     \
+  X(kTanh, "tanh") X(kSigmoid, "sigmoid") X(kRelu, "relu") X(kGelu, "gelu") X(kSilu, "silu")          \
+  X(kAbs, "abs") X(kCast, "cast")                                                                      \
+  X(kAdd, "add") X(kSub, "sub") X(kMul, "mul") X(kDiv, "div") X(kMin, "min") X(kMax, "max")           \
+  X(kPow, "pow") X(kLt, "lt") X(kLe, "le") X(kGt, "gt") X(kGe, "ge") X(kEq, "eq") X(kNe, "ne")        \
+  X(kAnd, "and") X(kOr, "or") X(kWhere, "where")                                                       \
+  /* Structured. */                                                                                    \
+  X(kMatMul, "matmul") X(kSum, "sum") X(kMean, "mean") X(kReduceMax, "reduce_max")                    \
+  X(kSoftmax, "softmax") X(kLayerNorm, "layernorm") X(kRmsNorm, "rmsnorm")                             \
+  X(kTranspose, "transpose") X(kReshape, "reshape") X(kSlice, "slice") X(kConcat, "concat")           \
+  X(kGather, "gather") X(kAttention, "attention")
+
 enum class Op : uint8_t {
-  // Leaves: values that come from outside or from the program text.
-  kInput,     // bound by copy before each run (rank 0 i32 input = device scalar)
-  kParam,     // bound once, persists
-  kScalar,    // run-time scalar, updated through kernel node parameters
-  kConstant,  // rank-0 compile-time value: attrs.value, type.dtype
-
-  // Elementwise unary: result shape = argument shape.
-  kNeg, kNot, kExp, kLog, kSqrt, kRsqrt, kTanh, kSigmoid, kRelu, kGelu, kSilu, kAbs,
-  kCast,      // to type.dtype
-
-  // Elementwise binary with numpy broadcasting. Comparisons produce bool.
-  kAdd, kSub, kMul, kDiv, kMin, kMax, kPow,
-  kLt, kLe, kGt, kGe, kEq, kNe, kAnd, kOr,
-  kWhere,     // args: cond (bool), a, b; broadcast over all three
-
-  // Structured ops.
-  kMatMul,    // [..., M, K] @ [..., K, N] -> [..., M, N]; batch dims broadcast
-  kSum, kMean, kReduceMax,  // over attrs.axis; attrs.keepdims
-  kSoftmax,   // over attrs.axis
-  kLayerNorm, // over the last axis; args: x [, weight, bias]; attrs.value = eps
-  kRmsNorm,   // over the last axis; args: x [, weight];       attrs.value = eps
-  kTranspose, // attrs.ints = permutation
-  kReshape,   // to type.shape (same element count for every binding)
-  kSlice,     // attrs.ints = [start0, stop0, start1, stop1, ...], one pair per axis
-  kConcat,    // along attrs.axis; variadic
-  kGather,    // args: table [V, ...], ids (i32) -> ids.shape + table.shape[1:]
-              //   ids outside [0, V) give a zero row
-  kAttention, // args: q [..., NH, D], k [..., NH, T, D], v [..., NH, T, D], len (i32 rank 0)
-              //   softmax(q.k * scale) over positions t < clamp(len, 0, T), then @ v;
-              //   attrs.value = scale; len <= 0 gives zeros
+#define GDL_IR_OP_ENUM(id, name) id,
+  GDL_IR_OPS(GDL_IR_OP_ENUM)
+#undef GDL_IR_OP_ENUM
 };
 
-inline constexpr size_t kOpCount = static_cast<size_t>(Op::kAttention) + 1;
+#define GDL_IR_OP_COUNT(id, name) +1
+inline constexpr size_t kOpCount = 0 GDL_IR_OPS(GDL_IR_OP_COUNT);
+#undef GDL_IR_OP_COUNT
 
-enum class OpClass : uint8_t { kLeaf, kUnary, kBinary, kWhere, kStructured };
-
-struct OpInfo {
-  const char* name;   // as printed in the IR text form
-  OpClass cls;
-};
-const OpInfo& op_info(Op op);
-inline const char* op_name(Op op) { return op_info(op).name; }
-inline bool is_elementwise(Op op) {
-  OpClass c = op_info(op).cls;
-  return c == OpClass::kUnary || c == OpClass::kBinary || c == OpClass::kWhere;
-}
+const char* op_name(Op op);
+// Inputs, params, run-time scalars and constants: values no kernel computes.
+inline bool is_leaf(Op op) { return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant; }
 
 struct Attrs {
   double value = 0;             // kConstant value; eps; attention scale; kScalar default

@@ -37,7 +37,6 @@ using ir::ValueId;
 constexpr size_t kNoStep = std::numeric_limits<size_t>::max();
 
 bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
-bool is_leaf(Op op) { return ir::op_info(op).cls == ir::OpClass::kLeaf; }
 std::string value_ref(ValueId v) { return "%" + std::to_string(v); }
 
 }  // namespace
@@ -209,7 +208,7 @@ std::string verify_plan(const Plan& p) {
     if (has_no_storage(n.op) && b.region != Region::kNone)
       return ref(id) + " has a buffer, but kernels take constants and scalars by value";
     if (b.region == Region::kNone) continue;
-    uint64_t alignment = is_leaf(n.op) || written[v] ? kAlignment : dtype_size(n.type.dtype);
+    uint64_t alignment = ir::is_leaf(n.op) || written[v] ? kAlignment : dtype_size(n.type.dtype);
     if (b.offset % alignment != 0)
       return ref(id) + " at offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(alignment);
     std::optional<uint64_t> need = value_bytes(g, n);
@@ -241,7 +240,7 @@ std::string verify_plan(const Plan& p) {
     for (size_t i = 0; i < st.values.size(); ++i) {
       ValueId v = st.values[i];
       if (v < 0 || static_cast<size_t>(v) >= count) return name + " computes an unknown value";
-      if (is_leaf(g.node(v).op)) return name + " computes the leaf " + ref(v);
+      if (ir::is_leaf(g.node(v).op)) return name + " computes the leaf " + ref(v);
       if (in_step[static_cast<size_t>(v)] == s) return name + " computes " + ref(v) + " twice";
       in_step[static_cast<size_t>(v)] = s;
       computed[static_cast<size_t>(v)] = true;
@@ -272,7 +271,7 @@ std::string verify_plan(const Plan& p) {
     const ir::Node& n = g.nodes[v];
     owner[v] = id;
     if (n.op == Op::kInput || n.op == Op::kParam) ready[v] = 0;
-    if (is_leaf(n.op) || written_by[v] != kNoStep) continue;
+    if (ir::is_leaf(n.op) || written_by[v] != kNoStep) continue;
     if (computed[v]) {
       if (p.buffers[v].region != Region::kNone) return ref(id) + " has a buffer, but no step writes it";
       continue;

@@ -276,7 +276,7 @@ TEST_CASE("verify accepts a well-formed graph and names the node of each problem
   SUBCASE("matmul inner dims differ") {
     GraphBuilder b = valid();
     b.g.nodes[1].type = type(DType::kF32, {3, 3});
-    expect_rejected(b.g, "%2 matmul: inner dims differ");
+    expect_rejected(b.g, "%2 matmul: matmul inner dims differ");
   }
   SUBCASE("binary shapes that do not broadcast") {
     GraphBuilder b;

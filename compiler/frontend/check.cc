@@ -25,6 +25,7 @@
 #include <set>
 
 #include "lower/lower.h"
+#include "ops/op_def.h"
 #include "types.h"
 
 namespace gdl {
@@ -149,7 +150,7 @@ class Checker {
       globals_duplicate_.insert(decl);
       return;
     }
-    if (kind == GlobalKind::kFn && is_standard_op(name))
+    if (kind == GlobalKind::kFn && ops::find_callable(name))
       diags_.error(loc, "fn '" + name + "' has the name of a standard op", "pick another name",
                    static_cast<uint32_t>(name.size()));
   }
@@ -612,13 +613,13 @@ class Checker {
         diags_.error(c.loc, "'" + c.callee + "' is " + kind_name(g->second.kind) + ", not a fn",
                      "only fns and standard ops can be called", len);
       }
-    } else if (is_standard_op(c.callee)) {
+    } else if (ops::find_callable(c.callee)) {
       cast = c.callee == "cast";
     } else if (is_host_effect(c.callee)) {
       diags_.error(c.loc, c.callee + "(...) is a host side effect that a CUDA graph replay cannot perform",
                    "make the value an output and read it after the run", len);
     } else {
-      std::vector<std::string> candidates = standard_op_names();
+      std::vector<std::string> candidates = ops::callable_names();
       for (const auto& [name, global] : globals_)
         if (global.kind == GlobalKind::kFn) candidates.push_back(name);
       std::string message = "unknown function '" + c.callee + "'";

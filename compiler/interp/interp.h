@@ -13,16 +13,10 @@
 #include <vector>
 
 #include "gdl/status.h"
+#include "interp/host_tensor.h"
 #include "ir.h"
 
 namespace gdl {
-
-struct HostTensor {
-  DType dtype = DType::kF32;
-  std::vector<int64_t> shape;  // concrete extents
-  std::vector<double> data;    // row-major, rounded to dtype
-  int64_t size() const { return static_cast<int64_t>(data.size()); }
-};
 
 // Capacity mode (the buckets policy): when valid_dims is not empty, `dims`
 // holds the capacity of each run-time dim (the extents values are laid out
@@ -42,8 +36,8 @@ struct Bindings {
 };
 
 // Evaluates one non-leaf node from its argument values (args[i] is the value
-// of node.args[i]). Internal errors (a malformed node) abort; user errors
-// cannot reach this point because the checker rejected them. In capacity
+// of node.args[i]) with its op's CPU rule. A malformed node is an internal
+// error; user errors cannot reach this point because lowering rejected them. In capacity
 // mode arg_valid[i] holds the valid extents of args[i] (its shape with the
 // valid dims); empty means every position is valid.
 HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> args,

@@ -4,7 +4,6 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "frontend/ast.h"
@@ -18,11 +17,6 @@ namespace gdl {
 // param and scalar declaration (declaration order, even when unused) and its
 // outputs in declaration order.
 std::optional<ir::Graph> lower_module(const ast::Module& module, DiagnosticSink& diags);
-
-// The standard ops callable from gdl (exp, matmul, layernorm, ...), for the
-// checker's unknown-function diagnostics.
-bool is_standard_op(std::string_view name);
-const std::vector<std::string>& standard_op_names();
 
 // Limits that keep elaboration finite on hostile input.
 inline constexpr int64_t kMaxLoopIterations = 65536;         // one `for`

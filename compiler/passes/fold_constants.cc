@@ -7,14 +7,16 @@
 // 3. An elementwise node whose arguments are all rank-0 constants becomes a
 //    constant in place (same id, so the order stays topological); its value
 //    comes from eval_node, rounded to the node's dtype.
-// 4. A cast to the same dtype, a reshape to the same shape or a transpose by
-//    the identity permutation is redirected to its argument.
+// 4. A node that its op says computes its argument unchanged (OpDef::
+//    is_identity: a cast to the same dtype, a reshape to the same shape, a
+//    transpose by the identity permutation) is redirected to its argument.
 // 5. Outputs are rewritten through the table. Nothing is removed here.
 #include "passes/fold_constants.h"
 
 #include <vector>
 
 #include "interp/interp.h"
+#include "ops/op_def.h"
 
 namespace gdl {
 namespace {
@@ -22,15 +24,8 @@ namespace {
 bool is_rank0_constant(const ir::Node& n) { return n.op == ir::Op::kConstant && n.type.rank() == 0; }
 
 bool is_identity(const ir::Node& n, const ir::Node& arg) {
-  switch (n.op) {
-    case ir::Op::kCast: return n.type == arg.type;
-    case ir::Op::kReshape: return n.type == arg.type;
-    case ir::Op::kTranspose:
-      for (size_t i = 0; i < n.attrs.ints.size(); ++i)
-        if (n.attrs.ints[i] != static_cast<int64_t>(i)) return false;
-      return n.type == arg.type;
-    default: return false;
-  }
+  const ops::OpDef& def = ops::op_def(n.op);
+  return def.is_identity != nullptr && def.is_identity(n, arg);
 }
 
 // The node's value, computed from its constant arguments.
@@ -53,11 +48,11 @@ void fold_constants(ir::Graph& g) {
     replacement[id] = static_cast<ir::ValueId>(id);
     ir::Node& n = g.nodes[id];
     for (ir::ValueId& a : n.args) a = replacement.at(static_cast<size_t>(a));
-    if (ir::op_info(n.op).cls == ir::OpClass::kLeaf) continue;
+    if (ir::is_leaf(n.op)) continue;
 
     bool all_constant = true;
     for (ir::ValueId a : n.args) all_constant = all_constant && is_rank0_constant(g.node(a));
-    if (all_constant && ir::is_elementwise(n.op) && n.type.rank() == 0) {
+    if (all_constant && ops::is_elementwise(n.op) && n.type.rank() == 0) {
       double value = evaluate(n, g);
       n.op = ir::Op::kConstant;
       n.args.clear();

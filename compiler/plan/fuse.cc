@@ -56,6 +56,7 @@
 #include <limits>
 
 #include "internal_error.h"
+#include "ops/op_def.h"
 #include "plan/kernel_choice.h"
 
 namespace gdl::plan {
@@ -82,6 +83,7 @@ constexpr uint64_t kMaxPrologueReread = uint64_t{32} << 20;
 constexpr int kMaxPrologueRowTile = 8;
 
 bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
+bool is_matmul(Op op) { return ops::fusion_class(op) == ops::FusionClass::kMatmul; }
 
 struct Group {
   ValueId result = ir::kNoValue;
@@ -114,7 +116,7 @@ class Fuser {
     cheap_.assign(count_, false);
     for (size_t v = 0; v < count_; ++v) {
       const ir::Node& n = g_.nodes[v];
-      if (!computed_[v] || !ir::is_elementwise(n.op)) continue;
+      if (!computed_[v] || !ops::is_elementwise(n.op)) continue;
       cheap_[v] = std::all_of(n.args.begin(), n.args.end(), [&](ValueId a) {
         return has_no_storage(g_.node(a).op) || cheap_[static_cast<size_t>(a)];
       });
@@ -140,7 +142,7 @@ class Fuser {
         start_group(id);
       } else {
         Group& group = groups_[static_cast<size_t>(target)];
-        if (g_.nodes[v].op == Op::kMatMul) group.anchor = id;
+        if (is_matmul(g_.nodes[v].op)) group.anchor = id;
         group.values.push_back(id);
         groups_of_[v] = {target};
       }
@@ -158,8 +160,8 @@ class Fuser {
   int start_group(ValueId v) {
     Group group;
     group.result = v;
-    group.takes_members = ir::is_elementwise(g_.node(v).op);
-    if (g_.node(v).op == Op::kMatMul) group.anchor = v;
+    group.takes_members = ops::is_elementwise(g_.node(v).op);
+    if (is_matmul(g_.node(v).op)) group.anchor = v;
     group.values = {v};
     groups_.push_back(std::move(group));
     int index = static_cast<int>(groups_.size() - 1);
@@ -174,7 +176,7 @@ class Fuser {
     int group = kNoGroup;
     for (ValueId u : users) {
       const auto& in = groups_of_[static_cast<size_t>(u)];
-      if (!computed_[static_cast<size_t>(u)] || !ir::is_elementwise(g_.node(u).op) || in.size() != 1) return kNoGroup;
+      if (!computed_[static_cast<size_t>(u)] || !ops::is_elementwise(g_.node(u).op) || in.size() != 1) return kNoGroup;
       if (group != kNoGroup && in.front() != group) return kNoGroup;
       group = in.front();
     }
@@ -183,8 +185,8 @@ class Fuser {
 
   int joinable_group(ValueId v) const {
     const ir::Node& n = g_.node(v);
-    bool elementwise = ir::is_elementwise(n.op);
-    if (elementwise ? !options_.fuse_elementwise : !(n.op == Op::kMatMul && options_.fuse_epilogues)) return kNoGroup;
+    bool elementwise = ops::is_elementwise(n.op);
+    if (elementwise ? !options_.fuse_elementwise : !(is_matmul(n.op) && options_.fuse_epilogues)) return kNoGroup;
     int target = consumers_group(v);
     if (target == kNoGroup) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(target)];
@@ -202,13 +204,13 @@ class Fuser {
   // Case 2e: the group whose matmul takes norm v as its a, or kNoGroup.
   int prologue_group(ValueId v) const {
     const ir::Node& n = g_.node(v);
-    if (!options_.fuse_prologues || (n.op != Op::kLayerNorm && n.op != Op::kRmsNorm)) return kNoGroup;
+    if (!options_.fuse_prologues || ops::fusion_class(n.op) != ops::FusionClass::kNorm) return kNoGroup;
     const auto& users = consumers_[static_cast<size_t>(v)];
     if (users.size() != 1 || is_output_[static_cast<size_t>(v)] || !computed_[static_cast<size_t>(users[0])])
       return kNoGroup;
     const ir::Node& matmul = g_.node(users[0]);
     const ir::Node& x = g_.node(n.args.at(0));
-    bool fits = matmul.op == Op::kMatMul && matmul.args.at(0) == v && matmul.args.at(1) != v &&
+    bool fits = is_matmul(matmul.op) && matmul.args.at(0) == v && matmul.args.at(1) != v &&
                 matmul.type.dtype == n.type.dtype && x.type.dtype == n.type.dtype && !has_no_storage(x.op);
     const auto& in = groups_of_[static_cast<size_t>(users[0])];
     if (!fits || in.size() != 1) return kNoGroup;
@@ -226,7 +228,7 @@ class Fuser {
     std::vector<int> into;
     bool needs_buffer = is_output_[static_cast<size_t>(v)];
     for (ValueId u : consumers_[static_cast<size_t>(v)]) {
-      if (!computed_[static_cast<size_t>(u)] || !ir::is_elementwise(g_.node(u).op)) {
+      if (!computed_[static_cast<size_t>(u)] || !ops::is_elementwise(g_.node(u).op)) {
         needs_buffer = true;
         continue;
       }

@@ -51,7 +51,6 @@ constexpr size_t kNoStep = std::numeric_limits<size_t>::max();
 
 uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
-bool is_leaf(Op op) { return ir::op_info(op).cls == ir::OpClass::kLeaf; }
 
 // An owner with its live interval in steps.
 struct Interval {
@@ -118,7 +117,7 @@ void plan_memory(Plan& p) {
   }
   std::vector<ValueId> owner(count);
   for (size_t v = 0; v < count; ++v) {
-    const bool view = !is_leaf(g.nodes[v].op) && !computed[v];
+    const bool view = !ir::is_leaf(g.nodes[v].op) && !computed[v];
     owner[v] = view ? owner[static_cast<size_t>(g.nodes[v].args[0])] : static_cast<ValueId>(v);
   }
   auto in_registers = [&](size_t v) { return computed[v] && step_of[v] == kNoStep; };

@@ -13,7 +13,6 @@ namespace {
 using ir::Op;
 using ir::ValueId;
 
-bool is_leaf(Op op) { return ir::op_info(op).cls == ir::OpClass::kLeaf; }
 
 std::string human_bytes(uint64_t n) {
   if (n < 1024) return std::to_string(n) + " B";
@@ -79,10 +78,10 @@ std::string print_plan(const Plan& p) {
   for (const Step& st : p.steps) written.at(static_cast<size_t>(st.result)) = true;
   for (size_t v = 0; v < g.nodes.size(); ++v) {
     const ir::Node& n = g.nodes[v];
-    bool view = !is_leaf(n.op) && !written[v] && placed && p.buffers[v].region != Region::kNone;
-    if (!is_leaf(n.op) && !view) continue;
+    bool view = !ir::is_leaf(n.op) && !written[v] && placed && p.buffers[v].region != Region::kNone;
+    if (!ir::is_leaf(n.op) && !view) continue;
     out += "  " + value_ref(static_cast<ValueId>(v)) + " " + ir::op_name(n.op);
-    if (is_leaf(n.op) && n.op != Op::kConstant) out += " \"" + n.name + "\"";
+    if (ir::is_leaf(n.op) && n.op != Op::kConstant) out += " \"" + n.name + "\"";
     if (n.op == Op::kConstant || n.op == Op::kScalar) out += (n.op == Op::kScalar ? " default " : " ") + number_text(n.attrs.value);
     if (view) out += " view of " + value_ref(n.args[0]);
     out += " : " + type_to_string(n.type, g.dims) + " -> " + where(static_cast<ValueId>(v)) + "\n";

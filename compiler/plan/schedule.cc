@@ -25,7 +25,6 @@ using ir::Op;
 using ir::ValueId;
 
 bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
-bool is_leaf(Op op) { return ir::op_info(op).cls == ir::OpClass::kLeaf; }
 
 }  // namespace
 
@@ -35,7 +34,7 @@ Plan schedule_steps(ir::Graph graph) {
   // 1. Outputs over leaves.
   for (ir::Output& o : p.graph.outputs) {
     const ir::Node& leaf = p.graph.node(o.value);
-    if (!is_leaf(leaf.op)) continue;
+    if (!ir::is_leaf(leaf.op)) continue;
     ir::Node copy;
     copy.op = Op::kReshape;
     copy.args = {o.value};
@@ -55,7 +54,7 @@ Plan schedule_steps(ir::Graph graph) {
   auto stored = [&](ValueId v) { return !has_no_storage(g.node(owner[static_cast<size_t>(v)]).op); };
   for (size_t v = 0; v < count; ++v) {
     const ir::Node& n = g.nodes[v];
-    if (is_leaf(n.op)) continue;
+    if (ir::is_leaf(n.op)) continue;
     bool view = (n.op == Op::kReshape && n.args.size() == 1) || contiguous_slice_offset(g, n).has_value();
     if (view && stored(n.args[0])) {
       ValueId root = owner[static_cast<size_t>(n.args[0])];

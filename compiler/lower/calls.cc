@@ -1,0 +1,563 @@
+// Calls, operators and subscripts: everything that makes an op node.
+//
+// A fn call is inlined, its arguments checked against the parameter types.
+// A standard op's call, an operator (a + b, -x, a @ b) and a subscript
+// (x[1:3]) go through the op's entry in the op table (ops/op_def.h): its
+// parameters bind the call's arguments, and its type rule checks them
+// through a CallQuery, which evaluates and converts each argument as the
+// rule asks for it and reports a mistake at that argument. What stays here
+// is what only the source form has: compile-time folding (exp(2.0), 1 + 2),
+// weak run-time scalars, cast's type name and the subscript syntax.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "frontend/check.h"
+#include "internal_error.h"
+#include "lower/lowerer.h"
+
+namespace gdl::lowering {
+
+// A type rule's questions answered from a call's arguments. Slot k holds
+// parameter k's argument (evaluated when first asked for) or a value
+// evaluated already (an operator's operands, a subscript's bounds).
+class CallQuery final : public ops::TypeQuery {
+ public:
+  CallQuery(Lowerer& l, const ops::OpDef& def, std::string what, SourceLoc loc, uint32_t length, size_t operands)
+      : TypeQuery(l.graph_.dims, std::move(what), {}),
+        l_(l),
+        def_(def),
+        loc_(loc),
+        length_(length),
+        operands_(operands),
+        slots_(operands + def.params.size() - def.operands) {}
+
+  const ops::OpDef& def() const { return def_; }
+  SourceLoc loc() const { return loc_; }
+  uint32_t length() const { return length_; }
+
+  void bind(size_t slot, const ast::Arg* a) {
+    slots_[slot].arg = a;
+    slots_[slot].given = a != nullptr;
+  }
+  void bind(size_t slot, Value v) {
+    slots_[slot].value = std::move(v);
+    slots_[slot].given = true;
+  }
+  void set_index_axes(std::vector<bool> axes) { index_axes_ = std::move(axes); }
+
+  // The value in a given slot, evaluated on first use.
+  Value& operand(size_t slot) {
+    Slot& s = slots_[slot];
+    if (!s.value) s.value = s.arg ? l_.eval(*s.arg->value) : Value::error();
+    return *s.value;
+  }
+  // The node's arguments: the given operands in slot order.
+  std::vector<ir::ValueId> operand_ids() {
+    std::vector<ir::ValueId> ids;
+    for (size_t k = 0; k < operands_; ++k)
+      if (given(k)) ids.push_back(operand(k).id);
+    return ids;
+  }
+  // Whether an accessor turned an argument down (and reported why, or it
+  // was an error value already): the rule's own error would repeat it.
+  bool turned_down() const { return turned_down_; }
+
+  // Where a rule's error points: the argument's value, its keyword, or the
+  // op as written.
+  std::pair<SourceLoc, uint32_t> location(const ops::TypeError& e) {
+    if (e.slot == ops::kAtOp || !given(static_cast<size_t>(e.slot))) return {loc_, length_};
+    const Slot& s = slots_[static_cast<size_t>(e.slot)];
+    if (e.at_keyword && s.arg && !s.arg->keyword.empty())
+      return {s.arg->loc, static_cast<uint32_t>(s.arg->keyword.size())};
+    if (s.value && s.value->ok()) return {s.value->loc, s.value->length};
+    if (s.arg) return {start_of(*s.arg->value), s.arg->value->length};
+    return {loc_, length_};
+  }
+
+  size_t operand_count() const override { return operands_; }
+  bool given(size_t slot) const override { return slot < slots_.size() && slots_[slot].given; }
+
+  const TensorType* tensor(size_t slot, const std::string& what) override {
+    if (!given(slot)) return nullptr;
+    if (!l_.need_tensor(operand(slot), what)) return turn_down();
+    return type(slot);
+  }
+
+  const TensorType* value(size_t slot, const std::string& what, DType dtype, std::string* described) override {
+    if (!given(slot)) return nullptr;
+    Value& v = operand(slot);
+    if (!l_.operand_ok(v, what)) return turn_down();
+    if (v.is_static()) {
+      const bool fits = dtype == DType::kBool  ? v.kind == Value::Kind::kBool
+                        : dtype == DType::kI32 ? v.kind == Value::Kind::kInt
+                                               : v.is_number();
+      if (!fits) {
+        *described = l_.describe(v);
+        return nullptr;
+      }
+      v = l_.constant(v, dtype);
+      if (!v.ok()) return turn_down();
+    }
+    return type(slot);
+  }
+
+  bool unify(size_t slot_a, size_t slot_b) override {
+    Value& a = operand(slot_a);
+    Value& b = operand(slot_b);
+    if (!l_.operand_ok(a, what()) || !l_.operand_ok(b, what()) || !l_.unify(a, b, what(), loc_, length_))
+      return turn_down(), false;
+    return true;
+  }
+
+  bool integer(size_t slot, const std::string& what, int64_t* out) override {
+    return accept(l_.static_int(operand(slot), what), out);
+  }
+  bool flag(size_t slot, const std::string& what, bool* out) override {
+    return accept(l_.static_bool(operand(slot), what), out);
+  }
+  bool number(size_t slot, const std::string& what, double* out) override {
+    return accept(l_.static_number(operand(slot), what), out);
+  }
+
+  bool integers(size_t slot, const std::string& what, std::vector<int64_t>* out) override {
+    const Value& v = operand(slot);
+    if (!v.ok()) return turn_down(), false;
+    if (v.kind != Value::Kind::kList) {
+      l_.fail(v.loc, what + " must be a list of compile-time integers such as [1, 0], got " + l_.describe(v), "",
+              v.length);
+      return turn_down(), false;
+    }
+    for (const Value& e : v.list) {
+      std::optional<int64_t> k = l_.static_int(e, "a " + what + " entry");
+      if (!k) return turn_down(), false;
+      out->push_back(*k);
+    }
+    return true;
+  }
+
+  bool shape(size_t slot, Shape* out) override {
+    const Value& v = operand(slot);
+    if (!v.ok()) return turn_down(), false;
+    if (v.kind != Value::Kind::kList) {
+      l_.fail(v.loc, "the shape of " + what() + " must be a list such as [B, 32, 128], got " + l_.describe(v), "",
+              v.length);
+      return turn_down(), false;
+    }
+    for (const Value& e : v.list) {
+      if (e.kind == Value::Kind::kDim) {
+        out->push_back(Dim::runtime(e.dim));
+      } else if (e.kind == Value::Kind::kInt && e.i >= 1) {
+        out->push_back(Dim::constant(e.i));
+      } else {
+        l_.fail(e.loc, "a " + what() + " dim must be a compile-time integer >= 1 or a declared dim, got " + l_.describe(e),
+                "write consts, literals or dim names: " + what() + "(x, [B, 32, 128])", e.length);
+        return turn_down(), false;
+      }
+    }
+    return true;
+  }
+
+  // A type name, read from the source: cast(x, f16).
+  bool dtype(size_t slot, DType* out) override {
+    const ast::Arg* a = slots_[slot].arg;
+    GDL_INTERNAL_ASSERT(a != nullptr, "a type parameter bound to an evaluated value");
+    const ast::Expr& target = *a->value;
+    if (target.kind != ast::ExprKind::kName) {
+      l_.fail(start_of(target), "the target of " + what() + " must be a type name such as f16",
+              "write " + what() + "(x, f16)", target.length);
+      return turn_down(), false;
+    }
+    const std::string& name = target.as<ast::NameExpr>().name;
+    std::optional<DType> dtype = parse_dtype(name);
+    if (!dtype) {
+      std::string message = "unknown type '" + name + "' in " + what();
+      if (auto near = closest_spelling(name, {"f32", "f16", "bf16", "i32", "bool"}))
+        message += "; did you mean '" + *near + "'?";
+      l_.fail(target.loc, message, "the types are f32, f16, bf16, i32 and bool", target.length);
+      return turn_down(), false;
+    }
+    *out = *dtype;
+    return true;
+  }
+
+  std::vector<bool> index_axes() const override { return index_axes_; }
+
+ private:
+  struct Slot {
+    const ast::Arg* arg = nullptr;
+    std::optional<Value> value;
+    bool given = false;
+    TensorType type;  // the value's type, for the pointer a rule holds
+  };
+
+  const TensorType* type(size_t slot) {
+    Slot& s = slots_[slot];
+    s.type = l_.type_of(*s.value);
+    return &s.type;
+  }
+  const TensorType* turn_down() {
+    turned_down_ = true;
+    return nullptr;
+  }
+  template <typename T>
+  bool accept(const std::optional<T>& v, T* out) {
+    if (!v) return turn_down(), false;
+    *out = *v;
+    return true;
+  }
+
+  Lowerer& l_;
+  const ops::OpDef& def_;
+  SourceLoc loc_;
+  uint32_t length_;
+  size_t operands_;
+  std::vector<Slot> slots_;
+  std::vector<bool> index_axes_;
+  bool turned_down_ = false;
+};
+
+// ----------------------------------------------------------------- op nodes
+
+Value Lowerer::apply(CallQuery& q) {
+  const ops::TypeResult r = q.def().infer(q);
+  if (!r.ok()) {
+    if (r.error && !q.turned_down()) {
+      const auto [at, length] = q.location(*r.error);
+      fail(at, r.error->message, r.error->hint, length);
+    }
+    return Value::error();
+  }
+  return emit(q.def().op, q.operand_ids(), *r.type, q.loc(), q.length(), q.attrs());
+}
+
+Value Lowerer::elementwise(CallQuery& q) {
+  const ops::OpDef& def = q.def();
+  std::vector<Value> operands;
+  bool all_static = true, weak = true;
+  for (size_t k = 0; k < q.operand_count(); ++k) {
+    if (!q.given(k)) continue;
+    const Value& v = q.operand(k);
+    if (!operand_ok(v, q.what())) return Value::error();
+    all_static = all_static && v.is_static();
+    weak = weak && (v.weak || v.is_static());
+    operands.push_back(v);
+  }
+  const bool arithmetic = def.unary || def.binary;  // computes from its operands' elements alone
+  if (all_static && arithmetic) return fold_call(def, q.what(), operands, q.loc(), q.length());
+  Value r = apply(q);
+  if (r.ok()) r.weak = arithmetic && weak && type_of(r).dtype != DType::kBool;
+  return r;
+}
+
+Value Lowerer::fold_call(const ops::OpDef& def, const std::string& name, const std::vector<Value>& operands,
+                         SourceLoc loc, uint32_t length) {
+  bool ints = true;
+  for (const Value& v : operands) {
+    if (!v.is_number()) {
+      if (operands.size() == 1)
+        return fail(v.loc, name + " needs a number, got " + describe(v), "pass a float value", v.length);
+      return fail(loc, name + " needs numbers, got " + describe(operands[0]) + " and " + describe(operands[1]),
+                  "pass numbers or numeric tensors", length);
+    }
+    ints = ints && v.kind == Value::Kind::kInt;
+  }
+  const double r = operands.size() == 1 ? def.unary(operands[0].number(), DType::kF32)
+                                        : def.binary(operands[0].number(), operands[1].number(), DType::kF32);
+  if (!ints || !def.integer_folding) return Value::real(r);
+  constexpr double kInt64End = 9223372036854775808.0;  // 2^63
+  if (!(r >= -kInt64End && r < kInt64End))
+    return fail(loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", length);
+  return Value::integer(static_cast<int64_t>(r));
+}
+
+// ---------------------------------------------------------------- operators
+
+Value Lowerer::unary(const ast::UnaryExpr& u) {
+  Value x = eval(*u.operand);
+  const bool negate = u.op == ast::UnaryOp::kNeg;
+  const std::string what = negate ? "unary -" : "!";
+  if (!operand_ok(x, what)) return Value::error();
+  if (x.is_static()) {
+    if (!negate) {
+      if (x.kind == Value::Kind::kBool) return Value::boolean(!x.b);
+      return fail(u.loc, "! needs a bool, got " + describe(x), "compare first, for example !(x > 0.0)", u.length);
+    }
+    if (x.kind == Value::Kind::kInt) {
+      if (x.i == std::numeric_limits<int64_t>::min())
+        return fail(u.loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", u.length);
+      return Value::integer(-x.i);
+    }
+    if (x.kind == Value::Kind::kFloat) return Value::real(-x.f);
+    return fail(u.loc, "unary - needs a number, got " + describe(x), "use ! to negate a bool", u.length);
+  }
+  CallQuery q(*this, ops::op_def(negate ? ir::Op::kNeg : ir::Op::kNot), what, u.loc, u.length, 1);
+  q.bind(0, x);
+  return elementwise(q);
+}
+
+Value Lowerer::binary(ast::BinaryOp op, Value a, Value b, SourceLoc loc) {
+  const std::string what = std::string("'") + ast::binary_op_spelling(op) + "'";
+  if (!a.ok() || !b.ok()) return Value::error();
+  if (!operand_ok(a, what) || !operand_ok(b, what)) return Value::error();
+  if (op == ast::BinaryOp::kMod && !(a.is_static() && b.is_static()))
+    return fail(loc, "% is for compile-time integers only", "run-time tensors have no remainder op", 1);
+  if (a.is_static() && b.is_static() && op != ast::BinaryOp::kMatMul) return fold(op, a, b, loc);
+  const bool matmul = op == ast::BinaryOp::kMatMul;
+  CallQuery q(*this, ops::op_def(matmul ? ir::Op::kMatMul : binary_ir_op(op)), matmul ? "matmul" : what, loc, 1, 2);
+  q.bind(0, a);
+  q.bind(1, b);
+  return matmul ? apply(q) : elementwise(q);
+}
+
+// ------------------------------------------------------------------- calls
+
+std::optional<std::vector<const ast::Arg*>> Lowerer::bind_args(const ast::CallExpr& c, const std::vector<std::string>& params,
+                                                      size_t required, const std::string& kind) {
+  std::vector<const ast::Arg*> slots(params.size(), nullptr);
+  std::string sig = signature_text(c.callee, params);
+  size_t position = 0;
+  for (const ast::Arg& a : c.args) {
+    if (a.keyword.empty()) {
+      if (position >= params.size()) {
+        fail(a.loc, "too many arguments to " + kind + c.callee + ": it takes " + std::to_string(params.size()),
+             "call it as " + sig, a.value->length);
+        return std::nullopt;
+      }
+      slots[position++] = &a;
+      continue;
+    }
+    auto it = std::find(params.begin(), params.end(), a.keyword);
+    if (it == params.end()) {
+      std::string message = "unknown keyword argument '" + a.keyword + "' for " + c.callee;
+      if (auto near = closest_spelling(a.keyword, params)) message += "; did you mean '" + *near + "'?";
+      fail(a.loc, message, "call it as " + sig, static_cast<uint32_t>(a.keyword.size()));
+      return std::nullopt;
+    }
+    size_t k = static_cast<size_t>(it - params.begin());
+    if (slots[k]) {
+      fail(a.loc, "argument '" + a.keyword + "' of " + c.callee + " is given twice", "give each argument once",
+           static_cast<uint32_t>(a.keyword.size()));
+      return std::nullopt;
+    }
+    slots[k] = &a;
+  }
+  for (size_t k = 0; k < required; ++k)
+    if (!slots[k]) {
+      fail(c.loc, "missing argument '" + params[k] + "' in call to " + c.callee, "call it as " + sig,
+           static_cast<uint32_t>(c.callee.size()));
+      return std::nullopt;
+    }
+  return slots;
+}
+
+Value Lowerer::inline_fn(const FnInfo& fn, const ast::CallExpr& c) {
+  const ast::FnDecl& decl = *fn.decl;
+  std::vector<std::string> names;
+  for (const ast::FnParam& p : decl.params) names.push_back(p.name);
+  auto slots = bind_args(c, names, names.size(), "fn ");
+  if (!slots) return Value::error();
+  std::map<std::string, Value> bound;
+  bool ok = fn.signature_ok;
+  for (size_t k = 0; k < names.size(); ++k) {
+    Value v = eval(*(*slots)[k]->value);
+    if (ok && v.ok())
+      v = conform(v, *fn.params[k], "argument '" + names[k] + "' of " + decl.name, *(*slots)[k]->value);
+    ok = ok && v.ok();
+    bound[names[k]] = v;
+  }
+  if (!ok) return Value::error();
+  if (frames_.size() > static_cast<size_t>(kMaxInlineDepth))
+    return fail(c.loc, "fn calls nest more than " + std::to_string(kMaxInlineDepth) + " deep", "",
+                static_cast<uint32_t>(c.callee.size()));
+  if (!step(c.loc)) return Value::error();
+  frames_.emplace_back();
+  frame().fn = &decl;
+  frame().scopes.push_back(std::move(bound));
+  exec_block(decl.body);
+  std::optional<Value> result = std::move(frame().result);
+  frames_.pop_back();
+  if (!result || !result->ok()) return Value::error();
+  if (fn.result && decl.body.back()->kind == ast::StmtKind::kReturn) {
+    const ast::Expr& returned = *decl.body.back()->as<ast::ReturnStmt>().value;
+    return conform(*result, *fn.result, "the result of fn " + decl.name, returned);
+  }
+  return *result;
+}
+
+Value Lowerer::call(const ast::CallExpr& c) {
+  if (auto f = fns_.find(c.callee); f != fns_.end()) return inline_fn(f->second, c);
+  if (const ops::OpDef* def = ops::find_callable(c.callee)) return call_op(*def, c);
+  return fail(c.loc, "unknown function '" + c.callee + "'", "declare it with fn, or use a standard op",
+              static_cast<uint32_t>(c.callee.size()));
+}
+
+Value Lowerer::call_op(const ops::OpDef& def, const ast::CallExpr& c) {
+  if (def.max_args == SIZE_MAX) return call_variadic(def, c);
+  const auto length = static_cast<uint32_t>(c.callee.size());
+  const std::vector<std::string> params(def.params.begin(), def.params.end());
+  std::optional<std::vector<const ast::Arg*>> bound = bind_args(c, params, def.required, "");
+  if (!bound) return Value::error();
+  std::vector<const ast::Arg*> args = std::move(*bound);
+  const ops::OpDef* op = &def;
+  if (def.without_second_operand) {  // max(x, axis) against max(a, b)
+    const ops::OpDef& other = ops::op_def(*def.without_second_operand);
+    if (!args[1]) {
+      op = &other;
+      args.erase(args.begin() + 1);
+    } else {
+      const auto operands = static_cast<std::ptrdiff_t>(def.operands);
+      std::string names;
+      for (auto p = params.begin() + operands; p != params.end(); ++p) names += (names.empty() ? "" : " or ") + *p;
+      for (size_t k = def.operands; k < args.size(); ++k)
+        if (args[k])
+          return fail(args[k]->loc,
+                      signature_text(c.callee, {params.begin(), params.begin() + operands}) + " takes no " + names,
+                      "leave out " + params[1] + " to call " +
+                          signature_text(c.callee, {other.params.begin(), other.params.end()}),
+                      args[k]->keyword.empty() ? args[k]->value->length
+                                               : static_cast<uint32_t>(args[k]->keyword.size()));
+    }
+  }
+  CallQuery q(*this, *op, c.callee, c.loc, length, op->operands);
+  for (size_t k = 0; k < args.size(); ++k) q.bind(k, args[k]);
+  if (op->op == ir::Op::kCast) return cast(q);
+  for (size_t k = 0; k < op->operands; ++k)  // operands are evaluated in order, before any check
+    if (q.given(k)) q.operand(k);
+  return op->fusion == ops::FusionClass::kElementwise ? elementwise(q) : apply(q);
+}
+
+// concat(a, b, ..., axis = 0): the positional arguments are the operands,
+// the op's parameters are keyword-only.
+Value Lowerer::call_variadic(const ops::OpDef& def, const ast::CallExpr& c) {
+  const auto length = static_cast<uint32_t>(c.callee.size());
+  const std::vector<std::string> params(def.params.begin(), def.params.end());
+  std::vector<std::string> form{"a", "b", "..."};
+  form.insert(form.end(), params.begin(), params.end());
+  const std::string usage = "call it as " + signature_text(c.callee, form);
+  std::vector<Value> parts;
+  std::vector<const ast::Arg*> keywords(params.size(), nullptr);
+  for (const ast::Arg& a : c.args) {
+    if (a.keyword.empty()) {
+      parts.push_back(eval(*a.value));
+      continue;
+    }
+    const auto it = std::find(params.begin(), params.end(), a.keyword);
+    if (it == params.end()) {
+      std::string message = "unknown keyword argument '" + a.keyword + "' for " + c.callee;
+      if (auto near = closest_spelling(a.keyword, params)) message += "; did you mean '" + *near + "'?";
+      return fail(a.loc, message, usage, static_cast<uint32_t>(a.keyword.size()));
+    }
+    const ast::Arg*& slot = keywords[static_cast<size_t>(it - params.begin())];
+    if (slot)
+      return fail(a.loc, "argument '" + a.keyword + "' of " + c.callee + " is given twice", "give each argument once",
+                  static_cast<uint32_t>(a.keyword.size()));
+    slot = &a;
+  }
+  if (parts.empty())
+    return fail(c.loc, "missing argument: " + c.callee + " needs the tensors to join", usage, length);
+  CallQuery q(*this, def, c.callee, c.loc, length, parts.size());
+  for (size_t k = 0; k < parts.size(); ++k) q.bind(k, parts[k]);
+  for (size_t k = 0; k < keywords.size(); ++k) q.bind(parts.size() + k, keywords[k]);
+  return apply(q);
+}
+
+// cast(x, dtype): the target is a type name; a compile-time value converts
+// at compile time, and a tensor of the target dtype is itself.
+Value Lowerer::cast(CallQuery& q) {
+  DType dtype;
+  if (!q.dtype(1, &dtype)) return Value::error();
+  const Value& x = q.operand(0);
+  if (!operand_ok(x, q.what())) return Value::error();
+  if (x.is_static()) {
+    const double v = x.kind == Value::Kind::kBool ? (x.b ? 1.0 : 0.0) : x.number();
+    if (dtype == DType::kBool) return Value::boolean(v != 0);
+    if (dtype == DType::kI32) return Value::integer(static_cast<int64_t>(round_to_dtype(v, DType::kI32)));
+    return Value::real(round_to_dtype(v, dtype));
+  }
+  if (x.is_tensor() && type_of(x).dtype == dtype) return x;
+  return apply(q);
+}
+
+// ---------------------------------------------------------------- subscripts
+
+// x[i, a:b, :]: a slice node with one [start, stop) pair per axis, then a
+// reshape that drops the axes a single index picked.
+Value Lowerer::index(const ast::IndexExpr& ix) {
+  Value base = eval(*ix.base);
+  if (!base.ok()) return base;
+  if (!base.is_tensor())
+    return fail(ix.loc, "only tensors can be subscripted, not " + describe(base),
+                "subscript an input, a param or a computed tensor", 1);
+  const TensorType t = type_of(base);
+  if (ix.subscripts.size() > t.shape.size())
+    return fail(ix.loc,
+                std::to_string(ix.subscripts.size()) + " subscripts for " + text(t) + ", which has " +
+                    std::to_string(t.rank()) + " dims",
+                "give at most one subscript per dim", 1);
+  Value bounds;
+  bounds.kind = Value::Kind::kList;
+  std::vector<bool> index_axes(t.shape.size(), false);
+  bool changed = false;
+  auto add = [&](int64_t start, int64_t stop) {
+    bounds.list.push_back(Value::integer(start));
+    bounds.list.push_back(Value::integer(stop));
+  };
+  for (size_t axis = 0; axis < t.shape.size(); ++axis) {
+    const Dim& d = t.shape[axis];
+    const int64_t to_end = d.is_runtime() ? -1 : d.extent;  // a run-time dim's end is [0, -1)
+    if (axis >= ix.subscripts.size()) {
+      add(0, to_end);
+      continue;
+    }
+    const ast::Subscript& s = ix.subscripts[axis];
+    if (!s.is_slice) {
+      Value i = eval(*s.index);
+      if (!i.ok()) return Value::error();
+      if (i.kind != Value::Kind::kInt)
+        return fail(start_of(*s.index), "an index must be a compile-time integer, got " + describe(i),
+                    "subscripts are static; use gather(table, ids) to pick rows by run-time ids", s.index->length);
+      add(i.i, i.i + 1);
+      index_axes[axis] = true;
+      changed = true;
+      continue;
+    }
+    int64_t start = 0, stop = to_end;
+    if (s.start) {
+      std::optional<int64_t> n = static_int(eval(*s.start), "a slice start");
+      if (!n) return Value::error();
+      start = *n;
+    }
+    if (s.stop) {
+      std::optional<int64_t> n = static_int(eval(*s.stop), "a slice stop");
+      if (!n) return Value::error();
+      stop = *n;
+    }
+    add(start, stop);
+    changed = changed || s.stop || start != 0;
+  }
+  if (!changed) return base;
+
+  CallQuery q(*this, ops::op_def(ir::Op::kSlice), "slice", ix.loc, 1, 1);
+  q.bind(0, base);
+  q.bind(1, bounds);
+  q.set_index_axes(index_axes);
+  const ops::TypeResult r = q.def().infer(q);
+  if (!r.ok()) {
+    if (!r.error || q.turned_down()) return Value::error();
+    const ast::Subscript& s = ix.subscripts[static_cast<size_t>(r.error->slot)];
+    const SourceLoc at = !s.is_slice            ? start_of(*s.index)
+                         : r.error->at_start && s.start ? start_of(*s.start)
+                                                        : s.loc;
+    return fail(at, r.error->message, r.error->hint, s.is_slice ? 1 : s.index->length);
+  }
+  Value v = emit(ir::Op::kSlice, {base.id}, *r.type, ix.loc, 1, q.attrs());
+  if (!v.ok() || std::find(index_axes.begin(), index_axes.end(), true) == index_axes.end()) return v;
+  Shape kept;
+  for (size_t axis = 0; axis < t.shape.size(); ++axis)
+    if (!index_axes[axis]) kept.push_back(r.type->shape[axis]);
+  return emit(ir::Op::kReshape, {v.id}, TensorType{t.dtype, kept}, ix.loc, 1);
+}
+
+}  // namespace gdl::lowering

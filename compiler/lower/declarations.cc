@@ -1,0 +1,242 @@
+// The declarations the program body refers to: run-time dims (bounds,
+// buckets, policy), consts (evaluated on first use), the leaves (inputs,
+// params, scalars) with their declared types, and fn signatures.
+#include <algorithm>
+#include <limits>
+
+#include "frontend/check.h"
+#include "passes/padding.h"  // default_buckets
+#include "kernel_table.h"  // kMaxRuntimeDims, kMaxScalars: what the kernel ABI's gdl_args holds
+#include "lower/lowerer.h"
+
+namespace gdl::lowering {
+
+void Lowerer::lower_dims() {
+  for (const ast::DimDecl& d : m_.dims) {
+    DimInfo info;
+    info.name = d.name;
+    int symbol = static_cast<int>(graph_.dims.size());
+    dims_.emplace(d.name, symbol);
+    bool ok = true;
+    auto bound = [&](const ast::Expr& e, const char* what) -> int64_t {
+      Value v = eval(e);
+      std::optional<int64_t> n = static_int(v, std::string("the ") + what + " bound of dim '" + d.name + "'");
+      if (!n) ok = false;
+      return n.value_or(1);
+    };
+    info.lo = bound(*d.lo, "lower");
+    info.hi = bound(*d.hi, "upper");
+    if (ok && info.lo < 1) {
+      diags_.error(start_of(*d.lo),
+                   "dim '" + d.name + "' has lower bound " + std::to_string(info.lo) + "; it must be at least 1",
+                   "write dim " + d.name + " in [1, HI]", d.lo->length);
+      ok = false;
+    } else if (ok && info.hi < info.lo) {
+      diags_.error(start_of(*d.hi),
+                   "dim '" + d.name + "' has upper bound " + std::to_string(info.hi) + " below its lower bound " +
+                       std::to_string(info.lo),
+                   "bounds are [LO, HI] with 1 <= LO <= HI", d.hi->length);
+      ok = false;
+    } else if (ok && info.hi > std::numeric_limits<int32_t>::max()) {
+      diags_.error(start_of(*d.hi),
+                   "dim '" + d.name + "' has upper bound " + std::to_string(info.hi) + ", more than 2^31-1",
+                   "run-time dims are 32-bit; lower the bound", d.hi->length);
+      ok = false;
+    }
+    if (!ok) info.lo = info.hi = 1;
+    if (ok && !d.buckets.empty()) {
+      for (size_t k = 0; k < d.buckets.size() && ok; ++k) {
+        const ast::Expr& e = *d.buckets[k];
+        Value v = eval(e);
+        std::optional<int64_t> b = static_int(v, "a bucket of dim '" + d.name + "'");
+        if (!b) {
+          ok = false;
+        } else if (*b < info.lo || *b > info.hi) {
+          diags_.error(start_of(e),
+                       "bucket " + std::to_string(*b) + " is outside the range [" + std::to_string(info.lo) + ", " +
+                           std::to_string(info.hi) + "] of dim '" + d.name + "'",
+                       "buckets are capacities between the dim's bounds", e.length);
+          ok = false;
+        } else if (!info.buckets.empty() && *b <= info.buckets.back()) {
+          diags_.error(start_of(e),
+                       "buckets of dim '" + d.name + "' must be ascending: " + std::to_string(*b) + " follows " +
+                           std::to_string(info.buckets.back()),
+                       "list them from smallest to largest", e.length);
+          ok = false;
+        } else {
+          info.buckets.push_back(*b);
+        }
+      }
+      if (ok && info.buckets.back() != info.hi) {
+        const ast::Expr& last = *d.buckets.back();
+        diags_.error(start_of(last),
+                     "the last bucket of dim '" + d.name + "' is " + std::to_string(info.buckets.back()) +
+                         ", not its upper bound " + std::to_string(info.hi),
+                     "end the list with " + std::to_string(info.hi) + " so that every allowed value has a bucket",
+                     last.length);
+        ok = false;
+      }
+    }
+    if (info.buckets.empty() || !ok) info.buckets = default_buckets(info.lo, info.hi);
+    if (d.policy == "update") {
+      info.policy = DimPolicy::kUpdate;
+    } else if (!d.policy.empty() && d.policy != "buckets") {
+      std::string message = "unknown dim policy '" + d.policy + "'";
+      if (auto near = closest_spelling(d.policy, {"buckets", "update"})) message += "; did you mean '" + *near + "'?";
+      diags_.error(d.policy_loc, message, "write policy(buckets) or policy(update)",
+                   static_cast<uint32_t>(d.policy.size()));
+    }
+    if (graph_.dims.size() == static_cast<size_t>(kMaxRuntimeDims))
+      diags_.error(d.name_loc,
+                   "dim '" + d.name + "' is run-time dim number " + std::to_string(kMaxRuntimeDims + 1) +
+                       "; a program has at most " + std::to_string(kMaxRuntimeDims) +
+                       " (the kernels receive them in a fixed block)",
+                   "make some of them compile-time consts, or reuse one dim for tensors that always agree",
+                   static_cast<uint32_t>(d.name.size()));
+    graph_.dims.push_back(std::move(info));
+  }
+}
+
+Value Lowerer::const_value(const std::string& name) {
+  ConstInfo& c = consts_.at(name);
+  if (c.state == 2) return c.value;
+  if (c.state == 1) return Value::error();  // a cycle: check_module reports it
+  c.state = 1;
+  // A const sees globals only, whoever asks for it.
+  std::vector<Frame> saved = std::move(frames_);
+  frames_.clear();
+  Value v = eval(*c.decl->value);
+  frames_ = std::move(saved);
+  if (v.ok() && !v.is_static()) {
+    fail(start_of(*c.decl->value),
+         "const '" + name + "' must be a compile-time integer, float or bool, got " + describe(v),
+         "consts are fixed at compile time; use let for run-time values", c.decl->value->length);
+    v = Value::error();
+  }
+  c.value = v;
+  c.state = 2;
+  return v;
+}
+
+std::optional<TensorType> Lowerer::resolve_type(const ast::TypeExpr& t) {
+  std::optional<DType> dtype = parse_dtype(t.dtype);
+  bool ok = true;
+  if (!dtype) {
+    std::string message = "unknown type '" + t.dtype + "'";
+    if (auto near = closest_spelling(t.dtype, {"f32", "f16", "bf16", "i32", "bool"}))
+      message += "; did you mean '" + *near + "'?";
+    diags_.error(t.dtype_loc, message, "the types are f32, f16, bf16, i32 and bool",
+                 static_cast<uint32_t>(t.dtype.size()));
+    ok = false;
+  }
+  if (t.dims.size() > static_cast<size_t>(kMaxRank)) {
+    const ast::Expr& extra = *t.dims[kMaxRank];
+    diags_.error(
+        start_of(extra),
+        "a type has at most " + std::to_string(kMaxRank) + " dims, this one has " + std::to_string(t.dims.size()),
+        "reshape to fewer dims", extra.length);
+    return std::nullopt;
+  }
+  TensorType type;
+  for (const ast::ExprPtr& e : t.dims) {
+    Value v = eval(*e);
+    if (!v.ok()) {
+      ok = false;
+    } else if (v.kind == Value::Kind::kDim) {
+      type.shape.push_back(Dim::runtime(v.dim));
+    } else if (v.kind == Value::Kind::kInt && v.i >= 1) {
+      type.shape.push_back(Dim::constant(v.i));
+    } else if (v.kind == Value::Kind::kInt) {
+      fail(start_of(*e), "a dim extent must be at least 1, got " + std::to_string(v.i),
+           "empty tensors are not supported; use an extent >= 1", e->length);
+      ok = false;
+    } else {
+      fail(start_of(*e), "a shape dim must be a compile-time integer or a declared dim, got " + describe(v),
+           "use a const, a literal, or the name of a dim declared with `dim`", e->length);
+      ok = false;
+    }
+  }
+  if (!ok) return std::nullopt;
+  type.dtype = *dtype;
+  if (!within_element_bound(type, t.loc, 1)) return std::nullopt;
+  return type;
+}
+
+void Lowerer::lower_leaves() {
+  for (const ast::TensorDecl& t : m_.tensors) {
+    if (tensors_.count(t.name)) continue;  // a duplicate: check_module reports it
+    TensorInfo& info = tensors_[t.name];
+    info.decl = &t;
+    info.type = resolve_type(t.type);
+    auto len = static_cast<uint32_t>(t.name.size());
+    ir::Node leaf;
+    leaf.name = t.name;
+    leaf.loc = t.name_loc;
+    switch (t.role) {
+      case ast::TensorRole::kOutput:
+        if (t.init) fail(start_of(*t.init), "only a scalar takes a default value", "remove '= ...'", t.init->length);
+        continue;
+      case ast::TensorRole::kInput: leaf.op = ir::Op::kInput; break;
+      case ast::TensorRole::kParam: leaf.op = ir::Op::kParam; break;
+      case ast::TensorRole::kScalar: leaf.op = ir::Op::kScalar; break;
+    }
+    if (t.role != ast::TensorRole::kScalar && t.init) {
+      fail(start_of(*t.init), "only a scalar takes a default value", "remove '= ...'", t.init->length);
+      continue;
+    }
+    if (!info.type) continue;
+    if (t.role == ast::TensorRole::kScalar) {
+      if (info.type->rank() != 0 || (info.type->dtype != DType::kF32 && info.type->dtype != DType::kI32)) {
+        fail(t.type.loc, "scalar '" + t.name + "' has type " + text(*info.type) + "; a run-time scalar is f32 or i32",
+             "declare tensors with input or param; a scalar is written scalar " + t.name + " : f32 = 1.0;", len);
+        info.type.reset();
+        continue;
+      }
+      if (!t.init) {
+        fail(t.name_loc, "scalar '" + t.name + "' needs a default value",
+             "write scalar " + t.name + " : " + dtype_name(info.type->dtype) + " = VALUE;", len);
+        info.type.reset();
+        continue;
+      }
+      Value init = eval(*t.init);
+      if (!init.ok()) {
+        info.type.reset();
+        continue;
+      }
+      bool fits = info.type->dtype == DType::kI32 ? init.kind == Value::Kind::kInt : init.is_number();
+      if (!fits) {
+        fail(start_of(*t.init),
+             "the default of scalar '" + t.name + "' must be a compile-time " +
+                 (info.type->dtype == DType::kI32 ? "integer" : "number") + ", got " + describe(init),
+             "write a literal or a const, such as 1.0", t.init->length);
+        info.type.reset();
+        continue;
+      }
+      leaf.attrs.value = round_to_dtype(init.number(), info.type->dtype);
+    }
+    if (leaf.op == ir::Op::kScalar && ++scalar_count_ == kMaxScalars + 1)
+      fail(t.name_loc,
+           "scalar '" + t.name + "' is run-time scalar number " + std::to_string(kMaxScalars + 1) +
+               "; a program has at most " + std::to_string(kMaxScalars) + " (the kernels receive them in a fixed block)",
+           "make some of them compile-time consts, or pass several values as one input tensor", len);
+    leaf.type = *info.type;
+    info.leaf = graph_.add(std::move(leaf));
+  }
+}
+
+void Lowerer::resolve_signature(const ast::FnDecl& f) {
+  if (fns_.count(f.name)) return;
+  FnInfo info;
+  info.decl = &f;
+  for (const ast::FnParam& p : f.params) {
+    info.params.push_back(resolve_type(p.type));
+    if (!info.params.back()) info.signature_ok = false;
+  }
+  if (f.result) {
+    info.result = resolve_type(*f.result);
+    if (!info.result) info.signature_ok = false;
+  }
+  fns_.emplace(f.name, std::move(info));
+}
+
+}  // namespace gdl::lowering

@@ -1,0 +1,483 @@
+// The ops that move elements without arithmetic: transpose, reshape,
+// slice (x[...] subscripts), concat and gather. A reshape, and a slice
+// whose elements are one contiguous run, are views that run nothing
+// (plan/schedule.cc); otherwise each is one elementwise kernel of its own
+// whose element i is loaded from where it lies in the operand.
+//  - slice: a stop of -1 means "to the end of the axis" (a run-time dim
+//    sliced whole); a run-time dim is sliced whole or by a constant range
+//    below its lower bound.
+//  - gather: ids outside [0, V) give a zero row.
+#include <algorithm>
+
+#include "codegen/cuda_text.h"
+#include "codegen/step_emitter.h"
+#include "interp/host_ops.h"
+#include "internal_error.h"
+#include "ops/families.h"
+
+namespace gdl::ops {
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::ValueId;
+
+// --------------------------------------------------------------- type rules
+
+TypeResult infer_transpose(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, "transpose");
+  if (!x) return TypeResult::failed();
+  const int rank = x->rank();
+  std::vector<int64_t> perm;
+  if (!q.given(1)) {
+    if (rank < 2)
+      return q.error(0, "transpose swaps the last two dims, but " + q.text(*x) + " has fewer than two",
+                     "give perm = [...] explicitly, or reshape first");
+    for (int i = 0; i < rank; ++i) perm.push_back(i);
+    std::swap(perm[static_cast<size_t>(rank - 1)], perm[static_cast<size_t>(rank - 2)]);
+  } else {
+    std::vector<int64_t> written;
+    if (!q.integers(1, "perm", &written)) return TypeResult::failed();
+    if (static_cast<int>(written.size()) != rank)
+      return q.error(1, "perm has " + std::to_string(written.size()) + " entries for " + q.text(*x) + " of rank " +
+                            std::to_string(rank),
+                     "give one entry per dim");
+    std::vector<bool> seen(static_cast<size_t>(rank), false);
+    for (int64_t k : written) {
+      int64_t axis = k < 0 ? k + rank : k;
+      if (axis < 0 || axis >= rank || seen[static_cast<size_t>(axis)])
+        return q.error(1, "perm is not a permutation of the axes 0.." + std::to_string(rank - 1) + " of " + q.text(*x),
+                       "list every axis exactly once");
+      seen[static_cast<size_t>(axis)] = true;
+      perm.push_back(axis);
+    }
+  }
+  Shape s;
+  for (int64_t a : perm) s.push_back(x->shape[static_cast<size_t>(a)]);
+  q.attrs().ints = perm;
+  return TensorType{x->dtype, s};
+}
+
+// "B*4096", the element count of a shape for messages.
+std::string count_text(const TypeQuery& q, const Shape& s) {
+  int64_t constant = 1;
+  std::vector<std::string> names;
+  for (const Dim& d : s) {
+    if (d.is_runtime())
+      names.push_back(q.dims()[static_cast<size_t>(d.symbol)].name);
+    else
+      constant *= d.extent;
+  }
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const std::string& n : names) out += n + "*";
+  return out + std::to_string(constant);
+}
+
+// Same count for every binding: equal constant products and the same
+// run-time dims, each as often.
+TypeResult infer_reshape(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, "reshape");
+  Shape s;
+  if (!x || !q.shape(1, &s)) return TypeResult::failed();
+  auto split = [](const Shape& sh) {
+    __int128 constant = 1;
+    std::vector<int> symbols;
+    for (const Dim& d : sh) {
+      if (d.is_runtime())
+        symbols.push_back(d.symbol);
+      else
+        constant *= d.extent;
+    }
+    std::sort(symbols.begin(), symbols.end());
+    return std::make_pair(constant, symbols);
+  };
+  if (split(s) != split(x->shape))
+    return q.error(kAtOp,
+                   "reshape changes the element count: " + q.text(*x) + " holds " + count_text(q, x->shape) +
+                       " elements, " + q.text(s) + " holds " + count_text(q, s),
+                   "the new shape must hold the same elements for every value of the run-time dims");
+  return TensorType{x->dtype, s};
+}
+
+// Bounds are [start, stop) per axis; a whole run-time axis is [0, -1). A
+// constant range of a run-time dim must fit its smallest value.
+TypeResult infer_slice(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, "slice");
+  std::vector<int64_t> b;
+  if (!x || !q.integers(1, "bounds", &b)) return TypeResult::failed();
+  if (b.size() != 2 * x->shape.size()) return q.error(1, "a slice needs one [start, stop] pair per axis");
+  const std::vector<bool> indexes = q.index_axes();
+  Shape s;
+  for (size_t axis = 0; axis < x->shape.size(); ++axis) {
+    const Dim& d = x->shape[axis];
+    const int64_t start = b[2 * axis], stop = b[2 * axis + 1];
+    const bool runtime = d.is_runtime();
+    const int64_t limit = runtime ? q.dims()[static_cast<size_t>(d.symbol)].lo : d.extent;  // what every binding allows
+    const std::string dim_name = runtime ? "dim " + q.dims()[static_cast<size_t>(d.symbol)].name : "extent " + std::to_string(d.extent);
+    const std::string where = "axis " + std::to_string(axis) + " of " + q.text(*x);
+    const std::string smallest = runtime ? q.dims()[static_cast<size_t>(d.symbol)].name + " can be as small as " +
+                                               std::to_string(limit)
+                                         : "";
+    const auto slot = static_cast<int>(axis);
+    if (axis < indexes.size() && indexes[axis]) {  // x[i]: one element of the axis
+      if (start < 0 || start >= limit)
+        return q.error(slot,
+                       runtime ? "index " + std::to_string(start) + " may be outside " + where + ": " + smallest
+                               : "index " + std::to_string(start) + " is outside " + where,
+                       runtime ? "a run-time dim is only known to be at least its lower bound " + std::to_string(limit) +
+                                     "; index below it"
+                               : "indices run from 0 to " + std::to_string(d.extent - 1));
+      s.push_back(Dim::constant(1));
+      continue;
+    }
+    if (stop == -1) {  // to the end of the axis
+      if (runtime && start != 0) {
+        TypeError e = q.error(slot,
+                              "slice " + std::to_string(start) + ": of run-time " + dim_name + " would have a run-time length",
+                              "slice a run-time dim whole with ':', or with a constant range below its lower bound " +
+                                  std::to_string(limit));
+        e.at_start = true;
+        return e;
+      }
+      if (start < 0 || (!runtime && start >= d.extent))
+        return q.error(slot, "slice " + std::to_string(start) + ": is outside " + where);
+      s.push_back(runtime ? d : Dim::constant(d.extent - start));
+      continue;
+    }
+    if (start < 0 || start >= stop || stop > limit) {
+      const std::string range = std::to_string(start) + ":" + std::to_string(stop);
+      const bool past_bound = runtime && start >= 0 && start < stop;
+      return q.error(slot,
+                     past_bound ? "slice " + range + " may run past " + where + ": " + smallest
+                                : "slice " + range + " is outside " + where,
+                     runtime ? "a run-time dim is only known to be at least its lower bound " + std::to_string(limit) +
+                                   "; keep the slice below it, or use ':' for the whole dim"
+                             : "a slice a:b needs 0 <= a < b <= " + std::to_string(d.extent));
+    }
+    s.push_back(Dim::constant(stop - start));
+  }
+  q.attrs().ints = b;
+  return TensorType{x->dtype, s};
+}
+
+TypeResult infer_concat(TypeQuery& q) {
+  const size_t parts = q.operand_count();
+  std::vector<const TensorType*> types;
+  for (size_t i = 0; i < parts; ++i) {
+    const TensorType* t = q.tensor(i, "concat");
+    if (!t) return TypeResult::failed();
+    types.push_back(t);
+  }
+  const TensorType& first = *types[0];
+  int axis = 0;
+  if (q.given(parts)) {
+    if (std::optional<TypeResult> bad = axis_of(q, parts, first.rank(), &axis)) return *bad;
+  } else if (first.rank() == 0) {
+    return q.error(0, "concat cannot join rank-0 values", "reshape them to [1] first");
+  }
+  const auto a = static_cast<size_t>(axis);
+  Shape s = first.shape;
+  int64_t total = 0;
+  for (size_t i = 0; i < parts; ++i) {
+    const TensorType& t = *types[i];
+    const auto slot = static_cast<int>(i);
+    if (t.dtype != first.dtype || t.rank() != first.rank())
+      return q.error(slot, "concat arguments differ in dtype or rank: " + q.text(first) + " and " + q.text(t),
+                     "cast or reshape them to agree");
+    for (size_t k = 0; k < t.shape.size(); ++k)
+      if (k != a && !(t.shape[k] == first.shape[k]))
+        return q.error(slot,
+                       "concat arguments differ in dim " + std::to_string(k) + ": " + q.text(first) + " and " + q.text(t),
+                       "every dim except the concat axis must agree");
+    if (t.shape[a].is_runtime() && parts > 1)
+      return q.error(slot,
+                     "cannot concat along the run-time dim '" + q.dims()[static_cast<size_t>(t.shape[a].symbol)].name + "'",
+                     "concat along an axis of compile-time extent");
+    total += t.shape[a].extent;
+  }
+  if (parts > 1) s[a] = Dim::constant(total);
+  q.attrs().axis = axis;
+  return TensorType{first.dtype, s};
+}
+
+TypeResult infer_gather(TypeQuery& q) {
+  const TensorType* table = q.tensor(0, "gather");
+  if (!table) return TypeResult::failed();
+  std::string described;
+  const TensorType* ids = q.value(1, "gather", DType::kI32, &described);
+  if (!ids && described.empty()) return TypeResult::failed();
+  if (table->rank() == 0)
+    return q.error(0, "the table of gather must have rank >= 1, got " + q.text(*table), "gather picks rows of a table [V, ...]");
+  if (!ids || ids->dtype != DType::kI32)
+    return q.error(1, "gather ids must be i32, got " + (ids ? q.text(*ids) : described), "convert them with cast(ids, i32)");
+  Shape s = ids->shape;
+  s.insert(s.end(), table->shape.begin() + 1, table->shape.end());
+  return TensorType{table->dtype, s};
+}
+
+std::string perm_attr(const ir::Attrs& a) { return "perm=" + ints_text(a.ints); }
+std::string bounds_attr(const ir::Attrs& a) { return "bounds=" + ints_text(a.ints); }
+std::string axis_attr(const ir::Attrs& a) { return "axis=" + std::to_string(a.axis); }
+
+// ---------------------------------------------------------------- CPU rules
+
+void eval_transpose(const Node& n, const EvalArgs& in, HostTensor& out) {
+  const HostTensor& x = *in.values[0];
+  const auto& perm = n.attrs.ints;
+  GDL_INTERNAL_ASSERT(perm.size() == x.shape.size(), "transpose perm length differs from the rank");
+  host::Extents in_strides = host::row_major_strides(x.shape), strides(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    GDL_INTERNAL_ASSERT(out.shape[i] == x.shape[static_cast<size_t>(perm[i])], "transpose result shape");
+    strides[i] = in_strides[static_cast<size_t>(perm[i])];
+  }
+  host::copy_strided(x, 0, strides, out);
+}
+
+void eval_reshape(const Node&, const EvalArgs& in, HostTensor& out) {
+  GDL_INTERNAL_ASSERT(in.values[0]->data.size() == out.data.size(), "reshape changes the element count");
+  out.data = in.values[0]->data;
+}
+
+void eval_slice(const Node& n, const EvalArgs& in, HostTensor& out) {
+  const HostTensor& x = *in.values[0];
+  const auto& bounds = n.attrs.ints;
+  GDL_INTERNAL_ASSERT(bounds.size() == 2 * x.shape.size(), "slice needs one [start, stop] pair per axis");
+  host::Extents strides = host::row_major_strides(x.shape);
+  int64_t base = 0;
+  for (size_t axis = 0; axis < x.shape.size(); ++axis) {
+    int64_t start = bounds[2 * axis];
+    int64_t stop = bounds[2 * axis + 1] == -1 ? x.shape[axis] : bounds[2 * axis + 1];
+    GDL_INTERNAL_ASSERT(0 <= start && start <= stop && stop <= x.shape[axis] && out.shape[axis] == stop - start,
+                        "slice bounds do not fit " + host::extents_text(x.shape));
+    base += start * strides[axis];
+  }
+  host::copy_strided(x, base, strides, out);
+}
+
+void eval_concat(const Node& n, const EvalArgs& in, HostTensor& out) {
+  host::AxisView v = host::view_around(out.shape, n.attrs.axis);
+  int64_t written_axis = 0;
+  for (const HostTensor* a : in.values) {
+    host::AxisView av = host::view_around(a->shape, n.attrs.axis);
+    GDL_INTERNAL_ASSERT(av.outer == v.outer && av.inner == v.inner, "concat operands disagree off the axis");
+    for (int64_t o = 0; o < v.outer; ++o) {
+      const double* src = a->data.data() + o * av.len * v.inner;
+      std::copy(src, src + av.len * v.inner, out.data.data() + (o * v.len + written_axis) * v.inner);
+    }
+    written_axis += av.len;
+  }
+  GDL_INTERNAL_ASSERT(written_axis == v.len, "concat result length along the axis");
+}
+
+void eval_gather(const Node&, const EvalArgs& in, HostTensor& out) {
+  const HostTensor &table = *in.values[0], &ids = *in.values[1];
+  GDL_INTERNAL_ASSERT(!table.shape.empty(), "gather from a rank-0 table");
+  int64_t rows = table.shape[0], row_size = host::product(table.shape, 1);
+  GDL_INTERNAL_ASSERT(static_cast<int64_t>(out.data.size()) == ids.size() * row_size, "gather result size");
+  for (int64_t i = 0; i < ids.size(); ++i) {
+    auto id = static_cast<int64_t>(ids.data[static_cast<size_t>(i)]);
+    if (id < 0 || id >= rows) continue;  // out of range: the row stays zero
+    const double* src = table.data.data() + id * row_size;
+    std::copy(src, src + row_size, out.data.data() + i * row_size);
+  }
+}
+
+// -------------------------------------------------------- element emitters
+
+// Same elements in the same row-major order: a reshape, a single-operand
+// concat, or any of these over a rank-0 operand.
+std::string plain_copy(StepEmitter& e, ValueId v) {
+  const Node& n = e.g.node(v);
+  const ValueId x = n.args.at(0);
+  std::string src = e.is_inline_leaf(x) ? e.inline_value(x) : "gdl::ld(" + e.pointer(x) + "[i])";
+  if (!e.is_inline_leaf(x) && statically_one_element(e.g.node(x).type.shape)) src = "gdl::ld(" + e.pointer(x) + "[0])";
+  return "    const " + std::string(compute_type(n.type.dtype)) + " r" + std::to_string(v) + " = " + src + ";\n";
+}
+
+bool over_rank0(const StepEmitter& e, ValueId v) { return e.g.node(e.g.node(v).args.at(0)).type.shape.empty(); }
+
+std::string element_transpose(StepEmitter& e, ValueId v) {
+  if (over_rank0(e, v)) return plain_copy(e, v);
+  const Node& n = e.g.node(v);
+  const ValueId x = n.args.at(0);
+  const std::string in = e.input_strides(x);
+  const std::string st = "st" + std::to_string(v);
+  std::string init;
+  for (size_t i = 0; i < n.attrs.ints.size(); ++i) init += (i ? ", " : "") + in + ".s[" + std::to_string(n.attrs.ints[i]) + "]";
+  e.prologue += "  const gdl::Strides<" + std::to_string(e.rank) + ", " + e.idx + "> " + st + "{{" + init +
+                "}};  // input strides in result axis order\n";
+  e.needs_coords = true;
+  return "    const " + std::string(compute_type(n.type.dtype)) + " r" + std::to_string(v) + " = gdl::ld(" + e.pointer(x) +
+         "[" + st + ".at(c)]);\n";
+}
+
+std::string element_slice(StepEmitter& e, ValueId v) {
+  if (over_rank0(e, v)) return plain_copy(e, v);
+  const Node& n = e.g.node(v);
+  const ValueId x = n.args.at(0);
+  const Shape& xs = e.g.node(x).type.shape;
+  const std::string in = e.input_strides(x);
+  std::string base;
+  for (size_t axis = 0; axis < xs.size(); ++axis) {
+    int64_t start = n.attrs.ints.at(2 * axis);
+    if (start != 0) base += (base.empty() ? "" : " + ") + std::to_string(start) + " * " + in + ".s[" + std::to_string(axis) + "]";
+  }
+  if (base.empty()) base = "0";
+  const std::string b = "base" + std::to_string(v);
+  e.prologue += "  const " + e.idx + " " + b + " = " + base + ";  // offset of the slice's first element\n";
+  e.needs_coords = true;
+  return "    const " + std::string(compute_type(n.type.dtype)) + " r" + std::to_string(v) + " = gdl::ld(" + e.pointer(x) +
+         "[" + b + " + " + in + ".at(c)]);\n";
+}
+
+std::string element_concat(StepEmitter& e, ValueId v) {
+  const Node& n = e.g.node(v);
+  if (over_rank0(e, v) || n.args.size() == 1) return plain_copy(e, v);
+  const std::string c_type = compute_type(n.type.dtype);
+  const std::string r = "r" + std::to_string(v);
+  const auto axis = static_cast<size_t>(n.attrs.axis);
+  e.needs_coords = true;
+  std::string out = "    " + c_type + " " + r + ";\n    {\n";
+  out += "      gdl::Coords<" + std::to_string(e.rank) + ", " + e.idx + "> at = c;\n";
+  out += "      const " + e.idx + " along = c.c[" + std::to_string(axis) + "];\n";
+  std::string start;  // first index of operand k along the axis
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    const ValueId a = n.args[k];
+    const Shape& as = e.g.node(a).type.shape;
+    const std::string end = start.empty() ? e.dim(as[axis]) : start + " + " + e.dim(as[axis]);
+    const bool last = k + 1 == n.args.size();
+    out += std::string("      ") + (k == 0 ? "" : "else ") + (last ? "" : "if (along < " + end + ") ") + "{\n";
+    if (!start.empty()) out += "        at.c[" + std::to_string(axis) + "] = along - (" + start + ");\n";
+    const std::string p = e.pointer(a);
+    const std::string st = e.input_strides(a);
+    out += "        " + r + " = gdl::ld(" + p + "[" + st + ".at(at)]);\n";
+    out += "      }\n";
+    start = end;
+  }
+  return out + "    }\n";
+}
+
+std::string element_gather(StepEmitter& e, ValueId v) {
+  if (over_rank0(e, v)) return plain_copy(e, v);
+  const Node& n = e.g.node(v);
+  const ValueId x = n.args.at(0), ids = n.args.at(1);
+  const Shape& xs = e.g.node(x).type.shape;
+  const std::string c_type = compute_type(n.type.dtype);
+  const std::string inner = "inner" + std::to_string(v);
+  e.prologue += "  const " + e.idx + " " + inner + " = " + e.product(xs, 1, xs.size()) + ";  // elements per row\n";
+  const std::string rows = e.dim(xs[0]);
+  const std::string table = e.pointer(x);
+  std::string id_expr;
+  if (e.is_inline_leaf(ids)) id_expr = e.inline_value(ids);
+  else if (statically_one_element(e.g.node(ids).type.shape)) id_expr = "gdl::ld(" + e.pointer(ids) + "[0])";
+  else id_expr = "gdl::ld(" + e.pointer(ids) + "[row])";
+  std::string out = "    const " + e.idx + " row = i / " + inner + ";\n";
+  out += "    const " + e.idx + " column = i - row * " + inner + ";\n";
+  out += "    const int id = " + id_expr + ";\n";
+  out += "    const " + c_type + " r" + std::to_string(v) + " = id >= 0 && id < " + rows + " ? gdl::ld(" + table + "[(" +
+         e.idx + ")id * " + inner + " + column]) : (" + c_type + ")0;  // out of range: 0\n";
+  return out;
+}
+
+// -------------------------------------------------- padding and identities
+
+// (constant product, run-time symbol) pairs in order; the last symbol is -1.
+std::vector<std::pair<int64_t, int>> layout_groups(const Shape& s) {
+  std::vector<std::pair<int64_t, int>> groups;
+  int64_t constant = 1;
+  for (const Dim& d : s) {
+    if (!d.is_runtime()) {
+      constant *= d.extent;
+      continue;
+    }
+    groups.emplace_back(constant, d.symbol);
+    constant = 1;
+  }
+  groups.emplace_back(constant, -1);
+  return groups;
+}
+
+// A reshape keeps a padded layout meaningful only if it keeps every
+// run-time dim where it was relative to the others: the same sequence of
+// run-time dims, and the same product of constant extents before the
+// first, between consecutive ones and after the last. Then an element's
+// flat index is the same function of its coordinates before and after,
+// whatever the capacities. Otherwise every run-time dim it holds is blocked.
+void reshape_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock& block) {
+  const Shape& from = g.node(n.args.at(0)).type.shape;
+  if (layout_groups(from) == layout_groups(n.type.shape)) return;
+  for (const Dim& d : from)
+    if (d.is_runtime())
+      block(d.symbol, " moves dim " + g.dims[static_cast<size_t>(d.symbol)].name + " across other axes (" +
+                          shape_to_string(from, g.dims) + " to " + shape_to_string(n.type.shape, g.dims) +
+                          "): a padded layout would mix padding into valid rows");
+}
+
+// Ids in [value, capacity) would read padding where the unpadded run gives a zero row.
+void gather_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock& block) {
+  const Shape& table = g.node(n.args.at(0)).type.shape;
+  if (!table.empty() && table[0].is_runtime())
+    block(table[0].symbol, " reads a table whose rows are dim " + g.dims[static_cast<size_t>(table[0].symbol)].name +
+                               ": ids past the valid rows would read padding instead of zeros");
+}
+
+// The type rule refuses it; kept for IR made by hand.
+void concat_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock& block) {
+  const auto axis = static_cast<size_t>(n.attrs.axis);
+  if (n.args.size() > 1 && axis < n.type.shape.size() && n.type.shape[axis].is_runtime())
+    block(n.type.shape[axis].symbol, " joins along dim " + g.dims[static_cast<size_t>(n.type.shape[axis].symbol)].name);
+}
+
+bool same_type(const Node& n, const Node& arg) { return n.type == arg.type; }
+bool identity_permutation(const Node& n, const Node& arg) {
+  for (size_t i = 0; i < n.attrs.ints.size(); ++i)
+    if (n.attrs.ints[i] != static_cast<int64_t>(i)) return false;
+  return n.type == arg.type;
+}
+
+OpDef movement(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval, ElementFn element) {
+  OpDef d;
+  d.op = op;
+  d.fusion = FusionClass::kDataMovement;
+  d.callable = callable;
+  d.params = std::move(params);
+  d.operands = 1;
+  d.required = d.params.size();
+  d.min_args = d.max_args = 1;
+  d.infer = infer;
+  d.eval = eval;
+  d.element = element;
+  return d;
+}
+
+}  // namespace
+
+void add_data_movement_ops(std::vector<OpDef>& defs) {
+  OpDef transpose = movement(Op::kTranspose, "transpose", {"x", "perm"}, infer_transpose, eval_transpose, element_transpose);
+  transpose.required = 1;
+  transpose.attr_text = perm_attr;
+  transpose.is_identity = identity_permutation;
+  defs.push_back(transpose);
+  OpDef reshape = movement(Op::kReshape, "reshape", {"x", "shape"}, infer_reshape, eval_reshape, plain_copy);
+  reshape.blocks_padding = reshape_blocks_padding;
+  reshape.is_identity = same_type;
+  defs.push_back(reshape);
+  OpDef slice = movement(Op::kSlice, nullptr, {"x", "bounds"}, infer_slice, eval_slice, element_slice);  // x[...]
+  slice.attr_text = bounds_attr;
+  defs.push_back(slice);
+  OpDef concat = movement(Op::kConcat, "concat", {"axis"}, infer_concat, eval_concat, element_concat);
+  concat.operands = 0;  // variadic: concat(a, b, ..., axis = 0)
+  concat.required = 0;
+  concat.max_args = SIZE_MAX;
+  concat.attr_text = axis_attr;
+  concat.blocks_padding = concat_blocks_padding;
+  defs.push_back(concat);
+  OpDef gather = movement(Op::kGather, "gather", {"table", "ids"}, infer_gather, eval_gather, element_gather);
+  gather.operands = 2;
+  gather.min_args = gather.max_args = 2;
+  gather.blocks_padding = gather_blocks_padding;
+  defs.push_back(gather);
+}
+
+}  // namespace gdl::ops

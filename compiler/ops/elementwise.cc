@@ -1,0 +1,261 @@
+// The elementwise ops: unary (exp ... abs, neg, not, cast), binary with
+// numpy broadcasting (+ - * / min max pow, comparisons, && ||) and where.
+// Each computes one element from the elements its operands broadcast to it,
+// so fusion chains them into one kernel (plan/fuse.cc) and codegen calls
+// their gdl::op::<name> functions (stdlib-kernels/gdl_ops.cuh) inside one
+// loop over the result.
+//
+// Semantics the lowering, the CPU rules and the kernels share:
+//  - i32 neg/abs/add/sub/mul wrap around (two's complement), as 32-bit
+//    integer arithmetic does on the GPU; i32 div truncates toward zero,
+//    x / 0 is 0 and INT_MIN / -1 is INT_MIN; i32 pow is std::pow rounded like
+//    a cast (toward zero, saturating).
+//  - min, max and relu propagate NaN.
+//  - gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))).
+//  - Comparisons with NaN are false except `ne`; results are bool 0/1.
+#include <cmath>
+
+#include "interp/host_ops.h"
+#include "ops/families.h"
+
+namespace gdl::ops {
+namespace {
+
+using ir::Op;
+
+// --------------------------------------------------------------- type rules
+
+// exp, log, ... : a float tensor (relu and abs take i32 too), the same type.
+template <bool kIntegerOk>
+TypeResult infer_unary(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, q.what());
+  if (!x) return TypeResult::failed();
+  if (!is_float(x->dtype) && !(kIntegerOk && x->dtype == DType::kI32))
+    return q.error(0, q.what() + " needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
+  return *x;
+}
+
+TypeResult infer_neg(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, "unary -");
+  if (!x) return TypeResult::failed();
+  if (x->dtype == DType::kBool)
+    return q.error(kAtOp, "unary - needs a number, got " + q.text(*x), "use ! to negate a bool");
+  return *x;
+}
+
+TypeResult infer_not(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, "!");
+  if (!x) return TypeResult::failed();
+  if (x->dtype != DType::kBool)
+    return q.error(kAtOp, "! needs a bool, got " + q.text(*x), "compare first, for example !(x > 0.0)");
+  return *x;
+}
+
+TypeResult infer_cast(TypeQuery& q) {
+  DType target;
+  if (!q.dtype(1, &target)) return TypeResult::failed();
+  const TensorType* x = q.tensor(0, "cast");
+  if (!x) return TypeResult::failed();
+  return TensorType{target, x->shape};
+}
+
+bool is_comparison(Op op) { return op >= Op::kLt && op <= Op::kNe; }
+bool is_logical(Op op) { return op == Op::kAnd || op == Op::kOr; }
+
+// a op b: one dtype, broadcast shapes; comparisons and && || give bool.
+template <Op kOp>
+TypeResult infer_binary(TypeQuery& q) {
+  if (!q.unify(0, 1)) return TypeResult::failed();
+  const TensorType* a = q.tensor(0, q.what());
+  const TensorType* b = a ? q.tensor(1, q.what()) : nullptr;
+  if (!a || !b) return TypeResult::failed();
+  const std::string& what = q.what();
+  if (a->dtype != b->dtype)
+    return q.error(kAtOp, "dtype mismatch in " + what + ": " + q.text(*a) + " and " + q.text(*b),
+                   "both sides need one dtype; convert one with cast(x, " + std::string(dtype_name(a->dtype)) + ")");
+  if (is_logical(kOp) && a->dtype != DType::kBool)
+    return q.error(kAtOp, what + " needs bools, got " + q.text(*a) + " and " + q.text(*b), "compare first to get bools");
+  if (!is_logical(kOp) && !is_comparison(kOp) && a->dtype == DType::kBool)
+    return q.error(kAtOp, what + " does arithmetic, which bools do not have: " + q.text(*a) + " and " + q.text(*b),
+                   "use && and || on bools, or cast(x, f32) first");
+  std::optional<Shape> shape = broadcast_shapes(a->shape, b->shape);
+  if (!shape)
+    return q.error(kAtOp, "cannot broadcast " + q.text(*a) + " with " + q.text(*b) + " in " + what,
+                   "shapes broadcast like numpy: aligned from the right, each pair of dims equal or one of them 1 "
+                   "(a run-time dim matches only itself or 1)");
+  return TensorType{is_logical(kOp) || is_comparison(kOp) ? DType::kBool : a->dtype, *shape};
+}
+
+// where(cond, a, b): a bool condition, a and b of one dtype, all three broadcast.
+TypeResult infer_where(TypeQuery& q) {
+  std::string described;
+  const TensorType* c = q.value(0, "where", DType::kBool, &described);
+  if (!c || c->dtype != DType::kBool)
+    return q.error(0, "the condition of where must be bool, got " + (c ? q.text(*c) : described),
+                   "compare to get a bool: where(x > 0.0, a, b)");
+  if (!q.unify(1, 2)) return TypeResult::failed();
+  const TensorType* a = q.tensor(1, "where");
+  const TensorType* b = a ? q.tensor(2, "where") : nullptr;
+  if (!a || !b) return TypeResult::failed();
+  if (a->dtype != b->dtype)
+    return q.error(kAtOp, "dtype mismatch in where: " + q.text(*a) + " and " + q.text(*b),
+                   "both branches need one dtype; convert one with cast(x, " + std::string(dtype_name(a->dtype)) + ")");
+  std::optional<Shape> ab = broadcast_shapes(a->shape, b->shape);
+  std::optional<Shape> all = ab ? broadcast_shapes(c->shape, *ab) : std::nullopt;
+  if (!all)
+    return q.error(kAtOp, "cannot broadcast " + q.text(*c) + ", " + q.text(*a) + " and " + q.text(*b) + " in where",
+                   "shapes broadcast like numpy: aligned from the right, each dim equal or 1");
+  return TensorType{a->dtype, *all};
+}
+
+// ---------------------------------------------------------------- CPU rules
+
+double neg(double x, DType t) { return t == DType::kI32 ? host::wrap_i32(-static_cast<int64_t>(x)) : -x; }
+double logical_not(double x, DType) { return x == 0 ? 1.0 : 0.0; }
+double exp(double x, DType) { return std::exp(x); }
+double log(double x, DType) { return std::log(x); }
+double sqrt(double x, DType) { return std::sqrt(x); }
+double rsqrt(double x, DType) { return 1.0 / std::sqrt(x); }
+double tanh(double x, DType) { return std::tanh(x); }
+double sigmoid(double x, DType) { return 1.0 / (1.0 + std::exp(-x)); }
+double relu(double x, DType) { return x < 0 ? 0.0 : x; }  // NaN stays NaN
+double gelu(double x, DType) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double silu(double x, DType) { return x / (1.0 + std::exp(-x)); }
+double abs(double x, DType t) { return t == DType::kI32 ? host::wrap_i32(std::abs(static_cast<int64_t>(x))) : std::fabs(x); }
+double cast(double x, DType) { return x; }  // the rounding to the result's dtype is the cast
+
+// Only i32 operands are converted: casting NaN or a huge float is undefined.
+template <typename F>
+double integer_or_float(double a, double b, DType t, F on_ints, double on_floats) {
+  if (t != DType::kI32) return on_floats;
+  return on_ints(static_cast<int64_t>(a), static_cast<int64_t>(b));
+}
+double add(double a, double b, DType t) {
+  return integer_or_float(a, b, t, [](int64_t x, int64_t y) { return host::wrap_i32(x + y); }, a + b);
+}
+double sub(double a, double b, DType t) {
+  return integer_or_float(a, b, t, [](int64_t x, int64_t y) { return host::wrap_i32(x - y); }, a - b);
+}
+double mul(double a, double b, DType t) {
+  return integer_or_float(a, b, t, [](int64_t x, int64_t y) { return host::wrap_i32(x * y); }, a * b);
+}
+double div(double a, double b, DType t) {  // C truncation; x / 0 is defined as 0
+  return integer_or_float(a, b, t, [](int64_t x, int64_t y) { return y == 0 ? 0.0 : host::wrap_i32(x / y); }, a / b);
+}
+double min(double a, double b, DType) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b); }
+double max(double a, double b, DType) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b); }
+double pow(double a, double b, DType) { return std::pow(a, b); }
+double lt(double a, double b, DType) { return a < b; }
+double le(double a, double b, DType) { return a <= b; }
+double gt(double a, double b, DType) { return a > b; }
+double ge(double a, double b, DType) { return a >= b; }
+double eq(double a, double b, DType) { return a == b; }
+double ne(double a, double b, DType) { return a != b; }
+double logical_and(double a, double b, DType) { return a != 0 && b != 0; }
+double logical_or(double a, double b, DType) { return a != 0 || b != 0; }
+
+void eval_where(const ir::Node&, const EvalArgs& in, HostTensor& out) {
+  const HostTensor &cond = *in.values[0], &a = *in.values[1], &b = *in.values[2];
+  host::BroadcastCursor cursor(out.shape, {cond.shape, a.shape, b.shape});
+  for (double& v : out.data) {
+    v = cond.data[cursor.offset(0)] != 0 ? a.data[cursor.offset(1)] : b.data[cursor.offset(2)];
+    cursor.next();
+  }
+}
+
+bool cast_is_identity(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
+
+// ------------------------------------------------------------------ entries
+
+OpDef unary(Op op, const char* callable, InferFn infer, UnaryFn rule, const char* device_function) {
+  OpDef d;
+  d.op = op;
+  d.fusion = FusionClass::kElementwise;
+  d.callable = callable;
+  d.params = {"x"};
+  d.operands = d.required = 1;
+  d.min_args = d.max_args = 1;
+  d.infer = infer;
+  d.unary = rule;
+  d.device_function = device_function;
+  return d;
+}
+
+OpDef binary(Op op, const char* callable, InferFn infer, BinaryFn rule, const char* device_function) {
+  OpDef d;
+  d.op = op;
+  d.fusion = FusionClass::kElementwise;
+  d.callable = callable;
+  d.params = {"a", "b"};
+  d.operands = d.required = 2;
+  d.min_args = d.max_args = 2;
+  d.infer = infer;
+  d.binary = rule;
+  d.device_function = device_function;
+  return d;
+}
+
+}  // namespace
+
+void add_elementwise_ops(std::vector<OpDef>& defs) {
+  defs.push_back(unary(Op::kExp, "exp", infer_unary<false>, exp, "gdl::op::exp"));
+  defs.push_back(unary(Op::kLog, "log", infer_unary<false>, log, "gdl::op::log"));
+  defs.push_back(unary(Op::kSqrt, "sqrt", infer_unary<false>, sqrt, "gdl::op::sqrt"));
+  defs.push_back(unary(Op::kRsqrt, "rsqrt", infer_unary<false>, rsqrt, "gdl::op::rsqrt"));
+  defs.push_back(unary(Op::kTanh, "tanh", infer_unary<false>, tanh, "gdl::op::tanh"));
+  defs.push_back(unary(Op::kSigmoid, "sigmoid", infer_unary<false>, sigmoid, "gdl::op::sigmoid"));
+  OpDef r = unary(Op::kRelu, "relu", infer_unary<true>, relu, "gdl::op::relu");
+  r.integer_folding = true;
+  defs.push_back(r);
+  defs.push_back(unary(Op::kGelu, "gelu", infer_unary<false>, gelu, "gdl::op::gelu"));
+  defs.push_back(unary(Op::kSilu, "silu", infer_unary<false>, silu, "gdl::op::silu"));
+  OpDef a = unary(Op::kAbs, "abs", infer_unary<true>, abs, "gdl::op::abs");
+  a.integer_folding = true;
+  defs.push_back(a);
+  OpDef minimum = binary(Op::kMin, "min", infer_binary<Op::kMin>, min, "gdl::op::min");
+  minimum.integer_folding = true;
+  defs.push_back(minimum);
+  defs.push_back(binary(Op::kPow, "pow", infer_binary<Op::kPow>, pow, "gdl::op::pow"));
+  OpDef maximum = binary(Op::kMax, "max", infer_binary<Op::kMax>, max, "gdl::op::max");
+  maximum.params = {"x", "b", "axis", "keepdims"};  // max(x, axis = 1) is reduce_max (reduce.cc)
+  maximum.operands = 2;
+  maximum.required = 1;
+  maximum.without_second_operand = Op::kReduceMax;
+  maximum.integer_folding = true;
+  defs.push_back(maximum);
+  OpDef where;
+  where.op = Op::kWhere;
+  where.fusion = FusionClass::kElementwise;
+  where.callable = "where";
+  where.params = {"cond", "a", "b"};
+  where.operands = where.required = 3;
+  where.min_args = where.max_args = 3;
+  where.infer = infer_where;
+  where.eval = eval_where;
+  where.device_function = "gdl::op::where";
+  defs.push_back(where);
+  OpDef c = unary(Op::kCast, "cast", infer_cast, cast, nullptr);  // codegen: the element converted, no call
+  c.params = {"x", "dtype"};
+  c.operands = 1;
+  c.required = 2;
+  c.is_identity = cast_is_identity;
+  defs.push_back(c);
+
+  // Written as operators only.
+  defs.push_back(unary(Op::kNeg, nullptr, infer_neg, neg, "gdl::op::neg"));
+  defs.push_back(unary(Op::kNot, nullptr, infer_not, logical_not, "gdl::op::not_"));
+  defs.push_back(binary(Op::kAdd, nullptr, infer_binary<Op::kAdd>, add, "gdl::op::add"));
+  defs.push_back(binary(Op::kSub, nullptr, infer_binary<Op::kSub>, sub, "gdl::op::sub"));
+  defs.push_back(binary(Op::kMul, nullptr, infer_binary<Op::kMul>, mul, "gdl::op::mul"));
+  defs.push_back(binary(Op::kDiv, nullptr, infer_binary<Op::kDiv>, div, "gdl::op::div"));
+  defs.push_back(binary(Op::kLt, nullptr, infer_binary<Op::kLt>, lt, "gdl::op::lt"));
+  defs.push_back(binary(Op::kLe, nullptr, infer_binary<Op::kLe>, le, "gdl::op::le"));
+  defs.push_back(binary(Op::kGt, nullptr, infer_binary<Op::kGt>, gt, "gdl::op::gt"));
+  defs.push_back(binary(Op::kGe, nullptr, infer_binary<Op::kGe>, ge, "gdl::op::ge"));
+  defs.push_back(binary(Op::kEq, nullptr, infer_binary<Op::kEq>, eq, "gdl::op::eq"));
+  defs.push_back(binary(Op::kNe, nullptr, infer_binary<Op::kNe>, ne, "gdl::op::ne"));
+  defs.push_back(binary(Op::kAnd, nullptr, infer_binary<Op::kAnd>, logical_and, "gdl::op::and_"));
+  defs.push_back(binary(Op::kOr, nullptr, infer_binary<Op::kOr>, logical_or, "gdl::op::or_"));
+}
+
+}  // namespace gdl::ops

@@ -1,0 +1,30 @@
+// The op families' registration functions (one per file of ops/), which
+// op_table.cc calls in this order; the order of the callable ops is the
+// order of the "did you mean" candidates.
+#pragma once
+
+#include <vector>
+
+#include "ops/op_def.h"
+
+namespace gdl::ops {
+
+void add_elementwise_ops(std::vector<OpDef>& defs);    // elementwise.cc
+void add_matmul_ops(std::vector<OpDef>& defs);         // matmul.cc
+void add_reduce_ops(std::vector<OpDef>& defs);         // reduce.cc
+void add_norm_ops(std::vector<OpDef>& defs);           // norm.cc
+void add_data_movement_ops(std::vector<OpDef>& defs);  // data_movement.cc
+void add_attention_ops(std::vector<OpDef>& defs);      // attention.cc
+void add_leaf_ops(std::vector<OpDef>& defs);           // leaves.cc
+
+// Shared by the type rules: the axis attribute at `slot` as written
+// (negative from the end), checked against a rank-`rank` value and
+// normalized to [0, rank) into *out. nullopt when it fits; else what the
+// rule returns.
+std::optional<TypeResult> axis_of(TypeQuery& q, size_t slot, int rank, int* out);
+
+// Shared by the IR text of the ops' attributes.
+std::string number_text(double v);                     // shortest text that reads back as v
+std::string ints_text(const std::vector<int64_t>& v);  // "[1, 0]"
+
+}  // namespace gdl::ops

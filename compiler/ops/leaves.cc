@@ -1,0 +1,19 @@
+// The leaves: values no kernel computes. An input is bound by copy before
+// each run (a rank-0 i32 input is a device scalar), a param once; a
+// run-time scalar reaches the kernels through node parameters (its default
+// in attrs.value); a constant is a rank-0 compile-time value (attrs.value).
+// Constants and scalars have no buffer: kernels take them by value.
+#include "ops/families.h"
+
+namespace gdl::ops {
+
+void add_leaf_ops(std::vector<OpDef>& defs) {
+  for (ir::Op op : {ir::Op::kInput, ir::Op::kParam, ir::Op::kScalar, ir::Op::kConstant}) {
+    OpDef d;
+    d.op = op;
+    d.fusion = FusionClass::kLeaf;
+    defs.push_back(d);
+  }
+}
+
+}  // namespace gdl::ops

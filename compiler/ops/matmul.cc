@@ -1,0 +1,333 @@
+// matmul(a, b) and a @ b: [..., M, K] @ [..., K, N] -> [..., M, N], the
+// batch dims broadcast like numpy. The CPU rule and every kernel sum the
+// first valid positions of K only (all of them unless K is a run-time dim
+// that buckets pad).
+//
+// Kernels (plan/kernel_choice.h picks one by the shapes and the device's
+// figures; gdl_matmul*.cuh): the memory-bound rows kernel for few rows
+// against a shared b, the tensor-core tile kernel (f16, bf16), the SIMT tile
+// kernel (f32), the general kernel (anything else). A matmul whose rows are
+// known only at run time and may fall on either side of the rows kernel's
+// limit gets both as two kernels (the large one a second choice in the
+// kernel table): measured on the H200, one kernel holding both paths made
+// each path's speed depend on the other's code (docs/performance.md).
+// Elementwise values after the matmul form its epilogue, a norm before it
+// its prologue (plan/fuse.cc); a run of square matmul steps also runs as
+// one chain kernel (codegen/chain_kernel.cc), whose steps this emitter
+// writes as well (Variant::kChainStep).
+#include <algorithm>
+
+#include "codegen/cuda_text.h"
+#include "codegen/step_emitter.h"
+#include "interp/host_ops.h"
+#include "internal_error.h"
+#include "ops/families.h"
+#include "ops/norm.h"
+#include "plan/kernel_choice.h"
+
+namespace gdl::ops {
+namespace {
+
+using ir::Node;
+using ir::Op;
+using ir::ValueId;
+
+// Matmul tilings of gdl::matmul; both run (TM / RM) * (TN / RN) = 256 threads.
+struct MatmulTiles {
+  int tm, tn, tk, rm, rn;
+};
+constexpr MatmulTiles kMatmulLarge{64, 64, 16, 4, 4};
+constexpr MatmulTiles kMatmulSmallM{16, 32, 64, 1, 2};  // decode: M at most 64, more blocks over N
+constexpr uint32_t kMatmulThreads = 256;
+
+TypeResult infer_matmul(TypeQuery& q) {
+  const TensorType* ta = q.tensor(0, "matmul");
+  const TensorType* tb = ta ? q.tensor(1, "matmul") : nullptr;
+  if (!ta || !tb) return TypeResult::failed();
+  const std::string pair = q.text(*ta) + " @ " + q.text(*tb);
+  if (ta->rank() < 2 || tb->rank() < 2)
+    return q.error(kAtOp, "matmul needs rank >= 2 on both sides: " + pair, "reshape a vector to [1, K] or [K, 1] first");
+  if (ta->dtype != tb->dtype)
+    return q.error(kAtOp, "dtype mismatch in matmul: " + pair,
+                   "convert one side with cast(x, " + std::string(dtype_name(ta->dtype)) + ")");
+  if (!is_float(ta->dtype)) return q.error(kAtOp, "matmul needs float tensors: " + pair, "cast(x, f32) first");
+  const Dim& k = ta->shape.back();
+  const Dim& kb = tb->shape[tb->shape.size() - 2];
+  if (!(k == kb))
+    return q.error(kAtOp, "matmul inner dims differ: " + pair,
+                   "the last dim of the left side must equal the second-to-last of the right; transpose(b) may help");
+  std::optional<Shape> batch =
+      broadcast_shapes(Shape(ta->shape.begin(), ta->shape.end() - 2), Shape(tb->shape.begin(), tb->shape.end() - 2));
+  if (!batch)
+    return q.error(kAtOp, "matmul batch dims do not broadcast: " + pair, "the dims before the last two broadcast like numpy");
+  batch->push_back(ta->shape[ta->shape.size() - 2]);
+  batch->push_back(tb->shape.back());
+  return TensorType{ta->dtype, *batch};
+}
+
+// [..., M, K] @ [..., K, N]: for each batch, row i of the result is the sum
+// over k < k_valid of a[i, k] * b[k, :], accumulated in double in increasing
+// k (the i-k-j order walks b row by row, which keeps large weights
+// cache-friendly).
+void eval_matmul(const Node&, const EvalArgs& in, HostTensor& out) {
+  const HostTensor &a = *in.values[0], &b = *in.values[1];
+  const int64_t k_valid = in.valid(0, -1);
+  size_t ra = a.shape.size(), rb = b.shape.size(), ro = out.shape.size();
+  GDL_INTERNAL_ASSERT(ra >= 2 && rb >= 2 && ro >= 2, "matmul needs rank >= 2");
+  int64_t m = a.shape[ra - 2], k = a.shape[ra - 1], n = b.shape[rb - 1];
+  GDL_INTERNAL_ASSERT(b.shape[rb - 2] == k && out.shape[ro - 2] == m && out.shape[ro - 1] == n,
+                      "matmul shapes disagree: " + host::extents_text(a.shape) + " @ " + host::extents_text(b.shape) +
+                          " -> " + host::extents_text(out.shape));
+  host::Extents batch(out.shape.begin(), out.shape.end() - 2);
+  host::BroadcastCursor cursor(batch, {host::Extents(a.shape.begin(), a.shape.end() - 2),
+                                 host::Extents(b.shape.begin(), b.shape.end() - 2)});
+  std::vector<double> row(static_cast<size_t>(n));
+  int64_t batches = host::product(batch);
+  for (int64_t bi = 0; bi < batches; ++bi, cursor.next()) {
+    const double* pa = a.data.data() + cursor.offset(0) * m * k;
+    const double* pb = b.data.data() + cursor.offset(1) * k * n;
+    double* po = out.data.data() + bi * m * n;
+    for (int64_t i = 0; i < m; ++i) {
+      std::fill(row.begin(), row.end(), 0.0);
+      for (int64_t kk = 0; kk < k_valid; ++kk) {
+        double aik = pa[i * k + kk];
+        const double* brow = pb + kk * n;
+        for (int64_t j = 0; j < n; ++j) row[j] += aik * brow[j];
+      }
+      std::copy(row.begin(), row.end(), po + i * n);
+    }
+  }
+}
+
+// ----------------------------------------------------------------- kernels
+
+// The epilogue of a fused matmul step, defined in `body` before the call:
+//   const auto epi = [&](const float acc, const I i) -> float { ...; return rR; };
+// The matmul kernel calls it with each element's accumulator and its flat
+// index in the matmul's result, which has the step result's shape, and
+// stores what it returns, converted to the result's dtype. The matmul's
+// value is rounded to its dtype first, then every other value is computed
+// and rounded as in an elementwise kernel: operands outside the step are
+// loaded at i through broadcast strides, constants are literals, scalars
+// locals. Returns the functor to pass: its name, or for a step that is the
+// matmul alone gdl::IdentityEpilogue (the sum rounded to the matmul's dtype).
+std::string matmul_epilogue(StepEmitter& e, std::string& body) {
+  const ValueId anchor = e.anchor;
+  const Node& matmul = e.g.node(anchor);
+  if (e.step.result == anchor) return std::string("gdl::IdentityEpilogue<") + storage_type(matmul.type.dtype) + ">{}";
+  const Node& result = e.g.node(e.step.result);
+  GDL_INTERNAL_ASSERT(matmul.type.shape == result.type.shape && is_float(matmul.type.dtype) &&
+                          is_float(result.type.dtype),
+                      "step " + std::to_string(e.index) + ": a matmul epilogue needs float values of the matmul's shape");
+  e.result_shape = result.type.shape;
+  e.rank = std::max(1, result.type.rank());
+  std::string statements = "    const float r" + std::to_string(anchor) + " = gdl::fit<" +
+                           storage_type(matmul.type.dtype) + ">(acc);\n";
+  for (size_t k = e.norm_prologue == ir::kNoValue ? 1 : 2; k < e.step.values.size(); ++k) {
+    ValueId v = e.step.values[k];
+    const Node& n = e.g.node(v);
+    GDL_INTERNAL_ASSERT(is_elementwise(n.op), std::string("step ") + std::to_string(e.index) + ": cannot fuse " +
+                                                      ir::op_name(n.op) + " into a matmul epilogue");
+    GDL_INTERNAL_ASSERT(broadcast_shapes(n.type.shape, e.result_shape) == e.result_shape,
+                        "a fused value does not broadcast to the step's result");
+    statements += e.elementwise_statement(v);
+  }
+  if (e.needs_coords)
+    body += "  const gdl::Shape<" + std::to_string(e.rank) + ", " + e.idx + "> shape = " +
+            e.shape_literal(e.result_shape, e.rank) + ";  // of the matmul's result\n";
+  body += e.prologue;
+  body += "  const auto epi = [&](const float acc, const " + e.idx + " i" +
+          (e.variant == Variant::kChainStep ? ", const float a_staged" : "") + ") -> float {\n";
+  if (e.needs_coords)
+    body += "    const gdl::Coords<" + std::to_string(e.rank) + ", " + e.idx + "> c = gdl::coords_of(shape, i);\n";
+  body += statements;
+  body += "    return r" + std::to_string(e.step.result) + ";\n  };\n";
+  return "epi";
+}
+
+// The norm prologue of a fused matmul step (plan/fuse.cc), defined in `body`:
+//   const auto pro = gdl::layernorm_prologue<T>(weight, bias, eps);
+// (gdl_matmul.cuh), or gdl::NoPrologue{} for a step without one.
+std::string matmul_prologue_functor(StepEmitter& e, std::string& body) {
+  if (e.norm_prologue == ir::kNoValue) return "gdl::NoPrologue{}";
+  const Node& norm = e.g.node(e.norm_prologue);
+  std::vector<std::string> sources;
+  for (size_t i = 1; i < norm.args.size(); ++i) sources.push_back(norm_column_source(e, norm, i));
+  const std::string weight = sources.size() > 0 ? sources[0] : "gdl::One{}";
+  const std::string t = storage_type(norm.type.dtype), eps = float_literal(norm.attrs.value);
+  if (norm.op == Op::kLayerNorm) {
+    const std::string bias = sources.size() > 1 ? sources[1] : "gdl::Zero{}";
+    body += "  const auto pro = gdl::layernorm_prologue<" + t + ">(" + weight + ", " + bias + ", " + eps + ");\n";
+  } else {
+    body += "  const auto pro = gdl::rmsnorm_prologue<" + t + ">(" + weight + ", " + eps + ");\n";
+  }
+  return "pro";
+}
+
+// A matmul whose b is a param (weights, which no kernel writes) pulls its
+// block's part of b into L2 before it waits for the kernels it depends on
+// (gdl_abi.cuh), then lets its own dependents launch. Everything emitted
+// before this point is pointer and dim arithmetic. Other kernels wait
+// first (emit()).
+std::string weights_prefetch(StepEmitter& e, const Node& n, const MatmulChoice& choice, bool use_rows,
+                             const std::string& b) {
+  const plan::Buffer& buffer = e.p.buffers.at(static_cast<size_t>(n.args.at(1)));
+  if (!choice.fold_batch || buffer.region != plan::Region::kParams) return "";
+  e.waits_in_body = true;
+  const std::string bk = choice.tiles == MatmulKernel::kSimt ? "gdl::mm::kSimtBK" : "gdl::mm::kMmaBK";
+  const std::string rows = std::string("gdl::matmul_rows_prefetch") +
+                           (choice.rows_cluster ? "<" + std::to_string(choice.rows_splits) + ">" : "") + "(" + b +
+                           ", N, K, " + std::to_string(choice.rows_splits) + ");";
+  const std::string cluster = choice.tile_cluster ? ", " + std::to_string(choice.tile_splits) : "";
+  const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + cluster + ">(" + b + ", rows, N, K, " +
+                            std::to_string(choice.tile_splits) + ");";
+  return "  // before the kernels this one depends on finish: its part of the weights into L2\n  " +
+         (use_rows ? rows : tiles) + "\n  gdl::wait_for_producers();\n  gdl::matmul_allow_dependents(rows, N, K);\n";
+}
+
+// A matmul (kernel_choice.h picks the kernel): [..., M, K] @ [..., K, N]
+// summing the first k_valid positions of K (all of them unless K is a
+// padded run-time dim). With b shared the batch folds into the rows.
+std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::string>& args,
+                        const std::string& out_ptr, LaunchRule& rule) {
+  const Shape &as = e.g.node(n.args.at(0)).type.shape, &bs = e.g.node(n.args.at(1)).type.shape;
+  const Shape& rs = n.type.shape;
+  const size_t batch_rank = rs.size() - 2;
+  const int nb = std::max<int>(1, static_cast<int>(batch_rank));
+  const MatmulChoice choice = choose_matmul(e.g, n);
+  std::string body;
+  auto local = [&](const std::string& name, const std::string& value) {
+    body += "  const " + e.idx + " " + name + " = " + value + ";\n";
+  };
+  if (e.variant == Variant::kChainStep) {  // one step of a chain (plan/chains.h): the chain holds b and the launch
+    GDL_INTERNAL_ASSERT(choice.fold_batch, "step " + std::to_string(e.index) + ": a chain step folds its batch");
+    e.chain_a = args[0];  // the rows the chain stages, which its epilogue may read again
+    const std::string epi = matmul_epilogue(e, body);
+    const std::string pro = matmul_prologue_functor(e, body);
+    local("rows", e.product(rs, 0, rs.size() - 1));
+    e.chain_b = args[1];  // the chain streams b itself (its chain_weights)
+    body += "  chain.step(" + std::to_string(e.chain_step) + ", " + args[0] + ", " + out_ptr + ", rows, " + epi + ", " +
+            pro + ", " + (e.chain_publish_stats ? "true" : "false") + ");  // publish_stats: " +
+            (e.chain_publish_stats ? "the next step's norm reads them" : "no next step reads them") + "\n";
+    return body;
+  }
+  // The fast kernels of a folded batch take the folded row count instead.
+  if (choice.tiles == MatmulKernel::kGeneral || !choice.fold_batch) local("M", e.dim(as[as.size() - 2]));
+  local("K", e.dim(as[as.size() - 1]));
+  local("N", e.dim(bs[bs.size() - 1]));
+  const Dim& k_dim = as.back();
+  // A padded K (buckets): only its valid positions are summed.
+  local("k_valid", k_dim.is_runtime() ? valid_count_expr(k_dim.symbol) : "K");
+  auto batch_map = [&] {
+    std::string map = "gdl::BatchMap<" + std::to_string(nb) + ", 2, " + e.idx + ">";
+    body += "  " + map + " batches(" + e.shape_literal(sub_shape(rs, 0, batch_rank), nb) + ");\n";
+    body += "  batches.set(0, " + e.shape_literal(sub_shape(as, 0, as.size() - 2), nb) + ", M * K);  // a\n";
+    body += "  batches.set(1, " + e.shape_literal(sub_shape(bs, 0, bs.size() - 2), nb) + ", K * N);  // b\n";
+  };
+  const std::string epi = matmul_epilogue(e, body);
+  const std::string pro = matmul_prologue_functor(e, body);
+  const Shape row_dims = sub_shape(rs, 0, rs.size() - 1);  // the batch, then M
+
+  if (choice.tiles == MatmulKernel::kGeneral) {
+    GDL_INTERNAL_ASSERT(e.norm_prologue == ir::kNoValue, "step " + std::to_string(e.index) +
+                                                       ": the general matmul kernel takes no norm prologue");
+    body += "  // matmul kernel: general\n";
+    batch_map();
+    MatmulTiles t = max_extent(rs[rs.size() - 2], e.g) <= 64 ? kMatmulSmallM : kMatmulLarge;
+    body += "  gdl::matmul<" + std::to_string(t.tm) + ", " + std::to_string(t.tn) + ", " + std::to_string(t.tk) + ", " +
+            std::to_string(t.rm) + ", " + std::to_string(t.rn) + ", " + e.idx + ">(" + args[0] + ", " + args[1] + ", " +
+            out_ptr + ", M, N, K, k_valid, batches, " + epi + ");\n";
+    rule = task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, t.tm}, {{rs.back()}, t.tn}},
+                       kMatmulThreads);
+    return body;
+  }
+
+  e.min_blocks = static_cast<int>(kMatmulBlocksPerSM);  // at most 128 registers: two blocks per multiprocessor
+  // Both kernels may run (the rows known only at run time): this emitter
+  // writes one of them, generate_cuda the other.
+  bool use_rows = choice.use_rows, use_tiles = choice.use_tiles;
+  if (use_rows && use_tiles) {
+    e.two_kernels = true;
+    e.rows_of_matmul = row_dims;
+    (e.variant == Variant::kLarge ? use_rows : use_tiles) = false;
+  }
+  const std::string tiles_name = matmul_kernel_name(choice.tiles);
+  body += "  // matmul kernel: " +
+          (use_rows ? "rows (" + std::to_string(choice.rows_splits) + " K split(s)" +
+                          (choice.rows_cluster ? ", one cluster per strip" : "") + ")"
+                    : tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s)" +
+                          (choice.tile_cluster ? ", one cluster per tile" : "") + ")") + "\n";
+  const std::string smem = use_rows ? "gdl::kMatmulRowsSmem"
+                           : choice.tiles == MatmulKernel::kMma ? "gdl::kMatmulMmaSmem" : "gdl::kMatmulSimtSmem";
+  body += "  __shared__ __align__(128) unsigned char smem[" + smem + "];\n";
+
+  std::string rows_call, tiles_call;
+  if (choice.fold_batch) {
+    local("rows", e.product(rs, 0, rs.size() - 1) + "");  // every batch entry's rows against the one b
+    if (use_tiles)  // the rows kernel takes no batch map
+      body += "  const gdl::BatchMap<1, 2, " + e.idx + "> single(gdl::Shape<1, " + e.idx + ">{{1}});  // batch folded into rows\n";
+  } else {
+    batch_map();
+  }
+  if (use_rows) {
+    if (choice.rows_cluster) e.cluster_y = choice.rows_splits;  // the K splits of a strip: one cluster
+    rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) +
+                (choice.rows_cluster ? ", " + std::to_string(choice.rows_splits) : "") + ">(" + args[0] + ", " +
+                args[1] + ", " + out_ptr + ", rows, N, K, k_valid, " +
+                e.split_scratch(choice.rows_splits, choice.rows_cluster, choice.scratch, body) + ", " + epi + ", " +
+                pro + ", smem);";
+  }
+  if (use_tiles) {
+    std::string m = choice.fold_batch ? "rows" : "M";
+    std::string map = choice.fold_batch ? "single" : "batches";
+    if (choice.tile_cluster) e.cluster_y = choice.tile_splits;  // the K splits of a tile: one cluster
+    const std::string cluster = choice.tile_cluster ? "<" + std::to_string(choice.tile_splits) + ">" : "";
+    tiles_call = "gdl::matmul_" + tiles_name + cluster + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
+                 ", N, K, k_valid, " + map + ", " +
+                 e.split_scratch(choice.tile_splits, choice.tile_cluster, choice.scratch, body) + ", " + epi + ", " +
+                 pro + ", smem);";
+  }
+  body += weights_prefetch(e, n, choice, use_rows, args[1]);
+  body += "  " + (use_rows ? rows_call : tiles_call) + "\n";
+
+  // Launch: one block per task.
+  const int64_t strip = matmul_strip_columns(n.type.dtype);
+  LaunchRule rows_rule = task_launch({{{rs.back()}, strip}, {{Dim::constant(choice.rows_splits)}, 1}}, kMatmulThreads);
+  LaunchRule tiles_rule =
+      choice.fold_batch
+          ? task_launch({{row_dims, kMatmulTileRows}, {{rs.back()}, kMatmulTileCols},
+                         {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads)
+          : task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, kMatmulTileRows},
+                         {{rs.back()}, kMatmulTileCols}, {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads);
+  rule = use_rows ? rows_rule : tiles_rule;
+  return body;
+}
+
+
+
+
+std::string emit_matmul(StepEmitter& e, const Node& n, LaunchRule& rule) {
+  // A fused norm's input stands for its result: the kernel normalizes the rows as it stages them.
+  const std::string a = e.pointer(n.args[0] == e.norm_prologue ? e.g.node(e.norm_prologue).args.at(0) : n.args[0]);
+  const std::string b = e.pointer(n.args.at(1));
+  const std::string out = e.result_pointer();
+  return matmul_body(e, n, {a, b}, out, rule);
+}
+
+}  // namespace
+
+void add_matmul_ops(std::vector<OpDef>& defs) {
+  OpDef d;
+  d.op = Op::kMatMul;
+  d.fusion = FusionClass::kMatmul;
+  d.callable = "matmul";
+  d.params = {"a", "b"};
+  d.operands = d.required = 2;
+  d.min_args = d.max_args = 2;
+  d.infer = infer_matmul;
+  d.eval = eval_matmul;
+  d.kernel = emit_matmul;
+  defs.push_back(d);
+}
+
+}  // namespace gdl::ops

@@ -1,0 +1,158 @@
+// layernorm(x, weight, bias, eps = 1e-5) and rmsnorm(x, weight, eps = 1e-6)
+// over the last axis. The variance is the biased one (divided by the axis
+// length); weight and bias hold one element per position of the last axis,
+// or a single element. Over a run-time last axis that buckets pad, the
+// statistics cover the valid positions only, and every position is
+// normalized. A norm whose only use is a matmul's a runs as that matmul's
+// prologue (plan/fuse.cc, ops/matmul.cc).
+#include "ops/norm.h"
+
+#include <cmath>
+
+#include "codegen/cuda_text.h"
+#include "codegen/step_emitter.h"
+#include "interp/host_ops.h"
+#include "internal_error.h"
+#include "ops/families.h"
+
+namespace gdl::ops {
+namespace {
+
+using ir::Op;
+
+template <Op kOp>
+TypeResult infer_norm(TypeQuery& q) {
+  const std::string& name = q.what();
+  const TensorType* x = q.tensor(0, name);
+  if (!x) return TypeResult::failed();
+  if (!is_float(x->dtype)) return q.error(0, name + " needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
+  if (x->rank() == 0) return q.error(0, name + " needs a tensor of rank >= 1, got " + q.text(*x), "reshape it to [1] first");
+  const TensorType per_column{x->dtype, {x->shape.back()}};
+  const size_t eps_slot = kOp == Op::kLayerNorm ? 3 : 2;
+  if (kOp == Op::kLayerNorm && q.given(2) && !q.given(1)) {
+    TypeError e = q.error(2, name + " with a bias needs a weight too",
+                          "pass weight = ... as well (a weight of ones keeps the scale)");
+    e.at_keyword = true;
+    return e;
+  }
+  for (size_t slot = 1; slot < eps_slot; ++slot) {
+    if (!q.given(slot)) continue;
+    const std::string role = slot == 1 ? "weight" : "bias";
+    const TensorType* w = q.tensor(slot, name + " " + role);
+    if (!w) return TypeResult::failed();
+    const bool single = w->rank() == 0 && w->dtype == x->dtype;  // one element for every position
+    if (!(*w == per_column) && !single)
+      return q.error(static_cast<int>(slot),
+                     "the " + role + " of " + name + " must be " + q.text(per_column) + " (the last dim of x), got " +
+                         q.text(*w),
+                     "normalisation runs over the last axis; give one element per position of it");
+  }
+  double eps = kOp == Op::kLayerNorm ? 1e-5 : 1e-6;
+  if (q.given(eps_slot)) {
+    if (!q.number(eps_slot, "eps", &eps)) return TypeResult::failed();
+    if (eps < 0) return q.error(static_cast<int>(eps_slot), "eps must not be negative", "use a small positive value such as 1e-5");
+  }
+  q.attrs().value = eps;
+  return *x;
+}
+
+std::string eps_attr(const ir::Attrs& a) { return "eps=" + number_text(a.value); }
+
+// weight or bias: one element per position of the last axis, or a single
+// element for all of them.
+double per_column(const HostTensor* t, int64_t column, double absent) {
+  if (!t) return absent;
+  if (t->data.size() == 1) return t->data[0];
+  return t->data[static_cast<size_t>(column)];
+}
+
+// Statistics over the first `valid` columns; every column is normalised.
+void eval_norm(const ir::Node& n, const EvalArgs& in, HostTensor& out) {
+  const HostTensor& x = *in.values[0];
+  const HostTensor* weight = in.values.size() > 1 ? in.values[1] : nullptr;
+  const HostTensor* bias = in.values.size() > 2 ? in.values[2] : nullptr;
+  const int64_t valid = in.valid(0, -1);
+  GDL_INTERNAL_ASSERT(!x.shape.empty(), "norm of a rank-0 value");
+  int64_t cols = x.shape.back(), rows = host::product(x.shape) / std::max<int64_t>(cols, 1);
+  for (const HostTensor* t : {weight, bias})
+    GDL_INTERNAL_ASSERT(!t || t->data.size() == 1 || static_cast<int64_t>(t->data.size()) == cols,
+                        "norm weight/bias length differs from the last axis");
+  double eps = n.attrs.value;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* p = x.data.data() + r * cols;
+    double* o = out.data.data() + r * cols;
+    double mean = 0, second = 0;
+    if (n.op == Op::kLayerNorm) {
+      for (int64_t c = 0; c < valid; ++c) mean += p[c];
+      mean /= static_cast<double>(valid);
+    }
+    for (int64_t c = 0; c < valid; ++c) second += (p[c] - mean) * (p[c] - mean);
+    double inv = 1.0 / std::sqrt(second / static_cast<double>(valid) + eps);
+    for (int64_t c = 0; c < cols; ++c) o[c] = (p[c] - mean) * inv * per_column(weight, c, 1.0) + per_column(bias, c, 0.0);
+  }
+}
+
+// gdl::layernorm_rows / rmsnorm_rows (gdl_reduce.cuh): one block per row.
+std::string emit_norm(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
+  const std::string x = e.pointer(n.args.at(0));
+  std::vector<std::string> columns;
+  for (size_t i = 1; i < n.args.size(); ++i) columns.push_back(norm_column_source(e, n, i));
+  const std::string out = e.result_pointer();
+  const Shape& xs = e.g.node(n.args.at(0)).type.shape;
+  std::string body;
+  body += e.local("rows", e.product(xs, 0, xs.size() - 1));
+  body += e.local("len", e.dim(xs.back()));
+  // A run-time last axis may be padded (buckets): statistics over its valid positions only.
+  const bool padded = xs.back().is_runtime();
+  if (padded) body += e.local("valid", valid_count_expr(xs.back().symbol));
+  const std::string extents = padded ? ", rows, len, valid, " : ", rows, len, ";
+  const std::string eps = float_literal(n.attrs.value);
+  const std::string weight = columns.size() > 0 ? columns[0] : "gdl::One{}";
+  if (n.op == Op::kLayerNorm) {
+    const std::string bias = columns.size() > 1 ? columns[1] : "gdl::Zero{}";
+    body += "  gdl::layernorm_rows<" + e.idx + ">(" + x + ", " + weight + ", " + bias + ", " + out + extents + eps + ");\n";
+  } else {
+    body += "  gdl::rmsnorm_rows<" + e.idx + ">(" + x + ", " + weight + ", " + out + extents + eps + ");\n";
+  }
+  rule = task_launch({{sub_shape(xs, 0, xs.size() - 1), 1}}, row_block(max_extent(xs.back(), e.g)));
+  return body;
+}
+
+}  // namespace
+
+std::string norm_column_source(StepEmitter& e, const ir::Node& norm, size_t arg) {
+  const ir::ValueId a = norm.args.at(arg);
+  const ir::Node& an = e.g.node(a);
+  if (an.op == Op::kConstant) return "gdl::Value{" + float_literal(round_to_dtype(an.attrs.value, an.type.dtype)) + "}";
+  if (an.op == Op::kScalar) return "gdl::Value{(float)" + e.inline_value(a) + "}";
+  const std::string type = storage_type(an.type.dtype);
+  const std::string ptr = e.pointer(a);
+  return (an.type.rank() == 0 ? "gdl::First<" : "gdl::Column<") + type + ">{" + ptr + "}";
+}
+
+void add_norm_ops(std::vector<OpDef>& defs) {
+  OpDef layernorm;
+  layernorm.op = Op::kLayerNorm;
+  layernorm.fusion = FusionClass::kNorm;
+  layernorm.callable = "layernorm";
+  layernorm.params = {"x", "weight", "bias", "eps"};
+  layernorm.operands = 3;
+  layernorm.required = 1;
+  layernorm.min_args = 1;
+  layernorm.max_args = 3;
+  layernorm.infer = infer_norm<Op::kLayerNorm>;
+  layernorm.attr_text = eps_attr;
+  layernorm.eval = eval_norm;
+  layernorm.kernel = emit_norm;
+  defs.push_back(layernorm);
+  OpDef rmsnorm = layernorm;
+  rmsnorm.op = Op::kRmsNorm;
+  rmsnorm.callable = "rmsnorm";
+  rmsnorm.params = {"x", "weight", "eps"};
+  rmsnorm.operands = 2;
+  rmsnorm.max_args = 2;
+  rmsnorm.infer = infer_norm<Op::kRmsNorm>;
+  defs.push_back(rmsnorm);
+}
+
+}  // namespace gdl::ops

@@ -1,0 +1,21 @@
+// What the matmul's norm prologue (ops/matmul.cc) shares with the norms'
+// own kernels (ops/norm.cc).
+#pragma once
+
+#include <string>
+
+#include "ir.h"
+
+namespace gdl {
+class StepEmitter;
+}
+
+namespace gdl::ops {
+
+// A norm's weight or bias (argument `arg` of `norm`) as the stdlib kernels
+// take it: gdl::Column<T> over one element per position of the last axis,
+// gdl::First<T> over a single element, gdl::Value for a constant or a
+// run-time scalar.
+std::string norm_column_source(StepEmitter& e, const ir::Node& norm, size_t arg);
+
+}  // namespace gdl::ops
