@@ -67,7 +67,7 @@ struct TensorMap {
   uint32_t box_columns = 0, box_rows = 0;  // one copy's box
   uint32_t swizzle_bytes = 0;   // 0, 32, 64 or 128: the box rows' swizzle in shared memory
 };
-inline constexpr uint64_t kTensorMapBytes = 128;  // sizeof(CUtensorMap)
+inline constexpr uint64_t kTensorMapBytes = GDL_TENSOR_MAP_BYTES;  // sizeof(CUtensorMap)
 
 inline constexpr int64_t kAnyRows = std::numeric_limits<int64_t>::max();
 

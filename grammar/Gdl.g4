@@ -1,4 +1,4 @@
-// The gdl grammar (docs/language.md). compiler/src/parse.cc turns the parse
+// The gdl grammar (docs/language.md). compiler/frontend/parse.cc turns the parse
 // tree into the AST of ast.h; nothing else sees this grammar.
 //
 // Shape choices that keep the generated recursive-descent parser safe on

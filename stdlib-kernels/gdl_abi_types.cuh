@@ -1,4 +1,4 @@
-// The kernel ABI shared by every generated kernel (see compiler/src/codegen.h):
+// The kernel ABI shared by every generated kernel (see core/kernel_table.h):
 //
 //   extern "C" __global__ void gdl_s<step>_<op>(unsigned char* arena,
 //                                              const unsigned char* params,
@@ -43,6 +43,11 @@ struct gdl_input_copies {
   unsigned char* dst[GDL_MAX_INPUT_COPIES];
   unsigned long long bytes[GDL_MAX_INPUT_COPIES];
 };
+
+// A tensor map (CUtensorMap) that a kernel copies through, which the
+// runtime encodes when a session starts and writes into the arena's
+// scratch: its size, and its alignment there.
+#define GDL_TENSOR_MAP_BYTES 128
 
 // Passed by value as kernel parameters: the host writes them byte for byte.
 static_assert(sizeof(gdl_args) == 4 * (GDL_MAX_RUNTIME_DIMS + GDL_MAX_SCALARS), "gdl_args has no padding");

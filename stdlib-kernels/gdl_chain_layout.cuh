@@ -6,9 +6,11 @@
 // (g++ -std=c++20): no CUDA include, no device code, every function a
 // constexpr one over plain ints, usable in constant expressions and at run
 // time with run-time arguments. gdlc sizes the chain's launch, shared memory
-// and scratch with these same functions (compiler/src/chain.h), and the
+// and scratch with these same functions (compiler/plan/chains.h), and the
 // kernel's Layout<K, C> is defined from them, so the two cannot disagree.
 #pragma once
+
+#include "gdl_abi_types.cuh"
 
 namespace gdl {
 namespace chain {
@@ -17,7 +19,7 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;  // the computing warps
 // kLaunchThreads threads.
 constexpr int kProducerWarps = 1;
 constexpr int kLaunchThreads = kThreads + 32 * kProducerWarps;
-constexpr int kTensorMapBytes = 128;  // one CUtensorMap: a step's, in the chain's scratch
+constexpr int kTensorMapBytes = GDL_TENSOR_MAP_BYTES;  // a step's weights' tensor map, in the chain's scratch
 constexpr int kMaxRows = 8;      // the rows of a are mma's N
 constexpr int kTileRows = 16;    // rows of b per warp per slot
 constexpr int kSlotRows = kWarps * kTileRows;  // a chain's K is a multiple of it

@@ -1,6 +1,6 @@
 // Elementwise operations on compute values, overloaded for float (f32, f16,
 // bf16 in float) and int (i32, and bool as 0/1). Semantics follow the CPU
-// interpreter (compiler/src/interp.cc): i32 arithmetic wraps around, i32
+// interpreter (compiler/ops/, the op table's CPU rules): i32 arithmetic wraps around, i32
 // division truncates with x / 0 == 0 and INT_MIN / -1 == INT_MIN, min / max
 // / relu propagate NaN, gelu is the exact erf form, comparisons give 0/1 and
 // are false on NaN except ne. Results are rounded into the value's dtype by

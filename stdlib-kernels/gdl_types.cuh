@@ -1,6 +1,6 @@
 // Element types: how each storage type loads into its compute type, and how a
 // computed value is rounded back, with the CPU interpreter's semantics
-// (compiler/src/types.h round_to_dtype):
+// (core/types.h round_to_dtype):
 //
 //   storage         dtype  compute  number  fit (round a computed value into the dtype)
 //   float           f32    float    float   as is

@@ -1,4 +1,4 @@
-// Chains of matmul steps (compiler/src/chain.h): which runs of steps the
+// Chains of matmul steps (compiler/plan/chains.h): which runs of steps the
 // planner chains and which it leaves alone, the plan's checks on them, the
 // generated chain kernel (it must compile with NVRTC), and the artifact
 // round trip. The chain kernel's results are checked on the GPU
@@ -179,13 +179,13 @@ TEST_CASE("chain: at K = 1024 a second kernel serves up to 64 rows in row groups
   CHECK(chain_row_groups(1024, 9) == 2);
   CHECK(chain_row_groups(1024, 8) == 0);  // the first kernel serves them all
   CHECK(chain_row_groups(2048, 64) == 0);  // measured at K = 1024 only
-  CHECK(chain_group_columns(1024, 8) == 64);
-  CHECK(chain_group_columns(1024, 4) == 32);
-  CHECK(chain_group_columns(1024, 2) == 16);
+  CHECK(chain::group_cols_for(1024, 8) == 64);
+  CHECK(chain::group_cols_for(1024, 4) == 32);
+  CHECK(chain::group_cols_for(1024, 2) == 16);
   for (const int64_t groups : {2, 4, 8}) {
-    const int64_t cols = chain_group_columns(1024, groups);
-    CHECK(1024 / cols * groups == kChainBlocks);
-    CHECK(chain_shared_bytes(1024, cols) <= 227u * 1024u);
+    const int64_t cols = chain::group_cols_for(1024, groups);
+    CHECK(1024 / cols * groups == chain::kBlocks);
+    CHECK(chain::shared_bytes(1024, cols) <= 227u * 1024u);
   }
 
   struct Case {
@@ -208,14 +208,14 @@ TEST_CASE("chain: at K = 1024 a second kernel serves up to 64 rows in row groups
     CHECK(plan::print_plan(p).find("and one in " + std::to_string(c.groups) + " row groups of 8 up to " +
                                    std::to_string(8 * c.groups)) != std::string::npos);
     const Kernel& k = *chains[1];
-    const int64_t cols = chain_group_columns(1024, c.groups);
+    const int64_t cols = chain::group_cols_for(1024, c.groups);
     CHECK(k.symbol == "gdl_chain0_rows" + std::to_string(8 * c.groups));
     CHECK(k.first_step == 0);
     CHECK(k.last_step == 2);
     CHECK(k.cooperative);
     CHECK(k.launch.grid_y == static_cast<uint32_t>(c.groups));
     CHECK(k.launch.work == Shape{Dim::constant(1024 / cols)});
-    CHECK(k.launch.shared_bytes == chain_shared_bytes(1024, cols));
+    CHECK(k.launch.shared_bytes == chain::shared_bytes(1024, cols));
     CHECK(!kernel_applies(k, {8}));
     CHECK(kernel_applies(k, {9}));
     CHECK(kernel_applies(k, {8 * c.groups}));
@@ -235,16 +235,16 @@ TEST_CASE("chain: at K = 1024 a second kernel serves up to 64 rows in row groups
 }
 
 TEST_CASE("chain: a block owns 8, 16 or 32 columns, so that K = 1024, 2048 and 4096 each run 128 blocks") {
-  CHECK(chain_block_columns(1024) == 8);
-  CHECK(chain_block_columns(2048) == 16);
-  CHECK(chain_block_columns(4096) == 32);
-  CHECK(chain_block_columns(1536) == 16);  // 96 blocks
-  CHECK(chain_block_columns(3072) == 32);  // 96 blocks
-  for (int64_t k = kChainMinK; k <= kChainMaxK; k += kChainKMultiple) {
+  CHECK(chain::cols_for(1024) == 8);
+  CHECK(chain::cols_for(2048) == 16);
+  CHECK(chain::cols_for(4096) == 32);
+  CHECK(chain::cols_for(1536) == 16);  // 96 blocks
+  CHECK(chain::cols_for(3072) == 32);  // 96 blocks
+  for (int64_t k = kChainMinK; k <= kChainMaxK; k += chain::kSlotRows) {
     INFO("K = " << k);
-    CHECK(k / chain_block_columns(k) <= kChainBlocks);
-    CHECK(k % chain_block_columns(k) == 0);
-    CHECK(chain_shared_bytes(k, chain_block_columns(k)) <= 227u * 1024u);
+    CHECK(k / chain::cols_for(k) <= chain::kBlocks);
+    CHECK(k % chain::cols_for(k) == 0);
+    CHECK(chain::shared_bytes(k, chain::cols_for(k)) <= 227u * 1024u);
   }
 }
 
@@ -261,8 +261,8 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   CHECK(k.first_step == 0);
   CHECK(k.last_step == 2);
   CHECK(k.launch.work == Shape{Dim::constant(128)});
-  CHECK(k.launch.block == kChainThreads);
-  CHECK(k.launch.shared_bytes == chain_shared_bytes(h, chain_block_columns(h)));
+  CHECK(k.launch.block == chain::kLaunchThreads);
+  CHECK(k.launch.shared_bytes == chain::shared_bytes(h, chain::cols_for(h)));
   CHECK(k.launch.shared_bytes <= 227u * 1024u);
   CHECK(kernel_applies(k, {8}));
   CHECK(!kernel_applies(k, {9}));
@@ -271,12 +271,12 @@ TEST_CASE("chain: the chain kernel is generated after the steps' kernels, each s
   for (const TensorMap& m : k.tensor_maps) {
     CHECK(m.columns == static_cast<uint64_t>(h));
     CHECK(m.rows == static_cast<uint64_t>(h));
-    CHECK(m.box_columns == static_cast<uint32_t>(chain_block_columns(h)));
-    CHECK(m.box_rows == static_cast<uint32_t>(kChainKMultiple));
+    CHECK(m.box_columns == static_cast<uint32_t>(chain::cols_for(h)));
+    CHECK(m.box_rows == static_cast<uint32_t>(chain::kSlotRows));
     CHECK(m.scratch_offset >= p.chains[0].scratch_offset);
     CHECK(m.scratch_offset + kTensorMapBytes <= p.chains[0].scratch_offset + p.chains[0].scratch_bytes);
   }
-  const size_t kernel = code.source.find("void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) gdl_chain0(");
+  const size_t kernel = code.source.find("void __launch_bounds__(" + std::to_string(chain::kLaunchThreads) + ", 1) gdl_chain0(");
   REQUIRE(kernel != std::string::npos);
   for (const Kernel& info : code.kernels.kernels)
     if (info.first_step == info.last_step) CHECK(code.source.find(" " + info.symbol + "(") < kernel);
@@ -345,7 +345,7 @@ TEST_CASE("chain: a step's epilogue takes its residual from the rows the chain s
     INFO(text);
     const GeneratedCode code = generate_cuda(plan_program(graph_of(text)));
     REQUIRE(multi_step_kernels(code).size() == 2);
-    const std::string bounds = "void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) ";
+    const std::string bounds = "void __launch_bounds__(" + std::to_string(chain::kLaunchThreads) + ", 1) ";
     const size_t first = code.source.find(bounds + "gdl_chain0(");
     const size_t grouped = code.source.find(bounds + "gdl_chain0_rows16(");
     REQUIRE(first != std::string::npos);

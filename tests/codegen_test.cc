@@ -102,7 +102,7 @@ void require_compiles(const GeneratedCode& code) {
       CHECK(contains(module->cubin, symbol));
       CHECK(module->ptx.find(".entry " + symbol) != std::string::npos);
     }
-  // Every module holds the runtime's input copy kernel (codegen.h).
+  // Every module holds the runtime's input copy kernel (codegen/codegen.h).
   CHECK(module->ptx.find(std::string(".entry ") + kInputCopySymbol + "(") != std::string::npos);
   CHECK(contains(module->cubin, kInputCopySymbol));
 }
@@ -733,7 +733,7 @@ TEST_CASE("plan: split kernels in a chain share their partial tiles; their ticke
   CHECK(partial_offsets.size() == 2);  // the chain's one area, and the independent matmul's own
   const uint64_t one = p.steps[0].scratch_bytes;
   REQUIRE(p.chains.size() == 1);  // the four chained matmuls also get a chain kernel, its exchange area last
-  CHECK(p.scratch_bytes == 5 * p.steps[0].tickets_bytes + 2 * one + chain_exchange_bytes(2048, 0) + 4 * kChainTensorMapBytes);
+  CHECK(p.scratch_bytes == 5 * p.steps[0].tickets_bytes + 2 * one + chain_exchange_bytes(2048, 0) + 4 * chain::kTensorMapBytes);
   GeneratedCode code = generate_cuda(p);
   require_compiles(code);
 }

@@ -1,9 +1,9 @@
 // chain_kernel (chain_kernel.h): a plan chain's persistent kernel.
 // 1. The weights: each step's b, a [K, K] param; the kernel copies them slot
 //    by slot through one tensor map per step (kernel_table.h TensorMap),
-//    boxes of kChainKMultiple rows of the block's columns, which the runtime
+//    boxes of chain::kSlotRows rows of the block's columns, which the runtime
 //    encodes into the chain's scratch when a session starts.
-// 2. The launch: a grid of K / C x groups blocks of kChainThreads, every
+// 2. The launch: a grid of K / C x groups blocks of chain::kLaunchThreads, every
 //    block resident at once (a cooperative kernel), with the shared memory
 //    of gdl::chain::Layout<K, C>; it runs while the rows lie in
 //    [min_rows, max_rows] (the steps' own kernels serve the other runs).
@@ -54,25 +54,25 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
     rows = sub_shape(matmul.type.shape, 0, matmul.type.shape.size() - 1);
     weights.push_back(b.offset);
   }
-  const int64_t cols = groups > 1 ? chain_group_columns(chain.k, groups) : chain_block_columns(chain.k);
+  const int64_t cols = groups > 1 ? chain::group_cols_for(chain.k, groups) : chain::cols_for(chain.k);
   const std::string t = storage_type(dtype), k = std::to_string(chain.k), cols_text = std::to_string(cols);
   const uint32_t blocks = static_cast<uint32_t>(chain.k / cols);
   const uint64_t tensor_maps_offset = chain.scratch_offset + chain_tensor_maps_at(chain, chain_kernel_index(groups));
   Kernel info;
-  info.symbol = "gdl_chain" + std::to_string(c) + (groups > 1 ? "_rows" + std::to_string(groups * kChainMaxRows) : "");
+  info.symbol = "gdl_chain" + std::to_string(c) + (groups > 1 ? "_rows" + std::to_string(groups * chain::kMaxRows) : "");
   info.first_step = chain.first;
   info.last_step = chain.last;
   info.rows = rows;
-  info.min_rows = groups > 1 ? kChainMaxRows + 1 : 0;
-  info.max_rows = groups * kChainMaxRows;
+  info.min_rows = groups > 1 ? chain::kMaxRows + 1 : 0;
+  info.max_rows = groups * chain::kMaxRows;
   info.launch.work = {Dim::constant(blocks)};  // a grid of exactly blocks x groups
   info.launch.items_per_block = 1;
   info.launch.grid_y = static_cast<uint32_t>(groups);
-  info.launch.block = kChainThreads;
-  info.launch.shared_bytes = chain_shared_bytes(chain.k, cols);
+  info.launch.block = chain::kLaunchThreads;
+  info.launch.shared_bytes = chain::shared_bytes(chain.k, cols);
   info.cooperative = true;
   for (size_t i = 0; i < weights.size(); ++i) {
-    // The producer copies a box of kChainKMultiple rows of the block's
+    // The producer copies a box of chain::kSlotRows rows of the block's
     // columns of each step's [K, K] weight (2-byte elements, moved as bits),
     // swizzled as gdl::chain::tile_at lays out rows of 2 C bytes.
     TensorMap m;
@@ -82,7 +82,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
     m.columns = m.rows = static_cast<uint64_t>(chain.k);
     m.row_stride_bytes = static_cast<uint64_t>(chain.k) * 2;
     m.box_columns = static_cast<uint32_t>(cols);
-    m.box_rows = static_cast<uint32_t>(kChainKMultiple);
+    m.box_rows = static_cast<uint32_t>(chain::kSlotRows);
     m.swizzle_bytes = cols * 2 >= 32 ? static_cast<uint32_t>(cols * 2) : 0;  // 16-byte rows need none
     info.tensor_maps.push_back(m);
   }
@@ -90,9 +90,9 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
                     " as one persistent kernel (gdl_chain.cuh), launched in place of their kernels while the rows are " +
                     (groups > 1 ? std::to_string(info.min_rows) + " to " : "at most ") +
                     std::to_string(info.max_rows) + ": " + std::to_string(blocks) + " x " +
-                    std::to_string(groups) + " blocks of " + std::to_string(kChainThreads) + " (" + cols_text +
-                    " columns of " + std::to_string(kChainMaxRows) + " rows each), all resident (cooperative launch)\n";
-  src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kChainThreads) + ", 1) " + info.symbol +
+                    std::to_string(groups) + " blocks of " + std::to_string(chain::kLaunchThreads) + " (" + cols_text +
+                    " columns of " + std::to_string(chain::kMaxRows) + " rows each), all resident (cooperative launch)\n";
+  src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(chain::kLaunchThreads) + ", 1) " + info.symbol +
          "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
   src += "  extern __shared__ __align__(128) unsigned char chain_smem[];\n";
   src += "  static_assert(gdl::chain::Layout<" + k + ", " + cols_text + ">::bytes == " +

@@ -13,7 +13,7 @@
 namespace gdl {
 
 // The kernel of plan chain `c` in `groups` row groups (1: the kernel for at
-// most kChainMaxRows rows): its source, and its Kernel appended to `out`
+// most chain::kMaxRows rows): its source, and its Kernel appended to `out`
 // (steps, rows range, cooperative launch, tensor maps). `scalar_slot` gives
 // each run-time scalar leaf its slot in gdl_args; `sm` is the target's
 // compute capability.

@@ -46,7 +46,7 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
                 std::to_string(p.steps.size()) + " plan step(s), one kernel each (a matmul with run-time rows: two)" +
                 (p.chains.empty() ? "" : ", and a kernel per chain of steps") + ".\n";
   code.source +=
-      "// Kernel ABI (compiler/src/codegen.h): (unsigned char* arena, const unsigned char* params, gdl_args args);\n"
+      "// Kernel ABI (core/kernel_table.h): (unsigned char* arena, const unsigned char* params, gdl_args args);\n"
       "// Launch: grid.x = ceil(count[work shape] / items per block) for the current run-time dims.\n"
       "#include \"gdl_stdlib.cuh\"\n";
   // Each step's own kernel (its last choice), its large kernel first where

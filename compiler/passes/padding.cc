@@ -1,13 +1,16 @@
 // Buckets and padding of bounded run-time dims.
 //
-// bucket_for: the first bucket >= value (buckets ascend and end at hi).
-// uniform_padding_waste: sums bucket_for(v) and v over v in [lo, hi].
-// padding_blockers: one pass over the nodes, asking each op which dims it
-// cannot serve padded (OpDef::blocks_padding: a reshape that moves a dim
-// across other axes, a gather from a table padded along its rows, attention
-// whose head dim is run-time, a concat along a run-time dim). The first
-// reason found per dim is kept.
-// record_padding_blockers: padding_blockers into the dims, for the runtime.
+// The padding pass (record_padding_blockers):
+// 1. One pass over the nodes, asking each op's entry which run-time dims it
+//    cannot serve padded (OpDef::blocks_padding: a reshape that moves a dim
+//    across other axes, a gather from a table padded along its rows,
+//    attention whose head dim is run-time, a concat along a run-time dim);
+//    the first reason found per dim is kept (padding_blockers).
+// 2. The reasons go into the dims, for the runtime, which serves a blocked
+//    dim by node updates instead of buckets.
+// Helpers: bucket_for, the first bucket >= value (buckets ascend and end at
+// hi); uniform_padding_waste, the sums of bucket_for(v) and v over v in
+// [lo, hi].
 #include "passes/padding.h"
 
 #include <algorithm>

@@ -1,5 +1,12 @@
-// find_matmul_chains (chains.h): one pass over the plan's steps in schedule
-// order, growing a run while each step can join the one before it.
+// find_matmul_chains (chains.h), the chains pass:
+// 1. For each step in schedule order, whether the chain kernel can compute
+//    it (chain_step_k: a square f16/bf16 matmul over a param with K in
+//    range, the rows kernel serving its smallest bindings, any norm
+//    prologue and epilogue) and which value it reads as a.
+// 2. A step with the run's K that reads the step before it extends the
+//    open run; its row groups are the fewest any step of the run allows.
+// 3. Any other step closes the run (kept when it has two steps or more,
+//    with its scratch size) and may open the next one.
 #include "plan/chains.h"
 
 #include <algorithm>
@@ -34,9 +41,9 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
   if (bk.is_runtime() || bn.is_runtime() || ak.is_runtime() || bk.extent != bn.extent || ak.extent != bk.extent)
     return 0;
   const int64_t k = bk.extent;
-  if (k % kChainKMultiple != 0 || k < kChainMinK || k > kChainMaxK) return 0;
+  if (k % chain::kSlotRows != 0 || k < kChainMinK || k > kChainMaxK) return 0;
   const MatmulChoice choice = choose_matmul(g, matmul);
-  if (!choice.fold_batch || !choice.use_rows || choice.rows_min > kChainMaxRows) return 0;
+  if (!choice.fold_batch || !choice.use_rows || choice.rows_min > chain::kMaxRows) return 0;
   input = norm == ir::kNoValue ? matmul.args[0] : g.node(norm).args[0];
   rows_max = choice.rows_max;
   return k;
@@ -44,47 +51,19 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
 
 }  // namespace
 
-int64_t chain_block_columns(int64_t k) {
-  return k <= 8 * kChainBlocks ? 8 : k <= 16 * kChainBlocks ? 16 : 32;
-}
-
-int64_t chain_group_columns(int64_t k, int64_t groups) {
-  int64_t c = 8;
-  while (c < 64 && (k / c) * groups > kChainBlocks) c *= 2;
-  return c;
-}
-
 int64_t chain_row_groups(int64_t k, int64_t max_rows) {
-  if (max_rows <= kChainMaxRows || k > kChainGroupMaxK) return 0;
-  const int64_t groups = std::min(kChainMaxGroups, (max_rows + kChainMaxRows - 1) / kChainMaxRows);
-  return (k / chain_group_columns(k, groups)) * groups <= kChainBlocks ? groups : 0;
-}
-
-uint32_t chain_shared_bytes(int64_t k, int64_t cols) {
-  constexpr int64_t kMaxRows = kChainMaxRows, kWarps = kChainComputingWarps;
-  constexpr int64_t kSmemLimit = 227 * 1024, kMaxSlots = 24;
-  const int64_t slot_bytes = kWarps * 16 * cols * 2 + 2 * 8;  // the tiles and their two mbarriers
-  const int64_t xn = kMaxRows * (k + 8) * 2, raw = kMaxRows * cols * 2, sums = kWarps * kMaxRows * cols * 4;
-  // the warps' statistics, a flag, the rows' (mean, inv), their first elements in two steps, the
-  // warps' parts of a folded step's row sums
-  const int64_t misc = kWarps * 16 + 16 + kMaxRows * 8 + 2 * kMaxRows * 4 + kWarps * kMaxRows * 8;
-  const int64_t rest = xn + raw + sums + misc + 1024;   // + the ring's alignment to 1024 bytes
-  const int64_t slots = std::min(kMaxSlots, (kSmemLimit - rest) / slot_bytes);
-  return static_cast<uint32_t>(slots * slot_bytes + rest);
-}
-
-uint64_t chain_exchange_bytes(int64_t k, int64_t row_groups) {
-  const uint64_t groups = static_cast<uint64_t>(std::max<int64_t>(row_groups, 1));
-  if (k > kChainMailboxMaxK) return kChainCounterBytes + 2 * kChainMaxRows * kChainBlocks * 8;  // partial statistics
-  return kChainCounterBytes + groups * 2 * kChainMaxRows * static_cast<uint64_t>(k / 2) * 8;
+  if (max_rows <= chain::kMaxRows || k > chain::kGroupMaxK) return 0;
+  const int64_t groups = std::min<int64_t>(chain::kMaxGroups, (max_rows + chain::kMaxRows - 1) / chain::kMaxRows);
+  return (k / chain::group_cols_for(static_cast<int>(k), static_cast<int>(groups))) * groups <= chain::kBlocks ? groups
+                                                                                                           : 0;
 }
 
 int64_t chain_kernel_count(const plan::Chain& c) { return c.row_groups > 1 ? 2 : 1; }
 
 uint64_t chain_tensor_maps_at(const plan::Chain& c, int64_t kernel) {
-  const uint64_t exchange = (chain_exchange_bytes(c.k, c.row_groups) + kChainTensorMapBytes - 1) / kChainTensorMapBytes *
-                            kChainTensorMapBytes;
-  return exchange + static_cast<uint64_t>(kernel * (c.last - c.first + 1)) * kChainTensorMapBytes;
+  const uint64_t exchange = (chain_exchange_bytes(c.k, c.row_groups) + chain::kTensorMapBytes - 1) / chain::kTensorMapBytes *
+                            chain::kTensorMapBytes;
+  return exchange + static_cast<uint64_t>(kernel * (c.last - c.first + 1)) * chain::kTensorMapBytes;
 }
 
 uint64_t chain_scratch_bytes(const plan::Chain& c) { return chain_tensor_maps_at(c, chain_kernel_count(c)); }

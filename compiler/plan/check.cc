@@ -20,7 +20,7 @@ std::string check_plan(const Plan& p) {
   }
   for (const Chain& c : p.chains) {
     const std::string name = "the chain of steps " + std::to_string(c.first) + "-" + std::to_string(c.last);
-    if (c.row_groups != 0 && c.row_groups != chain_row_groups(c.k, c.row_groups * kChainMaxRows))
+    if (c.row_groups != 0 && c.row_groups != chain_row_groups(c.k, c.row_groups * chain::kMaxRows))
       return name + ": " + std::to_string(c.row_groups) + " row groups at K = " + std::to_string(c.k) +
              " are not a launch its kernel can run";
     if (c.scratch_bytes != chain_scratch_bytes(c))

@@ -113,10 +113,10 @@ std::string print_plan(const Plan& p) {
   }
   for (const Chain& c : p.chains)
     out += "  chain: steps " + std::to_string(c.first) + "-" + std::to_string(c.last) +
-           " as one persistent kernel while the rows are at most " + std::to_string(kChainMaxRows) +
+           " as one persistent kernel while the rows are at most " + std::to_string(chain::kMaxRows) +
            (c.row_groups > 0 ? ", and one in " + std::to_string(c.row_groups) + " row groups of " +
-                                   std::to_string(kChainMaxRows) + " up to " +
-                                   std::to_string(c.row_groups * kChainMaxRows)
+                                   std::to_string(chain::kMaxRows) + " up to " +
+                                   std::to_string(c.row_groups * chain::kMaxRows)
                              : std::string()) +
            " (K = " + std::to_string(c.k) + "); exchange @" + std::to_string(c.scratch_offset) + " (" +
            human_bytes(chain_exchange_bytes(c.k, c.row_groups)) + "), tensor maps @" +
@@ -158,11 +158,11 @@ std::string plan_to_dot(const Plan& p) {
     out += "  s" + std::to_string(s) + " [label=\"#" + std::to_string(s) + " " + step_summary(p, st) + "\\n" +
            dot_escape(type_to_string(g.node(st.result).type, g.dims)) + "\"];\n";
   }
-  // A chain's steps in one box: one kernel runs them while the rows are at most kChainMaxRows.
+  // A chain's steps in one box: one kernel runs them while the rows are at most chain::kMaxRows.
   for (size_t c = 0; c < p.chains.size(); ++c) {
     out += "  subgraph cluster_chain" + std::to_string(c) + " {\n    label=\"chain " + std::to_string(c) +
-           ": one kernel at <= " + std::to_string(kChainMaxRows) + " rows" +
-           (p.chains[c].row_groups > 0 ? ", one at <= " + std::to_string(p.chains[c].row_groups * kChainMaxRows)
+           ": one kernel at <= " + std::to_string(chain::kMaxRows) + " rows" +
+           (p.chains[c].row_groups > 0 ? ", one at <= " + std::to_string(p.chains[c].row_groups * chain::kMaxRows)
                                        : std::string()) +
            "\";\n    style=dashed;\n   ";
     for (int s = p.chains[c].first; s <= p.chains[c].last; ++s) out += " s" + std::to_string(s) + ";";

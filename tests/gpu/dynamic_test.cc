@@ -1,4 +1,4 @@
-// Run-time dims on the GPU (issue 4): buckets and node updates give the
+// Run-time dims on the GPU: buckets and node updates give the
 // CPU reference's results for every batch size, padding poisoned with NaN
 // never reaches an output, scalars change from the next run on, a KV length
 // bound by copy needs no node update, a batch above the bound runs on the

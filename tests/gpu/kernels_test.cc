@@ -1,6 +1,6 @@
 // The fast matmul and attention kernels (stdlib-kernels/gdl_matmul.cuh,
 // gdl_attention.cuh) against the CPU reference, on a poisoned arena, in every
-// float dtype: each kernel at shapes that select it (compiler/src/
+// float dtype: each kernel at shapes that select it (compiler/plan/
 // kernel_choice.h) and at ragged ones; K split across blocks (partial tiles
 // and tickets in the step's scratch) through graph replays, eager runs and
 // changing run-time dims in one session, where a ticket left non-zero by one
