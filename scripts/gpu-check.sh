@@ -9,7 +9,8 @@
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
 #
 # 1. tests:     build-release/tests/gdl_gpu_tests -s (every assertion logged)
-# 2. examples:  build-release/examples/run_{mlp,chain,attention}
+# 2. examples:  build-release/examples/run_{mlp,chain,attention}, and
+#               hello_host and load_and_run on artifacts/*.gdlx
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
 # 3b. stalls:   ncu's duration, DRAM throughput and stall reasons (cycles
 #               per issued instruction) of the matmul probes p3 (rows
@@ -103,6 +104,13 @@ if [[ $what == all || $what == examples ]]; then
     step "example_$ex" 120 "$BUILD/examples/run_$ex"
   done
   step example_mlp_B64 120 "$BUILD/examples/run_mlp" B=64
+  # Hosts that link gdl_runtime alone, on artifacts compiled before staging.
+  if [ -d "$BUILD/artifacts" ]; then
+    step hello_host 60 "$BUILD/examples/hello_host" "$BUILD/artifacts/chain.gdlx"
+    for ex in chain mlp attention; do
+      step "load_and_run_$ex" 60 "$BUILD/examples/load_and_run" "$BUILD/artifacts/$ex.gdlx"
+    done
+  fi
 fi
 
 if [[ $what == all || $what == probes ]]; then
@@ -239,6 +247,8 @@ for log in "$OUT"/*.log; do
     example_*)
       grep -E "^program|nodes|graph replay|eager launch|input copy|graph: build|MISMATCH|match the CPU|no GPU|error" "$log" |
         sed "s/^/$name: /" ;;
+    hello_host|load_and_run_*)
+      head -6 "$log" | sed "s/^/$name: /" ;;
     probe_*)
       grep -E "gdl_s[0-9]+_|graph run|eager run|error" "$log" | sed "s/^/$name: /" ;;
     stalls_*)  # the three largest stall reasons, in cycles per issued instruction

@@ -9,15 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-release}
-targets=(gdl_gpu_tests run_mlp run_chain run_attention hello_host gdlc gdlrun gdl_bench)
+targets=(gdl_gpu_tests run_mlp run_chain run_attention hello_host load_and_run gdlc gdlrun gdl_bench)
 [ -f bench/dynamic_bench.cc ] && targets+=(gdl_dynamic_bench)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j "${JOBS:-2}" --target "${targets[@]}"
 stage=.device/build-release
 rm -rf "$stage"
-mkdir -p "$stage/tests" "$stage/examples" "$stage/bench" .device/cache
+mkdir -p "$stage/tests" "$stage/examples" "$stage/bench" "$stage/artifacts" .device/cache
 cp "$BUILD/tests/gdl_gpu_tests" "$stage/tests/"
-cp "$BUILD"/examples/run_{mlp,chain,attention} "$BUILD/examples/hello_host" "$stage/examples/"
+cp "$BUILD"/examples/run_{mlp,chain,attention} "$BUILD"/examples/{hello_host,load_and_run} "$stage/examples/"
 cp "$BUILD/gdlc" "$BUILD/gdlrun" "$stage/"
 cp "$BUILD/bench/gdl_bench" "$stage/bench/"
 # What the binaries were built from (bench/run.sh copies it into env.txt).
@@ -33,10 +33,16 @@ for program in bench/workloads/*.gdl bench/l2_flush.gdl; do
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
 done
 rm -f /tmp/stage-device.gdlx
+# The examples as artifacts, for the hosts that link the runtime alone
+# (hello_host, load_and_run: gpu-check.sh examples).
+for ex in chain mlp attention; do
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "examples/$ex.gdl" -o "$stage/artifacts/$ex.gdlx" --arch=sm_90 \
+    --cache-dir=.device/cache >/dev/null
+done
 # What the GPU machine does not run goes; the rest is stripped and packed:
 # the device tool carries at most 64 MiB, the pack about a third of that.
 # On the GPU machine, from the repo root: tar xzf build-pack/device.tgz
-rm -f "$stage/gdlc" "$stage/examples/hello_host" "$stage/bench/gdl_dynamic_bench"
+rm -f "$stage/gdlc" "$stage/bench/gdl_dynamic_bench"
 strip "$stage"/tests/* "$stage"/examples/* "$stage"/bench/* "$stage/gdlrun"
 mkdir -p build-pack
 tar czf build-pack/device.tgz .device
