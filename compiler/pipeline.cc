@@ -1,5 +1,5 @@
 // The passes in order (their names are what --dump-after and --stop-after take):
-//   parse           the byte checks, then text -> AST (parse.cc is the only file that sees ANTLR)
+//   parse           the byte checks, then text -> AST (only parse.cc and syntax_errors.cc see ANTLR)
 //   check           names, static control flow, recursion, outputs, side effects
 //   lower           inline, unroll, fold `if`, type and shape check -> IR
 //   fold-constants  evaluate what needs no run-time data       (not with optimize off)
