@@ -15,7 +15,7 @@ std::vector<uint8_t> pattern(gdl::ElementType t, size_t n) {
   std::vector<double> values(n);
   for (size_t i = 0; i < n; ++i) values[i] = t == gdl::ElementType::kBool ? double(i % 2) : double(i % 7) * 0.125 - 0.25;
   if (t == gdl::ElementType::kI32)
-    for (size_t i = 0; i < n; ++i) values[i] = double(i % 5);
+    for (size_t i = 0; i < n; ++i) values[i] = double((i + 1) % 5);  // a rank-0 length or index is 1, not 0
   return gdl::encode_elements(t, values);
 }
 

@@ -136,7 +136,7 @@ struct SessionOptions {
   // SessionStats::fallback_runs). Without one (nullptr), such a bind is
   // OutOfRange. A value below the lower bound is always OutOfRange (slices
   // rely on it).
-  std::shared_ptr<const Recompiler> eager_fallback;
+  std::shared_ptr<const Recompiler> eager_fallback = nullptr;
   // Graph edges between kernels are programmatic (programmatic dependent
   // launch, sm_90): a kernel launches while the kernels before it finish,
   // waits for them inside (griddepcontrol.wait) and meanwhile pulls its
