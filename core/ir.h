@@ -53,6 +53,9 @@ inline constexpr size_t kOpCount = 0 GDL_IR_OPS(GDL_IR_OP_COUNT);
 const char* op_name(Op op);
 // Inputs, params, run-time scalars and constants: values no kernel computes.
 inline bool is_leaf(Op op) { return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant; }
+// Constants and run-time scalars: kernels take their values (compiled in, or
+// from gdl_args), so they have no buffer.
+inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 
 struct Attrs {
   double value = 0;             // kConstant value; eps; attention scale; kScalar default

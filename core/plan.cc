@@ -36,7 +36,6 @@ using ir::ValueId;
 
 constexpr size_t kNoStep = std::numeric_limits<size_t>::max();
 
-bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 std::string value_ref(ValueId v) { return "%" + std::to_string(v); }
 
 }  // namespace
@@ -205,7 +204,7 @@ std::string verify_plan(const Plan& p) {
     if (n.op != Op::kParam && b.region == Region::kParams && n.op != Op::kReshape && n.op != Op::kSlice)
       return ref(id) + " is in the params region, which only params (and views of them) may use";
     if (n.op == Op::kInput && b.region != Region::kArena) return "input " + ref(id) + " has no arena buffer";
-    if (has_no_storage(n.op) && b.region != Region::kNone)
+    if (ir::has_no_storage(n.op) && b.region != Region::kNone)
       return ref(id) + " has a buffer, but kernels take constants and scalars by value";
     if (b.region == Region::kNone) continue;
     uint64_t alignment = ir::is_leaf(n.op) || written[v] ? kAlignment : dtype_size(n.type.dtype);
@@ -306,7 +305,7 @@ std::string verify_plan(const Plan& p) {
     for (ValueId v : st.values) {  // each argument computed earlier in the step, read, or taken by value
       for (ValueId a : g.node(v).args) {
         bool inside = done_in[static_cast<size_t>(a)] == s, read = read_by[static_cast<size_t>(a)] == s;
-        if (!inside && !read && !has_no_storage(g.node(a).op))
+        if (!inside && !read && !ir::has_no_storage(g.node(a).op))
           return name + " uses " + ref(a) + " without reading its buffer";
       }
       done_in[static_cast<size_t>(v)] = s;

@@ -245,7 +245,7 @@ GDL_DEV void softmax_cols(const TX* x, TY* y, I outer, I len, I inner) {
 }
 
 // ------------------------------------------------------------ norms
-// x, y [rows, len]; w, b: gdl::Column / First / Value / One / Zero.
+// x, y [rows, len]; w, b: gdl::Column / One / Zero.
 // layernorm: (x - mean) / sqrt(var + eps) * w + b, biased variance, two
 // passes (over registers when the row fits them, else over memory).
 template <typename I, typename TX, typename W, typename B, typename TY>

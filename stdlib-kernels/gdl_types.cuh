@@ -111,14 +111,6 @@ template <typename T> struct Column {  // one element per column
   const T* p;
   GDL_DEV float at(long long j) const { return num(p[j]); }
 };
-template <typename T> struct First {  // a rank-0 buffer: one element for all columns
-  const T* p;
-  GDL_DEV float at(long long) const { return num(p[0]); }
-};
-struct Value {  // a constant or a run-time scalar
-  float v;
-  GDL_DEV float at(long long) const { return v; }
-};
 struct One {
   GDL_DEV float at(long long) const { return 1.0f; }
 };

@@ -321,18 +321,21 @@ TEST_CASE("fuse: an expensive intermediate with two consumers is stored once and
 
   // A cheap value that is an output, or that a structured op reads, is
   // written by a step of its own and still recomputed where it is fused.
+  // Here attention reads a length computed from a scalar.
   GraphBuilder c;
-  ValueId xs = c.input("x", type(DType::kF32, {4, 8}));
-  ValueId gain = c.unary(Op::kNeg, c.scalar("gain", DType::kF32, 2.0));
-  ValueId normed = c.op(Op::kRmsNorm, {xs, gain}, type(DType::kF32, {4, 8}), testing::value_attrs(1e-5));
-  ValueId scaled = c.binary(Op::kMul, xs, gain);
-  c.output("normed", normed);
+  ValueId qh = c.input("q", type(DType::kF32, {2, 8}));
+  ValueId kv = c.input("kv", type(DType::kF32, {2, 6, 8}));
+  ValueId len = c.binary(Op::kAdd, c.scalar("n", DType::kI32, 3), c.constant(1, DType::kI32));
+  ValueId attended = c.op(Op::kAttention, {qh, kv, kv, len}, type(DType::kF32, {2, 8}), testing::value_attrs(0.125));
+  ValueId scaled = c.binary(Op::kMul, qh, c.cast(len, DType::kF32));
+  c.output("attended", attended);
   c.output("scaled", scaled);
+  REQUIRE(ir::verify(c.g) == "");
   Plan q = plan_program(c.g);
   INFO(plan::print_plan(q));
   CHECK(q.steps.size() == 3);
-  CHECK(writer_of(q, gain) >= 0);
-  CHECK(computed_in(q, gain) == 2);
+  CHECK(writer_of(q, len) >= 0);
+  CHECK(computed_in(q, len) == 2);
   expect_exact(q, random_bindings(q.graph, {}, 4));
 }
 

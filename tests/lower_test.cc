@@ -267,6 +267,18 @@ s = sum(x, axis = -1) * sqrt(4.0);
   CHECK(only(g, ir::Op::kConstant).attrs.value == 2.0);
 }
 
+TEST_CASE("lower: abs, relu, min and max fold compile-time integers exactly") {
+  // 2^62 + 1 has no double; folded through one, N would be 1.
+  ir::Graph g = lower_clean(R"(program p;
+const A = 4611686018427387905;
+const N = min(A, A + 1) - A + max(A, 0) - A + abs(0 - A) - A + relu(A) - A + 2;
+input x : f32[N];
+output y : f32[N];
+y = x;
+)");
+  CHECK(g.node(g.leaves(ir::Op::kInput)[0]).type.shape == Shape{Dim::constant(2)});
+}
+
 TEST_CASE("lower: subscripts lower to slice, and static indices drop their axis") {
   ir::Graph g = lower_clean(R"(program p;
 dim B in [2, 8];

@@ -295,6 +295,17 @@ TEST_CASE("verify accepts a well-formed graph and names the node of each problem
     b.g.nodes[3].attrs.axis = 2;
     expect_rejected(b.g, "%3 softmax: axis 2");
   }
+  SUBCASE("a negative axis: a node holds it normalized") {
+    GraphBuilder b = valid();
+    b.g.nodes[3].attrs.axis = -1;
+    expect_rejected(b.g, "%3 softmax: attributes {axis=-1} should be {axis=1}");
+  }
+  SUBCASE("a negative permutation entry") {
+    GraphBuilder b;
+    auto x = b.input("x", type(DType::kF32, {3, 4}));
+    b.op(Op::kTranspose, {x}, type(DType::kF32, {4, 3}), ints_attrs({-1, 0}));
+    expect_rejected(b.g, "%1 transpose: attributes {perm=[-1, 0]} should be {perm=[1, 0]}");
+  }
   SUBCASE("duplicate leaf names") {
     GraphBuilder b = valid();
     b.g.nodes[1].name = b.g.nodes[0].name;

@@ -1,6 +1,7 @@
 // Static checks on the AST that need no types: names, declarations, control
 // flow the graph cannot express, recursion, return placement, output
-// assignment, unused values. lower.cc does the type and shape checks.
+// assignment, unused values. Types and shapes are the lowering's (lower/),
+// through each op's type rule (ops/).
 #pragma once
 
 #include <optional>

@@ -4,12 +4,12 @@
 // A standard op's call, an operator (a + b, -x, a @ b) and a subscript
 // (x[1:3]) go through the op's entry in the op table (ops/op_def.h): its
 // parameters bind the call's arguments, and its type rule checks them
-// through a CallQuery, which evaluates and converts each argument as the
-// rule asks for it and reports a mistake at that argument. What stays here
+// through a CallQuery, which holds the evaluated operands, evaluates the
+// attributes as the rule asks for them, converts each as asked and reports
+// a mistake at that argument. What stays here
 // is what only the source form has: compile-time folding (exp(2.0), 1 + 2),
 // weak run-time scalars, cast's type name and the subscript syntax.
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -45,7 +45,7 @@ class CallQuery final : public ops::TypeQuery {
     slots_[slot].value = std::move(v);
     slots_[slot].given = true;
   }
-  void set_index_axes(std::vector<bool> axes) { index_axes_ = std::move(axes); }
+  void set_subscript_forms(std::vector<ops::SubscriptForm> forms) { forms_ = std::move(forms); }
 
   // The value in a given slot, evaluated on first use.
   Value& operand(size_t slot) {
@@ -182,7 +182,7 @@ class CallQuery final : public ops::TypeQuery {
     return true;
   }
 
-  std::vector<bool> index_axes() const override { return index_axes_; }
+  std::vector<ops::SubscriptForm> subscript_forms() const override { return forms_; }
 
  private:
   struct Slot {
@@ -214,7 +214,7 @@ class CallQuery final : public ops::TypeQuery {
   uint32_t length_;
   size_t operands_;
   std::vector<Slot> slots_;
-  std::vector<bool> index_axes_;
+  std::vector<ops::SubscriptForm> forms_;
   bool turned_down_ = false;
 };
 
@@ -263,13 +263,15 @@ Value Lowerer::fold_call(const ops::OpDef& def, const std::string& name, const s
     }
     ints = ints && v.kind == Value::Kind::kInt;
   }
-  const double r = operands.size() == 1 ? def.unary(operands[0].number(), DType::kF32)
-                                        : def.binary(operands[0].number(), operands[1].number(), DType::kF32);
-  if (!ints || !def.integer_folding) return Value::real(r);
-  constexpr double kInt64End = 9223372036854775808.0;  // 2^63
-  if (!(r >= -kInt64End && r < kInt64End))
-    return fail(loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", length);
-  return Value::integer(static_cast<int64_t>(r));
+  const bool exact = operands.size() == 1 ? def.fold_unary_int != nullptr : def.fold_binary_int != nullptr;
+  if (ints && exact) {
+    const std::optional<int64_t> r = operands.size() == 1 ? def.fold_unary_int(operands[0].i)
+                                                           : def.fold_binary_int(operands[0].i, operands[1].i);
+    if (!r) return fail(loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", length);
+    return Value::integer(*r);
+  }
+  return Value::real(operands.size() == 1 ? def.unary(operands[0].number(), DType::kF32)
+                                          : def.binary(operands[0].number(), operands[1].number(), DType::kF32));
 }
 
 // ---------------------------------------------------------------- operators
@@ -498,7 +500,7 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
                 "give at most one subscript per dim", 1);
   Value bounds;
   bounds.kind = Value::Kind::kList;
-  std::vector<bool> index_axes(t.shape.size(), false);
+  std::vector<ops::SubscriptForm> forms(t.shape.size(), ops::SubscriptForm::kToEnd);
   bool changed = false;
   auto add = [&](int64_t start, int64_t stop) {
     bounds.list.push_back(Value::integer(start));
@@ -518,8 +520,8 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
       if (i.kind != Value::Kind::kInt)
         return fail(start_of(*s.index), "an index must be a compile-time integer, got " + describe(i),
                     "subscripts are static; use gather(table, ids) to pick rows by run-time ids", s.index->length);
-      add(i.i, i.i + 1);
-      index_axes[axis] = true;
+      add(i.i, i.i == std::numeric_limits<int64_t>::max() ? i.i : i.i + 1);  // the rule rejects it either way
+      forms[axis] = ops::SubscriptForm::kIndex;
       changed = true;
       continue;
     }
@@ -533,6 +535,7 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
       std::optional<int64_t> n = static_int(eval(*s.stop), "a slice stop");
       if (!n) return Value::error();
       stop = *n;
+      forms[axis] = ops::SubscriptForm::kRange;
     }
     add(start, stop);
     changed = changed || s.stop || start != 0;
@@ -542,21 +545,23 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
   CallQuery q(*this, ops::op_def(ir::Op::kSlice), "slice", ix.loc, 1, 1);
   q.bind(0, base);
   q.bind(1, bounds);
-  q.set_index_axes(index_axes);
+  q.set_subscript_forms(forms);
   const ops::TypeResult r = q.def().infer(q);
   if (!r.ok()) {
     if (!r.error || q.turned_down()) return Value::error();
-    const ast::Subscript& s = ix.subscripts[static_cast<size_t>(r.error->slot)];
+    const auto axis = static_cast<size_t>(r.error->slot);
+    if (r.error->slot < 0 || axis >= ix.subscripts.size()) return fail(ix.loc, r.error->message, r.error->hint, 1);
+    const ast::Subscript& s = ix.subscripts[axis];
     const SourceLoc at = !s.is_slice            ? start_of(*s.index)
                          : r.error->at_start && s.start ? start_of(*s.start)
                                                         : s.loc;
     return fail(at, r.error->message, r.error->hint, s.is_slice ? 1 : s.index->length);
   }
   Value v = emit(ir::Op::kSlice, {base.id}, *r.type, ix.loc, 1, q.attrs());
-  if (!v.ok() || std::find(index_axes.begin(), index_axes.end(), true) == index_axes.end()) return v;
+  if (!v.ok() || std::find(forms.begin(), forms.end(), ops::SubscriptForm::kIndex) == forms.end()) return v;
   Shape kept;
   for (size_t axis = 0; axis < t.shape.size(); ++axis)
-    if (!index_axes[axis]) kept.push_back(r.type->shape[axis]);
+    if (forms[axis] != ops::SubscriptForm::kIndex) kept.push_back(r.type->shape[axis]);
   return emit(ir::Op::kReshape, {v.id}, TensorType{t.dtype, kept}, ix.loc, 1);
 }
 

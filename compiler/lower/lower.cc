@@ -17,8 +17,9 @@
 //    (int, float, bool: computed here), run-time dims (shape names only),
 //    lists (shapes, permutations) or tensors (IR nodes). `for` is unrolled,
 //    `if` is folded, a fn call is inlined in a fresh frame with its arguments
-//    checked against the parameter types. Every op checks dtypes and shapes
-//    and emits its node(s), located at the source expression.
+//    checked against the parameter types. Every op's call goes through its
+//    entry in the op table (calls.cc): its type rule checks dtypes and
+//    shapes, and its node is located at the source expression.
 // 6. Outputs, in declaration order, checked against their declared types.
 //
 // An error yields an error value that every later check passes on silently,
@@ -26,7 +27,6 @@
 // Hostile input is bounded: loop iterations, IR nodes, statements run, and
 // inlining depth all have limits (lower.h).
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "frontend/check.h"

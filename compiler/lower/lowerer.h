@@ -152,7 +152,6 @@ class Lowerer {
   // ------------------------------------------------------ lower.cc: values
   Value fail(SourceLoc loc, std::string message, std::string hint = {}, uint32_t length = 1);
   std::string text(const TensorType& t) const { return type_to_string(t, graph_.dims); }
-  std::string text(const Shape& s) const { return shape_to_string(s, graph_.dims); }
   TensorType type_of(const Value& v) const { return graph_.node(v.id).type; }
   std::string describe(const Value& v) const;
   // Stops the whole elaboration once a limit is hit; reported once, at the

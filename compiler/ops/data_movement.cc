@@ -107,7 +107,7 @@ TypeResult infer_slice(TypeQuery& q) {
   std::vector<int64_t> b;
   if (!x || !q.integers(1, "bounds", &b)) return TypeResult::failed();
   if (b.size() != 2 * x->shape.size()) return q.error(1, "a slice needs one [start, stop] pair per axis");
-  const std::vector<bool> indexes = q.index_axes();
+  const std::vector<SubscriptForm> forms = q.subscript_forms();
   Shape s;
   for (size_t axis = 0; axis < x->shape.size(); ++axis) {
     const Dim& d = x->shape[axis];
@@ -120,7 +120,9 @@ TypeResult infer_slice(TypeQuery& q) {
                                                std::to_string(limit)
                                          : "";
     const auto slot = static_cast<int>(axis);
-    if (axis < indexes.size() && indexes[axis]) {  // x[i]: one element of the axis
+    const SubscriptForm form =
+        axis < forms.size() ? forms[axis] : stop == -1 ? SubscriptForm::kToEnd : SubscriptForm::kRange;
+    if (form == SubscriptForm::kIndex) {  // x[i]: one element of the axis
       if (start < 0 || start >= limit)
         return q.error(slot,
                        runtime ? "index " + std::to_string(start) + " may be outside " + where + ": " + smallest
@@ -131,7 +133,7 @@ TypeResult infer_slice(TypeQuery& q) {
       s.push_back(Dim::constant(1));
       continue;
     }
-    if (stop == -1) {  // to the end of the axis
+    if (form == SubscriptForm::kToEnd && stop == -1) {  // to the end of the axis
       if (runtime && start != 0) {
         TypeError e = q.error(slot,
                               "slice " + std::to_string(start) + ": of run-time " + dim_name + " would have a run-time length",

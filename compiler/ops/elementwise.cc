@@ -13,7 +13,9 @@
 //  - min, max and relu propagate NaN.
 //  - gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))).
 //  - Comparisons with NaN are false except `ne`; results are bool 0/1.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "interp/host_ops.h"
 #include "ops/families.h"
@@ -163,6 +165,15 @@ void eval_where(const ir::Node&, const EvalArgs& in, HostTensor& out) {
   }
 }
 
+// Compile-time integers (64-bit, lowering's folding).
+std::optional<int64_t> abs_int(int64_t x) {
+  if (x == std::numeric_limits<int64_t>::min()) return std::nullopt;
+  return x < 0 ? -x : x;
+}
+std::optional<int64_t> relu_int(int64_t x) { return std::max<int64_t>(x, 0); }
+std::optional<int64_t> min_int(int64_t a, int64_t b) { return std::min(a, b); }
+std::optional<int64_t> max_int(int64_t a, int64_t b) { return std::max(a, b); }
+
 bool cast_is_identity(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
 
 // ------------------------------------------------------------------ entries
@@ -205,15 +216,15 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   defs.push_back(unary(Op::kTanh, "tanh", infer_unary<false>, tanh, "gdl::op::tanh"));
   defs.push_back(unary(Op::kSigmoid, "sigmoid", infer_unary<false>, sigmoid, "gdl::op::sigmoid"));
   OpDef r = unary(Op::kRelu, "relu", infer_unary<true>, relu, "gdl::op::relu");
-  r.integer_folding = true;
+  r.fold_unary_int = relu_int;
   defs.push_back(r);
   defs.push_back(unary(Op::kGelu, "gelu", infer_unary<false>, gelu, "gdl::op::gelu"));
   defs.push_back(unary(Op::kSilu, "silu", infer_unary<false>, silu, "gdl::op::silu"));
   OpDef a = unary(Op::kAbs, "abs", infer_unary<true>, abs, "gdl::op::abs");
-  a.integer_folding = true;
+  a.fold_unary_int = abs_int;
   defs.push_back(a);
   OpDef minimum = binary(Op::kMin, "min", infer_binary<Op::kMin>, min, "gdl::op::min");
-  minimum.integer_folding = true;
+  minimum.fold_binary_int = min_int;
   defs.push_back(minimum);
   defs.push_back(binary(Op::kPow, "pow", infer_binary<Op::kPow>, pow, "gdl::op::pow"));
   OpDef maximum = binary(Op::kMax, "max", infer_binary<Op::kMax>, max, "gdl::op::max");
@@ -221,7 +232,7 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   maximum.operands = 2;
   maximum.required = 1;
   maximum.without_second_operand = Op::kReduceMax;
-  maximum.integer_folding = true;
+  maximum.fold_binary_int = max_int;
   defs.push_back(maximum);
   OpDef where;
   where.op = Op::kWhere;

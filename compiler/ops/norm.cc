@@ -40,8 +40,7 @@ TypeResult infer_norm(TypeQuery& q) {
     const std::string role = slot == 1 ? "weight" : "bias";
     const TensorType* w = q.tensor(slot, name + " " + role);
     if (!w) return TypeResult::failed();
-    const bool single = w->rank() == 0 && w->dtype == x->dtype;  // one element for every position
-    if (!(*w == per_column) && !single)
+    if (!(*w == per_column))
       return q.error(static_cast<int>(slot),
                      "the " + role + " of " + name + " must be " + q.text(per_column) + " (the last dim of x), got " +
                          q.text(*w),
@@ -58,12 +57,9 @@ TypeResult infer_norm(TypeQuery& q) {
 
 std::string eps_attr(const ir::Attrs& a) { return "eps=" + number_text(a.value); }
 
-// weight or bias: one element per position of the last axis, or a single
-// element for all of them.
+// weight or bias: one element per position of the last axis.
 double per_column(const HostTensor* t, int64_t column, double absent) {
-  if (!t) return absent;
-  if (t->data.size() == 1) return t->data[0];
-  return t->data[static_cast<size_t>(column)];
+  return t ? t->data[static_cast<size_t>(column)] : absent;
 }
 
 // Statistics over the first `valid` columns; every column is normalised.
@@ -75,7 +71,7 @@ void eval_norm(const ir::Node& n, const EvalArgs& in, HostTensor& out) {
   GDL_INTERNAL_ASSERT(!x.shape.empty(), "norm of a rank-0 value");
   int64_t cols = x.shape.back(), rows = host::product(x.shape) / std::max<int64_t>(cols, 1);
   for (const HostTensor* t : {weight, bias})
-    GDL_INTERNAL_ASSERT(!t || t->data.size() == 1 || static_cast<int64_t>(t->data.size()) == cols,
+    GDL_INTERNAL_ASSERT(!t || static_cast<int64_t>(t->data.size()) == cols,
                         "norm weight/bias length differs from the last axis");
   double eps = n.attrs.value;
   for (int64_t r = 0; r < rows; ++r) {
@@ -122,12 +118,7 @@ std::string emit_norm(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
 
 std::string norm_column_source(StepEmitter& e, const ir::Node& norm, size_t arg) {
   const ir::ValueId a = norm.args.at(arg);
-  const ir::Node& an = e.g.node(a);
-  if (an.op == Op::kConstant) return "gdl::Value{" + float_literal(round_to_dtype(an.attrs.value, an.type.dtype)) + "}";
-  if (an.op == Op::kScalar) return "gdl::Value{(float)" + e.inline_value(a) + "}";
-  const std::string type = storage_type(an.type.dtype);
-  const std::string ptr = e.pointer(a);
-  return (an.type.rank() == 0 ? "gdl::First<" : "gdl::Column<") + type + ">{" + ptr + "}";
+  return std::string("gdl::Column<") + storage_type(e.g.node(a).type.dtype) + ">{" + e.pointer(a) + "}";
 }
 
 void add_norm_ops(std::vector<OpDef>& defs) {

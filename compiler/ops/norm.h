@@ -13,9 +13,8 @@ class StepEmitter;
 namespace gdl::ops {
 
 // A norm's weight or bias (argument `arg` of `norm`) as the stdlib kernels
-// take it: gdl::Column<T> over one element per position of the last axis,
-// gdl::First<T> over a single element, gdl::Value for a constant or a
-// run-time scalar.
+// take it: gdl::Column<T> over its elements, one per position of the last
+// axis.
 std::string norm_column_source(StepEmitter& e, const ir::Node& norm, size_t arg);
 
 }  // namespace gdl::ops

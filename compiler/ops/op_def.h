@@ -51,17 +51,23 @@ enum class FusionClass : uint8_t {
 inline constexpr int kAtOp = -1;
 
 struct TypeError {
-  int slot = kAtOp;
+  int slot = kAtOp;  // a slice's rule points at an axis instead (its subscript)
   bool at_keyword = false;  // at the argument's keyword (`bias = ...`), not its value
   bool at_start = false;    // at a slice subscript's start (`x[1:]`), not the whole subscript
   std::string message, hint;
 };
 
+// How a subscript was written: x[3] (an index: its axis goes), x[1:] or no
+// subscript (to the end: a stop of -1 on a run-time axis), x[1:4] (a range;
+// a written stop of -1 is outside the axis, not its end).
+enum class SubscriptForm : uint8_t { kRange, kIndex, kToEnd };
+
 // What a type rule sees: the operands and attributes by parameter slot
 // (OpDef::params: operands first, then attributes). Lowering answers from
-// the call's arguments, evaluating and converting each as the rule asks for
-// it, so that a mistake is a diagnostic at that argument, in the order the
-// rule checks; ir::verify answers from the node. An accessor returns
+// the call's arguments (its operands evaluated in order before the rule
+// runs, its attributes as the rule asks for them), converting each as
+// asked, so that a mistake is a diagnostic at that argument, in the order
+// the rule checks; ir::verify answers from the node. An accessor returns
 // nullptr or false after reporting a mistake (lowering only) or when an
 // optional operand is absent.
 class TypeQuery {
@@ -100,9 +106,9 @@ class TypeQuery {
   virtual bool integers(size_t slot, const std::string& what, std::vector<int64_t>* out) = 0;  // perm, bounds
   virtual bool shape(size_t slot, Shape* out) = 0;                                       // reshape's target
   virtual bool dtype(size_t slot, DType* out) = 0;                                       // cast's target
-  // Per axis of a slice, whether it was written as a single index (x[3]),
-  // for messages; empty where the query does not know (ir::verify).
-  virtual std::vector<bool> index_axes() const { return {}; }
+  // Per axis of a slice, how the source wrote it; empty where the query
+  // does not know (ir::verify).
+  virtual std::vector<SubscriptForm> subscript_forms() const { return {}; }
 
   TypeError error(int slot, std::string message, std::string hint = {}) const {
     return TypeError{slot, false, false, std::move(message), std::move(hint)};
@@ -192,9 +198,11 @@ struct OpDef {
 
   UnaryFn unary = nullptr;
   BinaryFn binary = nullptr;
-  // Compile-time integer operands fold to an integer (abs(-3) is 3); else
-  // the folded unary or binary rule gives a float (exp(0) is 1.0).
-  bool integer_folding = false;
+  // Compile-time integer operands fold exactly through these (abs(-3) is 3,
+  // min(2, 5) is 2; nullopt: the result overflows int64); an op without
+  // them folds integers through `unary` / `binary` into a float (exp(0) is 1.0).
+  std::optional<int64_t> (*fold_unary_int)(int64_t x) = nullptr;
+  std::optional<int64_t> (*fold_binary_int)(int64_t a, int64_t b) = nullptr;
   EvalFn eval = nullptr;
 
   const char* device_function = nullptr;  // elementwise: gdl::op::<f>(operands...) (gdl_ops.cuh)

@@ -5,10 +5,14 @@
 // 2. Every other node, in order: its argument count fits its op
 //    (OpDef::min_args, max_args), and its op's type rule (OpDef::infer, the
 //    one lowering checks programs with) gives exactly its result type from
-//    its arguments' types and its attributes.
+//    its arguments' types and its attributes, and the attributes unchanged
+//    (normalized: an axis in [0, rank), a permutation of [0, rank)).
 // The first problem found is returned, naming the node as "%id op".
 #include "passes/ir_verify.h"
 
+#include <string_view>
+
+#include "internal_error.h"
 #include "ops/op_def.h"
 
 namespace gdl::ir {
@@ -26,7 +30,11 @@ class NodeQuery final : public ops::TypeQuery {
   const TensorType* tensor(size_t slot, const std::string&) override { return arg(slot); }
   const TensorType* value(size_t slot, const std::string&, DType, std::string*) override { return arg(slot); }
   bool unify(size_t, size_t) override { return true; }
-  bool integer(size_t, const std::string&, int64_t* out) override { return *out = n_.attrs.axis, true; }
+  // The node's one integer attribute is its axis (Attrs::axis).
+  bool integer(size_t slot, const std::string&, int64_t* out) override {
+    GDL_INTERNAL_ASSERT(std::string_view(param(slot)) == "axis", "a type rule asked the node for an integer other than its axis");
+    return *out = n_.attrs.axis, true;
+  }
   bool flag(size_t, const std::string&, bool* out) override { return *out = n_.attrs.keepdims, true; }
   bool number(size_t, const std::string&, double* out) override { return *out = n_.attrs.value, true; }
   bool integers(size_t, const std::string&, std::vector<int64_t>* out) override { return *out = n_.attrs.ints, true; }
@@ -34,6 +42,8 @@ class NodeQuery final : public ops::TypeQuery {
   bool dtype(size_t, DType* out) override { return *out = n_.type.dtype, true; }
 
  private:
+  // The parameter a slot stands for (a variadic op's attributes follow its operands).
+  const char* param(size_t slot) const { return def_.params.at(slot - operand_count() + def_.operands); }
   const TensorType* arg(size_t slot) const {
     return slot < n_.args.size() ? &g_.node(n_.args[slot]).type : nullptr;
   }
@@ -55,6 +65,13 @@ std::string check_node(const Graph& g, const Node& n) {
   if (!result.ok()) return result.error ? result.error->message : "its type rule rejects it";
   if (!(*result.type == n.type))
     return "result type " + type_to_string(n.type, g.dims) + " should be " + type_to_string(*result.type, g.dims);
+  // The rule normalizes attributes (a negative axis counts from the end);
+  // a node holds them normalized, as the later passes and the kernels read them.
+  if (!(q.attrs() == n.attrs)) {
+    ir::Node normal = n;
+    normal.attrs = q.attrs();
+    return "attributes" + ops::attrs_text(n) + " should be" + ops::attrs_text(normal);
+  }
   return "";
 }
 

@@ -82,7 +82,6 @@ constexpr uint64_t kMaxPrologueReread = uint64_t{32} << 20;
 // 65 -> 71 us, B=8 73 -> 86 us with the prologue, so it stays off.
 constexpr int kMaxPrologueRowTile = 8;
 
-bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 bool is_matmul(Op op) { return ops::fusion_class(op) == ops::FusionClass::kMatmul; }
 
 struct Group {
@@ -118,7 +117,7 @@ class Fuser {
       const ir::Node& n = g_.nodes[v];
       if (!computed_[v] || !ops::is_elementwise(n.op)) continue;
       cheap_[v] = std::all_of(n.args.begin(), n.args.end(), [&](ValueId a) {
-        return has_no_storage(g_.node(a).op) || cheap_[static_cast<size_t>(a)];
+        return ir::has_no_storage(g_.node(a).op) || cheap_[static_cast<size_t>(a)];
       });
     }
 
@@ -211,7 +210,7 @@ class Fuser {
     const ir::Node& matmul = g_.node(users[0]);
     const ir::Node& x = g_.node(n.args.at(0));
     bool fits = is_matmul(matmul.op) && matmul.args.at(0) == v && matmul.args.at(1) != v &&
-                matmul.type.dtype == n.type.dtype && x.type.dtype == n.type.dtype && !has_no_storage(x.op);
+                matmul.type.dtype == n.type.dtype && x.type.dtype == n.type.dtype && !ir::has_no_storage(x.op);
     const auto& in = groups_of_[static_cast<size_t>(users[0])];
     if (!fits || in.size() != 1) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(in.front())];
@@ -255,7 +254,7 @@ class Fuser {
     for (ValueId v : group.values)
       for (ValueId a : g_.node(v).args) {
         bool inside = std::find(group.values.begin(), group.values.end(), a) != group.values.end();
-        if (inside || has_no_storage(g_.node(a).op)) continue;
+        if (inside || ir::has_no_storage(g_.node(a).op)) continue;
         if (std::find(step.reads.begin(), step.reads.end(), a) == step.reads.end()) step.reads.push_back(a);
       }
     return step;

@@ -40,6 +40,7 @@
 
 #include "frontend/diagnostics.h"
 #include "internal_error.h"
+#include "ops/op_def.h"
 
 namespace gdl {
 namespace {
@@ -325,8 +326,9 @@ ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& 
   if (values.size() < 2) return ir::kNoValue;
   const ir::Node& first = g.node(values[0]);
   const ir::Node& second = g.node(values[1]);
-  const bool norm = first.op == ir::Op::kLayerNorm || first.op == ir::Op::kRmsNorm;
-  return norm && second.op == ir::Op::kMatMul && second.args.at(0) == values[0] ? values[0] : ir::kNoValue;
+  const bool norm = ops::fusion_class(first.op) == ops::FusionClass::kNorm;
+  const bool matmul = ops::fusion_class(second.op) == ops::FusionClass::kMatmul;
+  return norm && matmul && second.args.at(0) == values[0] ? values[0] : ir::kNoValue;
 }
 
 SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values) {

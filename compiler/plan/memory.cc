@@ -50,7 +50,6 @@ using ir::ValueId;
 constexpr size_t kNoStep = std::numeric_limits<size_t>::max();
 
 uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
-bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 
 // An owner with its live interval in steps.
 struct Interval {
@@ -127,7 +126,7 @@ void plan_memory(Plan& p) {
   p.buffers.assign(count, Buffer{});
   p.params_bytes = 0;
   for (size_t v = 0; v < count; ++v) {
-    if (owner[v] != static_cast<ValueId>(v) || has_no_storage(g.nodes[v].op) || in_registers(v)) continue;
+    if (owner[v] != static_cast<ValueId>(v) || ir::has_no_storage(g.nodes[v].op) || in_registers(v)) continue;
     p.buffers[v].bytes = value_bytes(g, g.nodes[v]).value();
     size[v] = align_up(p.buffers[v].bytes);
     if (g.nodes[v].op == Op::kParam) {

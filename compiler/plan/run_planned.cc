@@ -16,7 +16,6 @@ namespace {
 using ir::Op;
 using ir::ValueId;
 
-bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 std::string value_ref(ValueId v) { return "%" + std::to_string(v); }
 
 }  // namespace
@@ -40,7 +39,7 @@ Expected<std::map<std::string, HostTensor>> run_planned(const Plan& p, const Bin
     HostTensor t;
     t.dtype = n.type.dtype;
     t.shape = concrete_shape(n.type.shape, b.dims);
-    if (has_no_storage(n.op)) {
+    if (ir::has_no_storage(n.op)) {
       double value = n.attrs.value;
       if (auto it = b.scalars.find(n.name); n.op == Op::kScalar && it != b.scalars.end()) value = it->second;
       t.data.assign(static_cast<size_t>(element_count(n.type.shape, b.dims)), round_to_dtype(value, t.dtype));

@@ -24,7 +24,6 @@ namespace {
 using ir::Op;
 using ir::ValueId;
 
-bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
 
 }  // namespace
 
@@ -51,7 +50,7 @@ Plan schedule_steps(ir::Graph graph) {
   // 2-3. Steps; a view's storage is its argument's owner's.
   std::vector<ValueId> owner(count);
   std::iota(owner.begin(), owner.end(), 0);
-  auto stored = [&](ValueId v) { return !has_no_storage(g.node(owner[static_cast<size_t>(v)]).op); };
+  auto stored = [&](ValueId v) { return !ir::has_no_storage(g.node(owner[static_cast<size_t>(v)]).op); };
   for (size_t v = 0; v < count; ++v) {
     const ir::Node& n = g.nodes[v];
     if (ir::is_leaf(n.op)) continue;
