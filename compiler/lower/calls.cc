@@ -315,6 +315,25 @@ Value Lowerer::binary(ast::BinaryOp op, Value a, Value b, SourceLoc loc) {
 
 // ------------------------------------------------------------------- calls
 
+bool Lowerer::bind_keyword(const ast::Arg& a, const std::string& callee, const std::vector<std::string>& params,
+                           const std::string& usage, std::vector<const ast::Arg*>& slots) {
+  const auto it = std::find(params.begin(), params.end(), a.keyword);
+  const auto length = static_cast<uint32_t>(a.keyword.size());
+  if (it == params.end()) {
+    std::string message = "unknown keyword argument '" + a.keyword + "' for " + callee;
+    if (auto near = closest_spelling(a.keyword, params)) message += "; did you mean '" + *near + "'?";
+    fail(a.loc, message, usage, length);
+    return false;
+  }
+  const ast::Arg*& slot = slots[static_cast<size_t>(it - params.begin())];
+  if (slot) {
+    fail(a.loc, "argument '" + a.keyword + "' of " + callee + " is given twice", "give each argument once", length);
+    return false;
+  }
+  slot = &a;
+  return true;
+}
+
 std::optional<std::vector<const ast::Arg*>> Lowerer::bind_args(const ast::CallExpr& c, const std::vector<std::string>& params,
                                                       size_t required, const std::string& kind) {
   std::vector<const ast::Arg*> slots(params.size(), nullptr);
@@ -330,20 +349,7 @@ std::optional<std::vector<const ast::Arg*>> Lowerer::bind_args(const ast::CallEx
       slots[position++] = &a;
       continue;
     }
-    auto it = std::find(params.begin(), params.end(), a.keyword);
-    if (it == params.end()) {
-      std::string message = "unknown keyword argument '" + a.keyword + "' for " + c.callee;
-      if (auto near = closest_spelling(a.keyword, params)) message += "; did you mean '" + *near + "'?";
-      fail(a.loc, message, "call it as " + sig, static_cast<uint32_t>(a.keyword.size()));
-      return std::nullopt;
-    }
-    size_t k = static_cast<size_t>(it - params.begin());
-    if (slots[k]) {
-      fail(a.loc, "argument '" + a.keyword + "' of " + c.callee + " is given twice", "give each argument once",
-           static_cast<uint32_t>(a.keyword.size()));
-      return std::nullopt;
-    }
-    slots[k] = &a;
+    if (!bind_keyword(a, c.callee, params, "call it as " + sig, slots)) return std::nullopt;
   }
   for (size_t k = 0; k < required; ++k)
     if (!slots[k]) {
@@ -445,17 +451,7 @@ Value Lowerer::call_variadic(const ops::OpDef& def, const ast::CallExpr& c) {
       parts.push_back(eval(*a.value));
       continue;
     }
-    const auto it = std::find(params.begin(), params.end(), a.keyword);
-    if (it == params.end()) {
-      std::string message = "unknown keyword argument '" + a.keyword + "' for " + c.callee;
-      if (auto near = closest_spelling(a.keyword, params)) message += "; did you mean '" + *near + "'?";
-      return fail(a.loc, message, usage, static_cast<uint32_t>(a.keyword.size()));
-    }
-    const ast::Arg*& slot = keywords[static_cast<size_t>(it - params.begin())];
-    if (slot)
-      return fail(a.loc, "argument '" + a.keyword + "' of " + c.callee + " is given twice", "give each argument once",
-                  static_cast<uint32_t>(a.keyword.size()));
-    slot = &a;
+    if (!bind_keyword(a, c.callee, params, usage, keywords)) return Value::error();
   }
   if (parts.empty())
     return fail(c.loc, "missing argument: " + c.callee + " needs the tensors to join", usage, length);

@@ -214,6 +214,10 @@ class Lowerer {
   Value unary(const ast::UnaryExpr& u);
   Value binary(ast::BinaryOp op, Value a, Value b, SourceLoc loc);
   Value index(const ast::IndexExpr& ix);
+  // Puts keyword argument `a` into its parameter's slot; false after
+  // reporting an unknown or repeated keyword (with `usage` as the hint).
+  bool bind_keyword(const ast::Arg& a, const std::string& callee, const std::vector<std::string>& params,
+                    const std::string& usage, std::vector<const ast::Arg*>& slots);
   // Matches call arguments to parameter slots; nullopt after reporting.
   std::optional<std::vector<const ast::Arg*>> bind_args(const ast::CallExpr& c, const std::vector<std::string>& params,
                                                         size_t required, const std::string& kind);
