@@ -23,6 +23,11 @@ void add_leaf_ops(std::vector<OpDef>& defs);           // leaves.cc
 // rule returns.
 std::optional<TypeResult> axis_of(TypeQuery& q, size_t slot, int rank, int* out);
 
+// Shared by softmax's and the norms' rules: operand 0, a float tensor of
+// rank >= 1, named as the op was written. nullptr after *bad is set to what
+// the rule returns.
+const TensorType* float_rows_operand(TypeQuery& q, std::optional<TypeResult>* bad);
+
 // Shared by the IR text of the ops' attributes.
 std::string number_text(double v);                     // shortest text that reads back as v
 std::string ints_text(const std::vector<int64_t>& v);  // "[1, 0]"

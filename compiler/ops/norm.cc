@@ -23,10 +23,9 @@ using ir::Op;
 template <Op kOp>
 TypeResult infer_norm(TypeQuery& q) {
   const std::string& name = q.what();
-  const TensorType* x = q.tensor(0, name);
-  if (!x) return TypeResult::failed();
-  if (!is_float(x->dtype)) return q.error(0, name + " needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
-  if (x->rank() == 0) return q.error(0, name + " needs a tensor of rank >= 1, got " + q.text(*x), "reshape it to [1] first");
+  std::optional<TypeResult> bad;
+  const TensorType* x = float_rows_operand(q, &bad);
+  if (!x) return *bad;
   const TensorType per_column{x->dtype, {x->shape.back()}};
   const size_t eps_slot = kOp == Op::kLayerNorm ? 3 : 2;
   if (kOp == Op::kLayerNorm && q.given(2) && !q.given(1)) {

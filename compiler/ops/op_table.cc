@@ -87,6 +87,17 @@ std::optional<TypeResult> axis_of(TypeQuery& q, size_t slot, int rank, int* out)
   return std::nullopt;
 }
 
+const TensorType* float_rows_operand(TypeQuery& q, std::optional<TypeResult>* bad) {
+  const std::string& name = q.what();
+  const TensorType* x = q.tensor(0, name);
+  if (!x) *bad = TypeResult::failed();
+  else if (!is_float(x->dtype))
+    *bad = q.error(0, name + " needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
+  else if (x->rank() == 0)
+    *bad = q.error(0, name + " needs a tensor of rank >= 1, got " + q.text(*x), "reshape it to [1] first");
+  return *bad ? nullptr : x;
+}
+
 std::string number_text(double v) {
   char buf[64];
   for (int precision = 6; precision <= 17; ++precision) {

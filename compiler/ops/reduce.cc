@@ -46,12 +46,9 @@ TypeResult infer_reduce(TypeQuery& q) {
 }
 
 TypeResult infer_softmax(TypeQuery& q) {
-  const TensorType* x = q.tensor(0, "softmax");
-  if (!x) return TypeResult::failed();
-  if (!is_float(x->dtype))
-    return q.error(0, "softmax needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
-  if (x->rank() == 0)
-    return q.error(0, "softmax needs a tensor of rank >= 1, got " + q.text(*x), "reshape it to [1] first");
+  std::optional<TypeResult> bad;
+  const TensorType* x = float_rows_operand(q, &bad);
+  if (!x) return *bad;
   int axis = x->rank() - 1;
   if (q.given(1))
     if (std::optional<TypeResult> bad = axis_of(q, 1, x->rank(), &axis)) return *bad;
