@@ -6,6 +6,7 @@
 //   cse             one node per value                         (not with optimize off)
 //   dce             drop what no output needs                  (not with optimize off)
 //   padding         which run-time dims padding cannot serve
+//   inplace         in-place writes made legal, states' final values in their storage
 //   schedule        IR -> plan: one step per computed value, views
 //   fuse            fewer steps: elementwise chains, epilogues, norm prologues
 //   memory          buffers and their arena offsets
@@ -28,6 +29,7 @@
 #include "lower/lower.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/inplace.h"
 #include "passes/fold_constants.h"
 #include "passes/ir_print.h"
 #include "passes/ir_verify.h"
@@ -101,6 +103,11 @@ bool padding(Compilation& c, Context&) {
   return true;
 }
 
+bool in_place(Compilation& c, Context&) {
+  place_in_place_writes(*c.graph);
+  return true;
+}
+
 bool schedule(Compilation& c, Context&) {
   failpoint("planner");
   c.plan = plan::schedule_steps(std::move(*c.graph));
@@ -165,6 +172,7 @@ const std::vector<Pass>& passes() {
       {"cse", optimize<eliminate_common_subexpressions>},
       {"dce", optimize<eliminate_dead_code>},
       {"padding", padding},
+      {"inplace", in_place},
       {"schedule", schedule},
       {"fuse", fuse},
       {"memory", memory},
@@ -256,7 +264,7 @@ plan::Plan plan_program(ir::Graph graph, const plan::PlanOptions& options) {
   Compilation c;
   c.graph = std::move(graph);
   Context x{nullptr, diags, pipeline, Status::Ok()};
-  run_passes(c, x, pass_index("schedule"), pass_index("scratch"));
+  run_passes(c, x, pass_index("inplace"), pass_index("scratch"));
   return std::move(*c.plan);
 }
 
@@ -265,7 +273,7 @@ Expected<Artifact> build_artifact(ir::Graph graph, const PipelineOptions& option
   Compilation c;
   c.graph = std::move(graph);
   Context x{nullptr, diags, options, Status::Ok()};
-  if (!run_passes(c, x, pass_index("schedule"), pass_index("nvrtc"))) return x.status;
+  if (!run_passes(c, x, pass_index("inplace"), pass_index("nvrtc"))) return x.status;
   Artifact artifact;
   artifact.plan = std::move(*c.plan);
   artifact.kernels = std::move(c.code->kernels);

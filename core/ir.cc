@@ -23,7 +23,7 @@ std::vector<ValueId> Graph::leaves(Op role) const {
 
 namespace {
 
-bool is_named_leaf(Op op) { return op == Op::kInput || op == Op::kParam || op == Op::kScalar; }
+bool is_named_leaf(Op op) { return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kState; }
 
 std::string check_type(const Graph& g, const TensorType& t) {
   if (t.rank() > kMaxRank) return "rank " + std::to_string(t.rank()) + " exceeds " + std::to_string(kMaxRank);
@@ -42,6 +42,9 @@ std::string check_leaf(const Graph& g, const Node& n) {
     return "must be rank 0, is " + type_to_string(n.type, g.dims);
   if (n.op == Op::kScalar && n.type.dtype != DType::kF32 && n.type.dtype != DType::kI32)
     return "run-time scalars are f32 or i32, not " + std::string(dtype_name(n.type.dtype));
+  if (n.op == Op::kState)
+    for (const Dim& d : n.type.shape)
+      if (d.is_runtime()) return "a state's shape is fixed, but it has a run-time dim";
   return "";
 }
 
@@ -74,6 +77,14 @@ std::string verify_structure(const Graph& g) {
     if (o.value < 0 || static_cast<size_t>(o.value) >= g.nodes.size())
       return "output \"" + o.name + "\" refers to %" + std::to_string(o.value) + ", which does not exist";
     if (!output_names.insert(o.name).second) return "output \"" + o.name + "\" is assigned twice";
+  }
+  std::set<ValueId> updated;
+  for (const StateUpdate& u : g.state_updates) {
+    auto valid = [&](ValueId v) { return v >= 0 && static_cast<size_t>(v) < g.nodes.size(); };
+    if (!valid(u.state) || g.node(u.state).op != Op::kState) return "a state update names no state";
+    if (!valid(u.value) || g.node(u.value).type != g.node(u.state).type)
+      return "the update of state \"" + g.node(u.state).name + "\" is no value of its type";
+    if (!updated.insert(u.state).second) return "state \"" + g.node(u.state).name + "\" is updated twice";
   }
   return "";
 }

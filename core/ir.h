@@ -26,7 +26,7 @@ inline constexpr ValueId kNoValue = -1;
 // type rule, CPU rule and kernel) is its entry in compiler/ops/.
 #define GDL_IR_OPS(X)                                                                                  \
   /* Leaves: values that come from outside or from the program text. */                              \
-  X(kInput, "input") X(kParam, "param") X(kScalar, "scalar") X(kConstant, "const")                    \
+  X(kInput, "input") X(kParam, "param") X(kScalar, "scalar") X(kConstant, "const") X(kState, "state")  \
   /* Elementwise. */                                                                                   \
   X(kNeg, "neg") X(kNot, "not") X(kExp, "exp") X(kLog, "log") X(kSqrt, "sqrt") X(kRsqrt, "rsqrt")     \
   X(kTanh, "tanh") X(kSigmoid, "sigmoid") X(kRelu, "relu") X(kGelu, "gelu") X(kSilu, "silu")          \
@@ -38,7 +38,9 @@ inline constexpr ValueId kNoValue = -1;
   X(kMatMul, "matmul") X(kSum, "sum") X(kMean, "mean") X(kReduceMax, "reduce_max")                    \
   X(kSoftmax, "softmax") X(kLayerNorm, "layernorm") X(kRmsNorm, "rmsnorm")                             \
   X(kTranspose, "transpose") X(kReshape, "reshape") X(kSlice, "slice") X(kConcat, "concat")           \
-  X(kGather, "gather") X(kAttention, "attention")
+  X(kGather, "gather") X(kAttention, "attention")                                                       \
+  /* Writes into their first argument's storage (see writes_in_place). */                             \
+  X(kScatter, "scatter") X(kUpdateSlice, "update_slice") X(kCopy, "copy")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,
@@ -51,8 +53,14 @@ inline constexpr size_t kOpCount = 0 GDL_IR_OPS(GDL_IR_OP_COUNT);
 #undef GDL_IR_OP_COUNT
 
 const char* op_name(Op op);
-// Inputs, params, run-time scalars and constants: values no kernel computes.
-inline bool is_leaf(Op op) { return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant; }
+// Inputs, params, state, run-time scalars and constants: values no kernel computes.
+inline bool is_leaf(Op op) {
+  return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant || op == Op::kState;
+}
+// scatter and update_slice: their result is their first argument with some
+// elements replaced, written over that argument's storage (compiler/passes/
+// inplace.h proves that nothing reads the old value afterwards, or copies it).
+inline bool writes_in_place(Op op) { return op == Op::kScatter || op == Op::kUpdateSlice; }
 // Constants and run-time scalars: kernels take their values (compiled in, or
 // from gdl_args), so they have no buffer.
 inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
@@ -80,11 +88,23 @@ struct Output {
   SourceLoc loc;
 };
 
+// The value a `state` tensor holds at the end of a run (lowering: the last
+// value assigned to it in program order).
+struct StateUpdate {
+  ValueId state = kNoValue;  // the kState leaf
+  ValueId value = kNoValue;
+  SourceLoc loc;             // the last assignment
+};
+
 struct Graph {
   std::string program_name;
   std::vector<DimInfo> dims;     // run-time dims; Dim::symbol indexes this
   std::vector<Node> nodes;       // topological; ValueId == index
   std::vector<Output> outputs;   // declaration order
+  // States whose value changes in a run, in declaration order. After the
+  // inplace pass every final value lives in its state's buffer, so the
+  // runtime needs none of this (the artifact does not keep it).
+  std::vector<StateUpdate> state_updates;
 
   ValueId add(Node n) {
     nodes.push_back(std::move(n));

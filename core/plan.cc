@@ -72,6 +72,83 @@ std::optional<uint64_t> value_bytes(const ir::Graph& g, const ir::Node& n) {
 // axis with any range, then whole axes; and every axis with a non-zero start
 // has only constant extents after it. nullopt otherwise (also for an empty
 // slice, and for bounds a hostile artifact could hold).
+bool is_view_node(const ir::Graph& g, const ir::Node& n) {
+  return (n.op == Op::kReshape && n.args.size() == 1) || contiguous_slice_offset(g, n).has_value();
+}
+
+namespace {
+
+ValueId strip_reshapes(const ir::Graph& g, ValueId v) {
+  while (g.node(v).op == Op::kReshape && g.node(v).args.size() == 1) v = g.node(v).args[0];
+  return v;
+}
+
+}  // namespace
+
+WriteTarget write_target(const ir::Graph& g, ValueId writer) {
+  const ValueId base = strip_reshapes(g, g.node(writer).args.at(0));
+  const ir::Node& b = g.node(base);
+  if (b.op == Op::kSlice && contiguous_slice_offset(g, b)) return {strip_reshapes(g, b.args[0]), base};
+  return {base, ir::kNoValue};
+}
+
+bool update_is_view(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != Op::kUpdateSlice || n.args.size() != 2) return false;
+  const ValueId writer = strip_reshapes(g, n.args[1]);
+  if (!ir::writes_in_place(g.node(writer).op) || g.node(writer).args.empty()) return false;
+  const WriteTarget t = write_target(g, writer);
+  return t.region != ir::kNoValue && t.whole == strip_reshapes(g, n.args[0]) && g.node(t.region).attrs.ints == n.attrs.ints;
+}
+
+std::vector<std::vector<ValueId>> consumers_of(const ir::Graph& g) {
+  std::vector<std::vector<ValueId>> out(g.nodes.size());
+  for (size_t v = 0; v < g.nodes.size(); ++v)
+    for (ValueId a : g.nodes[v].args) {
+      auto& list = out.at(static_cast<size_t>(a));
+      if (list.empty() || list.back() != static_cast<ValueId>(v)) list.push_back(static_cast<ValueId>(v));
+    }
+  return out;
+}
+
+std::vector<ValueId> overwritten_readers(const ir::Graph& g, ValueId writer, const std::vector<std::vector<ValueId>>& consumers) {
+  const WriteTarget t = write_target(g, writer);
+  // The writer's way: from the target through views to the writer, and on to the update it is a view of.
+  std::vector<ValueId> way = {writer};
+  for (ValueId v = g.node(writer).args.at(0); v != t.whole; v = g.node(v).args.at(0)) way.push_back(v);
+  for (ValueId v = writer;;) {
+    const auto& next = consumers.at(static_cast<size_t>(v));
+    if (next.size() != 1) break;
+    const ir::Node& c = g.node(next[0]);
+    if (c.op == Op::kReshape) {
+      way.push_back(next[0]);
+      v = next[0];
+      continue;
+    }
+    if (update_is_view(g, c)) way.push_back(next[0]);
+    break;
+  }
+  auto on_way = [&](ValueId v) { return std::find(way.begin(), way.end(), v) != way.end(); };
+  std::vector<ValueId> readers, pending = {t.whole};
+  std::vector<bool> seen(g.nodes.size(), false);
+  seen[static_cast<size_t>(t.whole)] = true;
+  while (!pending.empty()) {
+    const ValueId v = pending.back();
+    pending.pop_back();
+    for (ValueId c : consumers.at(static_cast<size_t>(v))) {
+      if (seen[static_cast<size_t>(c)]) continue;
+      seen[static_cast<size_t>(c)] = true;
+      if (on_way(c)) {
+        if (g.node(c).op != Op::kUpdateSlice && c != writer) pending.push_back(c);  // views on the way: their other readers
+        continue;
+      }
+      if (is_view_node(g, g.node(c)) || update_is_view(g, g.node(c))) pending.push_back(c);
+      else readers.push_back(c);
+    }
+  }
+  std::sort(readers.begin(), readers.end());
+  return readers;
+}
+
 std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n) {
   if (n.op != Op::kSlice || n.args.size() != 1) return std::nullopt;
   const Shape& xs = g.node(n.args[0]).type.shape;
@@ -203,11 +280,13 @@ std::string verify_plan(const Plan& p) {
     if (n.op == Op::kParam && b.region != Region::kParams) return "param " + ref(id) + " is not in the params region";
     if (n.op != Op::kParam && b.region == Region::kParams && n.op != Op::kReshape && n.op != Op::kSlice)
       return ref(id) + " is in the params region, which only params (and views of them) may use";
-    if (n.op == Op::kInput && b.region != Region::kArena) return "input " + ref(id) + " has no arena buffer";
+    if ((n.op == Op::kInput || n.op == Op::kState) && b.region != Region::kArena)
+      return std::string(ir::op_name(n.op)) + " " + ref(id) + " has no arena buffer";
     if (ir::has_no_storage(n.op) && b.region != Region::kNone)
       return ref(id) + " has a buffer, but kernels take constants and scalars by value";
     if (b.region == Region::kNone) continue;
-    uint64_t alignment = ir::is_leaf(n.op) || written[v] ? kAlignment : dtype_size(n.type.dtype);
+    // In-place writes share their base's buffer, which may be a view.
+    uint64_t alignment = (ir::is_leaf(n.op) || written[v]) && !ir::writes_in_place(n.op) ? kAlignment : dtype_size(n.type.dtype);
     if (b.offset % alignment != 0)
       return ref(id) + " at offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(alignment);
     std::optional<uint64_t> need = value_bytes(g, n);
@@ -269,18 +348,27 @@ std::string verify_plan(const Plan& p) {
     auto id = static_cast<ValueId>(v);
     const ir::Node& n = g.nodes[v];
     owner[v] = id;
-    if (n.op == Op::kInput || n.op == Op::kParam) ready[v] = 0;
+    if (n.op == Op::kInput || n.op == Op::kParam || n.op == Op::kState) ready[v] = 0;
+    if (ir::writes_in_place(n.op) && written_by[v] != kNoStep) {  // written over its base's buffer
+      const Buffer &b = p.buffers[v], &ab = p.buffers[static_cast<size_t>(n.args.at(0))];
+      if (b.region != ab.region || b.offset != ab.offset || b.bytes != ab.bytes)
+        return "the in-place write " + ref(id) + " does not share the buffer of " + value_ref(n.args[0]);
+      owner[v] = owner[static_cast<size_t>(n.args[0])];
+      continue;
+    }
     if (ir::is_leaf(n.op) || written_by[v] != kNoStep) continue;
     if (computed[v]) {
       if (p.buffers[v].region != Region::kNone) return ref(id) + " has a buffer, but no step writes it";
       continue;
     }
     std::optional<uint64_t> slice_offset = contiguous_slice_offset(g, n);
-    if (!(n.op == Op::kReshape && n.args.size() == 1) && !slice_offset) return ref(id) + " is computed by no step";
+    const bool update_view = update_is_view(g, n);
+    if (!(n.op == Op::kReshape && n.args.size() == 1) && !slice_offset && !update_view)
+      return ref(id) + " is computed by no step";
     auto arg = static_cast<size_t>(n.args[0]);
     const Buffer &b = p.buffers[v], &ab = p.buffers[arg];
     if (ab.region == Region::kNone) return "view " + ref(id) + " aliases " + value_ref(n.args[0]) + ", which has no buffer";
-    if (n.op == Op::kReshape && (b.region != ab.region || b.offset != ab.offset || b.bytes != ab.bytes))
+    if ((n.op == Op::kReshape || update_view) && (b.region != ab.region || b.offset != ab.offset || b.bytes != ab.bytes))
       return "view " + ref(id) + " does not share the buffer of " + value_ref(n.args[0]);
     if (slice_offset && (b.region != ab.region || ab.offset > std::numeric_limits<uint64_t>::max() - *slice_offset ||
                          b.offset != ab.offset + *slice_offset || b.bytes > ab.bytes || b.offset - ab.offset > ab.bytes - b.bytes))
@@ -289,8 +377,8 @@ std::string verify_plan(const Plan& p) {
     owner[v] = owner[arg];
   }
   for (size_t s = 0; s < steps; ++s) ready[static_cast<size_t>(p.steps[s].result)] = s + 1;
-  for (size_t v = 0; v < count; ++v)  // views after their arguments
-    if (is_view[v]) ready[v] = ready[static_cast<size_t>(g.nodes[v].args[0])];
+  for (size_t v = 0; v < count; ++v)  // views after their arguments; an update view once its value is written
+    if (is_view[v]) ready[v] = ready[static_cast<size_t>(g.nodes[v].args[g.nodes[v].op == Op::kUpdateSlice ? 1 : 0])];
 
   std::vector<size_t> read_by(count, kNoStep), done_in(count, kNoStep);  // per value: the last step that marked it
   for (size_t s = 0; s < steps; ++s) {
@@ -311,6 +399,15 @@ std::string verify_plan(const Plan& p) {
       done_in[static_cast<size_t>(v)] = s;
     }
   }
+  // Every reader of the value an in-place write overwrites runs in an earlier step.
+  const std::vector<std::vector<ValueId>> consumers = consumers_of(g);
+  for (size_t v = 0; v < count; ++v) {
+    if (!ir::writes_in_place(g.nodes[v].op) || written_by[v] == kNoStep) continue;
+    for (ValueId r : overwritten_readers(g, static_cast<ValueId>(v), consumers))
+      if (in_step[static_cast<size_t>(r)] != kNoStep && in_step[static_cast<size_t>(r)] >= written_by[v])
+        return ref(r) + " reads the value that step " + std::to_string(written_by[v]) + " overwrites in place (" +
+               ref(static_cast<ValueId>(v)) + "), but runs in step " + std::to_string(in_step[static_cast<size_t>(r)]);
+  }
   for (const ir::Output& o : g.outputs) {
     if (p.buffers[static_cast<size_t>(o.value)].region != Region::kArena)
       return "output '" + o.name + "' " + ref(o.value) + " has no arena buffer";
@@ -329,7 +426,7 @@ std::string verify_plan(const Plan& p) {
   };
   for (size_t v = 0; v < count; ++v) {
     Op op = g.nodes[v].op;
-    if (op == Op::kInput || op == Op::kParam) touch(v, 0), touch(v, end_time);
+    if (op == Op::kInput || op == Op::kParam || op == Op::kState) touch(v, 0), touch(v, end_time);
   }
   for (const ir::Output& o : g.outputs) touch(static_cast<size_t>(o.value), 0), touch(static_cast<size_t>(o.value), end_time);
   for (size_t s = 0; s < steps; ++s) {

@@ -120,6 +120,42 @@ std::optional<uint64_t> value_bytes(const ir::Graph& g, const ir::Node& n);
 // nullopt otherwise.
 std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n);
 
+// ------------------------------------------------------- in-place writes
+//
+// A scatter or update_slice (ir::writes_in_place) writes over the storage
+// of its first argument. compiler/passes/inplace.cc makes that legal (or
+// inserts a copy); the planner, the fusion pass and verify_plan read the
+// same facts through these functions.
+
+// Whether a view of its argument: a reshape, or a slice whose elements are
+// one contiguous run (contiguous_slice_offset).
+bool is_view_node(const ir::Graph& g, const ir::Node& n);
+
+// The storage an in-place write targets: the value `whole` whose buffer it
+// writes into (its first argument through reshapes), and when that
+// argument is a contiguous slice of `whole`, the slice (`region`), else
+// kNoValue.
+struct WriteTarget {
+  ir::ValueId whole = ir::kNoValue;
+  ir::ValueId region = ir::kNoValue;
+};
+WriteTarget write_target(const ir::Graph& g, ir::ValueId writer);
+
+// update_slice(c, v) {bounds} whose v (through reshapes) is an in-place
+// write into the slice of c at the same bounds: v already lies where the
+// update puts it, so the update is a view of c and runs nothing
+// (`cache[l] = scatter(cache[l], ...)`).
+bool update_is_view(const ir::Graph& g, const ir::Node& n);
+
+// consumers[v]: the nodes that take v as an argument, ascending.
+std::vector<std::vector<ir::ValueId>> consumers_of(const ir::Graph& g);
+
+// The nodes that read the storage an in-place write overwrites (the
+// target's whole value and every view of it), other than the write itself
+// and the views and update on its way: every one must run before it.
+std::vector<ir::ValueId> overwritten_readers(const ir::Graph& g, ir::ValueId writer,
+                                             const std::vector<std::vector<ir::ValueId>>& consumers);
+
 // A step's ops for messages and listings: "matmul+add+gelu".
 std::string step_ops(const Plan& p, const Step& s);
 

@@ -29,8 +29,8 @@ dimClause   : BUCKETS LPAREN expr (COMMA expr)* RPAREN     # bucketsClause
 // const H = 1024;
 constDecl   : CONST NAME ASSIGN expr SEMI ;
 
-// param W : f16[L, H, H];   scalar alpha : f32 = 1.0;
-tensorDecl  : role=(PARAM | INPUT | OUTPUT | SCALAR) NAME COLON typeExpr (ASSIGN expr)? SEMI ;
+// param W : f16[L, H, H];   scalar alpha : f32 = 1.0;   state cache : f16[S, D];
+tensorDecl  : role=(PARAM | INPUT | OUTPUT | SCALAR | STATE) NAME COLON typeExpr (ASSIGN expr)? SEMI ;
 
 // fn block(x: f16[B, H], w: f16[H, H]) -> f16[B, H] { ... }
 fnDecl      : FN NAME LPAREN (fnParam (COMMA fnParam)*)? RPAREN (ARROW typeExpr)? block ;
@@ -53,7 +53,8 @@ statement   : letStmt
             ;
 
 letStmt     : LET NAME (COLON typeExpr)? ASSIGN expr SEMI ;
-assignStmt  : NAME ASSIGN expr SEMI ;
+// x = v;  or  x[l, 0:4] = v;  (the region of a state or a let)
+assignStmt  : NAME subscripts? ASSIGN expr SEMI ;
 forStmt     : FOR NAME IN first=expr DOTDOT last=expr block ;
 // `else if` is a loop here; parse.cc nests each one in the previous else.
 ifStmt      : IF expr block elseIf* (ELSE block)? ;
@@ -104,6 +105,7 @@ PARAM   : 'param' ;
 INPUT   : 'input' ;
 OUTPUT  : 'output' ;
 SCALAR  : 'scalar' ;
+STATE   : 'state' ;
 FN      : 'fn' ;
 LET     : 'let' ;
 FOR     : 'for' ;

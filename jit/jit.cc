@@ -98,7 +98,8 @@ Expected<std::map<std::string, TensorData>> run_reference(const Program& program
     for (const auto& [name, data] : tensors) {
       const TensorInfo* info = program.find_input(name);
       if (!info) info = program.find_param(name);
-      if (!info) return Status::NotFound("'" + name + "' is not an input or param of program " + g.program_name);
+      if (!info) info = program.find_state(name);
+      if (!info) return Status::NotFound("'" + name + "' is not an input, param or state of program " + g.program_name);
       if (data.shape.size() != info->shape.size()) continue;  // validate_bindings names the mismatch
       for (size_t a = 0; a < info->shape.size(); ++a)
         if (info->shape[a].is_runtime() && dims[static_cast<size_t>(info->shape[a].dim)] < 0)

@@ -28,6 +28,8 @@ GDL_DEV float tanh(float x) { return tanhf(x); }
 GDL_DEV float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 GDL_DEV float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }
 GDL_DEV float silu(float x) { return x / (1.0f + expf(-x)); }
+GDL_DEV float copy(float x) { return x; }
+GDL_DEV int copy(int x) { return x; }
 
 // ---------------------------------------------------------------- binary
 GDL_DEV float add(float a, float b) { return a + b; }

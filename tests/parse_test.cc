@@ -411,7 +411,7 @@ TEST_CASE("parse: stray characters and bad keyword use") {
   expect_error("program p;\nconst H 1024;\n", 2, 9, "expected '=', found '1024'");
   expect_error("program p;\nlet a : = 1;\n", 2, 9, "expected a type such as f16[B, H], found '='");
   expect_error("program p;\nif x > 0 { y = 1; } else y = 2;\n", 2, 26, "expected '{' or 'if' after 'else'");
-  expect_error("program p;\nfn f() { x[0] = 1; }\n", 2, 15, "only a name can be assigned to");
+  expect_error("program p;\nfn f() { f(x) = 1; }\n", 2, 15, "only a name can be assigned to");
   expect_error("let a = 3;\n", 1, 1, "a program starts with `program NAME;`");
   expect_error("# nothing but a comment\n", 2, 1, "a program starts with `program NAME;`");
   expect_error("program p;\nlet a = f(x, axis = 1, y);\n", 2, 24, "positional argument after keyword");

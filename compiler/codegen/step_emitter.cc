@@ -37,7 +37,7 @@ constexpr int64_t kInt32IndexLimit = int64_t{1} << 30;
 bool is_structured(Op op) {
   const ops::FusionClass c = ops::fusion_class(op);
   return c == ops::FusionClass::kReduction || c == ops::FusionClass::kNorm || c == ops::FusionClass::kMatmul ||
-         c == ops::FusionClass::kAttention;
+         c == ops::FusionClass::kAttention || c == ops::FusionClass::kUpdate;
 }
 
 }  // namespace

@@ -139,11 +139,13 @@ struct LetStmt : Stmt {
   ExprPtr value;
 };
 
-// name = value;   (re-binds a let, or assigns an output)
+// name = value;   (re-binds a let, assigns an output or a state)
+// name[subscripts] = value;   (replaces a region of a let or a state)
 struct AssignStmt : Stmt {
   explicit AssignStmt(SourceLoc l) : Stmt(StmtKind::kAssign, l) {}
   std::string name;
   SourceLoc name_loc;
+  ExprPtr target;  // the subscripted form: an IndexExpr over `name`; null for `name = value`
   ExprPtr value;
 };
 
@@ -206,10 +208,10 @@ struct ConstDecl {
   ExprPtr value;
 };
 
-enum class TensorRole { kParam, kInput, kOutput, kScalar };
+enum class TensorRole { kParam, kInput, kOutput, kScalar, kState };
 
 // param W : f16[L, H, H];  input x : f16[B, H];  output y : f16[B, H];
-// scalar alpha : f32 = 1.0;
+// scalar alpha : f32 = 1.0;  state cache : f16[S, D];
 struct TensorDecl {
   SourceLoc loc;
   TensorRole role;

@@ -90,7 +90,7 @@ class Printer {
   }
 
   void tensor(const ast::TensorDecl& d) {
-    static const char* const kRoles[] = {"param", "input", "output", "scalar"};
+    static const char* const kRoles[] = {"param", "input", "output", "scalar", "state"};
     open(std::string(kRoles[static_cast<int>(d.role)]) + " " + d.name + " " + at(d.loc));
     type(d.type);
     if (d.init) expr(*d.init);
@@ -138,6 +138,7 @@ class Printer {
       case ast::StmtKind::kAssign: {
         const auto& assign = s.as<ast::AssignStmt>();
         open("assign " + assign.name + " " + at(s.loc));
+        if (assign.target) expr(*assign.target);
         expr(*assign.value);
         return close();
       }

@@ -73,7 +73,7 @@ bool is_host_effect(std::string_view name) {
   return kNames.count(name) > 0;
 }
 
-enum class GlobalKind { kDim, kConst, kParam, kInput, kOutput, kScalar, kFn };
+enum class GlobalKind { kDim, kConst, kParam, kInput, kOutput, kScalar, kState, kFn };
 
 // "an input", "a param", ...
 const char* kind_name(GlobalKind k) {
@@ -84,6 +84,7 @@ const char* kind_name(GlobalKind k) {
     case GlobalKind::kInput: return "an input";
     case GlobalKind::kOutput: return "an output";
     case GlobalKind::kScalar: return "a scalar";
+    case GlobalKind::kState: return "a state";
     case GlobalKind::kFn: return "a fn";
   }
   return "a name";
@@ -162,6 +163,7 @@ class Checker {
       GlobalKind kind = t.role == ast::TensorRole::kParam    ? GlobalKind::kParam
                         : t.role == ast::TensorRole::kInput  ? GlobalKind::kInput
                         : t.role == ast::TensorRole::kOutput ? GlobalKind::kOutput
+                        : t.role == ast::TensorRole::kState  ? GlobalKind::kState
                                                              : GlobalKind::kScalar;
       declare(t.name, t.name_loc, kind, &t);
     }
@@ -447,8 +449,21 @@ class Checker {
   }
 
   void assign(const ast::AssignStmt& a) {
+    if (a.target) expr(*a.target);  // a region assignment reads the rest of the value
     expr(*a.value);
     auto len = static_cast<uint32_t>(a.name.size());
+    if (a.target) {
+      Local* local = find_local(a.name);
+      auto g = globals_.find(a.name);
+      const bool state = !local && g != globals_.end() && g->second.kind == GlobalKind::kState;
+      if (local && local->kind == LocalKind::kLoopVar)
+        diags_.error(a.name_loc, "cannot assign to loop variable '" + a.name + "'",
+                     "it holds the iteration's index; bind a new value with let", len);
+      else if (!local && !state && g != globals_.end())
+        diags_.error(a.name_loc, "cannot assign a region of " + std::string(kind_name(g->second.kind)) + " '" + a.name + "'",
+                     "only a state or a let can have a region replaced: let y = " + a.name + "; y[...] = v;", len);
+      if (!state) return;
+    }
     if (Local* local = find_local(a.name)) {
       if (local->kind == LocalKind::kLoopVar)
         diags_.error(a.name_loc, "cannot assign to loop variable '" + a.name + "'",
@@ -462,6 +477,11 @@ class Checker {
     }
     switch (g->second.kind) {
       case GlobalKind::kOutput: assign_output(a); return;
+      case GlobalKind::kState:
+        if (body_->fn)
+          diags_.error(a.name_loc, "fn '" + body_->fn->name + "' cannot assign state '" + a.name + "'",
+                       "return the new value and assign the state in the program body", len);
+        return;
       case GlobalKind::kInput:
         diags_.error(a.name_loc, "cannot assign to input '" + a.name + "': inputs are bound by copy before each run",
                      "bind the new value to a name of its own: let " + a.name + "2 = ...;", len);
@@ -553,6 +573,12 @@ class Checker {
     g->second.used = true;
     if (g->second.kind == GlobalKind::kFn) {
       diags_.error(n.loc, "fn '" + n.name + "' is used as a value", "call it: " + n.name + "(...)", len);
+    } else if (g->second.kind == GlobalKind::kState && body_->fn) {
+      diags_.error(n.loc, "state '" + n.name + "' cannot be read inside fn '" + body_->fn->name + "'",
+                   "pass its value as an argument: a fn computes from its arguments and params", len);
+    } else if (g->second.kind == GlobalKind::kState && body_->scopes.empty()) {
+      diags_.error(n.loc, "state '" + n.name + "' cannot be used in a declaration",
+                   "declarations use consts and dims only", len);
     } else if (g->second.kind == GlobalKind::kOutput) {
       if (body_->fn)
         diags_.error(n.loc, "output '" + n.name + "' cannot be read inside fn '" + body_->fn->name + "'",
@@ -693,6 +719,10 @@ class Checker {
           break;
         case ast::TensorRole::kScalar:
           unused_.push_back({t.name_loc, "scalar '" + t.name + "' is never used", "remove it", len});
+          break;
+        case ast::TensorRole::kState:
+          unused_.push_back({t.name_loc, "state '" + t.name + "' is never used",
+                             "remove it: an unused state still takes device memory in every session", len});
           break;
         case ast::TensorRole::kOutput: break;
       }

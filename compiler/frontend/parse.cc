@@ -145,6 +145,7 @@ class AstBuilder {
       case GdlLexer::PARAM: d.role = ast::TensorRole::kParam; break;
       case GdlLexer::INPUT: d.role = ast::TensorRole::kInput; break;
       case GdlLexer::OUTPUT: d.role = ast::TensorRole::kOutput; break;
+      case GdlLexer::STATE: d.role = ast::TensorRole::kState; break;
       default: d.role = ast::TensorRole::kScalar; break;
     }
     d.name = c->NAME()->getText();
@@ -214,6 +215,15 @@ class AstBuilder {
       auto stmt = std::make_unique<ast::AssignStmt>(loc_of(s->NAME()));
       stmt->name = s->NAME()->getText();
       stmt->name_loc = stmt->loc;
+      if (GdlParser::SubscriptsContext* subs = s->subscripts()) {
+        int depth = 1;
+        auto target = std::make_unique<ast::IndexExpr>(loc_of(subs->LBRACK()),
+                                                       std::make_unique<ast::NameExpr>(stmt->loc, stmt->name));
+        for (GdlParser::SubscriptContext* sc : subs->subscript()) target->subscripts.push_back(subscript(sc, depth));
+        target->base->length = static_cast<uint32_t>(stmt->name.size());
+        target->length = span(s->getStart(), subs->getStop());
+        stmt->target = std::move(target);
+      }
       stmt->value = expr(s->expr()).expr;
       return stmt;
     }

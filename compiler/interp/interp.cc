@@ -44,8 +44,10 @@ using host::product;
 
 // ---------------------------------------------------------------- leaves
 
-bool is_bound_leaf(Op op) { return op == Op::kInput || op == Op::kParam; }
-const char* role_name(Op op) { return op == Op::kInput ? "input" : op == Op::kParam ? "param" : "scalar"; }
+bool is_bound_leaf(Op op) { return op == Op::kInput || op == Op::kParam || op == Op::kState; }
+const char* role_name(Op op) {
+  return op == Op::kInput ? "input" : op == Op::kParam ? "param" : op == Op::kState ? "state" : "scalar";
+}
 
 bool already_rounded(const HostTensor& t) {
   for (double v : t.data) {
@@ -175,7 +177,7 @@ Status validate_bindings(const ir::Graph& g, const Bindings& b) {
   };
   for (const auto& [name, tensor] : b.tensors) {
     const ir::Node* leaf = leaf_named(name);
-    if (!leaf) return Status::NotFound("unknown input or param '" + name + "'");
+    if (!leaf) return Status::NotFound("unknown input, param or state '" + name + "'");
     if (!is_bound_leaf(leaf->op))
       return Status::InvalidArgument("'" + name + "' is a run-time scalar: bind it through Bindings::scalars");
   }
@@ -202,6 +204,9 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
     for (ir::ValueId a : g.nodes[i].args) last_use[static_cast<size_t>(a)] = i;
   }
   for (const ir::Output& o : g.outputs) last_use.at(static_cast<size_t>(o.value)) = SIZE_MAX;
+  for (const ir::StateUpdate& u : g.state_updates) last_use.at(static_cast<size_t>(u.value)) = SIZE_MAX;
+  for (size_t i = 0; i < count; ++i)
+    if (g.nodes[i].op == Op::kState) last_use[i] = SIZE_MAX;
 
   std::vector<HostTensor> owned(count);
   std::vector<const HostTensor*> value(count, nullptr);
@@ -243,6 +248,10 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
 
   std::map<std::string, HostTensor> results;
   for (const ir::Output& o : g.outputs) results[o.name] = *value.at(static_cast<size_t>(o.value));
+  for (size_t i = 0; i < count; ++i)  // each state's value at the end of the run, under its name
+    if (g.nodes[i].op == Op::kState) results[g.nodes[i].name] = *value.at(i);
+  for (const ir::StateUpdate& u : g.state_updates)
+    results[g.node(u.state).name] = *value.at(static_cast<size_t>(u.value));
   return results;
 }
 

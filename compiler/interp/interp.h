@@ -30,7 +30,7 @@ namespace gdl {
 // valid part of every output (valid_part) then equals the plain run.
 struct Bindings {
   std::vector<int64_t> dims;                   // value of each run-time dim (Graph::dims order); capacity in capacity mode
-  std::map<std::string, HostTensor> tensors;   // inputs and params by name
+  std::map<std::string, HostTensor> tensors;   // inputs, params and states (their values at run start) by name
   std::map<std::string, double> scalars;       // run-time scalars; missing ones take their default
   std::vector<int64_t> valid_dims;             // capacity mode: the valid value of each run-time dim; empty otherwise
 };
@@ -55,7 +55,8 @@ HostTensor valid_part(const HostTensor& padded, const Shape& s, const std::vecto
 // and returns a Status error naming the first mismatch.
 Status validate_bindings(const ir::Graph& g, const Bindings& b);
 
-// Runs the whole graph; returns every output by name.
+// Runs the whole graph; returns every output, and every state's value at
+// the end of the run, by name.
 Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const Bindings& b);
 
 }  // namespace gdl

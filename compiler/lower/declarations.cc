@@ -179,6 +179,7 @@ void Lowerer::lower_leaves() {
       case ast::TensorRole::kInput: leaf.op = ir::Op::kInput; break;
       case ast::TensorRole::kParam: leaf.op = ir::Op::kParam; break;
       case ast::TensorRole::kScalar: leaf.op = ir::Op::kScalar; break;
+      case ast::TensorRole::kState: leaf.op = ir::Op::kState; break;
     }
     if (t.role != ast::TensorRole::kScalar && t.init) {
       fail(start_of(*t.init), "only a scalar takes a default value", "remove '= ...'", t.init->length);
@@ -219,8 +220,20 @@ void Lowerer::lower_leaves() {
            "scalar '" + t.name + "' is run-time scalar number " + std::to_string(kMaxScalars + 1) +
                "; a program has at most " + std::to_string(kMaxScalars) + " (the kernels receive them in a fixed block)",
            "make some of them compile-time consts, or pass several values as one input tensor", len);
+    if (t.role == ast::TensorRole::kState)
+      for (const Dim& d : info.type->shape)
+        if (d.is_runtime()) {
+          fail(t.type.loc,
+               "state '" + t.name + "' has the run-time dim " + "'" + graph_.dims[static_cast<size_t>(d.symbol)].name + "'" + "; a state's shape is fixed",
+               "size it for the largest value (a KV cache holds max_batch x max_len) and pass the run's extent as an input",
+               len);
+          info.type.reset();
+          break;
+        }
+    if (!info.type) continue;
     leaf.type = *info.type;
     info.leaf = graph_.add(std::move(leaf));
+    if (t.role == ast::TensorRole::kState) info.value = info.leaf;
   }
 }
 

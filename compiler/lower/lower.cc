@@ -49,6 +49,7 @@ std::optional<ir::Graph> Lowerer::run() {
   exec_block(m_.body);
   frames_.pop_back();
   collect_outputs();
+  collect_state_updates();
   if (diags_.error_count() > errors_before) return std::nullopt;
   return std::move(graph_);
 }
@@ -292,11 +293,25 @@ void Lowerer::exec(const ast::Stmt& s) {
     case ast::StmtKind::kAssign: {
       const auto& a = s.as<ast::AssignStmt>();
       Value v = eval(*a.value);
+      auto t = tensors_.find(a.name);
+      const bool state = !find_local(a.name) && t != tensors_.end() &&
+                         t->second.decl->role == ast::TensorRole::kState && frames_.size() == 1;
+      if (a.target && (find_local(a.name) || state)) {
+        Value base = state ? Value::tensor(t->second.value) : *find_local(a.name);
+        v = (state && t->second.value == ir::kNoValue) ? Value::error() : assign_region(base, v, a);
+      }
       if (Value* local = find_local(a.name)) {
         name_value(v, a.name);
         *local = v;
-      } else if (auto t = tensors_.find(a.name);
-                 t != tensors_.end() && t->second.decl->role == ast::TensorRole::kOutput && frames_.size() == 1) {
+      } else if (state) {
+        TensorInfo& info = t->second;
+        if (!info.type || info.value == ir::kNoValue || !v.ok()) break;
+        Value conformed = conform(v, *info.type, "state '" + a.name + "'", *a.value);
+        if (conformed.is_static()) conformed = constant(conformed, info.type->dtype);
+        if (conformed.ok()) info.value = conformed.id;
+        info.assigned = true;
+        state_loc_[a.name] = a.name_loc;
+      } else if (t != tensors_.end() && t->second.decl->role == ast::TensorRole::kOutput && frames_.size() == 1) {
         assign_output(t->second, v, a);
       } else {
         fail(a.name_loc, "cannot assign to '" + a.name + "'", "bind a value with let", 1);
@@ -438,6 +453,38 @@ void Lowerer::collect_outputs() {
   }
 }
 
+void Lowerer::collect_state_updates() {
+  for (const ast::TensorDecl& t : m_.tensors) {
+    if (t.role != ast::TensorRole::kState) continue;
+    auto it = tensors_.find(t.name);
+    if (it == tensors_.end() || it->second.decl != &t) continue;
+    const TensorInfo& info = it->second;
+    if (info.value != ir::kNoValue && info.value != info.leaf)
+      graph_.state_updates.push_back({info.leaf, info.value, state_loc_[t.name]});
+  }
+}
+
+Value Lowerer::assign_region(const Value& base, const Value& value, const ast::AssignStmt& a) {
+  const auto& target = a.target->as<ast::IndexExpr>();
+  if (!base.ok() || !value.ok()) return Value::error();
+  Value region = index(target);
+  if (!region.ok()) return Value::error();
+  const TensorType whole = type_of(base);
+  if (region.id == base.id) return conform(value, whole, "'" + a.name + "'", *a.value);  // every subscript is ':'
+  Value v = conform(value, type_of(region), "the region " + text(type_of(region)) + " of '" + a.name + "'", *a.value);
+  if (v.is_static()) v = constant(v, whole.dtype);
+  if (!v.ok()) return Value::error();
+  // The region as a slice (the reshape after it drops the indexed axes).
+  const ir::Node* slice = &graph_.node(region.id);
+  if (slice->op == ir::Op::kReshape) slice = &graph_.node(slice->args[0]);
+  const TensorType slice_type = slice->type;
+  ir::Attrs attrs;
+  attrs.ints = slice->attrs.ints;
+  if (type_of(v) != slice_type) v = emit(ir::Op::kReshape, {v.id}, slice_type, target.loc, 1);
+  if (!v.ok()) return Value::error();
+  return emit(ir::Op::kUpdateSlice, {base.id, v.id}, whole, a.name_loc, static_cast<uint32_t>(a.name.size()), attrs);
+}
+
 Value Lowerer::eval(const ast::Expr& e) {
   if (aborted_) return Value::error();
   Value v = eval_inner(e);
@@ -496,6 +543,10 @@ Value Lowerer::lookup(const ast::NameExpr& n) {
   if (consts_.count(n.name)) return const_value(n.name);
   if (auto t = tensors_.find(n.name); t != tensors_.end()) {
     TensorInfo& info = t->second;
+    if (info.decl->role == ast::TensorRole::kState) {
+      if (info.value == ir::kNoValue) return Value::error();  // its declaration was rejected
+      return Value::tensor(info.value);
+    }
     if (info.decl->role == ast::TensorRole::kOutput) {
       if (info.value != ir::kNoValue) return Value::tensor(info.value);
       if (info.assigned || !info.type) return Value::error();

@@ -127,7 +127,7 @@ struct TensorInfo {
   const ast::TensorDecl* decl = nullptr;
   std::optional<TensorType> type;
   ir::ValueId leaf = ir::kNoValue;
-  // outputs
+  // outputs: the value once assigned; states: the current value (the leaf until assigned)
   bool assigned = false;
   ir::ValueId value = ir::kNoValue;
 };
@@ -200,6 +200,10 @@ class Lowerer {
   Value conform(Value v, const TensorType& t, const std::string& what, const ast::Expr& source);
   void assign_output(TensorInfo& out, const Value& value, const ast::AssignStmt& a);
   void collect_outputs();
+  // `name[subscripts] = value`: `base` with the region replaced (update_slice).
+  Value assign_region(const Value& base, const Value& value, const ast::AssignStmt& a);
+  // States whose value the program changed, into Graph::state_updates.
+  void collect_state_updates();
 
   // -------------------------------------------------- lower.cc: expressions
   Value eval(const ast::Expr& e);
@@ -243,6 +247,7 @@ class Lowerer {
   const ast::Module& m_;
   DiagnosticSink& diags_;
   ir::Graph graph_;
+  std::map<std::string, SourceLoc> state_loc_;  // each state's last assignment
   std::map<std::string, int> dims_;
   std::map<std::string, ConstInfo> consts_;
   std::map<std::string, TensorInfo> tensors_;

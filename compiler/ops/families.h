@@ -15,6 +15,7 @@ void add_reduce_ops(std::vector<OpDef>& defs);         // reduce.cc
 void add_norm_ops(std::vector<OpDef>& defs);           // norm.cc
 void add_data_movement_ops(std::vector<OpDef>& defs);  // data_movement.cc
 void add_attention_ops(std::vector<OpDef>& defs);      // attention.cc
+void add_update_ops(std::vector<OpDef>& defs);         // update.cc
 void add_leaf_ops(std::vector<OpDef>& defs);           // leaves.cc
 
 // Shared by the type rules: the axis attribute at `slot` as written

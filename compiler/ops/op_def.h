@@ -41,6 +41,7 @@ enum class FusionClass : uint8_t {
   kNorm,          // layernorm, rmsnorm: may be a matmul's prologue
   kMatmul,        // anchors an epilogue
   kAttention,
+  kUpdate,        // scatter, update_slice: a kernel over the elements they write, over their base's buffer
 };
 
 // ------------------------------------------------------------ type rules

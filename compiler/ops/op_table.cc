@@ -24,6 +24,7 @@ const Table& table() {
     add_norm_ops(defs);
     add_data_movement_ops(defs);
     add_attention_ops(defs);
+    add_update_ops(defs);
     add_leaf_ops(defs);
     Table t;
     t.by_op.resize(ir::kOpCount);

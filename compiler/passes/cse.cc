@@ -43,7 +43,9 @@ std::string value_key(const ir::Node& n) {
   return key;
 }
 
-bool has_identity(ir::Op op) { return op == ir::Op::kInput || op == ir::Op::kParam || op == ir::Op::kScalar; }
+bool has_identity(ir::Op op) {
+  return op == ir::Op::kInput || op == ir::Op::kParam || op == ir::Op::kScalar || op == ir::Op::kState;
+}
 
 }  // namespace
 
@@ -59,6 +61,7 @@ void eliminate_common_subexpressions(ir::Graph& g) {
     if (!inserted) replacement[id] = it->second;
   }
   for (ir::Output& o : g.outputs) o.value = replacement.at(static_cast<size_t>(o.value));
+  for (ir::StateUpdate& u : g.state_updates) u.value = replacement.at(static_cast<size_t>(u.value));
 }
 
 }  // namespace gdl

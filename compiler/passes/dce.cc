@@ -1,6 +1,7 @@
 // eliminate_dead_code: mark from the outputs, then compact.
 //
-// 1. Mark the outputs' values and every input, param and scalar leaf live.
+// 1. Mark the outputs' values, the states' final values and every input,
+//    param, scalar and state leaf live.
 // 2. Walk the nodes backwards: a live node marks its arguments live (they
 //    all have smaller ids, so one backward walk reaches every ancestor).
 // 3. Walk forwards, keeping the live nodes in order and giving each the next
@@ -15,9 +16,10 @@ namespace gdl {
 void eliminate_dead_code(ir::Graph& g) {
   std::vector<bool> live(g.nodes.size(), false);
   for (const ir::Output& o : g.outputs) live.at(static_cast<size_t>(o.value)) = true;
+  for (const ir::StateUpdate& u : g.state_updates) live.at(static_cast<size_t>(u.value)) = true;
   for (size_t id = 0; id < g.nodes.size(); ++id) {
     ir::Op op = g.nodes[id].op;
-    if (op == ir::Op::kInput || op == ir::Op::kParam || op == ir::Op::kScalar) live[id] = true;
+    if (op == ir::Op::kInput || op == ir::Op::kParam || op == ir::Op::kScalar || op == ir::Op::kState) live[id] = true;
   }
   for (size_t id = g.nodes.size(); id-- > 0;)
     if (live[id])
@@ -34,6 +36,10 @@ void eliminate_dead_code(ir::Graph& g) {
   }
   g.nodes = std::move(kept);
   for (ir::Output& o : g.outputs) o.value = new_id[static_cast<size_t>(o.value)];
+  for (ir::StateUpdate& u : g.state_updates) {
+    u.state = new_id[static_cast<size_t>(u.state)];
+    u.value = new_id[static_cast<size_t>(u.value)];
+  }
 }
 
 }  // namespace gdl

@@ -63,6 +63,7 @@ void fold_constants(ir::Graph& g) {
     if (n.args.size() == 1 && is_identity(n, g.node(n.args[0]))) replacement[id] = n.args[0];
   }
   for (ir::Output& o : g.outputs) o.value = replacement.at(static_cast<size_t>(o.value));
+  for (ir::StateUpdate& u : g.state_updates) u.value = replacement.at(static_cast<size_t>(u.value));
 }
 
 }  // namespace gdl

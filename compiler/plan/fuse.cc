@@ -37,6 +37,9 @@
 //       the matmul may take it, holds at most kMaxPrologueRowTile rows in
 //       registers. The norm is visited
 //       after its matmul, which has its group by then.
+//    f. a value that reads storage an in-place write overwrites later
+//       (plan::overwritten_readers) joins no group whose result comes after
+//       that write: it must read the old value.
 //    A value joins only a group that holds every consumer of it, and a
 //    group's result has its largest id, so no dataflow path leaves a group
 //    and comes back into it: the groups form a DAG and ordering them by
@@ -121,6 +124,13 @@ class Fuser {
       });
     }
 
+    deadline_.assign(count_, std::numeric_limits<ValueId>::max());
+    const std::vector<std::vector<ValueId>> consumers = consumers_of(g_);
+    for (size_t w = 0; w < count_; ++w)
+      if (ir::writes_in_place(g_.nodes[w].op) && !update_is_view(g_, g_.nodes[w]))
+        for (ValueId r : overwritten_readers(g_, static_cast<ValueId>(w), consumers))
+          deadline_[static_cast<size_t>(r)] = std::min(deadline_[static_cast<size_t>(r)], static_cast<ValueId>(w));
+
     // 2. Groups, from the last value to the first.
     groups_of_.assign(count_, {});
     for (size_t v = count_; v-- > 0;) {
@@ -189,6 +199,7 @@ class Fuser {
     int target = consumers_group(v);
     if (target == kNoGroup) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(target)];
+    if (group.result >= deadline_[static_cast<size_t>(v)]) return kNoGroup;  // case f
     const ir::Node& result = g_.node(group.result);
     if (elementwise) {
       int64_t mine = std::max<int64_t>(1, max_element_count(n.type.shape, g_.dims));
@@ -215,6 +226,7 @@ class Fuser {
     if (!fits || in.size() != 1) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(in.front())];
     if (group.anchor != users[0] || group.prologue != ir::kNoValue) return kNoGroup;
+    if (group.result >= deadline_[static_cast<size_t>(v)]) return kNoGroup;  // case f
     const MatmulChoice choice = choose_matmul(g_, matmul);
     if (choice.use_rows && choice.row_tile > kMaxPrologueRowTile) return kNoGroup;
     const uint64_t reread = prologue_reread_bytes(g_, matmul);
@@ -277,6 +289,7 @@ class Fuser {
   std::vector<std::vector<ValueId>> consumers_;
   std::vector<std::vector<int>> groups_of_;  // the groups that compute each value
   std::vector<Group> groups_;
+  std::vector<ValueId> deadline_;  // case f: the first in-place write each value must precede
 };
 
 }  // namespace

@@ -1,13 +1,16 @@
 // plan_memory (memory.h):
 // 1. Storage owners: a value that no step computes and that is no leaf is a
-//    view (schedule.h): its owner is its argument's owner. Every other
+//    view (schedule.h): its owner is its argument's owner; so is an
+//    in-place write's (ir::writes_in_place), which a step writes into its
+//    base's buffer. Every other
 //    value owns itself; a computed value that no step writes lives in
 //    registers and has no buffer. Params go to Region::kParams, one slot
 //    each in declaration order. Constants and run-time scalars have no
 //    buffer (Region::kNone): kernels take them by value.
-// 2. Fixed slots: inputs (bound by copy before a run) and every owner that
-//    holds an output (read after the run) get arena slots of their own,
-//    never reused: inputs first in declaration order, then outputs in
+// 2. Fixed slots: states (kept from run to run), inputs (bound by copy
+//    before a run) and every owner that holds an output (read after the
+//    run) get arena slots of their own, never reused: states first (their
+//    offsets depend on no run-time dim), then inputs, then outputs, each in
 //    declaration order. An input that nothing reads still gets its slot.
 //    A program with run-time dims first reserves the valid-dims block
 //    (kValidDimsOffset, kValidDimsBytes), which no buffer may overlap.
@@ -117,7 +120,8 @@ void plan_memory(Plan& p) {
   std::vector<ValueId> owner(count);
   for (size_t v = 0; v < count; ++v) {
     const bool view = !ir::is_leaf(g.nodes[v].op) && !computed[v];
-    owner[v] = view ? owner[static_cast<size_t>(g.nodes[v].args[0])] : static_cast<ValueId>(v);
+    const bool shares = view || (ir::writes_in_place(g.nodes[v].op) && step_of[v] != kNoStep);
+    owner[v] = shares ? owner[static_cast<size_t>(g.nodes[v].args[0])] : static_cast<ValueId>(v);
   }
   auto in_registers = [&](size_t v) { return computed[v] && step_of[v] == kNoStep; };
 
@@ -148,6 +152,8 @@ void plan_memory(Plan& p) {
     fixed_end += size[v];
   };
   for (size_t v = 0; v < count; ++v)
+    if (g.nodes[v].op == Op::kState) pin(v);
+  for (size_t v = 0; v < count; ++v)
     if (g.nodes[v].op == Op::kInput) pin(v);
   for (const ir::Output& o : g.outputs) pin(static_cast<size_t>(owner[static_cast<size_t>(o.value)]));
 
@@ -174,11 +180,11 @@ void plan_memory(Plan& p) {
   // 4. Offsets.
   assign_offsets(intervals, fixed_end, ancestors);
   for (const Interval& iv : intervals) p.buffers[static_cast<size_t>(iv.owner)].offset = iv.offset;
-  for (size_t v = 0; v < count; ++v) {  // views, after their arguments
+  for (size_t v = 0; v < count; ++v) {  // views and in-place writes, after their arguments
     if (owner[v] == static_cast<ValueId>(v)) continue;
     const ir::Node& n = g.nodes[v];
     const Buffer& arg = p.buffers[static_cast<size_t>(n.args[0])];
-    if (n.op == Op::kReshape) p.buffers[v] = arg;
+    if (n.op == Op::kReshape || ir::writes_in_place(n.op)) p.buffers[v] = arg;
     else p.buffers[v] = Buffer{arg.region, arg.offset + contiguous_slice_offset(g, n).value(), value_bytes(g, n).value()};
   }
 

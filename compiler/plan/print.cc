@@ -68,6 +68,27 @@ std::string dot_escape(const std::string& s) {
 
 // ----------------------------------------------------------------- print_plan
 
+namespace {
+
+// What an in-place write or a copy the inplace pass made moves, and why.
+std::string in_place_note(const Plan& p, const Step& st) {
+  const ir::Graph& g = p.graph;
+  const ir::Node& n = g.node(st.result);
+  const std::string base = n.args.empty() ? "" : value_ref(n.args[0]);
+  if (n.op == Op::kScatter) {
+    const ir::Node& values = g.node(n.args.at(2));
+    return "    in place over " + base + ": writes only the rows of " + value_ref(n.args[2]) + " (at most " +
+           human_bytes(value_bytes(g, values).value_or(0)) + ")\n";
+  }
+  if (n.op == Op::kUpdateSlice)
+    return "    in place over " + base + ": writes " + human_bytes(value_bytes(g, g.node(n.args.at(1))).value_or(0)) +
+           (n.name.empty() ? "" : " (" + n.name + ")") + "\n";
+  if (n.op == Op::kCopy) return "    " + (n.name.empty() ? "copy" : n.name) + "\n";
+  return "";
+}
+
+}  // namespace
+
 std::string print_plan(const Plan& p) {
   const ir::Graph& g = p.graph;
   std::string out = "plan " + g.program_name + ": " + std::to_string(p.steps.size()) + " steps\n";
@@ -110,6 +131,7 @@ std::string print_plan(const Plan& p) {
       out += "; scratch: tickets @" + std::to_string(st.tickets_offset) + ", partials @" +
              std::to_string(st.scratch_offset) + " (" + human_bytes(st.scratch_bytes) + ")";
     out += "\n";
+    out += in_place_note(p, st);
   }
   for (const Chain& c : p.chains)
     out += "  chain: steps " + std::to_string(c.first) + "-" + std::to_string(c.last) +

@@ -1,9 +1,9 @@
 // run_planned (run_planned.h) executes the plan in two host byte arrays
 // laid out as planned (poisoned with 0xFF, NaN in every float dtype):
-// 1. bind inputs and params by copy into their buffers;
+// 1. bind inputs, params and states by copy into their buffers;
 // 2. per step, decode the values it reads from their buffers, evaluate its
 //    values with the interpreter's eval_node, encode its result;
-// 3. decode the outputs from their buffers.
+// 3. decode the outputs and the states from their buffers.
 #include "plan/run_planned.h"
 
 #include <deque>
@@ -58,7 +58,7 @@ Expected<std::map<std::string, HostTensor>> run_planned(const Plan& p, const Bin
   // 1. Bind inputs and params by copy into their buffers.
   for (size_t v = 0; v < g.nodes.size(); ++v) {
     const ir::Node& n = g.nodes[v];
-    if (n.op == Op::kInput || n.op == Op::kParam) encode(static_cast<ValueId>(v), b.tensors.at(n.name));
+    if (n.op == Op::kInput || n.op == Op::kParam || n.op == Op::kState) encode(static_cast<ValueId>(v), b.tensors.at(n.name));
   }
 
   // 2. Each step: decode what it reads, evaluate its values, encode its result.
@@ -89,6 +89,8 @@ Expected<std::map<std::string, HostTensor>> run_planned(const Plan& p, const Bin
   // 3. Outputs, read after the run.
   std::map<std::string, HostTensor> results;
   for (const ir::Output& o : g.outputs) results[o.name] = decode(o.value);
+  for (size_t v = 0; v < g.nodes.size(); ++v)  // the states, from their buffers: every final value was written there
+    if (g.nodes[v].op == Op::kState) results[g.nodes[v].name] = decode(static_cast<ValueId>(v));
   return results;
 }
 

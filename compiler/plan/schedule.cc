@@ -11,7 +11,9 @@
 //    argument's buffer that holds them. A view still gets a step when its
 //    argument has no storage (a constant or scalar) or when it is an output
 //    whose storage would otherwise be an input or a param (an output owns
-//    its buffer).
+//    its buffer). An update_slice whose value an in-place write already put
+//    in its region (update_is_view) is a view of its base. Every other
+//    in-place write is a step that writes over its base's buffer.
 // 3. A step reads each argument that has storage, once, in argument order.
 #include "plan/schedule.h"
 
@@ -54,7 +56,8 @@ Plan schedule_steps(ir::Graph graph) {
   for (size_t v = 0; v < count; ++v) {
     const ir::Node& n = g.nodes[v];
     if (ir::is_leaf(n.op)) continue;
-    bool view = (n.op == Op::kReshape && n.args.size() == 1) || contiguous_slice_offset(g, n).has_value();
+    // An update_slice whose value already lies in its region is a view too (update_is_view).
+    bool view = is_view_node(g, n) || update_is_view(g, n);
     if (view && stored(n.args[0])) {
       ValueId root = owner[static_cast<size_t>(n.args[0])];
       Op root_op = g.node(root).op;

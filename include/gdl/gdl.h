@@ -174,11 +174,13 @@ class Program {
   const std::vector<TensorInfo>& params() const;
   const std::vector<TensorInfo>& outputs() const;
   const std::vector<ScalarInfo>& scalars() const;
+  const std::vector<TensorInfo>& states() const;   // session-owned tensors kept from run to run
   // nullptr when there is no such name.
   const TensorInfo* find_input(const std::string& name) const;
   const TensorInfo* find_param(const std::string& name) const;
   const TensorInfo* find_output(const std::string& name) const;
   const ScalarInfo* find_scalar(const std::string& name) const;
+  const TensorInfo* find_state(const std::string& name) const;
 
   size_t node_count() const;         // kernel nodes in the graph (plan steps; a multi-step kernel runs several as one)
   uint64_t arena_bytes() const;      // per-session device memory
@@ -346,6 +348,26 @@ class Session {
   Status run();
   // Launches the same kernels one by one, without a graph.
   Status run_eager();
+
+  // States (`state cache : f16[S, D];`): device tensors each session owns,
+  // zero when the session is created, whose value a run reads at its start
+  // and leaves for the next run (graph and eager alike). These calls are
+  // ordered on the session's stream: after every run already submitted,
+  // before every later one. `bytes` must equal the state's size.
+  // set_state copies `data` in and returns once it is there (a device
+  // source is read on the stream); read_state waits for the last run and
+  // copies the state out; reset_state zeroes one state, or every state for
+  // "". state_view gives the state's device memory, fixed for the
+  // session's life: a caller's kernel may read or write it on the session's
+  // stream between runs.
+  Status set_state(const std::string& name, const void* data, size_t bytes, MemoryKind kind = MemoryKind::kHost);
+  Status read_state(const std::string& name, void* host, size_t bytes);
+  Status reset_state(const std::string& name = "");
+  struct DeviceView {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  Expected<DeviceView> state_view(const std::string& name);
 
   // Waits for the last run, then copies output `name` into `host` (`bytes` must
   // equal the output's size for the last run's dims: only the valid rows,

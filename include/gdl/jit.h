@@ -27,8 +27,9 @@ struct CompileSettings {
 Expected<Program> compile(const std::string& path, const CompileSettings& settings = {});
 
 // Runs the program on the CPU reference interpreter. `tensors` holds every
-// input and param by name; run-time dims are read from the inputs' shapes;
-// scalars not given take their defaults. Returns every output by name.
+// input, param and state (its value at the run's start) by name; run-time
+// dims are read from the inputs' shapes; scalars not given take their
+// defaults. Returns every output, and every state's value after the run, by name.
 Expected<std::map<std::string, TensorData>> run_reference(const Program& program,
                                                           const std::map<std::string, TensorData>& tensors,
                                                           const std::map<std::string, double>& scalars = {});

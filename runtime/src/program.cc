@@ -59,6 +59,11 @@ Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact) {
     impl->params.push_back(describe(g.node(v), g.node(v).name, g));
     impl->param_values.push_back(v);
   }
+  for (ir::ValueId v : g.leaves(ir::Op::kState)) {
+    impl->state_index[g.node(v).name] = impl->states.size();
+    impl->states.push_back(describe(g.node(v), g.node(v).name, g));
+    impl->state_values.push_back(v);
+  }
   for (const ir::Output& o : g.outputs) {
     impl->output_index[o.name] = impl->outputs.size();
     impl->outputs.push_back(describe(g.node(o.value), o.name, g));
@@ -132,6 +137,8 @@ const std::vector<TensorInfo>& Program::inputs() const { return impl_->inputs; }
 const std::vector<TensorInfo>& Program::params() const { return impl_->params; }
 const std::vector<TensorInfo>& Program::outputs() const { return impl_->outputs; }
 const std::vector<ScalarInfo>& Program::scalars() const { return impl_->scalars; }
+const std::vector<TensorInfo>& Program::states() const { return impl_->states; }
+const TensorInfo* Program::find_state(const std::string& n) const { return rt::find_in(impl_->states, impl_->state_index, n); }
 const TensorInfo* Program::find_input(const std::string& n) const { return rt::find_in(impl_->inputs, impl_->input_index, n); }
 const TensorInfo* Program::find_param(const std::string& n) const { return rt::find_in(impl_->params, impl_->param_index, n); }
 const TensorInfo* Program::find_output(const std::string& n) const {

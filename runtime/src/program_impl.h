@@ -23,11 +23,11 @@ struct Program::Impl {
   Artifact artifact;
 
   std::vector<RuntimeDimInfo> dims;
-  std::vector<TensorInfo> inputs, params, outputs;
+  std::vector<TensorInfo> inputs, params, outputs, states;
   std::vector<ScalarInfo> scalars;
-  // The IR value behind each entry of inputs / params / outputs / scalars.
-  std::vector<ir::ValueId> input_values, param_values, output_values, scalar_values;
-  std::map<std::string, size_t> input_index, param_index, output_index, scalar_index;
+  // The IR value behind each entry of inputs / params / outputs / states / scalars.
+  std::vector<ir::ValueId> input_values, param_values, output_values, state_values, scalar_values;
+  std::map<std::string, size_t> input_index, param_index, output_index, state_index, scalar_index;
 
   // Inputs whose buffer a step's result overlaps: a run consumes them, so
   // they must be bound again before the next run. (The planner keeps input

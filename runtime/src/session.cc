@@ -127,6 +127,10 @@ Status Session::Impl::init() {
   GDL_RETURN_IF_ERROR(make_current());
   Expected<std::vector<DimServing>> serving = rt::resolve_dim_serving(prog, options);
   if (!serving) return serving.status();
+  if (options.eager_fallback && !prog.states.empty())
+    return Status::InvalidArgument("program " + prog.graph().program_name +
+                                   " has state, which the eager fallback does not carry between its arena and the "
+                                   "session's; create the session without SessionOptions::eager_fallback");
   int major = 0, minor = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "reading the compute capability");
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
@@ -137,6 +141,7 @@ Status Session::Impl::init() {
   GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&arena), arena_bytes),
                "allocating the arena (" + std::to_string(arena_bytes) + " bytes)");
   GDL_RETURN_IF_ERROR(rt::zero_scratch(arena, prog.plan(), stream));
+  GDL_RETURN_IF_ERROR(zero_states(""));  // a state is zero until the host or a run writes it
   Expected<std::shared_ptr<rt::DeviceParams>> shared = rt::acquire_device_params(prog, device);
   if (!shared) return shared.status();
   params = std::move(shared).value();
@@ -285,6 +290,7 @@ std::string role_of(const Program::Impl& p, const std::string& name) {
   if (p.param_index.count(name)) return "a param";
   if (p.output_index.count(name)) return "an output";
   if (p.scalar_index.count(name)) return "a run-time scalar";
+  if (p.state_index.count(name)) return "a state";
   return "";
 }
 
@@ -548,13 +554,30 @@ Status Session::Impl::read(const std::string& name, void* host, size_t bytes) {
   return Status::Ok();
 }
 
-Status Session::Impl::poison(uint8_t byte) {
-  // Arena bytes outside every input slot and the valid-dims block, as [begin, end) gaps.
-  std::vector<std::pair<uint64_t, uint64_t>> kept;
-  for (ir::ValueId v : prog.input_values) {
-    const plan::Buffer& b = prog.buffer_of(v);
-    if (b.region == plan::Region::kArena && b.bytes > 0) kept.push_back({b.offset, b.offset + b.bytes});
+// The state slot `name` names, or why not.
+Expected<plan::Buffer> Session::Impl::state_buffer(const std::string& name) const {
+  auto it = prog.state_index.find(name);
+  if (it == prog.state_index.end()) return wrong_role(prog, name, "state", "");
+  return prog.buffer_of(prog.state_values[it->second]);
+}
+
+Status Session::Impl::zero_states(const std::string& name) {
+  for (size_t i = 0; i < prog.states.size(); ++i) {
+    if (!name.empty() && prog.states[i].name != name) continue;
+    const plan::Buffer& b = prog.buffer_of(prog.state_values[i]);
+    GDL_CUDA_TRY(cudaMemsetAsync(arena + b.offset, 0, b.bytes, stream), "zeroing state '" + prog.states[i].name + "'");
   }
+  return Status::Ok();
+}
+
+Status Session::Impl::poison(uint8_t byte) {
+  // Arena bytes outside every input and state slot and the valid-dims block, as [begin, end) gaps.
+  std::vector<std::pair<uint64_t, uint64_t>> kept;
+  for (const std::vector<ir::ValueId>* kept_values : {&prog.input_values, &prog.state_values})
+    for (ir::ValueId v : *kept_values) {
+      const plan::Buffer& b = prog.buffer_of(v);
+      if (b.region == plan::Region::kArena && b.bytes > 0) kept.push_back({b.offset, b.offset + b.bytes});
+    }
   if (!prog.dims.empty()) kept.push_back({plan::kValidDimsOffset, plan::kValidDimsOffset + plan::kValidDimsBytes});
   std::sort(kept.begin(), kept.end());
   uint64_t cursor = 0, end = prog.plan().arena_bytes;
@@ -624,6 +647,60 @@ Status Session::read(const std::string& name, void* host, size_t bytes) {
   return guarded("Session::read", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->read(name, host, bytes);
+  });
+}
+
+Status Session::set_state(const std::string& name, const void* data, size_t bytes, MemoryKind kind) {
+  return guarded("Session::set_state", [&] {
+    Expected<plan::Buffer> b = impl_->state_buffer(name);
+    if (!b) return b.status();
+    if (bytes != b->bytes)
+      return Status::InvalidArgument("state '" + name + "' is " + std::to_string(b->bytes) + " bytes, got " +
+                                     std::to_string(bytes));
+    if (!data && bytes > 0) return Status::InvalidArgument("set_state('" + name + "'): source is null");
+    GDL_RETURN_IF_ERROR(impl_->make_current());
+    const cudaMemcpyKind direction = kind == MemoryKind::kHost ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
+    GDL_CUDA_TRY(cudaMemcpyAsync(impl_->arena + b->offset, data, bytes, direction, impl_->stream),
+                 "copying state '" + name + "' in");
+    GDL_CUDA_TRY(cudaStreamSynchronize(impl_->stream), "waiting for the copy of state '" + name + "'");
+    impl_->stream_idle();
+    return Status::Ok();
+  });
+}
+
+Status Session::read_state(const std::string& name, void* host, size_t bytes) {
+  return guarded("Session::read_state", [&] {
+    Expected<plan::Buffer> b = impl_->state_buffer(name);
+    if (!b) return b.status();
+    if (bytes != b->bytes)
+      return Status::InvalidArgument("state '" + name + "' is " + std::to_string(b->bytes) + " bytes, got " +
+                                     std::to_string(bytes));
+    if (!host && bytes > 0) return Status::InvalidArgument("read_state('" + name + "'): destination is null");
+    GDL_RETURN_IF_ERROR(impl_->make_current());
+    GDL_CUDA_TRY(cudaMemcpyAsync(host, impl_->arena + b->offset, bytes, cudaMemcpyDeviceToHost, impl_->stream),
+                 "copying state '" + name + "' out");
+    GDL_CUDA_TRY(cudaStreamSynchronize(impl_->stream), "waiting for the copy of state '" + name + "'");
+    impl_->stream_idle();
+    return Status::Ok();
+  });
+}
+
+Status Session::reset_state(const std::string& name) {
+  return guarded("Session::reset_state", [&] {
+    if (!name.empty()) {
+      Expected<plan::Buffer> b = impl_->state_buffer(name);
+      if (!b) return b.status();
+    }
+    GDL_RETURN_IF_ERROR(impl_->make_current());
+    return impl_->zero_states(name);
+  });
+}
+
+Expected<Session::DeviceView> Session::state_view(const std::string& name) {
+  return guarded("Session::state_view", [&]() -> Expected<DeviceView> {
+    Expected<plan::Buffer> b = impl_->state_buffer(name);
+    if (!b) return b.status();
+    return DeviceView{impl_->arena + b->offset, static_cast<size_t>(b->bytes)};
   });
 }
 

@@ -175,6 +175,8 @@ struct Session::Impl {
   const void* copy_source(size_t input) const;  // where the graph's copy of the input reads (device view)
   Status wait_staging_free(InputSlot& slot);  // no queued copy still reads the slot's staging buffer
   Status flush_staged_inputs();              // copies the copy_pending inputs now (paths without the graph)
+  Expected<plan::Buffer> state_buffer(const std::string& name) const;  // NotFound / InvalidArgument
+  Status zero_states(const std::string& name);  // on the stream; "" = every state
   void stream_idle();                        // after a stream synchronize: no copy is pending
   rt::KernelArgs kernel_args(const std::vector<int64_t>& layout_dims) const;
 

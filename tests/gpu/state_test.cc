@@ -1,0 +1,158 @@
+// State on the device: a KV cache written in place at per-sequence
+// positions and a moment updated whole, over several runs by graph and by
+// eager launch, each run checked (outputs and the state it leaves) against
+// the CPU reference fed the state the previous run left; the plan has no
+// step that copies the cache; the host calls that set, read and zero state.
+#include <cuda_runtime_api.h>
+
+#include "gpu_test_util.h"
+#include "plan.h"
+#include "program_impl.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+// A two-layer cache of 4 slots x 64 positions; each run writes one row per
+// sequence and layer, then attends over the slot's positions.
+const char* kCache = R"(program kv_cache;
+const L = 2;
+const S = 4;
+const T = 64;
+const D = 32;
+dim B in [1, 4];
+state k_cache : {T}[L, S, T, D];
+input slot : i32[B];
+input pos : i32[B];
+input k : {T}[L, B, D];
+input q : {T}[B, D];
+output y : {T}[L, B, T];
+for l in 0..L {
+  let rows = reshape(k_cache[l], [S * T, D]);
+  k_cache[l] = reshape(scatter(rows, slot * T + pos, k[l], axis = 0), [S, T, D]);
+}
+let s0 = q @ transpose(k_cache[0, 0], [1, 0]);
+let s1 = q @ transpose(k_cache[1, 0], [1, 0]);
+y = concat(reshape(s0, [1, B, T]), reshape(s1, [1, B, T]), axis = 0);
+)";
+
+const char* kMoment = R"(program moment;
+state m : f32[1000];
+state steps : i32;
+input g : f32[1000];
+output y : f32[1000];
+m = m * 0.9 + g * 0.1;
+steps = steps + 1;
+y = m * 2.0;
+)";
+
+std::string with_dtype(std::string text, const std::string& t) {
+  for (size_t at = text.find("{T}"); at != std::string::npos; at = text.find("{T}", at)) text.replace(at, 3, t);
+  return text;
+}
+
+TensorData read_state(Session& s, const TensorInfo& info) {
+  TensorData d;
+  d.dtype = info.dtype;
+  for (const AxisInfo& a : info.shape) d.shape.push_back(a.extent);
+  d.bytes.resize(info.max_bytes);
+  GDL_REQUIRE_OK(s.read_state(info.name, d.bytes.data(), d.bytes.size()));
+  return d;
+}
+
+// Runs `runs` times (odd runs eager), binding fresh inputs each time, and
+// checks outputs and states against the reference chained through the states.
+void check_runs(const Program& program, const std::string& what, int runs, const std::vector<int64_t>& batches,
+                const RangeFor& range) {
+  std::mt19937_64 rng(seed_for(what));
+  std::unique_ptr<Session> s = cpu_only ? nullptr : make_session(program);
+  std::map<std::string, TensorData> states;
+  for (const TensorInfo& info : program.states()) {
+    states[info.name] = random_tensor(info, {}, rng, range ? range(info) : ValueRange{});
+    if (s) GDL_REQUIRE_OK(s->set_state(info.name, states[info.name].bytes.data(), states[info.name].bytes.size()));
+  }
+  for (int run = 0; run < runs; ++run) {
+    INFO(what << ": run " << run);
+    std::vector<int64_t> dims;  // the batch of this run, for a program with one run-time dim
+    if (!batches.empty()) dims = {batches[static_cast<size_t>(run) % batches.size()]};
+    std::map<std::string, TensorData> inputs = random_bindings(program, dims, rng, range);
+    std::map<std::string, TensorData> with_states = inputs;
+    for (const auto& [name, data] : states) with_states[name] = data;
+    std::map<std::string, TensorData> want = reference(program, with_states);
+    if (cpu_only) {
+      for (const auto& [name, data] : states) states[name] = want.at(name);
+      continue;
+    }
+    bind_inputs(*s, inputs);
+    std::map<std::string, TensorData> got = run_and_read(*s, run % 2 == 1);
+    for (const TensorInfo& info : program.states()) got[info.name] = read_state(*s, info);
+    REQUIRE(expect_match(got, want, what));
+    for (const auto& [name, data] : states) states[name] = got.at(name);  // the next run starts from the device's
+  }
+}
+
+}  // namespace
+
+TEST_CASE("state: a KV cache is written in place at per-sequence positions, run after run, graph and eager") {
+  for (const std::string t : {"f32", "f16", "bf16"}) {
+    Program program = compile_text(with_dtype(kCache, t));
+    // The plan writes rows only: no copy step, no update of a whole layer, and every write inside the cache.
+    const plan::Plan& plan = program.internals().plan();
+    const plan::Buffer& cache = plan.buffers.at(static_cast<size_t>(plan.graph.leaves(ir::Op::kState).at(0)));
+    int scatters = 0;
+    for (const plan::Step& step : plan.steps)
+      for (ir::ValueId v : step.values) {
+        const ir::Op op = plan.graph.node(v).op;
+        CHECK(op != ir::Op::kCopy);
+        CHECK(op != ir::Op::kUpdateSlice);
+        if (op != ir::Op::kScatter) continue;
+        ++scatters;
+        const plan::Buffer& b = plan.buffers.at(static_cast<size_t>(v));
+        CHECK(b.offset >= cache.offset);
+        CHECK(b.offset + b.bytes <= cache.offset + cache.bytes);
+      }
+    CHECK(scatters == 2);
+    // Positions in [-1, 64]: -1 and 64 are outside the slot's 64 positions, so those rows are not written.
+    RangeFor range = [](const TensorInfo& info) {
+      ValueRange r;
+      if (info.name == "slot") r.int_lo = 0, r.int_hi = 3;
+      if (info.name == "pos") r.int_lo = -1, r.int_hi = 64;
+      return r;
+    };
+    check_runs(program, "kv cache " + t, 6, {1, 3, 4, 2}, range);
+  }
+}
+
+TEST_CASE("state: a whole new value is copied in after every read of the old one") {
+  Program program = compile_text(kMoment);
+  check_runs(program, "moment", 5, {}, {});
+}
+
+TEST_CASE("state: set, read, reset and view; wrong names and sizes change nothing") {
+  if (cpu_only) return;
+  Program program = compile_text(kMoment);
+  std::unique_ptr<Session> s = make_session(program);
+  const TensorInfo& m = *program.find_state("m");
+  TensorData zero = read_state(*s, m);
+  for (uint8_t byte : zero.bytes) REQUIRE(byte == 0);  // zero when the session starts
+  std::vector<float> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f + static_cast<float>(i);
+  GDL_REQUIRE_OK(s->set_state("m", values.data(), values.size() * sizeof(float)));
+  CHECK(s->set_state("m", values.data(), 12).code() == StatusCode::kInvalidArgument);
+  CHECK(s->set_state("g", values.data(), values.size() * sizeof(float)).code() == StatusCode::kInvalidArgument);
+  CHECK(s->read_state("nope", values.data(), 4).code() == StatusCode::kNotFound);
+  std::vector<float> back(1000);
+  GDL_REQUIRE_OK(s->read_state("m", back.data(), back.size() * sizeof(float)));
+  CHECK(back == values);
+  Expected<Session::DeviceView> view = s->state_view("m");
+  REQUIRE(view.ok());
+  CHECK(view->bytes == 4000);
+  std::vector<float> through_view(1000);
+  REQUIRE(cudaMemcpy(through_view.data(), view->data, 4000, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(through_view == values);
+  GDL_REQUIRE_OK(s->reset_state("m"));
+  GDL_REQUIRE_OK(s->read_state("m", back.data(), back.size() * sizeof(float)));
+  for (float v : back) REQUIRE(v == 0.0f);
+  CHECK(s->reset_state("x").code() == StatusCode::kNotFound);
+}

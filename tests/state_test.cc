@@ -1,0 +1,250 @@
+// State tensors and in-place writes: scatter and update_slice semantics on
+// hand-computed values, the inplace pass's placement (no copy of a cache
+// where none is needed, a named copy where one is), and the planned CPU
+// execution of every plan against the interpreter.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "frontend/source_loader.h"
+#include "interp/interp.h"
+#include "pipeline.h"
+#include "plan/print.h"
+#include "plan/run_planned.h"
+
+namespace gdl {
+namespace {
+
+using ir::Op;
+
+ir::Graph compile_text(const std::string& text) {
+  DiagnosticSink diags;
+  SourceFile file = source_from_string("test.gdl", text);
+  std::optional<ir::Graph> g = compile_to_ir(file, diags);
+  INFO(diags.render(file));
+  REQUIRE(g.has_value());
+  return std::move(*g);
+}
+
+HostTensor tensor(DType dtype, std::vector<int64_t> shape, std::vector<double> data) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = std::move(data);
+  return t;
+}
+
+// Non-zero floats of both signs; i32 in [lo, hi].
+HostTensor random_tensor(std::mt19937& rng, DType dtype, std::vector<int64_t> shape, int lo = -1, int hi = 8) {
+  HostTensor t = tensor(dtype, std::move(shape), {});
+  int64_t n = 1;
+  for (int64_t e : t.shape) n *= e;
+  std::uniform_real_distribution<double> magnitude(0.1, 2.0);
+  std::uniform_int_distribution<int> ids(lo, hi);
+  for (int64_t i = 0; i < n; ++i)
+    t.data.push_back(dtype == DType::kI32 ? ids(rng) : round_to_dtype(magnitude(rng) * ((rng() & 1) ? 1 : -1), dtype));
+  return t;
+}
+
+std::map<std::string, HostTensor> run_both(const ir::Graph& g, const Bindings& b, plan::PlanOptions options = {}) {
+  Expected<std::map<std::string, HostTensor>> reference = interpret(g, b);
+  REQUIRE(reference.ok());
+  plan::Plan p = plan_program(g, options);
+  Expected<std::map<std::string, HostTensor>> planned = plan::run_planned(p, b);
+  REQUIRE_MESSAGE(planned.ok(), planned.status().message());
+  for (const auto& [name, value] : *reference) {
+    INFO(name);
+    REQUIRE(planned->count(name) == 1);
+    CHECK(planned->at(name).data == value.data);
+  }
+  return *reference;
+}
+
+int count_steps_with(const plan::Plan& p, Op op) {
+  int n = 0;
+  for (const plan::Step& s : p.steps)
+    for (ir::ValueId v : s.values) n += p.graph.node(v).op == op;
+  return n;
+}
+
+TEST_CASE("scatter replaces the rows index names and skips indices outside the axis") {
+  ir::Graph g = compile_text(R"(program s;
+input base : f32[2, 4, 3];
+input index : i32[2, 2];
+input rows : f32[2, 2, 3];
+output y : f32[2, 4, 3];
+y = scatter(base, index, rows, axis = 1);
+)");
+  Bindings b;
+  std::vector<double> base(24);
+  for (int i = 0; i < 24; ++i) base[i] = i + 1;
+  b.tensors["base"] = tensor(DType::kF32, {2, 4, 3}, base);
+  b.tensors["index"] = tensor(DType::kI32, {2, 2}, {3, -1, 0, 4});  // -1 and 4 are outside [0, 4): not written
+  b.tensors["rows"] = tensor(DType::kF32, {2, 2, 3}, {-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12});
+  std::map<std::string, HostTensor> out = run_both(g, b);
+  std::vector<double> want = base;
+  want[9] = -1, want[10] = -2, want[11] = -3;    // batch 0, position 3
+  want[12] = -7, want[13] = -8, want[14] = -9;   // batch 1, position 0
+  CHECK(out.at("y").data == want);
+}
+
+TEST_CASE("scatter broadcasts an index of extent 1 over the dims before the axis") {
+  ir::Graph g = compile_text(R"(program s;
+input base : f32[2, 3, 2];
+input at : i32[1];
+input rows : f32[2, 2];
+output y : f32[2, 3, 2];
+y = scatter(base, at, rows, axis = 1);
+)");
+  Bindings b;
+  b.tensors["base"] = tensor(DType::kF32, {2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  b.tensors["at"] = tensor(DType::kI32, {1}, {2});
+  b.tensors["rows"] = tensor(DType::kF32, {2, 2}, {-1, -2, -3, -4});
+  CHECK(run_both(g, b).at("y").data == std::vector<double>{1, 2, 3, 4, -1, -2, 7, 8, 9, 10, -3, -4});
+}
+
+TEST_CASE("a region assignment replaces the region of a let") {
+  ir::Graph g = compile_text(R"(program r;
+input x : f32[3, 2];
+input v : f32[2];
+output y : f32[3, 2];
+let t = x * 2.0;
+t[1] = v;
+t[2, 0:1] = v[1:2];
+y = t;
+)");
+  Bindings b;
+  b.tensors["x"] = tensor(DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  b.tensors["v"] = tensor(DType::kF32, {2}, {-1, -2});
+  CHECK(run_both(g, b).at("y").data == std::vector<double>{2, 4, -1, -2, -2, 12});
+}
+
+const char* kCache = R"(program kv;
+const L = 2;
+const S = 4;
+const T = 16;
+const D = 8;
+dim B in [1, 4];
+state k_cache : f32[L, S, T, D];
+input slot : i32[B];
+input pos : i32[B];
+input k : f32[L, B, D];
+input q : f32[B, D];
+output y : f32[L, B, T];
+
+let scores = q @ transpose(k_cache[0, 0], [1, 0]);
+for l in 0..L {
+  let rows = reshape(k_cache[l], [S * T, D]);
+  k_cache[l] = reshape(scatter(rows, slot * T + pos, k[l], axis = 0), [S, T, D]);
+}
+let later = q @ transpose(k_cache[1, 0], [1, 0]);
+y = concat(reshape(scores, [1, B, T]), reshape(later, [1, B, T]), axis = 0);
+)";
+
+TEST_CASE("a KV cache in state is written in place: only the rows, and every reader of the old value first") {
+  ir::Graph g = compile_text(kCache);
+  plan::Plan p = plan_program(g);
+  CHECK(count_steps_with(p, Op::kCopy) == 0);         // no copy of the cache
+  CHECK(count_steps_with(p, Op::kUpdateSlice) == 0);  // the layer updates are views of the scatters
+  CHECK(count_steps_with(p, Op::kScatter) == 2);
+  const plan::Buffer& cache = p.buffers.at(static_cast<size_t>(p.graph.leaves(Op::kState).at(0)));
+  for (const plan::Step& s : p.steps) {
+    if (p.graph.node(s.result).op != Op::kScatter) continue;
+    const plan::Buffer& b = p.buffers.at(static_cast<size_t>(s.result));
+    CHECK(b.offset >= cache.offset);
+    CHECK(b.offset + b.bytes <= cache.offset + cache.bytes);
+  }
+  CHECK(plan::print_plan(p).find("copy of") == std::string::npos);
+
+  std::mt19937 rng(7);
+  for (int64_t batch : {1, 3, 4}) {
+    Bindings b;
+    b.dims = {batch};
+    b.tensors["k_cache"] = random_tensor(rng, DType::kF32, {2, 4, 16, 8});
+    b.tensors["slot"] = random_tensor(rng, DType::kI32, {batch}, 0, 3);
+    b.tensors["pos"] = random_tensor(rng, DType::kI32, {batch}, -1, 16);  // -1 and 16: rows not written
+    b.tensors["k"] = random_tensor(rng, DType::kF32, {2, batch, 8});
+    b.tensors["q"] = random_tensor(rng, DType::kF32, {batch, 8});
+    std::map<std::string, HostTensor> out = run_both(g, b);
+    CHECK(out.at("k_cache").data != b.tensors["k_cache"].data);
+  }
+}
+
+TEST_CASE("a reader of the old value that needs nothing new runs before the write, without a copy") {
+  ir::Graph g = compile_text(R"(program c;
+state s : f32[4, 2];
+input at : i32[1];
+input row : f32[1, 2];
+output y : f32[4, 2];
+let old = s;
+s = scatter(s, at, row, axis = 0);
+y = old * 2.0 + s;
+)");
+  plan::Plan p = plan_program(g);
+  CHECK(count_steps_with(p, Op::kCopy) == 0);
+  std::mt19937 rng(4);
+  Bindings b;
+  b.tensors["s"] = random_tensor(rng, DType::kF32, {4, 2});
+  b.tensors["at"] = tensor(DType::kI32, {1}, {1});
+  b.tensors["row"] = random_tensor(rng, DType::kF32, {1, 2});
+  run_both(g, b);
+}
+
+TEST_CASE("a write whose old value is read afterwards copies, and the plan says why") {
+  ir::Graph g = compile_text(R"(program c;
+state s : f32[4, 2];
+input at : i32[1];
+input row : f32[1, 2];
+output y : f32[4, 2];
+let old = s;
+s = scatter(s, at, row, axis = 0);
+y = old * s;
+)");
+  plan::Plan p = plan_program(g);
+  CHECK(count_steps_with(p, Op::kCopy) >= 1);
+  CHECK(plan::print_plan(p).find("reads the old value after the write") != std::string::npos);
+  std::mt19937 rng(3);
+  Bindings b;
+  b.tensors["s"] = random_tensor(rng, DType::kF32, {4, 2});
+  b.tensors["at"] = tensor(DType::kI32, {1}, {2});
+  b.tensors["row"] = random_tensor(rng, DType::kF32, {1, 2});
+  run_both(g, b);
+}
+
+TEST_CASE("a state given a new whole value gets it copied in, after every read of the old one") {
+  ir::Graph g = compile_text(R"(program m;
+state m : f32[8];
+state steps : i32;
+input g : f32[8];
+output y : f32[8];
+y = m * 3.0;
+m = m * 0.9 + g * 0.1;
+steps = steps + 1;
+)");
+  std::mt19937 rng(5);
+  Bindings b;
+  b.tensors["m"] = random_tensor(rng, DType::kF32, {8});
+  b.tensors["steps"] = tensor(DType::kI32, {}, {41});
+  b.tensors["g"] = random_tensor(rng, DType::kF32, {8});
+  for (plan::PlanOptions options : {plan::PlanOptions{}, plan::PlanOptions{false, false, false}}) {
+    std::map<std::string, HostTensor> out = run_both(g, b, options);
+    CHECK(out.at("steps").data == std::vector<double>{42});
+    CHECK(out.at("y").data[0] == doctest::Approx(b.tensors["m"].data[0] * 3.0).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("a state no statement changes keeps its value") {
+  ir::Graph g = compile_text(R"(program k;
+state s : f32[3];
+output y : f32[3];
+y = s + 1.0;
+)");
+  Bindings b;
+  b.tensors["s"] = tensor(DType::kF32, {3}, {1, -2, 3});
+  std::map<std::string, HostTensor> out = run_both(g, b);
+  CHECK(out.at("s").data == std::vector<double>{1, -2, 3});
+  CHECK(out.at("y").data == std::vector<double>{2, -1, 4});
+}
+
+}  // namespace
+}  // namespace gdl
