@@ -104,6 +104,13 @@ class TypeQuery {
   virtual bool flag(size_t slot, const std::string& what, bool* out) = 0;                // keepdims
   virtual bool number(size_t slot, const std::string& what, double* out) = 0;            // eps, scale
   virtual bool integers(size_t slot, const std::string& what, std::vector<int64_t>* out) = 0;  // perm, bounds
+  // A reduction's axes, written as one integer or a list ([0, 2]); as written
+  // (negative from the end). ir::verify answers Attrs::ints, else [axis].
+  virtual bool axes(size_t slot, const std::string& what, std::vector<int64_t>* out) = 0;
+  // A compile-time integer or the name of a declared run-time dim (arange's
+  // stop). ir::verify answers the result's dim at `result_axis` when that is
+  // a run-time dim, else the attribute from Attrs::ints.
+  virtual bool extent(size_t slot, const std::string& what, size_t result_axis, Dim* out) = 0;
   virtual bool shape(size_t slot, Shape* out) = 0;                                       // reshape's target
   virtual bool dtype(size_t slot, DType* out) = 0;                                       // cast's target
   // Per axis of a slice, how the source wrote it; empty where the query
