@@ -54,9 +54,12 @@ TypeResult infer_reduce(TypeQuery& q) {
   Shape s;
   std::vector<int64_t> axes;
   for (size_t a = 0; a < x->shape.size(); ++a) {
-    if (reduced[a]) axes.push_back(static_cast<int64_t>(a));
-    if (!reduced[a]) s.push_back(x->shape[a]);
-    else if (keepdims) s.push_back(Dim::constant(1));
+    if (!reduced[a]) {
+      s.push_back(x->shape[a]);
+      continue;
+    }
+    axes.push_back(static_cast<int64_t>(a));
+    if (keepdims) s.push_back(Dim::constant(1));
   }
   q.attrs().axis = axes.size() == 1 ? static_cast<int>(axes[0]) : 0;
   q.attrs().ints = axes.size() == 1 ? std::vector<int64_t>{} : axes;
