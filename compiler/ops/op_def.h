@@ -36,8 +36,8 @@ namespace gdl::ops {
 enum class FusionClass : uint8_t {
   kLeaf,          // input, param, scalar, constant: no kernel
   kElementwise,   // joins elementwise kernels and matmul epilogues
-  kDataMovement,  // reshape, transpose, slice, concat, gather: an elementwise kernel of its own
-  kReduction,     // sum, mean, max over an axis, softmax
+  kDataMovement,  // reshape, transpose, slice, concat, gather, arange, one_hot: an elementwise kernel of its own
+  kReduction,     // sum, mean, max, min over axes, softmax, cumsum, argmax, argmin, topk
   kNorm,          // layernorm, rmsnorm: may be a matmul's prologue
   kMatmul,        // anchors an epilogue
   kAttention,
@@ -194,7 +194,7 @@ struct OpDef {
   size_t operands = 0;   // how many of params are operands
   size_t required = 0;   // how many params a call must give
   // A call that leaves operand 1 out is this op instead (max(x, axis) is
-  // reduce_max, max(a, b) is max).
+  // reduce_max, max(a, b) is max; min likewise).
   std::optional<ir::Op> without_second_operand;
 
   // IR arguments: at least min_args, at most max_args (SIZE_MAX: variadic).
