@@ -38,7 +38,10 @@ inline constexpr ValueId kNoValue = -1;
   X(kMatMul, "matmul") X(kSum, "sum") X(kMean, "mean") X(kReduceMax, "reduce_max")                    \
   X(kSoftmax, "softmax") X(kLayerNorm, "layernorm") X(kRmsNorm, "rmsnorm")                             \
   X(kTranspose, "transpose") X(kReshape, "reshape") X(kSlice, "slice") X(kConcat, "concat")           \
-  X(kGather, "gather") X(kAttention, "attention")                                                       \
+  X(kGather, "gather") X(kAttention, "attention")                                                      \
+  X(kReduceMin, "reduce_min") X(kArgMax, "argmax") X(kArgMin, "argmin")                                \
+  X(kTopKValues, "topk_values") X(kTopKIndices, "topk_indices") X(kCumSum, "cumsum")                   \
+  X(kArange, "arange") X(kOneHot, "one_hot")                                                            \
   /* Writes into their first argument's storage (see writes_in_place). */                             \
   X(kScatter, "scatter") X(kUpdateSlice, "update_slice") X(kCopy, "copy")
 
@@ -67,9 +70,13 @@ inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kSca
 
 struct Attrs {
   double value = 0;             // kConstant value; eps; attention scale; kScalar default
-  int axis = 0;                 // reductions, softmax, concat (non-negative)
-  bool keepdims = false;        // reductions
-  std::vector<int64_t> ints;    // transpose perm; slice bounds
+  int axis = 0;                 // reductions, softmax, concat, argmax, topk, cumsum (non-negative)
+  bool keepdims = false;        // reductions, argmax, argmin
+  // transpose perm; slice bounds; a reduction's axes when it combines two or
+  // more (ascending; `axis` is then 0); any other integer attribute at its
+  // position among the op's attributes (topk [k], one_hot [n], arange
+  // [start, stop, step], whose stop is 0 when its extent is a run-time dim).
+  std::vector<int64_t> ints;
   bool operator==(const Attrs&) const = default;
 };
 

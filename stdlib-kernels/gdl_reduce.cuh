@@ -1,4 +1,5 @@
-// Reductions over one axis (sum, mean, max), softmax, layernorm and rmsnorm.
+// Reductions (sum, mean, max, min) over one axis or several, softmax,
+// cumsum, layernorm and rmsnorm.
 //
 // A tensor is viewed as [outer, len, inner] around the reduced axis.
 //  - inner == 1 (the last axis): one block per row, threads stride over the
@@ -8,6 +9,7 @@
 //    combine through shared memory.
 // Floats accumulate in float; i32 sum/mean accumulate in 64 bits (the sum
 // then wraps like the interpreter's, the mean truncates toward zero).
+// Several axes: an AxesMap says where each result's positions lie.
 //
 // Padding (buckets, gdl_abi_types.cuh): every function takes `valid`, the
 // number of positions along the combined axis that hold data (<= len, which
@@ -55,6 +57,16 @@ template <typename T> struct Max {  // NaN propagates
   template <typename I> static GDL_DEV result finish(acc a, I) { return a; }
   static GDL_DEV float lowest(float) { return -inf_f32(); }
   static GDL_DEV int lowest(int) { return int_min(); }
+};
+template <typename T> struct Min {  // NaN propagates
+  typedef typename pick<is_int_dtype<T>::value, int, float>::type acc;
+  typedef acc result;
+  static GDL_DEV acc identity() { return highest(acc()); }
+  static GDL_DEV acc lift(T x) { return num(x); }
+  static GDL_DEV acc combine(acc a, acc b) { return op::min(a, b); }
+  template <typename I> static GDL_DEV result finish(acc a, I) { return a; }
+  static GDL_DEV float highest(float) { return inf_f32(); }
+  static GDL_DEV int highest(int) { return 2147483647; }
 };
 struct FloatSum {
   typedef float acc;
@@ -153,6 +165,145 @@ GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner, I valid) {
 template <typename P, typename I, typename TX, typename TY>
 GDL_DEV void reduce_cols(const TX* x, TY* y, I outer, I len, I inner) {
   reduce_cols<P, I>(x, y, outer, len, inner, len);
+}
+
+// ------------------------------------------------------------ several axes
+// Where the positions of one result lie: result o's coordinates along the
+// NK kept axes (row-major over `kept`) give its first element; position r
+// (row-major over the valid `counts` of the NR reduced axes) is that plus
+// the reduced coordinates times their strides. No kept axis: NK = 1 with
+// kept {1}, stride {0}.
+template <int NK, int NR, typename I> struct AxesMap {
+  I kept[NK], kept_stride[NK];
+  I counts[NR], stride[NR];
+  GDL_DEV I positions() const {
+    I n = 1;
+#pragma unroll
+    for (int d = 0; d < NR; ++d) n *= counts[d];
+    return n;
+  }
+  GDL_DEV I first(I o) const {
+    I off = 0;
+#pragma unroll
+    for (int d = NK - 1; d >= 0; --d) {
+      const I q = o / kept[d];
+      off += (o - q * kept[d]) * kept_stride[d];
+      o = q;
+    }
+    return off;
+  }
+  GDL_DEV I offset(I r) const {
+    I off = 0;
+#pragma unroll
+    for (int d = NR - 1; d >= 0; --d) {
+      const I q = r / counts[d];
+      off += (r - q * counts[d]) * stride[d];
+      r = q;
+    }
+    return off;
+  }
+};
+
+// y [results]: a block per result, its threads striding over the positions.
+template <typename P, typename TX, typename TY, int NK, int NR, typename I>
+GDL_DEV void reduce_axes_rows(const TX* x, TY* y, I results, AxesMap<NK, NR, I> m) {
+  typedef typename P::acc A;
+  const I positions = m.positions();
+  for (I o = task_first<I>(); o < results; o += task_stride<I>()) {
+    const TX* xo = x + m.first(o);
+    A acc = P::identity();
+    for (I r = (I)threadIdx.x; r < positions; r += (I)blockDim.x) acc = P::combine(acc, P::lift(xo[m.offset(r)]));
+    acc = block_reduce<P>(acc);
+    if (threadIdx.x == 0) y[o] = cvt<TY>(P::finish(acc, positions));
+  }
+}
+
+// y [results]: a thread per result, over its positions in order.
+template <typename P, typename TX, typename TY, int NK, int NR, typename I>
+GDL_DEV void reduce_axes_cols(const TX* x, TY* y, I results, AxesMap<NK, NR, I> m) {
+  typedef typename P::acc A;
+  const I positions = m.positions();
+  const I threads = (I)blockDim.x;
+  for (I o = task_first<I>() * threads + (I)threadIdx.x; o < results; o += task_stride<I>() * threads) {
+    const TX* xo = x + m.first(o);
+    A acc = P::identity();
+    for (I r = 0; r < positions; ++r) acc = P::combine(acc, P::lift(xo[m.offset(r)]));
+    y[o] = cvt<TY>(P::finish(acc, positions));
+  }
+}
+
+// ------------------------------------------------------------ cumsum
+// Floats add in float; i32 adds in unsigned 32 bits, which wraps like the
+// interpreter's 64-bit sum wrapped to 32.
+template <typename T> struct ScanSum {
+  typedef typename pick<is_int_dtype<T>::value, unsigned, float>::type acc;
+  static GDL_DEV acc lift(T x) { return (acc)num(x); }
+  static GDL_DEV float finish(float a) { return a; }
+  static GDL_DEV int finish(unsigned a) { return wrap_i32((long long)a); }
+};
+
+// Inclusive prefix sum of v over the block's threads in order; *total gets
+// the whole block's sum. blockDim.x must be a multiple of 32 (row_block's
+// are); every thread of the block must call it.
+template <typename A> GDL_DEV A block_inclusive_scan(A v, A* total) {
+  __shared__ A warp_sums[32];
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (unsigned offset = 1; offset < 32; offset <<= 1) {
+    const A other = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += other;
+  }
+  if (lane == 31) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    A w = lane < warps ? warp_sums[lane] : (A)0;
+#pragma unroll
+    for (unsigned offset = 1; offset < 32; offset <<= 1) {
+      const A other = __shfl_up_sync(0xffffffffu, w, offset);
+      if (lane >= offset) w += other;
+    }
+    if (lane < warps) warp_sums[lane] = w;
+  }
+  __syncthreads();
+  if (warp > 0) v += warp_sums[warp - 1];
+  *total = warp_sums[warps - 1];
+  __syncthreads();  // the next call may overwrite warp_sums
+  return v;
+}
+
+// x, y [rows, len]: a block per row, scanning it in chunks of blockDim.x.
+template <typename P, typename I, typename TX, typename TY>
+GDL_DEV void cumsum_rows(const TX* x, TY* y, I rows, I len) {
+  typedef typename P::acc A;
+  for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
+    const TX* xr = x + row * len;
+    TY* yr = y + row * len;
+    A carry = 0;  // the sum of the chunks before this one
+    for (I start = 0; start < len; start += (I)blockDim.x) {
+      const I j = start + (I)threadIdx.x;
+      A chunk;
+      const A v = block_inclusive_scan<A>(j < len ? P::lift(xr[j]) : (A)0, &chunk);
+      if (j < len) yr[j] = cvt<TY>(P::finish(carry + v));
+      carry += chunk;
+    }
+  }
+}
+
+// x, y [outer, len, inner], the sum along len: a thread per column.
+template <typename P, typename I, typename TX, typename TY>
+GDL_DEV void cumsum_cols(const TX* x, TY* y, I outer, I len, I inner) {
+  typedef typename P::acc A;
+  const I columns = outer * inner;
+  const I threads = (I)blockDim.x;
+  for (I c = task_first<I>() * threads + (I)threadIdx.x; c < columns; c += task_stride<I>() * threads) {
+    const I o = c / inner;
+    const I base = o * len * inner + (c - o * inner);
+    A total = 0;
+    for (I r = 0; r < len; ++r) {
+      total += P::lift(x[base + r * inner]);
+      y[base + r * inner] = cvt<TY>(P::finish(total));
+    }
+  }
 }
 
 // ------------------------------------------------------------ rows in registers

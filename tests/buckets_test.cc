@@ -209,6 +209,76 @@ rows = sum(x, axis = 1);
     expect_capacity_mode_matches(g, {valid}, {capacity}, 10 + valid);
 }
 
+TEST_CASE("buckets: capacity mode masks reductions over several axes, argmax, topk; cumsum, arange, one_hot need no mask") {
+  ir::Graph g = graph_of(R"(program n;
+dim B in [1, 16];
+dim T in [3, 16];
+input x : f32[B, 6];
+input xt : f32[5, B];
+input x3 : f32[3, B, 4];
+input y : f32[4, T];
+input ids : i32[B];
+output s12 : f32[3];
+output m01 : f32[4];
+output all : f32;
+output n01 : f32[1, 1];
+output a0 : i32[6];
+output a1 : i32[5];
+output am : i32[3, 4];
+output tv : f32[4, 3];
+output ti : i32[2, 4];
+output c0 : f32[B, 6];
+output c1 : f32[5, B];
+output r : i32[B];
+output h : f32[B, 7];
+s12 = sum(x3, axis = [1, 2]);
+m01 = max(x3, axis = [0, 1]);
+all = mean(x3, axis = [0, 1, 2]);
+n01 = min(xt, axis = [0, 1], keepdims = true);
+a0 = argmax(x, axis = 0);
+a1 = argmin(xt);
+am = argmax(x3, axis = 1);
+tv = topk_values(y, 3);
+ti = topk_indices(transpose(y), 2, axis = 0);
+c0 = cumsum(x, axis = 0);
+c1 = cumsum(xt);
+r = arange(B);
+h = one_hot(ids, 7);
+)");
+  for (auto [b, t] : {std::pair<int64_t, int64_t>{1, 3}, {3, 5}, {5, 16}, {16, 9}, {9, 4}})
+    expect_capacity_mode_matches(g, {b, t}, {bucket_for(g.dims[0], b), bucket_for(g.dims[1], t)}, 40 + b);
+
+  // The kernels that combine along B or T read its valid count; NVRTC compiles them all.
+  plan::Plan p = plan_program(g);
+  REQUIRE(plan::check_plan(p) == "");
+  GeneratedCode code = generate_cuda(p);
+  auto reads_valid = [&](const std::string& output, int dim) {
+    for (const ir::Output& o : p.graph.outputs)
+      if (o.name == output)
+        for (size_t s = 0; s < p.steps.size(); ++s)
+          if (p.steps[s].result == o.value) {
+            const Kernel& own = code.kernels.kernels[static_cast<size_t>(code.kernels.step_choices[s].back())];
+            const size_t at = code.source.find(" " + own.symbol + "(unsigned char* arena");
+            REQUIRE(at != std::string::npos);
+            const std::string text = code.source.substr(at, code.source.find("\n}\n", at) - at);
+            return text.find("gdl::valid_dim(arena, " + std::to_string(plan::kValidDimsOffset) + "ull, " +
+                             std::to_string(dim) + ")") != std::string::npos;
+          }
+    FAIL("no step computes " << output);
+    return false;
+  };
+  for (const char* o : {"s12", "m01", "all", "n01", "a0", "a1", "am"}) CHECK_MESSAGE(reads_valid(o, 0), o);
+  for (const char* o : {"tv", "ti"}) CHECK_MESSAGE(reads_valid(o, 1), o);
+  for (const char* o : {"c0", "c1", "r", "h"}) CHECK_MESSAGE(!reads_valid(o, 0), o);
+  CompileOptions options;
+  options.arch = "sm_90";
+  options.cache_dir = "-";
+  Expected<CompiledModule> module = compile_cuda(code.source, options);
+  INFO(code.source);
+  INFO(module.status().message());
+  REQUIRE(module.ok());
+}
+
 TEST_CASE("buckets: capacity mode masks softmax and norms over a padded dim") {
   ir::Graph g = graph_of(R"(program s;
 dim B in [1, 32];

@@ -168,6 +168,8 @@ ir::Graph structured_program() {
   ValueId len_scalar = b.scalar("len", DType::kI32, 5);
   int out = 0;
   auto output = [&](ValueId v) { b.output("o" + std::to_string(out++), v); };
+  output(b.op(Op::kArange, {}, {DType::kI32, dims({B})}, testing::ints_attrs({0, 0, 1})));
+  output(b.op(Op::kArange, {}, {DType::kI32, dims({c(7)})}, testing::ints_attrs({-2147483648, 2147483647, 613566757})));
   for (DType t : kAllTypes) {
     std::string n = dtype_name(t);
     ValueId x = b.input("x_" + n, {t, dims({B, c(32), c(48)})});
@@ -182,12 +184,29 @@ ir::Graph structured_program() {
       output(b.op(Op::kMatMul, {s, w}, {t, dims({S, c(40)})}));                // small-M tiles, run-time M
       output(b.op(Op::kMatMul, {p, q}, {t, dims({c(2), c(3), c(5), c(6)})}));  // constant batch broadcast
     }
-    for (Op r : {Op::kSum, Op::kMean, Op::kReduceMax}) {
+    for (Op r : {Op::kSum, Op::kMean, Op::kReduceMax, Op::kReduceMin}) {
       if (t == DType::kBool || (r == Op::kMean && !is_float(t))) continue;
       output(b.op(r, {x}, {t, dims({B, c(32)})}, testing::axis_attrs(2)));                    // rows
       output(b.op(r, {x}, {t, dims({B, c(1), c(48)})}, testing::axis_attrs(1, true)));        // columns
       output(b.op(r, {x}, {t, dims({c(32), c(48)})}, testing::axis_attrs(0)));                // columns, run-time len
+      output(b.op(r, {x}, {t, dims({B})}, testing::axes_attrs({1, 2})));                      // several axes: rows
+      output(b.op(r, {x}, {t, dims({c(1), c(32), c(1)})}, testing::axes_attrs({0, 2}, true)));  // several axes: a thread each
     }
+    if (t != DType::kBool) {  // selection and running sums, over the last axis and a run-time first one
+      for (Op a : {Op::kArgMax, Op::kArgMin}) {
+        output(b.op(a, {x}, {DType::kI32, dims({B, c(32)})}, testing::axis_attrs(2)));
+        output(b.op(a, {x}, {DType::kI32, dims({c(32), c(48)})}, testing::axis_attrs(0)));
+      }
+      ir::Attrs k5 = testing::ints_attrs({5}), k1 = testing::ints_attrs({1});
+      k5.axis = 2;
+      output(b.op(Op::kTopKValues, {x}, {t, dims({B, c(32), c(5)})}, k5));
+      output(b.op(Op::kTopKIndices, {x}, {DType::kI32, dims({B, c(32), c(5)})}, k5));
+      output(b.op(Op::kTopKValues, {x}, {t, dims({c(1), c(32), c(48)})}, k1));
+      output(b.op(Op::kCumSum, {x}, {t, dims({B, c(32), c(48)})}, testing::axis_attrs(2)));
+      output(b.op(Op::kCumSum, {x}, {t, dims({B, c(32), c(48)})}, testing::axis_attrs(0)));
+    }
+    output(b.op(Op::kOneHot, {b.input("classes_" + n, {DType::kI32, dims({B, c(3)})})}, {t, dims({B, c(3), c(6)})},
+                testing::ints_attrs({6})));
     output(b.op(Op::kTranspose, {x}, {t, dims({c(48), B, c(32)})}, testing::ints_attrs({2, 0, 1})));
     output(b.op(Op::kSlice, {x}, {t, dims({B, c(16), c(47)})}, testing::ints_attrs({0, -1, 4, 20, 1, -1})));
     output(b.op(Op::kConcat, {x, x, x}, {t, dims({B, c(32), c(144)})}, testing::axis_attrs(2)));

@@ -248,6 +248,184 @@ TEST_CASE("sum, mean and max over an axis, with and without keepdims") {
   CHECK(out.at("max1").data[0] == 4.0);
 }
 
+TEST_CASE("min over an axis propagates NaN, like max") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 3}));
+  b.output("min0", b.op(Op::kReduceMin, {x}, type(DType::kF32, {3}), axis_attrs(0)));
+  b.output("min1k", b.op(Op::kReduceMin, {x}, type(DType::kF32, {2, 1}), axis_attrs(1, true)));
+  // [[1.5, -2, 4], [0.25, 3, NaN]]
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kF32, {2, 3}, {1.5, -2, 4, 0.25, 3, kNaN})}}, {}});
+  CHECK(out.at("min0").data[0] == 0.25);
+  CHECK(out.at("min0").data[1] == -2.0);
+  CHECK(std::isnan(out.at("min0").data[2]));
+  CHECK(out.at("min1k").shape == std::vector<int64_t>{2, 1});
+  CHECK(out.at("min1k").data[0] == -2.0);
+  CHECK(std::isnan(out.at("min1k").data[1]));
+}
+
+TEST_CASE("reductions over several axes of a rank-4 value, with and without keepdims") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 3, 2, 2}));
+  b.output("sum02", b.op(Op::kSum, {x}, type(DType::kF32, {3, 2}), axes_attrs({0, 2})));
+  b.output("mean13k", b.op(Op::kMean, {x}, type(DType::kF32, {2, 1, 2, 1}), axes_attrs({1, 3}, true)));
+  b.output("max_all", b.op(Op::kReduceMax, {x}, {DType::kF32, {}}, axes_attrs({0, 1, 2, 3})));
+  b.output("min03", b.op(Op::kReduceMin, {x}, type(DType::kF32, {3, 2}), axes_attrs({0, 3})));
+  // x[i][j][k][l] = flat index - 10.5: negative and positive values.
+  std::vector<double> xs(24);
+  for (size_t f = 0; f < xs.size(); ++f) xs[f] = static_cast<double>(f) - 10.5;
+  auto at = [&](int i, int j, int k, int l) { return xs[static_cast<size_t>(((i * 3 + j) * 2 + k) * 2 + l)]; };
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kF32, {2, 3, 2, 2}, xs)}}, {}});
+  for (int j = 0; j < 3; ++j)
+    for (int l = 0; l < 2; ++l) {
+      CHECK(out.at("sum02").data[static_cast<size_t>(j * 2 + l)] ==
+            at(0, j, 0, l) + at(0, j, 1, l) + at(1, j, 0, l) + at(1, j, 1, l));
+      CHECK(out.at("min03").data[static_cast<size_t>(j * 2 + l)] ==
+            std::min({at(0, j, l, 0), at(0, j, l, 1), at(1, j, l, 0), at(1, j, l, 1)}));
+    }
+  CHECK(out.at("sum02").data[0] == -14.0);  // -10.5 - 8.5 + 1.5 + 3.5 (flat 0, 2, 12, 14)
+  CHECK(out.at("mean13k").shape == std::vector<int64_t>{2, 1, 2, 1});
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 2; ++k) {
+      double total = 0;
+      for (int j = 0; j < 3; ++j) total += at(i, j, k, 0) + at(i, j, k, 1);
+      CHECK(out.at("mean13k").data[static_cast<size_t>(i * 2 + k)] == f32(total / 6));
+    }
+  CHECK(out.at("mean13k").data[0] == -6.0);  // flats 0, 1, 4, 5, 8, 9
+  CHECK(out.at("max_all").shape.empty());
+  CHECK(out.at("max_all").data[0] == 12.5);
+  CHECK(out.at("min03").data[0] == -10.5);
+}
+
+TEST_CASE("i32 reductions over several axes: the sum wraps") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kI32, {2, 2}));
+  b.output("sum", b.op(Op::kSum, {x}, {DType::kI32, {}}, axes_attrs({0, 1})));
+  b.output("max", b.op(Op::kReduceMax, {x}, type(DType::kI32, {1, 1}), axes_attrs({0, 1}, true)));
+  b.output("min", b.op(Op::kReduceMin, {x}, {DType::kI32, {}}, axes_attrs({0, 1})));
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kI32, {2, 2}, {2147483647, 1, -3, 3})}}, {}});
+  CHECK(out.at("sum").data[0] == -2147483648.0);  // 2^31 wrapped
+  CHECK(out.at("max").data[0] == 2147483647.0);
+  CHECK(out.at("min").data[0] == -3.0);
+}
+
+TEST_CASE("argmax and argmin: ties to the lowest index, the first NaN wins, either axis") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {3, 4}));
+  b.output("max1", b.op(Op::kArgMax, {x}, type(DType::kI32, {3}), axis_attrs(1)));
+  b.output("min1", b.op(Op::kArgMin, {x}, type(DType::kI32, {3}), axis_attrs(1)));
+  b.output("max0", b.op(Op::kArgMax, {x}, type(DType::kI32, {4}), axis_attrs(0)));
+  b.output("min0k", b.op(Op::kArgMin, {x}, type(DType::kI32, {1, 4}), axis_attrs(0, true)));
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kF32, {3, 4},
+                                     {1, 5, 5, -2,         // ties at 1 and 2
+                                      -3, -1, -3, -1,      // ties for both
+                                      2, kNaN, 7, kNaN})}},  // NaN beats everything, for argmin too
+                       {}});
+  CHECK(out.at("max1").data == std::vector<double>{1, 1, 1});
+  CHECK(out.at("min1").data == std::vector<double>{3, 0, 1});
+  CHECK(out.at("max1").dtype == DType::kI32);
+  // Columns: [1, -3, 2], [5, -1, NaN], [5, -3, 7], [-2, -1, NaN].
+  CHECK(out.at("max0").data == std::vector<double>{2, 2, 2, 2});
+  CHECK(out.at("min0k").shape == std::vector<int64_t>{1, 4});
+  CHECK(out.at("min0k").data == std::vector<double>{1, 2, 1, 2});
+}
+
+TEST_CASE("argmax and argmin of rank 1 and rank 4, i32 and f16 values that tie once rounded") {
+  GraphBuilder b;
+  auto v = b.input("v", type(DType::kI32, {5}));
+  auto w = b.input("w", type(DType::kI32, {2, 1, 2, 3}));
+  auto h = b.input("h", type(DType::kF16, {3}));
+  b.output("vmax", b.op(Op::kArgMax, {v}, {DType::kI32, {}}, axis_attrs(0)));
+  b.output("vmin", b.op(Op::kArgMin, {v}, {DType::kI32, {}}, axis_attrs(0)));
+  b.output("wmax", b.op(Op::kArgMax, {w}, type(DType::kI32, {2, 1, 2}), axis_attrs(3)));
+  b.output("wmin0", b.op(Op::kArgMin, {w}, type(DType::kI32, {1, 2, 3}), axis_attrs(0)));
+  b.output("hmax", b.op(Op::kArgMax, {h}, {DType::kI32, {}}, axis_attrs(0)));
+  auto out = run(b.g, {{},
+                       {{"v", tensor(DType::kI32, {5}, {-7, 3, 3, -9, 1})},
+                        {"w", tensor(DType::kI32, {2, 1, 2, 3}, {4, 9, 9, 0, -1, -5, 2, 2, 2, 8, 1, 8})},
+                        {"h", tensor(DType::kF16, {3}, {1.0001, 1.0002, 0.5})}},  // both 1.0 in f16
+                       {}});
+  CHECK(out.at("vmax").data[0] == 1);
+  CHECK(out.at("vmin").data[0] == 3);
+  CHECK(out.at("wmax").data == std::vector<double>{1, 0, 0, 0});  // [4 9 9] [0 -1 -5] [2 2 2] [8 1 8]
+  CHECK(out.at("wmin0").data == std::vector<double>{1, 1, 1, 0, 0, 0});
+  CHECK(out.at("hmax").data[0] == 0);
+}
+
+TEST_CASE("topk: values and indices best first, ties by the lower index, NaN first, either axis") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 5}));
+  auto c = b.input("c", type(DType::kF32, {3, 2}));
+  auto v = b.input("v", type(DType::kI32, {4}));
+  ir::Attrs k3 = ints_attrs({3}), k2 = ints_attrs({2}), k4 = ints_attrs({4});
+  k3.axis = 1, k2.axis = 0, k4.axis = 0;
+  b.output("xv", b.op(Op::kTopKValues, {x}, type(DType::kF32, {2, 3}), k3));
+  b.output("xi", b.op(Op::kTopKIndices, {x}, type(DType::kI32, {2, 3}), k3));
+  b.output("cv", b.op(Op::kTopKValues, {c}, type(DType::kF32, {2, 2}), k2));
+  b.output("ci", b.op(Op::kTopKIndices, {c}, type(DType::kI32, {2, 2}), k2));
+  b.output("vv", b.op(Op::kTopKValues, {v}, type(DType::kI32, {4}), k4));
+  b.output("vi", b.op(Op::kTopKIndices, {v}, type(DType::kI32, {4}), k4));
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kF32, {2, 5}, {3, -1, 3, 7, kNaN, -2, -2, -5, -1, -2})},
+                        {"c", tensor(DType::kF32, {3, 2}, {1, 4, 6, 4, 6, -3})},
+                        {"v", tensor(DType::kI32, {4}, {5, -3, 5, 9})}},
+                       {}});
+  const std::vector<double>& xv = out.at("xv").data;
+  CHECK(std::isnan(xv[0]));
+  CHECK(std::vector<double>(xv.begin() + 1, xv.end()) == std::vector<double>{7, 3, -1, -2, -2});
+  CHECK(out.at("xi").data == std::vector<double>{4, 3, 0, 3, 0, 1});
+  // Columns [1, 6, 6] and [4, 4, -3], k = 2 along axis 0: result [k, column].
+  CHECK(out.at("cv").data == std::vector<double>{6, 4, 6, 4});
+  CHECK(out.at("ci").data == std::vector<double>{1, 0, 2, 1});
+  // k equal to the extent: a full sort.
+  CHECK(out.at("vv").data == std::vector<double>{9, 5, 5, -3});
+  CHECK(out.at("vi").data == std::vector<double>{3, 0, 2, 1});
+}
+
+TEST_CASE("cumsum: running sums on either axis; f16 accumulates wider, i32 wraps") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 3}));
+  auto h = b.input("h", type(DType::kF16, {3}));
+  auto i = b.input("i", type(DType::kI32, {3}));
+  b.output("last", b.op(Op::kCumSum, {x}, type(DType::kF32, {2, 3}), axis_attrs(1)));
+  b.output("first", b.op(Op::kCumSum, {x}, type(DType::kF32, {2, 3}), axis_attrs(0)));
+  b.output("h", b.op(Op::kCumSum, {h}, type(DType::kF16, {3}), axis_attrs(0)));
+  b.output("i", b.op(Op::kCumSum, {i}, type(DType::kI32, {3}), axis_attrs(0)));
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kF32, {2, 3}, {1.5, -2, 4, 0.25, 3, -1})},
+                        {"h", tensor(DType::kF16, {3}, {2048, 1, 1})},
+                        {"i", tensor(DType::kI32, {3}, {2147483647, 1, -5})}},
+                       {}});
+  CHECK(out.at("last").data == std::vector<double>{1.5, -0.5, 3.5, 0.25, 3.25, 2.25});
+  CHECK(out.at("first").data == std::vector<double>{1.5, -2, 4, 1.75, 1, 3});
+  // 2049 rounds to 2048 in f16, but the running sum goes on from 2049: an
+  // f16 accumulator would stay at 2048.
+  CHECK(out.at("h").data == std::vector<double>{2048, 2048, 2050});
+  CHECK(out.at("i").data == std::vector<double>{2147483647, -2147483648.0, 2147483643});
+}
+
+TEST_CASE("arange counts by its step, up to a constant or a run-time dim; one_hot zeroes ids out of range") {
+  GraphBuilder b;
+  Dim t = b.dim("T", 1, 16);
+  auto ids = b.input("ids", type(DType::kI32, {2, 3}));
+  b.output("up", b.op(Op::kArange, {}, type(DType::kI32, {3}), ints_attrs({2, 11, 3})));
+  b.output("down", b.op(Op::kArange, {}, type(DType::kI32, {3}), ints_attrs({5, -4, -3})));
+  b.output("evens", b.op(Op::kArange, {}, type(DType::kI32, {4}), ints_attrs({0, 7, 2})));
+  b.output("t", b.op(Op::kArange, {}, {DType::kI32, {t}}, ints_attrs({0, 0, 1})));
+  b.output("f16", b.op(Op::kOneHot, {ids}, type(DType::kF16, {2, 3, 4}), ints_attrs({4})));
+  b.output("bool", b.op(Op::kOneHot, {ids}, type(DType::kBool, {2, 3, 4}), ints_attrs({4})));
+  auto out = run(b.g, {{5}, {{"ids", tensor(DType::kI32, {2, 3}, {0, 2, -1, 3, 4, 1})}}, {}});
+  CHECK(out.at("up").data == std::vector<double>{2, 5, 8});
+  CHECK(out.at("down").data == std::vector<double>{5, 2, -1});
+  CHECK(out.at("evens").data == std::vector<double>{0, 2, 4, 6});
+  CHECK(out.at("t").data == std::vector<double>{0, 1, 2, 3, 4});
+  const std::vector<double> rows = {1, 0, 0, 0,  0, 0, 1, 0,  0, 0, 0, 0,   // 0, 2, -1
+                                    0, 0, 0, 1,  0, 0, 0, 0,  0, 1, 0, 0};  // 3, 4, 1
+  CHECK(out.at("f16").data == rows);
+  CHECK(out.at("bool").data == rows);
+  CHECK(out.at("bool").dtype == DType::kBool);
+}
+
 TEST_CASE("softmax rows sum to 1 and match exp / sum, on either axis") {
   GraphBuilder b;
   auto x = b.input("x", type(DType::kF32, {3, 4}));

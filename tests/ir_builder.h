@@ -60,6 +60,13 @@ inline ir::Attrs axis_attrs(int axis, bool keepdims = false) {
   a.keepdims = keepdims;
   return a;
 }
+// A reduction over several axes (ascending), as the type rule leaves it.
+inline ir::Attrs axes_attrs(std::vector<int64_t> axes, bool keepdims = false) {
+  ir::Attrs a;
+  a.ints = std::move(axes);
+  a.keepdims = keepdims;
+  return a;
+}
 inline ir::Attrs ints_attrs(std::vector<int64_t> ints) {
   ir::Attrs a;
   a.ints = std::move(ints);

@@ -12,6 +12,7 @@
 #include "interp/interp.h"
 #include "frontend/parse.h"
 #include "frontend/source_loader.h"
+#include "passes/ir_print.h"
 #include "passes/ir_verify.h"
 
 namespace gdl {
@@ -354,6 +355,89 @@ o = attention(q, k, v, n);
 )");
   const ir::Node& a = only(g, ir::Op::kAttention);
   CHECK(a.attrs.value == doctest::Approx(0.125));
+}
+
+TEST_CASE("lower: min(x, axis) reduces, a list of axes is one node, one listed axis is the one-axis form") {
+  ir::Graph g = lower_clean(R"(program p;
+dim T in [2, 32];
+input x : f32[4, T, 6];
+output a : f32[4, 6];
+output b : f32[6];
+output c : f32[4, 1, 1];
+output d : f32[4, 6];
+output e : f32[4, T, 6];
+a = min(x, axis = 1);
+b = sum(x, axis = [1, 0]);
+c = mean(x, axis = [-1, 1], keepdims = true);
+d = max(x, axis = [1]);
+e = min(x, 2.0);
+)");
+  const ir::Node& a = output_node(g, "a");
+  CHECK(a.op == ir::Op::kReduceMin);
+  CHECK(a.attrs.axis == 1);
+  CHECK(a.attrs.ints.empty());
+  const ir::Node& b = output_node(g, "b");
+  CHECK(b.op == ir::Op::kSum);
+  CHECK(b.attrs.ints == std::vector<int64_t>{0, 1});  // normalized: ascending
+  const ir::Node& c = output_node(g, "c");
+  CHECK(c.attrs.ints == std::vector<int64_t>{1, 2});
+  CHECK(c.attrs.keepdims);
+  CHECK(c.type.shape == Shape{Dim::constant(4), Dim::constant(1), Dim::constant(1)});
+  const ir::Node& d = output_node(g, "d");
+  CHECK(d.op == ir::Op::kReduceMax);
+  CHECK(d.attrs.axis == 1);
+  CHECK(d.attrs.ints.empty());
+  CHECK(output_node(g, "e").op == ir::Op::kMin);  // two operands: elementwise
+  CHECK(ir::print_ir(g).find("sum %0 {axes=[0, 1]} : f32[6]") != std::string::npos);
+}
+
+TEST_CASE("lower: argmax, topk, cumsum, arange and one_hot take their attributes from the call") {
+  ir::Graph g = lower_clean(R"(program p;
+dim T in [3, 32];
+input x : f16[4, T, 6];
+input ids : i32[T];
+output a : i32[4, T];
+output b : i32[4, 1, 6];
+output c : f16[4, 2, 6];
+output d : i32[4, T, 3];
+output e : f16[4, T, 6];
+output f : i32[T];
+output g : i32[4];
+output h : i32[T];
+output k : f16[T, 5];
+output m : f32[5];
+a = argmax(x);
+b = argmin(x, axis = 1, keepdims = true);
+c = topk_values(x, 2, axis = -2);
+d = topk_indices(x, k = 3);
+e = cumsum(x, axis = -2);
+f = arange(T);
+g = arange(10, 0, step = -3);
+h = arange(0, T);
+k = one_hot(ids, 5, dtype = f16);
+m = one_hot(2, 5);
+)");
+  CHECK(output_node(g, "a").attrs.axis == 2);
+  CHECK(output_node(g, "b").attrs.keepdims);
+  const ir::Node& c = output_node(g, "c");
+  CHECK(c.op == ir::Op::kTopKValues);
+  CHECK(c.attrs.axis == 1);
+  CHECK(c.attrs.ints == std::vector<int64_t>{2});
+  CHECK(output_node(g, "d").attrs.ints == std::vector<int64_t>{3});
+  CHECK(output_node(g, "e").attrs.axis == 1);
+  const ir::Node& f = output_node(g, "f");
+  CHECK(f.type.shape == Shape{Dim::runtime(0)});
+  CHECK(f.attrs.ints == std::vector<int64_t>{0, 0, 1});
+  const ir::Node& arange = output_node(g, "g");  // 10, 7, 4, 1
+  CHECK(arange.type.shape == Shape{Dim::constant(4)});
+  CHECK(arange.attrs.ints == std::vector<int64_t>{10, 0, -3});
+  CHECK(output_node(g, "h").attrs == f.attrs);
+  const ir::Node& k = output_node(g, "k");
+  CHECK(k.op == ir::Op::kOneHot);
+  CHECK(k.type.dtype == DType::kF16);
+  CHECK(k.attrs.ints == std::vector<int64_t>{5});
+  CHECK(output_node(g, "m").type == TensorType{DType::kF32, {Dim::constant(5)}});
+  CHECK(ir::print_ir(g).find("arange {start=10, step=-3} : i32[4]") != std::string::npos);
 }
 
 TEST_CASE("lower: the examples lower without diagnostics") {

@@ -326,6 +326,28 @@ TEST_CASE("verify accepts a well-formed graph and names the node of each problem
     b.op(Op::kReshape, {1}, type(DType::kF32, {13}));
     expect_rejected(b.g, "%4 reshape");
   }
+  SUBCASE("axes of a reduction out of order") {
+    GraphBuilder b = valid();
+    b.op(Op::kSum, {2}, {DType::kF32, {}}, axes_attrs({1, 0}));
+    expect_rejected(b.g, "%4 sum: attributes {axes=[1, 0]} should be {axes=[0, 1]}");
+  }
+  SUBCASE("topk whose k differs from its result") {
+    GraphBuilder b = valid();
+    ir::Attrs k = ints_attrs({2});
+    k.axis = 1;
+    b.op(Op::kTopKIndices, {2}, type(DType::kI32, {4, 3}), k);  // h is [B, 3]: k = 2 gives [B, 2]
+    expect_rejected(b.g, "%4 topk_indices: result type");
+  }
+  SUBCASE("arange whose count differs from its start, stop and step") {
+    GraphBuilder b = valid();
+    b.op(Op::kArange, {}, type(DType::kI32, {4}), ints_attrs({2, 11, 3}));
+    expect_rejected(b.g, "%4 arange: result type i32[4] should be i32[3]");
+  }
+  SUBCASE("one_hot without its class count") {
+    GraphBuilder b = valid();
+    b.op(Op::kOneHot, {b.input("ids", type(DType::kI32, {2}))}, type(DType::kF32, {2, 5}));
+    expect_rejected(b.g, "%5 one_hot");
+  }
   SUBCASE("constant that is not rank 0") {
     GraphBuilder b = valid();
     b.leaf(Op::kConstant, "", type(DType::kF32, {2}), 1.0);

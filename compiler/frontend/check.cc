@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "lower/lower.h"
 #include "ops/op_def.h"
@@ -630,7 +631,7 @@ class Checker {
 
   void call(const ast::CallExpr& c) {
     auto len = static_cast<uint32_t>(c.callee.size());
-    bool cast = false;
+    const ops::OpDef* op = nullptr;
     if (auto g = globals_.find(c.callee); g != globals_.end()) {
       if (g->second.kind == GlobalKind::kFn) {
         g->second.used = true;
@@ -639,8 +640,8 @@ class Checker {
         diags_.error(c.loc, "'" + c.callee + "' is " + kind_name(g->second.kind) + ", not a fn",
                      "only fns and standard ops can be called", len);
       }
-    } else if (ops::find_callable(c.callee)) {
-      cast = c.callee == "cast";
+    } else if ((op = ops::find_callable(c.callee))) {
+      // a standard op: the lowering checks its arguments
     } else if (is_host_effect(c.callee)) {
       diags_.error(c.loc, c.callee + "(...) is a host side effect that a CUDA graph replay cannot perform",
                    "make the value an output and read it after the run", len);
@@ -654,9 +655,12 @@ class Checker {
     }
     for (size_t i = 0; i < c.args.size(); ++i) {
       const ast::Arg& a = c.args[i];
-      // cast(x, f16): the target is a type name, checked by the lowering.
-      bool type_argument =
-          cast && (a.keyword == "dtype" || (a.keyword.empty() && i == 1)) && a.value->kind == ast::ExprKind::kName;
+      // cast(x, f16), one_hot(ids, n, dtype = f16): a `dtype` parameter's
+      // argument is a type name, checked by the lowering.
+      const bool dtype_parameter =
+          op && (a.keyword == "dtype" ||
+                 (a.keyword.empty() && i < op->params.size() && std::string_view(op->params[i]) == "dtype"));
+      const bool type_argument = dtype_parameter && a.value->kind == ast::ExprKind::kName;
       if (!type_argument) expr(*a.value);
     }
   }

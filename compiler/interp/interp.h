@@ -24,10 +24,11 @@ namespace gdl {
 // Inputs are bound at their capacity shape; positions past the valid count
 // along a run-time axis are padding (fill them with NaN to prove they never
 // leak: pad_to_capacity). Ops that combine elements along a padded axis
-// (sum, mean, max, softmax, layernorm, rmsnorm, the contracted K of a
-// matmul, attention positions) use only the valid positions, and mean
-// divides by the valid count; every other op computes the padding too. The
-// valid part of every output (valid_part) then equals the plain run.
+// (sum, mean, max, min, argmax, argmin, topk, softmax, layernorm, rmsnorm,
+// the contracted K of a matmul, attention positions) use only the valid
+// positions, and mean divides by the valid count; every other op computes
+// the padding too. The valid part of every output (valid_part) then equals
+// the plain run.
 struct Bindings {
   std::vector<int64_t> dims;                   // value of each run-time dim (Graph::dims order); capacity in capacity mode
   std::map<std::string, HostTensor> tensors;   // inputs, params and states (their values at run start) by name

@@ -137,6 +137,31 @@ class CallQuery final : public ops::TypeQuery {
     return true;
   }
 
+  bool axes(size_t slot, const std::string& what, std::vector<int64_t>* out) override {
+    const Value& v = operand(slot);
+    if (v.kind != Value::Kind::kList) {
+      std::optional<int64_t> k = l_.static_int(v, what);
+      if (!k) return turn_down(), false;
+      out->push_back(*k);
+      return true;
+    }
+    if (v.list.empty()) {
+      l_.fail(v.loc, what + " = [] names no axis", "give one axis, or a list such as [0, 2]", v.length);
+      return turn_down(), false;
+    }
+    return integers(slot, what, out);
+  }
+
+  bool extent(size_t slot, const std::string& what, size_t, Dim* out) override {
+    const Value& v = operand(slot);
+    if (!v.ok()) return turn_down(), false;
+    if (v.kind == Value::Kind::kDim) return *out = Dim::runtime(v.dim), true;
+    if (v.kind == Value::Kind::kInt) return *out = Dim::constant(v.i), true;
+    l_.fail(v.loc, what + " must be a compile-time integer or a dim name, got " + l_.describe(v),
+            "write an integer literal, a const or a declared dim", v.length);
+    return turn_down(), false;
+  }
+
   bool shape(size_t slot, Shape* out) override {
     const Value& v = operand(slot);
     if (!v.ok()) return turn_down(), false;

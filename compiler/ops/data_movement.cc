@@ -1,13 +1,18 @@
 // The ops that move elements without arithmetic: transpose, reshape,
-// slice (x[...] subscripts), concat and gather. A reshape, and a slice
+// slice (x[...] subscripts), concat and gather, and the ones that make
+// elements from their positions: arange and one_hot. A reshape, and a slice
 // whose elements are one contiguous run, are views that run nothing
 // (plan/schedule.cc); otherwise each is one elementwise kernel of its own
-// whose element i is loaded from where it lies in the operand.
+// whose element i is loaded from where it lies in the operand (or made
+// from i).
 //  - slice: a stop of -1 means "to the end of the axis" (a run-time dim
 //    sliced whole); a run-time dim is sliced whole or by a constant range
 //    below its lower bound.
 //  - gather: ids outside [0, V) give a zero row.
+//  - arange: i32 start + i * step; its extent may be a run-time dim.
+//  - one_hot: ids outside [0, n) give an all-zero row.
 #include <algorithm>
+#include <limits>
 
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
@@ -218,9 +223,72 @@ TypeResult infer_gather(TypeQuery& q) {
   return TensorType{table->dtype, s};
 }
 
+// arange(n): 0, 1, ..., n - 1, where n is a compile-time integer or a
+// run-time dim (the result then has that dim); arange(start, stop, step = 1):
+// start, start + step, ... up to stop (exclusive), compile-time integers.
+// The node keeps [start, stop, step] (stop 0 for a run-time dim).
+TypeResult infer_arange(TypeQuery& q) {
+  int64_t start = 0, step = 1;
+  Dim stop;
+  const bool range = q.given(1);
+  if (range) {
+    if (!q.integer(0, "start", &start) || !q.extent(1, "stop", 0, &stop)) return TypeResult::failed();
+    if (q.given(2) && !q.integer(2, "step", &step)) return TypeResult::failed();
+  } else if (!q.extent(0, "n", 0, &stop)) {
+    return TypeResult::failed();
+  }
+  const int stop_slot = range ? 1 : 0;
+  if (stop.is_runtime()) {
+    const std::string name = q.dims()[static_cast<size_t>(stop.symbol)].name;
+    if (start != 0 || step != 1)
+      return q.error(stop_slot, "arange up to the run-time dim '" + name + "' counts from 0 by 1",
+                     "shift and scale it instead: start + step * arange(" + name + ")");
+    q.attrs().ints = {0, 0, 1};
+    return TensorType{DType::kI32, {stop}};
+  }
+  constexpr int64_t lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
+  for (auto [slot, v] : {std::pair<int, int64_t>{0, start}, {stop_slot, stop.extent}})
+    if (v < lo || v > hi)
+      return q.error(slot, "arange's bounds must fit i32, got " + std::to_string(v), "arange makes i32 values");
+  if (step == 0) return q.error(2, "arange's step must not be 0", "count up with a positive step, down with a negative one");
+  const int64_t span = stop.extent - start;
+  if (step > 0 ? span <= 0 : span >= 0)
+    return q.error(kAtOp,
+                   "arange from " + std::to_string(start) + " to " + std::to_string(stop.extent) + " by " +
+                       std::to_string(step) + " holds no element",
+                   "stop must lie past start in the direction of step");
+  const int64_t count = (span + step + (step > 0 ? -1 : 1)) / step;  // ceil(span / step)
+  q.attrs().ints = {start, stop.extent, step};
+  return TensorType{DType::kI32, {Dim::constant(count)}};
+}
+
+// one_hot(ids, n, dtype = f32): ids.shape + [n], 1 where the last index
+// equals the id.
+TypeResult infer_one_hot(TypeQuery& q) {
+  std::string described;
+  const TensorType* ids = q.value(0, "one_hot", DType::kI32, &described);
+  if (!ids && described.empty()) return TypeResult::failed();
+  if (!ids || ids->dtype != DType::kI32)
+    return q.error(0, "one_hot ids must be i32, got " + (ids ? q.text(*ids) : described), "convert them with cast(ids, i32)");
+  int64_t n = 0;
+  if (!q.integer(1, "n", &n)) return TypeResult::failed();
+  if (n < 1) return q.error(1, "one_hot needs n >= 1 classes, got " + std::to_string(n), "n is the length of each row");
+  DType dtype = DType::kF32;
+  if (q.given(2) && !q.dtype(2, &dtype)) return TypeResult::failed();
+  Shape s = ids->shape;
+  s.push_back(Dim::constant(n));
+  q.attrs().ints = {n};
+  return TensorType{dtype, s};
+}
+
 std::string perm_attr(const ir::Attrs& a) { return "perm=" + ints_text(a.ints); }
 std::string bounds_attr(const ir::Attrs& a) { return "bounds=" + ints_text(a.ints); }
 std::string axis_attr(const ir::Attrs& a) { return "axis=" + std::to_string(a.axis); }
+// The count is the result's extent.
+std::string arange_attr(const ir::Attrs& a) {
+  return a.ints.size() == 3 ? "start=" + std::to_string(a.ints[0]) + ", step=" + std::to_string(a.ints[2]) : "?";
+}
+std::string one_hot_attr(const ir::Attrs& a) { return "n=" + std::to_string(a.ints.empty() ? 0 : a.ints[0]); }
 
 // ---------------------------------------------------------------- CPU rules
 
@@ -282,6 +350,21 @@ void eval_gather(const Node&, const EvalArgs& in, HostTensor& out) {
     if (id < 0 || id >= rows) continue;  // out of range: the row stays zero
     const double* src = table.data.data() + id * row_size;
     std::copy(src, src + row_size, out.data.data() + i * row_size);
+  }
+}
+
+void eval_arange(const Node& n, const EvalArgs&, HostTensor& out) {
+  const int64_t start = n.attrs.ints.at(0), step = n.attrs.ints.at(2);
+  for (size_t i = 0; i < out.data.size(); ++i) out.data[i] = static_cast<double>(start + static_cast<int64_t>(i) * step);
+}
+
+void eval_one_hot(const Node& n, const EvalArgs& in, HostTensor& out) {
+  const HostTensor& ids = *in.values[0];
+  const int64_t classes = n.attrs.ints.at(0);
+  GDL_INTERNAL_ASSERT(static_cast<int64_t>(out.data.size()) == ids.size() * classes, "one_hot result size");
+  for (int64_t i = 0; i < ids.size(); ++i) {
+    const auto id = static_cast<int64_t>(ids.data[static_cast<size_t>(i)]);
+    if (id >= 0 && id < classes) out.data[static_cast<size_t>(i * classes + id)] = 1;  // out of range: all zero
   }
 }
 
@@ -382,6 +465,25 @@ std::string element_gather(StepEmitter& e, ValueId v) {
   return out;
 }
 
+std::string element_arange(StepEmitter& e, ValueId v) {
+  const Node& n = e.g.node(v);
+  return "    const int r" + std::to_string(v) + " = (int)((long long)" + int_literal(n.attrs.ints.at(0)) +
+         " + (long long)i * " + int_literal(n.attrs.ints.at(2)) + ");\n";
+}
+
+std::string element_one_hot(StepEmitter& e, ValueId v) {
+  const Node& n = e.g.node(v);
+  const ValueId ids = n.args.at(0);
+  const std::string c_type = compute_type(n.type.dtype);
+  const std::string classes = std::to_string(n.attrs.ints.at(0));
+  std::string id_expr;
+  if (e.is_inline_leaf(ids)) id_expr = e.inline_value(ids);
+  else if (statically_one_element(e.g.node(ids).type.shape)) id_expr = "gdl::ld(" + e.pointer(ids) + "[0])";
+  else id_expr = "gdl::ld(" + e.pointer(ids) + "[i / " + classes + "])";
+  return "    const " + c_type + " r" + std::to_string(v) + " = " + id_expr + " == (int)(i % " + classes + ") ? (" +
+         c_type + ")1 : (" + c_type + ")0;  // an id outside [0, " + classes + ") matches no column\n";
+}
+
 // -------------------------------------------------- padding and identities
 
 // (constant product, run-time symbol) pairs in order; the last symbol is -1.
@@ -480,6 +582,16 @@ void add_data_movement_ops(std::vector<OpDef>& defs) {
   gather.min_args = gather.max_args = 2;
   gather.blocks_padding = gather_blocks_padding;
   defs.push_back(gather);
+  OpDef arange = movement(Op::kArange, "arange", {"start", "stop", "step"}, infer_arange, eval_arange, element_arange);
+  arange.operands = 0;  // arange(n) or arange(start, stop, step)
+  arange.required = 1;
+  arange.min_args = arange.max_args = 0;
+  arange.attr_text = arange_attr;
+  defs.push_back(arange);
+  OpDef one_hot = movement(Op::kOneHot, "one_hot", {"ids", "n", "dtype"}, infer_one_hot, eval_one_hot, element_one_hot);
+  one_hot.required = 2;
+  one_hot.attr_text = one_hot_attr;
+  defs.push_back(one_hot);
 }
 
 }  // namespace gdl::ops

@@ -224,6 +224,10 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   a.fold_unary_int = abs_int;
   defs.push_back(a);
   OpDef minimum = binary(Op::kMin, "min", infer_binary<Op::kMin>, min, "gdl::op::min");
+  minimum.params = {"x", "b", "axis", "keepdims"};  // min(x, axis = 1) is reduce_min (reduce.cc)
+  minimum.operands = 2;
+  minimum.required = 1;
+  minimum.without_second_operand = Op::kReduceMin;
   minimum.fold_binary_int = min_int;
   defs.push_back(minimum);
   defs.push_back(binary(Op::kPow, "pow", infer_binary<Op::kPow>, pow, "gdl::op::pow"));

@@ -15,6 +15,7 @@ void add_reduce_ops(std::vector<OpDef>& defs);         // reduce.cc
 void add_norm_ops(std::vector<OpDef>& defs);           // norm.cc
 void add_data_movement_ops(std::vector<OpDef>& defs);  // data_movement.cc
 void add_attention_ops(std::vector<OpDef>& defs);      // attention.cc
+void add_select_ops(std::vector<OpDef>& defs);         // select.cc
 void add_update_ops(std::vector<OpDef>& defs);         // update.cc
 void add_leaf_ops(std::vector<OpDef>& defs);           // leaves.cc
 
@@ -23,6 +24,8 @@ void add_leaf_ops(std::vector<OpDef>& defs);           // leaves.cc
 // normalized to [0, rank) into *out. nullopt when it fits; else what the
 // rule returns.
 std::optional<TypeResult> axis_of(TypeQuery& q, size_t slot, int rank, int* out);
+// The same check for an axis read already (one entry of a list of axes).
+std::optional<TypeResult> normalize_axis(TypeQuery& q, size_t slot, int64_t axis, int rank, int* out);
 
 // Shared by softmax's and the norms' rules: operand 0, a float tensor of
 // rank >= 1, named as the op was written. nullptr after *bad is set to what

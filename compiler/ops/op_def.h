@@ -36,8 +36,8 @@ namespace gdl::ops {
 enum class FusionClass : uint8_t {
   kLeaf,          // input, param, scalar, constant: no kernel
   kElementwise,   // joins elementwise kernels and matmul epilogues
-  kDataMovement,  // reshape, transpose, slice, concat, gather: an elementwise kernel of its own
-  kReduction,     // sum, mean, max over an axis, softmax
+  kDataMovement,  // reshape, transpose, slice, concat, gather, arange, one_hot: an elementwise kernel of its own
+  kReduction,     // sum, mean, max, min over axes, softmax, cumsum, argmax, argmin, topk
   kNorm,          // layernorm, rmsnorm: may be a matmul's prologue
   kMatmul,        // anchors an epilogue
   kAttention,
@@ -105,6 +105,13 @@ class TypeQuery {
   virtual bool flag(size_t slot, const std::string& what, bool* out) = 0;                // keepdims
   virtual bool number(size_t slot, const std::string& what, double* out) = 0;            // eps, scale
   virtual bool integers(size_t slot, const std::string& what, std::vector<int64_t>* out) = 0;  // perm, bounds
+  // A reduction's axes, written as one integer or a list ([0, 2]); as written
+  // (negative from the end). ir::verify answers Attrs::ints, else [axis].
+  virtual bool axes(size_t slot, const std::string& what, std::vector<int64_t>* out) = 0;
+  // A compile-time integer or the name of a declared run-time dim (arange's
+  // stop). ir::verify answers the result's dim at `result_axis` when that is
+  // a run-time dim, else the attribute from Attrs::ints.
+  virtual bool extent(size_t slot, const std::string& what, size_t result_axis, Dim* out) = 0;
   virtual bool shape(size_t slot, Shape* out) = 0;                                       // reshape's target
   virtual bool dtype(size_t slot, DType* out) = 0;                                       // cast's target
   // Per axis of a slice, how the source wrote it; empty where the query
@@ -188,7 +195,7 @@ struct OpDef {
   size_t operands = 0;   // how many of params are operands
   size_t required = 0;   // how many params a call must give
   // A call that leaves operand 1 out is this op instead (max(x, axis) is
-  // reduce_max, max(a, b) is max).
+  // reduce_max, max(a, b) is max; min likewise).
   std::optional<ir::Op> without_second_operand;
 
   // IR arguments: at least min_args, at most max_args (SIZE_MAX: variadic).

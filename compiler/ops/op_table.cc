@@ -24,6 +24,7 @@ const Table& table() {
     add_norm_ops(defs);
     add_data_movement_ops(defs);
     add_attention_ops(defs);
+    add_select_ops(defs);
     add_update_ops(defs);
     add_leaf_ops(defs);
     Table t;
@@ -78,6 +79,10 @@ int64_t EvalArgs::valid(size_t i, int axis) const {
 std::optional<TypeResult> axis_of(TypeQuery& q, size_t slot, int rank, int* out) {
   int64_t axis = 0;
   if (!q.integer(slot, "axis", &axis)) return TypeResult::failed();
+  return normalize_axis(q, slot, axis, rank, out);
+}
+
+std::optional<TypeResult> normalize_axis(TypeQuery& q, size_t slot, int64_t axis, int rank, int* out) {
   if (axis < -rank || axis >= rank)
     return TypeResult(q.error(static_cast<int>(slot),
                               "axis " + std::to_string(axis) + " is out of range for a rank-" + std::to_string(rank) +

@@ -30,10 +30,22 @@ class NodeQuery final : public ops::TypeQuery {
   const TensorType* tensor(size_t slot, const std::string&) override { return arg(slot); }
   const TensorType* value(size_t slot, const std::string&, DType, std::string*) override { return arg(slot); }
   bool unify(size_t, size_t) override { return true; }
-  // The node's one integer attribute is its axis (Attrs::axis).
+  // An axis is Attrs::axis; any other integer attribute is in Attrs::ints
+  // at its position among the op's attributes (ir.h).
   bool integer(size_t slot, const std::string&, int64_t* out) override {
-    GDL_INTERNAL_ASSERT(std::string_view(param(slot)) == "axis", "a type rule asked the node for an integer other than its axis");
-    return *out = n_.attrs.axis, true;
+    if (std::string_view(param(slot)) == "axis") return *out = n_.attrs.axis, true;
+    const size_t at = slot - operand_count();
+    return at < n_.attrs.ints.size() && (*out = n_.attrs.ints[at], true);
+  }
+  bool axes(size_t, const std::string&, std::vector<int64_t>* out) override {
+    *out = n_.attrs.ints.empty() ? std::vector<int64_t>{n_.attrs.axis} : n_.attrs.ints;
+    return true;
+  }
+  bool extent(size_t slot, const std::string& what, size_t result_axis, Dim* out) override {
+    if (result_axis < n_.type.shape.size() && n_.type.shape[result_axis].is_runtime())
+      return *out = n_.type.shape[result_axis], true;
+    int64_t v = 0;
+    return integer(slot, what, &v) && (*out = Dim::constant(v), true);
   }
   bool flag(size_t, const std::string&, bool* out) override { return *out = n_.attrs.keepdims, true; }
   bool number(size_t, const std::string&, double* out) override { return *out = n_.attrs.value, true; }
