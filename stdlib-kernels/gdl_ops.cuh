@@ -2,9 +2,10 @@
 // bf16 in float) and int (i32, and bool as 0/1). Semantics follow the CPU
 // interpreter (compiler/ops/, the op table's CPU rules): i32 arithmetic wraps around, i32
 // division truncates with x / 0 == 0 and INT_MIN / -1 == INT_MIN, min / max
-// / relu propagate NaN, gelu is the exact erf form, comparisons give 0/1 and
-// are false on NaN except ne. Results are rounded into the value's dtype by
-// the caller (gdl::fit), so these return plain float or int.
+// / relu / sign / clamp propagate NaN, round is half to even, gelu is the
+// exact erf form, comparisons give 0/1 and are false on NaN except ne.
+// Results are rounded into the value's dtype by the caller (gdl::fit), so
+// these return plain float or int.
 #pragma once
 
 #include "gdl_types.cuh"
@@ -28,6 +29,14 @@ GDL_DEV float tanh(float x) { return tanhf(x); }
 GDL_DEV float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 GDL_DEV float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }
 GDL_DEV float silu(float x) { return x / (1.0f + expf(-x)); }
+GDL_DEV float cos(float x) { return cosf(x); }
+GDL_DEV float sin(float x) { return sinf(x); }
+GDL_DEV float erf(float x) { return erff(x); }
+GDL_DEV float floor(float x) { return floorf(x); }
+GDL_DEV float ceil(float x) { return ceilf(x); }
+GDL_DEV float round(float x) { return rintf(x); }  // half to even, like the interpreter's nearbyint
+GDL_DEV float sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }  // 0 and NaN stay
+GDL_DEV int sign(int x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
 
 // ---------------------------------------------------------------- binary
 GDL_DEV float add(float a, float b) { return a + b; }
@@ -76,6 +85,8 @@ GDL_DEV int and_(int a, int b) { return a != 0 && b != 0 ? 1 : 0; }
 GDL_DEV int or_(int a, int b) { return a != 0 || b != 0 ? 1 : 0; }
 
 template <typename C> GDL_DEV C where(int cond, C a, C b) { return cond != 0 ? a : b; }
+GDL_DEV float clamp(float x, float lo, float hi) { return min(max(x, lo), hi); }
+GDL_DEV int clamp(int x, int lo, int hi) { return min(max(x, lo), hi); }
 
 }  // namespace op
 }  // namespace gdl

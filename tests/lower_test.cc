@@ -279,6 +279,28 @@ y = x;
   CHECK(g.node(g.leaves(ir::Op::kInput)[0]).type.shape == Shape{Dim::constant(2)});
 }
 
+TEST_CASE("lower: clamp, sign and the new unary ops type-check and fold") {
+  ir::Graph g = lower_clean(R"(program p;
+const S = sign(-9) + 2;                # 1, exactly
+input x : f16[S, 4];
+input lo : f16[4];
+input n : i32[S, 4];
+output y : f16[S, 4];
+output c : i32[S, 4];
+y = clamp(round(cos(x) + sin(x)) * erf(x), lo, 2.0) + floor(x) - ceil(x) + sign(x);
+c = clamp(n, -3, 3) + sign(n);
+)");
+  CHECK(g.node(g.leaves(ir::Op::kInput)[0]).type.shape == Shape{Dim::constant(1), Dim::constant(4)});
+  CHECK(count(g, ir::Op::kClamp) == 2);
+  for (ir::Op op : {ir::Op::kCos, ir::Op::kSin, ir::Op::kErf, ir::Op::kRound, ir::Op::kFloor, ir::Op::kCeil})
+    CHECK(count(g, op) == 1);
+  CHECK(count(g, ir::Op::kSign) == 2);
+  for (const ir::Node& node : g.nodes)
+    if (node.op == ir::Op::kClamp) {
+      for (ir::ValueId a : node.args) CHECK(g.node(a).type.dtype == node.type.dtype);  // 2.0 became f16, -3 i32
+    }
+}
+
 TEST_CASE("lower: subscripts lower to slice, and static indices drop their axis") {
   ir::Graph g = lower_clean(R"(program p;
 dim B in [2, 8];

@@ -1,5 +1,6 @@
-// The elementwise ops: unary (exp ... abs, neg, not, cast), binary with
-// numpy broadcasting (+ - * / min max pow, comparisons, && ||) and where.
+// The elementwise ops: unary (exp ... abs, cos ... sign, neg, not, cast),
+// binary with numpy broadcasting (+ - * / min max pow, comparisons, && ||),
+// where and clamp.
 // Each computes one element from the elements its operands broadcast to it,
 // so fusion chains them into one kernel (plan/fuse.cc) and codegen calls
 // their gdl::op::<name> functions (stdlib-kernels/gdl_ops.cuh) inside one
@@ -10,7 +11,9 @@
 //    integer arithmetic does on the GPU; i32 div truncates toward zero,
 //    x / 0 is 0 and INT_MIN / -1 is INT_MIN; i32 pow is std::pow rounded like
 //    a cast (toward zero, saturating).
-//  - min, max and relu propagate NaN.
+//  - min, max, relu, sign and clamp propagate NaN; clamp(x, lo, hi) is
+//    min(max(x, lo), hi), so lo > hi gives hi.
+//  - round rounds half to even (rint), as torch.round does.
 //  - gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))).
 //  - Comparisons with NaN are false except `ne`; results are bool 0/1.
 #include <algorithm>
@@ -35,6 +38,28 @@ TypeResult infer_unary(TypeQuery& q) {
   if (!is_float(x->dtype) && !(kIntegerOk && x->dtype == DType::kI32))
     return q.error(0, q.what() + " needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
   return *x;
+}
+
+// clamp(x, lo, hi): x float or i32, lo and hi of its dtype, all three broadcast.
+TypeResult infer_clamp(TypeQuery& q) {
+  if (!q.unify(0, 1) || !q.unify(0, 2)) return TypeResult::failed();
+  const TensorType* x = q.tensor(0, "clamp");
+  const TensorType* lo = x ? q.tensor(1, "clamp") : nullptr;
+  const TensorType* hi = lo ? q.tensor(2, "clamp") : nullptr;
+  if (!x || !lo || !hi) return TypeResult::failed();
+  if (!is_float(x->dtype) && x->dtype != DType::kI32)
+    return q.error(0, "clamp needs a float or i32 tensor, got " + q.text(*x), "convert it with cast(x, f32)");
+  for (const TensorType* bound : {lo, hi})
+    if (bound->dtype != x->dtype)
+      return q.error(bound == lo ? 1 : 2,
+                     "dtype mismatch in clamp: " + q.text(*x) + " and its bound " + q.text(*bound),
+                     "the bounds need x's dtype; convert with cast(x, " + std::string(dtype_name(x->dtype)) + ")");
+  std::optional<Shape> xl = broadcast_shapes(x->shape, lo->shape);
+  std::optional<Shape> all = xl ? broadcast_shapes(*xl, hi->shape) : std::nullopt;
+  if (!all)
+    return q.error(kAtOp, "cannot broadcast " + q.text(*x) + ", " + q.text(*lo) + " and " + q.text(*hi) + " in clamp",
+                   "shapes broadcast like numpy: aligned from the right, each dim equal or 1");
+  return TensorType{x->dtype, *all};
 }
 
 TypeResult infer_neg(TypeQuery& q) {
@@ -125,6 +150,13 @@ double gelu(double x, DType) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.
 double silu(double x, DType) { return x / (1.0 + std::exp(-x)); }
 double abs(double x, DType t) { return t == DType::kI32 ? host::wrap_i32(std::abs(static_cast<int64_t>(x))) : std::fabs(x); }
 double cast(double x, DType) { return x; }  // the rounding to the result's dtype is the cast
+double cos(double x, DType) { return std::cos(x); }
+double sin(double x, DType) { return std::sin(x); }
+double erf(double x, DType) { return std::erf(x); }
+double floor(double x, DType) { return std::floor(x); }
+double ceil(double x, DType) { return std::ceil(x); }
+double round(double x, DType) { return std::nearbyint(x); }  // the default rounding mode: half to even
+double sign(double x, DType) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }  // 0 stays 0, NaN stays NaN
 
 // Only i32 operands are converted: casting NaN or a huge float is undefined.
 template <typename F>
@@ -156,6 +188,16 @@ double ne(double a, double b, DType) { return a != b; }
 double logical_and(double a, double b, DType) { return a != 0 && b != 0; }
 double logical_or(double a, double b, DType) { return a != 0 || b != 0; }
 
+void eval_clamp(const ir::Node& n, const EvalArgs& in, HostTensor& out) {
+  const HostTensor &x = *in.values[0], &lo = *in.values[1], &hi = *in.values[2];
+  host::BroadcastCursor cursor(out.shape, {x.shape, lo.shape, hi.shape});
+  const DType t = n.type.dtype;
+  for (double& v : out.data) {
+    v = min(max(x.data[cursor.offset(0)], lo.data[cursor.offset(1)], t), hi.data[cursor.offset(2)], t);
+    cursor.next();
+  }
+}
+
 void eval_where(const ir::Node&, const EvalArgs& in, HostTensor& out) {
   const HostTensor &cond = *in.values[0], &a = *in.values[1], &b = *in.values[2];
   host::BroadcastCursor cursor(out.shape, {cond.shape, a.shape, b.shape});
@@ -173,6 +215,7 @@ std::optional<int64_t> abs_int(int64_t x) {
 std::optional<int64_t> relu_int(int64_t x) { return std::max<int64_t>(x, 0); }
 std::optional<int64_t> min_int(int64_t a, int64_t b) { return std::min(a, b); }
 std::optional<int64_t> max_int(int64_t a, int64_t b) { return std::max(a, b); }
+std::optional<int64_t> sign_int(int64_t x) { return x > 0 ? 1 : x < 0 ? -1 : 0; }
 
 bool cast_is_identity(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
 
@@ -220,6 +263,15 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   defs.push_back(r);
   defs.push_back(unary(Op::kGelu, "gelu", infer_unary<false>, gelu, "gdl::op::gelu"));
   defs.push_back(unary(Op::kSilu, "silu", infer_unary<false>, silu, "gdl::op::silu"));
+  defs.push_back(unary(Op::kCos, "cos", infer_unary<false>, cos, "gdl::op::cos"));
+  defs.push_back(unary(Op::kSin, "sin", infer_unary<false>, sin, "gdl::op::sin"));
+  defs.push_back(unary(Op::kErf, "erf", infer_unary<false>, erf, "gdl::op::erf"));
+  defs.push_back(unary(Op::kFloor, "floor", infer_unary<false>, floor, "gdl::op::floor"));
+  defs.push_back(unary(Op::kCeil, "ceil", infer_unary<false>, ceil, "gdl::op::ceil"));
+  defs.push_back(unary(Op::kRound, "round", infer_unary<false>, round, "gdl::op::round"));
+  OpDef s = unary(Op::kSign, "sign", infer_unary<true>, sign, "gdl::op::sign");
+  s.fold_unary_int = sign_int;
+  defs.push_back(s);
   OpDef a = unary(Op::kAbs, "abs", infer_unary<true>, abs, "gdl::op::abs");
   a.fold_unary_int = abs_int;
   defs.push_back(a);
@@ -245,6 +297,17 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   where.eval = eval_where;
   where.device_function = "gdl::op::where";
   defs.push_back(where);
+  OpDef clamp;
+  clamp.op = Op::kClamp;
+  clamp.fusion = FusionClass::kElementwise;
+  clamp.callable = "clamp";
+  clamp.params = {"x", "lo", "hi"};
+  clamp.operands = clamp.required = 3;
+  clamp.min_args = clamp.max_args = 3;
+  clamp.infer = infer_clamp;
+  clamp.eval = eval_clamp;
+  clamp.device_function = "gdl::op::clamp";
+  defs.push_back(clamp);
   OpDef c = unary(Op::kCast, "cast", infer_cast, cast, nullptr);  // codegen: the element converted, no call
   c.params = {"x", "dtype"};
   c.operands = 1;
