@@ -142,7 +142,10 @@ ir::Graph elementwise_program() {
   ValueId xi = b.input("x_i32", {DType::kI32, dims({B, c(8)})});
   ValueId yi = b.param("y_i32", {DType::kI32, dims({c(8)})});
   for (Op u : {Op::kNeg, Op::kAbs, Op::kRelu, Op::kSign}) output(b.unary(u, xi));
-  for (Op o : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMin, Op::kMax, Op::kPow}) output(b.binary(o, xi, yi));
+  for (Op o : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMin, Op::kMax, Op::kPow, Op::kFloorDiv, Op::kMod,
+               Op::kBitAnd, Op::kBitOr, Op::kBitXor, Op::kShl, Op::kShr})
+    output(b.binary(o, xi, yi));
+  output(b.binary(Op::kShl, xi, b.constant(33, DType::kI32)));
   output(b.op(Op::kClamp, {xi, b.constant(-3, DType::kI32), yi}, {DType::kI32, dims({B, c(8)})}));
   output(b.binary(Op::kAdd, xi, step));
   output(b.binary(Op::kSub, xi, b.constant(-2147483648.0, DType::kI32)));

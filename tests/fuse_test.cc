@@ -287,7 +287,7 @@ TEST_CASE("fuse: an elementwise diamond is one step and structured branches stay
   }
 }
 
-TEST_CASE("fuse: the rounding, trigonometric and clamp ops chain into one step, and into an epilogue") {
+TEST_CASE("fuse: the rounding, trigonometric, integer and clamp ops chain into one step, and into an epilogue") {
   {
     GraphBuilder b;
     ValueId x = b.input("x", type(DType::kF32, {256}));
@@ -307,6 +307,26 @@ TEST_CASE("fuse: the rounding, trigonometric and clamp ops chain into one step, 
     CHECK(p.steps[0].values.size() == 11);
     CHECK(p.steps[0].reads == std::vector<ValueId>{x, lo});
     expect_exact(p, random_bindings(p.graph, {}, 3));
+  }
+  {
+    GraphBuilder b;
+    ValueId n = b.input("n", type(DType::kI32, {256}));
+    ValueId k = b.input("k", type(DType::kI32, {256}));
+    ValueId q = b.binary(Op::kFloorDiv, n, k);
+    ValueId r = b.binary(Op::kMod, n, k);
+    ValueId mixed = b.binary(Op::kBitXor, b.binary(Op::kBitOr, r, b.binary(Op::kBitAnd, q, k)), n);
+    ValueId shifted = b.binary(Op::kShr, b.binary(Op::kShl, mixed, k), r);  // counts up to 64: shifted out
+    ValueId total = b.binary(Op::kAdd, shifted, b.unary(Op::kSign, mixed));
+    ValueId y = b.op(Op::kClamp, {total, b.constant(-100, DType::kI32), b.constant(1000, DType::kI32)},
+                     type(DType::kI32, {256}));
+    b.output("y", y);
+    REQUIRE(ir::verify(b.g) == "");
+    Plan p = plan_program(b.g);
+    INFO(plan::print_plan(p));
+    REQUIRE(p.steps.size() == 1);
+    CHECK(ops_of(p, p.steps[0]) == std::vector<Op>{Op::kFloorDiv, Op::kMod, Op::kBitAnd, Op::kBitOr, Op::kBitXor,
+                                                   Op::kShl, Op::kShr, Op::kSign, Op::kAdd, Op::kClamp});
+    expect_exact(p, random_bindings(p.graph, {}, 4));
   }
   {
     // relu6 as clamp: the matmul's epilogue.

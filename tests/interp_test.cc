@@ -239,6 +239,56 @@ TEST_CASE("sign of i32 and f16") {
   CHECK(out.at("h").data == std::vector<double>{-1, 1, 0});
 }
 
+TEST_CASE("i32 // and % floor like Python; x // 0 is 0 and x % 0 is x") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kI32, {11}));
+  auto y = b.input("y", type(DType::kI32, {11}));
+  b.output("floordiv", b.binary(Op::kFloorDiv, x, y));
+  b.output("mod", b.binary(Op::kMod, x, y));
+  const double big = 2147483647, small = -2147483648.0;
+  const std::vector<double> xs = {7, -7, 7, -7, 5, -5, 0, small, small, big, -1};
+  const std::vector<double> ys = {2, 2, -2, -2, 0, 0, 3, -1, 2, small, 3};
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kI32, {11}, xs)}, {"y", tensor(DType::kI32, {11}, ys)}}, {}});
+  const auto& q = out.at("floordiv").data;
+  const auto& r = out.at("mod").data;
+  CHECK(q == std::vector<double>{3, -4, -4, 3, 0, 0, 0, small, -1073741824, -1, -1});  // INT_MIN // -1 wraps
+  CHECK(r == std::vector<double>{1, 1, -1, -1, 5, -5, 0, 0, 0, -1, 2});
+  // a == b * (a // b) + a % b for every pair, in 32-bit arithmetic.
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CAPTURE(i);
+    auto wrapped = static_cast<int32_t>(static_cast<uint32_t>(
+        static_cast<int64_t>(ys[i]) * static_cast<int64_t>(q[i]) + static_cast<int64_t>(r[i])));
+    CHECK(wrapped == static_cast<int32_t>(xs[i]));
+  }
+}
+
+TEST_CASE("i32 bitwise operators and shifts by any count") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kI32, {16}));
+  auto n = b.input("n", type(DType::kI32, {16}));
+  for (Op op : {Op::kBitAnd, Op::kBitOr, Op::kBitXor, Op::kShl, Op::kShr}) b.output(ir::op_name(op), b.binary(op, x, n));
+  const double small = -2147483648.0, big = 2147483647;
+  const std::vector<double> xs = {1, 1, 1, 1, -1, -8, -8, -8, 5, 3, small, 1073741824, -7, 7, -7, 123};
+  const std::vector<double> ns = {0, 31, 32, -1, 31, 1, 40, -2, 33, 2, 1, 1, 1, small, big, -32};
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kI32, {16}, xs)}, {"n", tensor(DType::kI32, {16}, ns)}}, {}});
+  CHECK(out.at("shl").data ==
+        std::vector<double>{1, small, 0, 0, small, -16, 0, -2, 0, 12, 0, small, -14, 0, 0, 0});
+  CHECK(out.at("shr").data == std::vector<double>{1, 0, 0, 2, -1, -4, -1, -32, 0, 0, -1073741824, 536870912,
+                                                  -4, 0, -1, 0});  // -7 >> 1 is floor(-3.5)
+
+  GraphBuilder c;
+  auto p = c.input("p", type(DType::kI32, {4}));
+  auto q = c.input("q", type(DType::kI32, {4}));
+  for (Op op : {Op::kBitAnd, Op::kBitOr, Op::kBitXor}) c.output(ir::op_name(op), c.binary(op, p, q));
+  auto bits = run(c.g, {{},
+                        {{"p", tensor(DType::kI32, {4}, {12, -12, small, 5})},
+                         {"q", tensor(DType::kI32, {4}, {10, 10, -1, 3})}},
+                        {}});
+  CHECK(bits.at("bitand").data == std::vector<double>{8, 0, small, 1});
+  CHECK(bits.at("bitor").data == std::vector<double>{14, -2, -1, 7});
+  CHECK(bits.at("bitxor").data == std::vector<double>{6, -2, big, 6});
+}
+
 TEST_CASE("clamp is min(max(x, lo), hi): broadcast bounds, NaN propagates, lo > hi gives hi") {
   GraphBuilder b;
   auto x = b.input("x", type(DType::kF32, {6}));

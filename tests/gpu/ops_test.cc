@@ -81,6 +81,21 @@ void halves(std::map<std::string, TensorData>& t) {
   });
 }
 
+// The integer operators' edge cases at the front of a and b (b's zeros and
+// shift counts outside [0, 31]), and every 7th divisor zero.
+void integer_edges(std::map<std::string, TensorData>& t) {
+  const double int_min = -2147483648.0, int_max = 2147483647.0;
+  edit_elements(t, "a", [&](std::vector<double>& v) {
+    const double front[] = {int_min, int_min, int_max, -7, 7, -1, 1, int_min, int_max, -5};
+    std::copy(std::begin(front), std::end(front), v.begin());
+  });
+  edit_elements(t, "b", [&](std::vector<double>& v) {
+    for (size_t i = 10; i < v.size(); i += 7) v[i] = 0;
+    const double front[] = {-1, 0, int_min, 2, -2, 31, 32, -1, 33, int_max};
+    std::copy(std::begin(front), std::end(front), v.begin());
+  });
+}
+
 std::string unary_program(const std::string& expr) {
   return "program op;\ninput a : {T}[8, 133];\noutput y : {T}[8, 133];\ny = " + expr + ";\n";
 }
@@ -159,6 +174,29 @@ TEST_CASE("ops: clamp") {
        kNumbers},
       {"clamp literals", unary_program("clamp(a, -0.5, 0.5)"), kFloats},
       {"clamp int literals", unary_program("clamp(a, -20, 20)"), {"i32"}},
+  });
+}
+
+TEST_CASE("ops: integer operators") {
+  RangeFor wide = [](const TensorInfo& t) {
+    ValueRange r;
+    r.int_lo = -2147483648LL, r.int_hi = 2147483647LL;
+    if (t.name == "b") r.int_lo = -40, r.int_hi = 40;  // divisors and shift counts, some outside [0, 31]
+    return r;
+  };
+  const std::vector<std::string> i32 = {"i32"};
+  run_cases({
+      {"floordiv", binary_program("a // b"), i32, wide, integer_edges},
+      {"mod", binary_program("a % b"), i32, wide, integer_edges},
+      {"bitand", binary_program("a & b"), i32, wide, integer_edges},
+      {"bitor", binary_program("a | b"), i32, wide, integer_edges},
+      {"bitxor", binary_program("a ^ b"), i32, wide, integer_edges},
+      {"shl", binary_program("a << b"), i32, wide, integer_edges},
+      {"shr", binary_program("a >> b"), i32, wide, integer_edges},
+      {"small operands", binary_program("a // b + a % b * 100"), i32},
+      {"literals", unary_program("(a // -3) ^ (a % 7) << 4 | a >> 2 & 255"), i32, wide},
+      {"broadcast", "program op;\ninput a : i32[8, 133];\ninput b : i32[8, 1];\noutput y : i32[8, 133];\n"
+                    "y = (a % b) ^ (a >> b);\n", i32, wide},
   });
 }
 
