@@ -34,6 +34,9 @@ inline constexpr ValueId kNoValue = -1;
   X(kAdd, "add") X(kSub, "sub") X(kMul, "mul") X(kDiv, "div") X(kMin, "min") X(kMax, "max")           \
   X(kPow, "pow") X(kLt, "lt") X(kLe, "le") X(kGt, "gt") X(kGe, "ge") X(kEq, "eq") X(kNe, "ne")        \
   X(kAnd, "and") X(kOr, "or") X(kWhere, "where")                                                       \
+  X(kCos, "cos") X(kSin, "sin") X(kErf, "erf") X(kFloor, "floor") X(kCeil, "ceil") X(kRound, "round") \
+  X(kSign, "sign") X(kClamp, "clamp") X(kFloorDiv, "floordiv") X(kMod, "mod") X(kBitAnd, "bitand")     \
+  X(kBitOr, "bitor") X(kBitXor, "bitxor") X(kShl, "shl") X(kShr, "shr")                                \
   /* Structured. */                                                                                    \
   X(kMatMul, "matmul") X(kSum, "sum") X(kMean, "mean") X(kReduceMax, "reduce_max")                    \
   X(kSoftmax, "softmax") X(kLayerNorm, "layernorm") X(kRmsNorm, "rmsnorm")                             \

@@ -64,13 +64,19 @@ returnStmt  : RETURN expr SEMI ;
 exprStmt    : expr SEMI ;
 
 // -------------------------------------------------------------- expressions
-// Loosest first: || , && , comparisons, + -, * / % @, unary - !, postfix.
+// Loosest first: || , && , comparisons, |, ^, &, << >>, + -, * / // % @,
+// unary - !, postfix. The bitwise operators bind tighter than comparisons,
+// as in Python, so `x & 1 == 0` compares `x & 1` (in C it would not).
 
 expr        : andExpr (ops+=OROR andExpr)* ;
 andExpr     : cmpExpr (ops+=ANDAND cmpExpr)* ;
-cmpExpr     : addExpr (ops+=(LT | LE | GT | GE | EQ | NE) addExpr)* ;
+cmpExpr     : bitOrExpr (ops+=(LT | LE | GT | GE | EQ | NE) bitOrExpr)* ;
+bitOrExpr   : bitXorExpr (ops+=PIPE bitXorExpr)* ;
+bitXorExpr  : bitAndExpr (ops+=CARET bitAndExpr)* ;
+bitAndExpr  : shiftExpr (ops+=AMP shiftExpr)* ;
+shiftExpr   : addExpr (ops+=(SHL | SHR) addExpr)* ;
 addExpr     : mulExpr (ops+=(PLUS | MINUS) mulExpr)* ;
-mulExpr     : unaryExpr (ops+=(STAR | SLASH | PERCENT | AT) unaryExpr)* ;
+mulExpr     : unaryExpr (ops+=(STAR | SLASH | SLASHSLASH | PERCENT | AT) unaryExpr)* ;
 unaryExpr   : ops+=(MINUS | BANG)* postfixExpr ;
 postfixExpr : primary subscripts* ;
 
@@ -130,6 +136,8 @@ ARROW   : '->' ;
 DOTDOT  : '..' ;
 OROR    : '||' ;
 ANDAND  : '&&' ;
+SHL     : '<<' ;
+SHR     : '>>' ;
 LE      : '<=' ;
 GE      : '>=' ;
 EQ      : '==' ;
@@ -140,8 +148,12 @@ ASSIGN  : '=' ;
 PLUS    : '+' ;
 MINUS   : '-' ;
 STAR    : '*' ;
+SLASHSLASH : '//' ;
 SLASH   : '/' ;
 PERCENT : '%' ;
+AMP     : '&' ;
+PIPE    : '|' ;
+CARET   : '^' ;
 AT      : '@' ;
 BANG    : '!' ;
 COLON   : ':' ;
@@ -154,7 +166,8 @@ RBRACK  : ']' ;
 LBRACE  : '{' ;
 RBRACE  : '}' ;
 
-COMMENT : ('#' | '//') ~[\r\n]* -> skip ;
+// Only '#': '//' is floor division.
+COMMENT : '#' ~[\r\n]* -> skip ;
 SPACE   : [ \t\r\n]+ -> skip ;
 // Anything else becomes a token of its own, so the parser reports it as a
 // clean "unexpected character" error instead of the lexer printing one.

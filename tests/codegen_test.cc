@@ -129,10 +129,11 @@ ir::Graph elementwise_program() {
     ValueId x = b.input("x_" + n, {t, dims({B, c(8)})});
     ValueId y = b.param("y_" + n, {t, dims({c(8)})});
     for (Op u : {Op::kNeg, Op::kExp, Op::kLog, Op::kSqrt, Op::kRsqrt, Op::kTanh, Op::kSigmoid, Op::kRelu, Op::kGelu,
-                 Op::kSilu, Op::kAbs})
+                 Op::kSilu, Op::kAbs, Op::kCos, Op::kSin, Op::kErf, Op::kFloor, Op::kCeil, Op::kRound, Op::kSign})
       output(b.unary(u, x));
     for (Op o : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMin, Op::kMax, Op::kPow}) output(b.binary(o, x, y));
     output(b.binary(Op::kMul, x, b.constant(-0.25, t)));
+    output(b.op(Op::kClamp, {x, b.constant(-0.5, t), y}, {t, dims({B, c(8)})}));
     compare_where_cast(t, x, y);
   }
   ValueId xf = b.g.leaves(Op::kInput).front();  // x_f32
@@ -140,8 +141,12 @@ ir::Graph elementwise_program() {
 
   ValueId xi = b.input("x_i32", {DType::kI32, dims({B, c(8)})});
   ValueId yi = b.param("y_i32", {DType::kI32, dims({c(8)})});
-  for (Op u : {Op::kNeg, Op::kAbs, Op::kRelu}) output(b.unary(u, xi));
-  for (Op o : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMin, Op::kMax, Op::kPow}) output(b.binary(o, xi, yi));
+  for (Op u : {Op::kNeg, Op::kAbs, Op::kRelu, Op::kSign}) output(b.unary(u, xi));
+  for (Op o : {Op::kAdd, Op::kSub, Op::kMul, Op::kDiv, Op::kMin, Op::kMax, Op::kPow, Op::kFloorDiv, Op::kMod,
+               Op::kBitAnd, Op::kBitOr, Op::kBitXor, Op::kShl, Op::kShr})
+    output(b.binary(o, xi, yi));
+  output(b.binary(Op::kShl, xi, b.constant(33, DType::kI32)));
+  output(b.op(Op::kClamp, {xi, b.constant(-3, DType::kI32), yi}, {DType::kI32, dims({B, c(8)})}));
   output(b.binary(Op::kAdd, xi, step));
   output(b.binary(Op::kSub, xi, b.constant(-2147483648.0, DType::kI32)));
   compare_where_cast(DType::kI32, xi, yi);

@@ -287,6 +287,63 @@ TEST_CASE("fuse: an elementwise diamond is one step and structured branches stay
   }
 }
 
+TEST_CASE("fuse: the rounding, trigonometric, integer and clamp ops chain into one step, and into an epilogue") {
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", type(DType::kF32, {256}));
+    ValueId lo = b.input("lo", type(DType::kF32, {256}));
+    ValueId c = b.unary(Op::kCos, x);
+    ValueId e = b.unary(Op::kErf, b.unary(Op::kSin, c));
+    ValueId sum = b.binary(Op::kAdd, b.binary(Op::kAdd, b.unary(Op::kFloor, e), b.unary(Op::kCeil, x)),
+                           b.unary(Op::kRound, c));
+    ValueId signed_sum = b.binary(Op::kMul, sum, b.unary(Op::kSign, x));
+    ValueId y = b.op(Op::kClamp, {signed_sum, lo, b.constant(0.75)}, type(DType::kF32, {256}));
+    b.output("y", y);
+    REQUIRE(ir::verify(b.g) == "");
+    Plan p = plan_program(b.g);
+    INFO(plan::print_plan(p));
+    REQUIRE(p.steps.size() == 1);
+    CHECK(p.steps[0].result == y);
+    CHECK(p.steps[0].values.size() == 11);
+    CHECK(p.steps[0].reads == std::vector<ValueId>{x, lo});
+    expect_exact(p, random_bindings(p.graph, {}, 3));
+  }
+  {
+    GraphBuilder b;
+    ValueId n = b.input("n", type(DType::kI32, {256}));
+    ValueId k = b.input("k", type(DType::kI32, {256}));
+    ValueId q = b.binary(Op::kFloorDiv, n, k);
+    ValueId r = b.binary(Op::kMod, n, k);
+    ValueId mixed = b.binary(Op::kBitXor, b.binary(Op::kBitOr, r, b.binary(Op::kBitAnd, q, k)), n);
+    ValueId shifted = b.binary(Op::kShr, b.binary(Op::kShl, mixed, k), r);  // counts up to 64: shifted out
+    ValueId total = b.binary(Op::kAdd, shifted, b.unary(Op::kSign, mixed));
+    ValueId y = b.op(Op::kClamp, {total, b.constant(-100, DType::kI32), b.constant(1000, DType::kI32)},
+                     type(DType::kI32, {256}));
+    b.output("y", y);
+    REQUIRE(ir::verify(b.g) == "");
+    Plan p = plan_program(b.g);
+    INFO(plan::print_plan(p));
+    REQUIRE(p.steps.size() == 1);
+    CHECK(ops_of(p, p.steps[0]) == std::vector<Op>{Op::kFloorDiv, Op::kMod, Op::kBitAnd, Op::kBitOr, Op::kBitXor,
+                                                   Op::kShl, Op::kShr, Op::kSign, Op::kAdd, Op::kClamp});
+    expect_exact(p, random_bindings(p.graph, {}, 4));
+  }
+  {
+    // relu6 as clamp: the matmul's epilogue.
+    GraphBuilder b;
+    ValueId x = b.input("x", type(DType::kF16, {4, 64}));
+    ValueId w = b.param("w", type(DType::kF16, {64, 32}));
+    ValueId m = b.op(Op::kMatMul, {x, w}, type(DType::kF16, {4, 32}));
+    ValueId y = b.op(Op::kClamp, {m, b.constant(0.0, DType::kF16), b.constant(6.0, DType::kF16)},
+                     type(DType::kF16, {4, 32}));
+    b.output("y", y);
+    Plan p = plan_program(b.g);
+    INFO(plan::print_plan(p));
+    REQUIRE(p.steps.size() == 1);
+    CHECK(ops_of(p, p.steps[0]) == std::vector<Op>{Op::kMatMul, Op::kClamp});
+  }
+}
+
 TEST_CASE("fuse: an expensive intermediate with two consumers is stored once and a cheap one recomputed") {
   GraphBuilder b;
   ValueId x = b.input("x", type(DType::kF16, {64}));

@@ -48,6 +48,9 @@ TEST_CASE("unary float ops match their formulas") {
       {Op::kGelu, false, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
       {Op::kSilu, false, [](double x) { return x * (1 / (1 + std::exp(-x))); }},
       {Op::kAbs, false, [](double x) { return std::fabs(x); }},
+      {Op::kCos, false, [](double x) { return std::cos(x); }},
+      {Op::kSin, false, [](double x) { return std::sin(x); }},
+      {Op::kErf, false, [](double x) { return std::erf(x); }},
   };
   for (const Case& c : cases) {
     CAPTURE(ir::op_name(c.op));
@@ -184,6 +187,130 @@ TEST_CASE("i32 arithmetic: C division, division by zero gives 0, wrap-around") {
   CHECK(out.at("div").data == std::vector<double>{-3, -3, 0, big, small});  // INT_MIN / -1 wraps
   CHECK(out.at("add").data == std::vector<double>{5, -5, 5, small, big});   // wraps both ways
   CHECK(out.at("neg").data == std::vector<double>{-7, 7, -5, -big, small});
+}
+
+TEST_CASE("cos, sin, erf, floor, ceil, round and sign by hand, with NaN, zeros and halves") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {11}));
+  for (Op op : {Op::kFloor, Op::kCeil, Op::kRound, Op::kSign, Op::kCos, Op::kSin, Op::kErf})
+    b.output(ir::op_name(op), b.unary(op, x));
+  const double pi = f32(3.14159265358979);
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kF32, {11}, {-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, 0.0, kNaN, 3e9, pi})}}, {}});
+  auto same = [](const std::vector<double>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
+      else CHECK(got[i] == want[i]);
+    }
+  };
+  same(out.at("floor").data, {-3, -2, -1, 0, 1, 2, 0, 0, kNaN, 3e9, 3});
+  same(out.at("ceil").data, {-2, -1, 0, 1, 2, 3, 0, 0, kNaN, 3e9, 4});
+  same(out.at("round").data, {-2, -2, 0, 0, 2, 2, 0, 0, kNaN, 3e9, 3});  // half to even
+  same(out.at("sign").data, {-1, -1, -1, 1, 1, 1, 0, 0, kNaN, 1, 1});
+  CHECK(std::signbit(out.at("round").data[2]));  // round(-0.5) is -0, as rint gives
+  const auto& cos = out.at("cos").data;
+  const auto& sin = out.at("sin").data;
+  const auto& erf = out.at("erf").data;
+  CHECK(cos[7] == 1.0);
+  CHECK(sin[6] == 0.0);
+  CHECK(cos[10] == doctest::Approx(-1.0).epsilon(1e-7));
+  CHECK(sin[10] == doctest::Approx(0.0).epsilon(1e-6));
+  CHECK(cos[3] == f32(0.8775825618903728));  // cos(0.5)
+  CHECK(sin[0] == f32(-0.5984721441039564));  // sin(-2.5)
+  CHECK(erf[3] == f32(0.5204998778130465));  // erf(0.5)
+  CHECK(erf[2] == -erf[3]);
+  CHECK(erf[9] == 1.0);
+  CHECK(std::isnan(cos[8]));
+  CHECK(std::isnan(erf[8]));
+}
+
+TEST_CASE("sign of i32 and f16") {
+  GraphBuilder b;
+  auto n = b.input("n", type(DType::kI32, {5}));
+  auto h = b.input("h", type(DType::kF16, {3}));
+  b.output("n", b.unary(Op::kSign, n));
+  b.output("h", b.unary(Op::kSign, h));
+  auto out = run(b.g, {{},
+                       {{"n", tensor(DType::kI32, {5}, {-5, 0, 7, -2147483648.0, 2147483647})},
+                        {"h", tensor(DType::kF16, {3}, {-0.001, 60000, 0})}},
+                       {}});
+  CHECK(out.at("n").data == std::vector<double>{-1, 0, 1, -1, 1});
+  CHECK(out.at("h").data == std::vector<double>{-1, 1, 0});
+}
+
+TEST_CASE("i32 // and % floor like Python; x // 0 is 0 and x % 0 is x") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kI32, {11}));
+  auto y = b.input("y", type(DType::kI32, {11}));
+  b.output("floordiv", b.binary(Op::kFloorDiv, x, y));
+  b.output("mod", b.binary(Op::kMod, x, y));
+  const double big = 2147483647, small = -2147483648.0;
+  const std::vector<double> xs = {7, -7, 7, -7, 5, -5, 0, small, small, big, -1};
+  const std::vector<double> ys = {2, 2, -2, -2, 0, 0, 3, -1, 2, small, 3};
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kI32, {11}, xs)}, {"y", tensor(DType::kI32, {11}, ys)}}, {}});
+  const auto& q = out.at("floordiv").data;
+  const auto& r = out.at("mod").data;
+  CHECK(q == std::vector<double>{3, -4, -4, 3, 0, 0, 0, small, -1073741824, -1, -1});  // INT_MIN // -1 wraps
+  CHECK(r == std::vector<double>{1, 1, -1, -1, 5, -5, 0, 0, 0, -1, 2});
+  // a == b * (a // b) + a % b for every pair, in 32-bit arithmetic.
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CAPTURE(i);
+    auto wrapped = static_cast<int32_t>(static_cast<uint32_t>(
+        static_cast<int64_t>(ys[i]) * static_cast<int64_t>(q[i]) + static_cast<int64_t>(r[i])));
+    CHECK(wrapped == static_cast<int32_t>(xs[i]));
+  }
+}
+
+TEST_CASE("i32 bitwise operators and shifts by any count") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kI32, {16}));
+  auto n = b.input("n", type(DType::kI32, {16}));
+  for (Op op : {Op::kBitAnd, Op::kBitOr, Op::kBitXor, Op::kShl, Op::kShr}) b.output(ir::op_name(op), b.binary(op, x, n));
+  const double small = -2147483648.0, big = 2147483647;
+  const std::vector<double> xs = {1, 1, 1, 1, -1, -8, -8, -8, 5, 3, small, 1073741824, -7, 7, -7, 123};
+  const std::vector<double> ns = {0, 31, 32, -1, 31, 1, 40, -2, 33, 2, 1, 1, 1, small, big, -32};
+  auto out = run(b.g, {{}, {{"x", tensor(DType::kI32, {16}, xs)}, {"n", tensor(DType::kI32, {16}, ns)}}, {}});
+  CHECK(out.at("shl").data ==
+        std::vector<double>{1, small, 0, 0, small, -16, 0, -2, 0, 12, 0, small, -14, 0, 0, 0});
+  CHECK(out.at("shr").data == std::vector<double>{1, 0, 0, 2, -1, -4, -1, -32, 0, 0, -1073741824, 536870912,
+                                                  -4, 0, -1, 0});  // -7 >> 1 is floor(-3.5)
+
+  GraphBuilder c;
+  auto p = c.input("p", type(DType::kI32, {4}));
+  auto q = c.input("q", type(DType::kI32, {4}));
+  for (Op op : {Op::kBitAnd, Op::kBitOr, Op::kBitXor}) c.output(ir::op_name(op), c.binary(op, p, q));
+  auto bits = run(c.g, {{},
+                        {{"p", tensor(DType::kI32, {4}, {12, -12, small, 5})},
+                         {"q", tensor(DType::kI32, {4}, {10, 10, -1, 3})}},
+                        {}});
+  CHECK(bits.at("bitand").data == std::vector<double>{8, 0, small, 1});
+  CHECK(bits.at("bitor").data == std::vector<double>{14, -2, -1, 7});
+  CHECK(bits.at("bitxor").data == std::vector<double>{6, -2, big, 6});
+}
+
+TEST_CASE("clamp is min(max(x, lo), hi): broadcast bounds, NaN propagates, lo > hi gives hi") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {6}));
+  auto hi = b.input("hi", type(DType::kF32, {6}));
+  auto xi = b.input("xi", type(DType::kI32, {2, 3}));
+  auto lo_i = b.input("lo_i", type(DType::kI32, {2, 1}));
+  b.output("f", b.op(Op::kClamp, {x, b.constant(-1.0), hi}, type(DType::kF32, {6})));
+  b.output("i", b.op(Op::kClamp, {xi, lo_i, b.constant(100, DType::kI32)}, type(DType::kI32, {2, 3})));
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kF32, {6}, {-2, 0.5, 3, kNaN, 1, 0.25})},
+                        {"hi", tensor(DType::kF32, {6}, {1, 1, 1, 1, -5, kNaN})},
+                        {"xi", tensor(DType::kI32, {2, 3}, {-7, 50, 300, -2147483648.0, 0, 2147483647})},
+                        {"lo_i", tensor(DType::kI32, {2, 1}, {-5, 10})}},
+                       {}});
+  const auto& f = out.at("f").data;
+  CHECK(f[0] == -1.0);
+  CHECK(f[1] == 0.5);
+  CHECK(f[2] == 1.0);
+  CHECK(std::isnan(f[3]));  // NaN in x
+  CHECK(f[4] == -5.0);      // lo > hi
+  CHECK(std::isnan(f[5]));  // NaN in a bound
+  CHECK(out.at("i").data == std::vector<double>{-5, 50, 100, 10, 10, 100});
 }
 
 TEST_CASE("where broadcasts condition and branches") {

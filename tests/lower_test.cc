@@ -280,6 +280,83 @@ y = x;
   CHECK(g.node(g.leaves(ir::Op::kInput)[0]).type.shape == Shape{Dim::constant(2)});
 }
 
+TEST_CASE("lower: // % & | ^ << >> fold compile-time integers exactly, as Python does") {
+  ir::Graph g = lower_clean(R"(program p;
+const BIG = 4611686018427387905;       # 2^62 + 1: no double holds it
+const P = -(-7 // 2);                  # 4
+const Q = -7 % 3 + 7 % -2 + 2;         # 2 - 1 + 2 = 3
+const R = 1 << 40 >> 38;               # 4, left to right
+const S = 6 & 3 | 8 ^ 1;               # (6 & 3) | (8 ^ 1) = 11
+const T = 1 << 2 + 1;                  # 1 << 3 = 8
+const U = (BIG % 4) + (BIG // 2 - 2305843009213693950) + (-1 >> 100) + (1 << -1);  # 1 + 2 - 1 + 0 = 2
+input x : f32[P, Q, R];
+input z : f32[S, T, U];
+output y : f32[P, Q, R];
+output w : f32[S, T, U];
+if 5 & 1 == 1 { y = x; } else { y = x + 1.0; }   # (5 & 1) == 1
+w = z;
+)");
+  CHECK(g.node(g.leaves(ir::Op::kInput)[0]).type.shape == Shape{Dim::constant(4), Dim::constant(3), Dim::constant(4)});
+  CHECK(g.node(g.leaves(ir::Op::kInput)[1]).type.shape == Shape{Dim::constant(11), Dim::constant(8), Dim::constant(2)});
+  CHECK(count(g, ir::Op::kAdd) == 0);
+
+  for (const char* overflow : {"1 << 63", "1 << 64", "(-9223372036854775807 - 1) // -1"}) {
+    Lowered bad = lower_text(std::string("program p;\nconst K = ") + overflow + ";\ninput x : f32[K];\n");
+    CAPTURE(overflow);
+    CHECK(bad.rendered.find("error: integer overflow in compile-time arithmetic") != std::string::npos);
+  }
+  ir::Graph edge = lower_clean("program p;\nconst K = -1 << 63 >> 62;\ninput x : f32[-K];\noutput y : f32[-K];\ny = x;\n");
+  CHECK(edge.node(edge.leaves(ir::Op::kInput)[0]).type.shape == Shape{Dim::constant(2)});
+}
+
+TEST_CASE("lower: integer operators on i32 tensors make their nodes, and run") {
+  ir::Graph g = lower_clean(R"(program p;
+input n : i32[4];
+input k : i32[4];
+output m : i32[4];
+m = n // 3 % 5 & k | 1 ^ n << 2 >> 1;   # ((((n // 3) % 5) & k) | (1 ^ ((n << 2) >> 1)))
+)");
+  for (ir::Op op : {ir::Op::kFloorDiv, ir::Op::kMod, ir::Op::kBitAnd, ir::Op::kBitOr, ir::Op::kBitXor, ir::Op::kShl,
+                    ir::Op::kShr})
+    CHECK(count(g, op) == 1);
+  const ir::Node& m = output_node(g, "m");
+  CHECK(m.op == ir::Op::kBitOr);
+  CHECK(m.type == TensorType{DType::kI32, Shape{Dim::constant(4)}});
+  CHECK(g.node(m.args[0]).op == ir::Op::kBitAnd);
+  CHECK(g.node(m.args[1]).op == ir::Op::kBitXor);
+
+  Bindings in;
+  in.tensors["n"] = HostTensor{DType::kI32, {4}, {-7, 20, 0, 2147483647}};
+  in.tensors["k"] = HostTensor{DType::kI32, {4}, {-1, 6, 3, -1}};
+  auto out = interpret(g, in);
+  REQUIRE(out.ok());
+  // n // 3: -3, 6, 0, 715827882; % 5: 2, 1, 0, 2; & k: 2, 0, 0, 2.
+  // n << 2 >> 1: -14, 40, 0, -2 (the << wraps); 1 ^ that: -13, 41, 1, -1.
+  CHECK(out.value().at("m").data == std::vector<double>{-13, 41, 1, -1});
+}
+
+TEST_CASE("lower: clamp, sign and the new unary ops type-check and fold") {
+  ir::Graph g = lower_clean(R"(program p;
+const S = sign(-9) + 2;                # 1, exactly
+input x : f16[S, 4];
+input lo : f16[4];
+input n : i32[S, 4];
+output y : f16[S, 4];
+output c : i32[S, 4];
+y = clamp(round(cos(x) + sin(x)) * erf(x), lo, 2.0) + floor(x) - ceil(x) + sign(x);
+c = clamp(n, -3, 3) + sign(n);
+)");
+  CHECK(g.node(g.leaves(ir::Op::kInput)[0]).type.shape == Shape{Dim::constant(1), Dim::constant(4)});
+  CHECK(count(g, ir::Op::kClamp) == 2);
+  for (ir::Op op : {ir::Op::kCos, ir::Op::kSin, ir::Op::kErf, ir::Op::kRound, ir::Op::kFloor, ir::Op::kCeil})
+    CHECK(count(g, op) == 1);
+  CHECK(count(g, ir::Op::kSign) == 2);
+  for (const ir::Node& node : g.nodes)
+    if (node.op == ir::Op::kClamp) {
+      for (ir::ValueId a : node.args) CHECK(g.node(a).type.dtype == node.type.dtype);  // 2.0 became f16, -3 i32
+    }
+}
+
 TEST_CASE("lower: subscripts lower to slice, and static indices drop their axis") {
   ir::Graph g = lower_clean(R"(program p;
 dim B in [2, 8];

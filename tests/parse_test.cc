@@ -254,6 +254,47 @@ TEST_CASE("parse: operator precedence and associativity") {
   CHECK(z.operand->as<ast::UnaryExpr>().loc == SourceLoc{8, 10});
 }
 
+// The expression with every binary operator's grouping made explicit:
+// "(a + (b * c))".
+std::string grouped(const ast::Expr& e) {
+  switch (e.kind) {
+    case ast::ExprKind::kName: return e.as<ast::NameExpr>().name;
+    case ast::ExprKind::kInt: return std::to_string(e.as<ast::IntLit>().value);
+    case ast::ExprKind::kUnary: {
+      const auto& u = e.as<ast::UnaryExpr>();
+      return (u.op == ast::UnaryOp::kNeg ? "-" : "!") + grouped(*u.operand);
+    }
+    case ast::ExprKind::kBinary: {
+      const auto& b = e.as<ast::BinaryExpr>();
+      return "(" + grouped(*b.lhs) + " " + ast::binary_op_spelling(b.op) + " " + grouped(*b.rhs) + ")";
+    }
+    default: return "?";
+  }
+}
+
+TEST_CASE("parse: integer operators take Python's precedence") {
+  Parsed p = parse(
+      "program p;\n"
+      "let a = a | b ^ c & d << e + f * g // h % i;\n"
+      "let b = x & 1 == 0;\n"
+      "let c = a < b | c;\n"
+      "let d = a >> b >> c << d;\n"
+      "let e = a&&b&c||d|e;\n"
+      "let f = a//b%-c;\n"
+      "let g = a << b < c;\n");
+  REQUIRE(p.module != nullptr);
+  const ast::Module& m = *p.module;
+  CHECK(grouped(let_value(m, 0)) == "(a | (b ^ (c & (d << (e + (((f * g) // h) % i))))))");
+  CHECK(grouped(let_value(m, 1)) == "((x & 1) == 0)");  // C would compare first
+  CHECK(grouped(let_value(m, 2)) == "(a < (b | c))");
+  CHECK(grouped(let_value(m, 3)) == "(((a >> b) >> c) << d)");
+  CHECK(grouped(let_value(m, 4)) == "((a && (b & c)) || (d | e))");  // && and || lex before & and |
+  CHECK(grouped(let_value(m, 5)) == "((a // b) % -c)");
+  CHECK(grouped(let_value(m, 6)) == "((a << b) < c)");
+  // The operator's position is its first character.
+  CHECK(let_value(m, 5).as<ast::BinaryExpr>().lhs->loc == SourceLoc{7, 10});
+}
+
 TEST_CASE("parse: subscripts, slices and lists") {
   Parsed p = parse(
       "program p;\n"
@@ -293,7 +334,7 @@ TEST_CASE("parse: subscripts, slices and lists") {
 
 TEST_CASE("parse: statements, declarations, literals and comments") {
   Parsed p = parse(
-      "// header comment\n"
+      "# header comment\n"
       "program p;  # trailing\n"
       "dim S in [1, 4096] policy(update);\n"
       "let a : f32 = .5;\n"
@@ -395,11 +436,14 @@ TEST_CASE("parse: unbalanced brackets") {
   expect_error("program p;\nfn f() {\n  let a = g(x;\n}\n", 3, 12, "unclosed '('");
   expect_error("program p;\nfn f() {\n  let a = 1;\n", 2, 8, "unclosed '{'");
   // Brackets inside comments do not count.
-  CHECK(parse("program p; # (((\nlet a = 1; // ]]\n").module != nullptr);
+  CHECK(parse("program p; # (((\nlet a = 1; # ]]\n").module != nullptr);
 }
 
 TEST_CASE("parse: stray characters and bad keyword use") {
   expect_error("program p;\nlet a = 1 $ 2;\n", 2, 11, "unexpected character '$'");
+  expect_error("program p;\nlet a = 1; // note\n", 2, 12, "unexpected '//'");
+  for (const char* text : {"program p;\nlet a = 1; // note\n", "// header\nprogram p;\n"})
+    CHECK(parse(text).diags.all().front().hint == "comments start with '#'; '//' is floor division");
   expect_error("program p;\nlet x = \"hi\";\n", 2, 9, "unexpected character '\"'");
   expect_error("program p;\nlet a = 1 \xC3\xA9 2;\n", 2, 11, "unexpected character '\xC3\xA9'");
   expect_error("program p;\nlet in = 3;\n", 2, 5, "expected a name, found keyword 'in'");

@@ -57,9 +57,13 @@ struct UnaryExpr : Expr {
   ExprPtr operand;
 };
 
-// kMod is for compile-time integer arithmetic (e.g. in shapes); run-time
-// tensors reject it in the checker.
-enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMod, kMatMul, kLt, kLe, kGt, kGe, kEq, kNe, kAnd, kOr };
+// kFloorDiv (//), kMod (%) and the bitwise operators are for integers:
+// compile-time ones and i32 tensors.
+enum class BinaryOp {
+  kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kMatMul,
+  kBitAnd, kBitOr, kBitXor, kShl, kShr,
+  kLt, kLe, kGt, kGe, kEq, kNe, kAnd, kOr,
+};
 const char* binary_op_spelling(BinaryOp op);  // "+", "@", "&&", ...
 
 struct BinaryExpr : Expr {

@@ -18,8 +18,14 @@ const char* ast::binary_op_spelling(BinaryOp op) {
     case ast::BinaryOp::kSub: return "-";
     case ast::BinaryOp::kMul: return "*";
     case ast::BinaryOp::kDiv: return "/";
+    case ast::BinaryOp::kFloorDiv: return "//";
     case ast::BinaryOp::kMod: return "%";
     case ast::BinaryOp::kMatMul: return "@";
+    case ast::BinaryOp::kBitAnd: return "&";
+    case ast::BinaryOp::kBitOr: return "|";
+    case ast::BinaryOp::kBitXor: return "^";
+    case ast::BinaryOp::kShl: return "<<";
+    case ast::BinaryOp::kShr: return ">>";
     case ast::BinaryOp::kLt: return "<";
     case ast::BinaryOp::kLe: return "<=";
     case ast::BinaryOp::kGt: return ">";

@@ -44,8 +44,14 @@ ast::BinaryOp binary_op(size_t type) {
     case GdlLexer::MINUS: return ast::BinaryOp::kSub;
     case GdlLexer::STAR: return ast::BinaryOp::kMul;
     case GdlLexer::SLASH: return ast::BinaryOp::kDiv;
+    case GdlLexer::SLASHSLASH: return ast::BinaryOp::kFloorDiv;
     case GdlLexer::PERCENT: return ast::BinaryOp::kMod;
     case GdlLexer::AT: return ast::BinaryOp::kMatMul;
+    case GdlLexer::AMP: return ast::BinaryOp::kBitAnd;
+    case GdlLexer::PIPE: return ast::BinaryOp::kBitOr;
+    case GdlLexer::CARET: return ast::BinaryOp::kBitXor;
+    case GdlLexer::SHL: return ast::BinaryOp::kShl;
+    case GdlLexer::SHR: return ast::BinaryOp::kShr;
     case GdlLexer::LT: return ast::BinaryOp::kLt;
     case GdlLexer::LE: return ast::BinaryOp::kLe;
     case GdlLexer::GT: return ast::BinaryOp::kGt;
@@ -293,6 +299,18 @@ class AstBuilder {
     return chain(c->cmpExpr(), c->ops, [&](GdlParser::CmpExprContext* x) { return cmp_expr(x); });
   }
   Built cmp_expr(GdlParser::CmpExprContext* c) {
+    return chain(c->bitOrExpr(), c->ops, [&](GdlParser::BitOrExprContext* x) { return bit_or_expr(x); });
+  }
+  Built bit_or_expr(GdlParser::BitOrExprContext* c) {
+    return chain(c->bitXorExpr(), c->ops, [&](GdlParser::BitXorExprContext* x) { return bit_xor_expr(x); });
+  }
+  Built bit_xor_expr(GdlParser::BitXorExprContext* c) {
+    return chain(c->bitAndExpr(), c->ops, [&](GdlParser::BitAndExprContext* x) { return bit_and_expr(x); });
+  }
+  Built bit_and_expr(GdlParser::BitAndExprContext* c) {
+    return chain(c->shiftExpr(), c->ops, [&](GdlParser::ShiftExprContext* x) { return shift_expr(x); });
+  }
+  Built shift_expr(GdlParser::ShiftExprContext* c) {
     return chain(c->addExpr(), c->ops, [&](GdlParser::AddExprContext* x) { return add_expr(x); });
   }
   Built add_expr(GdlParser::AddExprContext* c) {

@@ -29,7 +29,7 @@ bool check_brackets(const SourceFile& file, DiagnosticSink& diags) {
   std::vector<Open> open;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
-    if (c == '#' || (c == '/' && i + 1 < text.size() && text[i + 1] == '/')) {
+    if (c == '#') {
       while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
       continue;
     }
@@ -142,7 +142,7 @@ class SyntaxErrors : public antlr4::DefaultErrorStrategy {
     if (expects(expected, GdlLexer::PROGRAM)) {
       return error(where, at_end ? "empty program: a program starts with `program NAME;`"
                                  : "a program starts with `program NAME;`, found " + found,
-                   "", length);
+                   type == GdlLexer::SLASHSLASH ? hint_for(type) : "", length);
     }
     if (expects(expected, GdlLexer::SEMI) && previous &&
         (kind == Kind::kMissing || at_end || previous->getLine() < offending->getLine())) {
@@ -262,6 +262,7 @@ class SyntaxErrors : public antlr4::DefaultErrorStrategy {
       case GdlLexer::ELSE: return "'else' must follow the closing '}' of an if";
       case GdlLexer::FN: return "functions are declared at top level";
       case GdlLexer::PROGRAM: return "`program NAME;` comes once, first in the file";
+      case GdlLexer::SLASHSLASH: return "comments start with '#'; '//' is floor division";
       case GdlLexer::DIM: case GdlLexer::CONST: case GdlLexer::PARAM: case GdlLexer::INPUT:
       case GdlLexer::OUTPUT: case GdlLexer::SCALAR:
         return "declarations belong at top level";

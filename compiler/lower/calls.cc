@@ -328,8 +328,6 @@ Value Lowerer::binary(ast::BinaryOp op, Value a, Value b, SourceLoc loc) {
   const std::string what = std::string("'") + ast::binary_op_spelling(op) + "'";
   if (!a.ok() || !b.ok()) return Value::error();
   if (!operand_ok(a, what) || !operand_ok(b, what)) return Value::error();
-  if (op == ast::BinaryOp::kMod && !(a.is_static() && b.is_static()))
-    return fail(loc, "% is for compile-time integers only", "run-time tensors have no remainder op", 1);
   if (a.is_static() && b.is_static() && op != ast::BinaryOp::kMatMul) return fold(op, a, b, loc);
   const bool matmul = op == ast::BinaryOp::kMatMul;
   CallQuery q(*this, ops::op_def(matmul ? ir::Op::kMatMul : binary_ir_op(op)), matmul ? "matmul" : what, loc, 1, 2);

@@ -598,6 +598,19 @@ Value Lowerer::fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc 
   }
   if (!a.is_number() || !b.is_number())
     return fail(loc, sp + " needs numbers, got " + describe(a) + " and " + describe(b), "use && and || on bools", 1);
+  if (is_integer_operator(op)) {
+    if (a.kind != K::kInt || b.kind != K::kInt)
+      return fail(loc, sp + " needs integers, got " + describe(a) + " and " + describe(b),
+                  op == ast::BinaryOp::kFloorDiv ? "for floats write floor(a / b)"
+                  : op == ast::BinaryOp::kMod    ? "for floats write a - floor(a / b) * b"
+                                                 : "use integers on both sides",
+                  1);
+    if ((op == ast::BinaryOp::kFloorDiv || op == ast::BinaryOp::kMod) && b.i == 0)
+      return fail(loc, "division by zero in compile-time arithmetic", "check the consts this expression uses", 1);
+    std::optional<int64_t> r = ops::op_def(binary_ir_op(op)).fold_binary_int(a.i, b.i);
+    if (!r) return fail(loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", 1);
+    return Value::integer(*r);
+  }
   if (a.kind == K::kInt && b.kind == K::kInt) {
     int64_t r = 0;
     bool overflow = false;
@@ -606,13 +619,12 @@ Value Lowerer::fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc 
       case ast::BinaryOp::kSub: overflow = __builtin_sub_overflow(a.i, b.i, &r); break;
       case ast::BinaryOp::kMul: overflow = __builtin_mul_overflow(a.i, b.i, &r); break;
       case ast::BinaryOp::kDiv:
-      case ast::BinaryOp::kMod:
         if (b.i == 0)
           return fail(loc, "division by zero in compile-time arithmetic", "check the consts this expression uses", 1);
         if (a.i == std::numeric_limits<int64_t>::min() && b.i == -1)
           overflow = true;
         else
-          r = op == ast::BinaryOp::kDiv ? a.i / b.i : a.i % b.i;  // truncates toward zero, as i32 tensors do
+          r = a.i / b.i;  // truncates toward zero, as i32 tensors do
         break;
       default: break;
     }
@@ -620,9 +632,6 @@ Value Lowerer::fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc 
       return fail(loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", 1);
     return Value::integer(r);
   }
-  if (op == ast::BinaryOp::kMod)
-    return fail(loc, "% is for compile-time integers only, got " + describe(a) + " and " + describe(b),
-                "use integers on both sides", 1);
   double x = a.number(), y = b.number();
   switch (op) {
     case ast::BinaryOp::kAdd: return Value::real(x + y);

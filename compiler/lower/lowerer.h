@@ -97,6 +97,13 @@ inline ir::Op binary_ir_op(ast::BinaryOp op) {
     case ast::BinaryOp::kSub: return ir::Op::kSub;
     case ast::BinaryOp::kMul: return ir::Op::kMul;
     case ast::BinaryOp::kDiv: return ir::Op::kDiv;
+    case ast::BinaryOp::kFloorDiv: return ir::Op::kFloorDiv;
+    case ast::BinaryOp::kMod: return ir::Op::kMod;
+    case ast::BinaryOp::kBitAnd: return ir::Op::kBitAnd;
+    case ast::BinaryOp::kBitOr: return ir::Op::kBitOr;
+    case ast::BinaryOp::kBitXor: return ir::Op::kBitXor;
+    case ast::BinaryOp::kShl: return ir::Op::kShl;
+    case ast::BinaryOp::kShr: return ir::Op::kShr;
     case ast::BinaryOp::kLt: return ir::Op::kLt;
     case ast::BinaryOp::kLe: return ir::Op::kLe;
     case ast::BinaryOp::kGt: return ir::Op::kGt;
@@ -105,7 +112,20 @@ inline ir::Op binary_ir_op(ast::BinaryOp op) {
     case ast::BinaryOp::kNe: return ir::Op::kNe;
     case ast::BinaryOp::kAnd: return ir::Op::kAnd;
     case ast::BinaryOp::kOr: return ir::Op::kOr;
-    default: return ir::Op::kAdd;  // kMod and kMatMul are handled before
+    case ast::BinaryOp::kMatMul: return ir::Op::kMatMul;
+  }
+  return ir::Op::kMatMul;  // not reached: the cases cover every operator
+}
+
+// // % & | ^ << >>: integers only, folded at compile time through the op
+// table's exact integer rule.
+inline bool is_integer_operator(ast::BinaryOp op) {
+  switch (op) {
+    case ast::BinaryOp::kFloorDiv: case ast::BinaryOp::kMod: case ast::BinaryOp::kBitAnd:
+    case ast::BinaryOp::kBitOr: case ast::BinaryOp::kBitXor: case ast::BinaryOp::kShl: case ast::BinaryOp::kShr:
+      return true;
+    default:
+      return false;
   }
 }
 

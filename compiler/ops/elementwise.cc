@@ -1,5 +1,6 @@
-// The elementwise ops: unary (exp ... abs, neg, not, cast), binary with
-// numpy broadcasting (+ - * / min max pow, comparisons, && ||) and where.
+// The elementwise ops: unary (exp ... abs, cos ... sign, neg, not, cast),
+// binary with numpy broadcasting (+ - * / min max pow, comparisons, && ||,
+// the integer operators // % & | ^ << >>), where and clamp.
 // Each computes one element from the elements its operands broadcast to it,
 // so fusion chains them into one kernel (plan/fuse.cc) and codegen calls
 // their gdl::op::<name> functions (stdlib-kernels/gdl_ops.cuh) inside one
@@ -10,7 +11,18 @@
 //    integer arithmetic does on the GPU; i32 div truncates toward zero,
 //    x / 0 is 0 and INT_MIN / -1 is INT_MIN; i32 pow is std::pow rounded like
 //    a cast (toward zero, saturating).
-//  - min, max and relu propagate NaN.
+//  - i32 // and % are Python's floor division and remainder: the quotient
+//    rounds toward -infinity, the remainder takes the divisor's sign, and
+//    a == b * (a // b) + a % b always holds, so x // 0 is 0 (as x / 0) and
+//    x % 0 is x; INT_MIN // -1 wraps to INT_MIN. They and the bitwise
+//    operators take i32 only.
+//  - x << n is floor(x * 2^n) wrapped to 32 bits and x >> n is floor(x / 2^n)
+//    (an arithmetic shift), for every n: a count of 32 or more shifts
+//    everything out (<< gives 0, >> gives 0 or -1), a negative count shifts
+//    the other way.
+//  - min, max, relu, sign and clamp propagate NaN; clamp(x, lo, hi) is
+//    min(max(x, lo), hi), so lo > hi gives hi.
+//  - round rounds half to even (rint), as torch.round does.
 //  - gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))).
 //  - Comparisons with NaN are false except `ne`; results are bool 0/1.
 #include <algorithm>
@@ -35,6 +47,51 @@ TypeResult infer_unary(TypeQuery& q) {
   if (!is_float(x->dtype) && !(kIntegerOk && x->dtype == DType::kI32))
     return q.error(0, q.what() + " needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
   return *x;
+}
+
+// a // b, a % b, a & b, ...: i32 on both sides, broadcast shapes.
+template <Op kOp>
+TypeResult infer_integer_binary(TypeQuery& q) {
+  if (!q.unify(0, 1)) return TypeResult::failed();
+  const TensorType* a = q.tensor(0, q.what());
+  const TensorType* b = a ? q.tensor(1, q.what()) : nullptr;
+  if (!a || !b) return TypeResult::failed();
+  if (a->dtype != DType::kI32 || b->dtype != DType::kI32) {
+    const bool floats = is_float(a->dtype) || is_float(b->dtype);
+    std::string hint = !floats                ? "cast(x, i32) first, or use && and || on bools"
+                       : kOp == Op::kFloorDiv ? "for floats write floor(a / b)"
+                       : kOp == Op::kMod      ? "for floats write a - floor(a / b) * b"
+                                              : "cast(x, i32) first";
+    return q.error(kAtOp, q.what() + " needs i32 tensors, got " + q.text(*a) + " and " + q.text(*b), hint);
+  }
+  std::optional<Shape> shape = broadcast_shapes(a->shape, b->shape);
+  if (!shape)
+    return q.error(kAtOp, "cannot broadcast " + q.text(*a) + " with " + q.text(*b) + " in " + q.what(),
+                   "shapes broadcast like numpy: aligned from the right, each pair of dims equal or one of them 1 "
+                   "(a run-time dim matches only itself or 1)");
+  return TensorType{DType::kI32, *shape};
+}
+
+// clamp(x, lo, hi): x float or i32, lo and hi of its dtype, all three broadcast.
+TypeResult infer_clamp(TypeQuery& q) {
+  if (!q.unify(0, 1) || !q.unify(0, 2)) return TypeResult::failed();
+  const TensorType* x = q.tensor(0, "clamp");
+  const TensorType* lo = x ? q.tensor(1, "clamp") : nullptr;
+  const TensorType* hi = lo ? q.tensor(2, "clamp") : nullptr;
+  if (!x || !lo || !hi) return TypeResult::failed();
+  if (!is_float(x->dtype) && x->dtype != DType::kI32)
+    return q.error(0, "clamp needs a float or i32 tensor, got " + q.text(*x), "convert it with cast(x, f32)");
+  for (const TensorType* bound : {lo, hi})
+    if (bound->dtype != x->dtype)
+      return q.error(bound == lo ? 1 : 2,
+                     "dtype mismatch in clamp: " + q.text(*x) + " and its bound " + q.text(*bound),
+                     "the bounds need x's dtype; convert with cast(x, " + std::string(dtype_name(x->dtype)) + ")");
+  std::optional<Shape> xl = broadcast_shapes(x->shape, lo->shape);
+  std::optional<Shape> all = xl ? broadcast_shapes(*xl, hi->shape) : std::nullopt;
+  if (!all)
+    return q.error(kAtOp, "cannot broadcast " + q.text(*x) + ", " + q.text(*lo) + " and " + q.text(*hi) + " in clamp",
+                   "shapes broadcast like numpy: aligned from the right, each dim equal or 1");
+  return TensorType{x->dtype, *all};
 }
 
 TypeResult infer_neg(TypeQuery& q) {
@@ -125,6 +182,13 @@ double gelu(double x, DType) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.
 double silu(double x, DType) { return x / (1.0 + std::exp(-x)); }
 double abs(double x, DType t) { return t == DType::kI32 ? host::wrap_i32(std::abs(static_cast<int64_t>(x))) : std::fabs(x); }
 double cast(double x, DType) { return x; }  // the rounding to the result's dtype is the cast
+double cos(double x, DType) { return std::cos(x); }
+double sin(double x, DType) { return std::sin(x); }
+double erf(double x, DType) { return std::erf(x); }
+double floor(double x, DType) { return std::floor(x); }
+double ceil(double x, DType) { return std::ceil(x); }
+double round(double x, DType) { return std::nearbyint(x); }  // the default rounding mode: half to even
+double sign(double x, DType) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }  // 0 stays 0, NaN stays NaN
 
 // Only i32 operands are converted: casting NaN or a huge float is undefined.
 template <typename F>
@@ -156,6 +220,54 @@ double ne(double a, double b, DType) { return a != b; }
 double logical_and(double a, double b, DType) { return a != 0 && b != 0; }
 double logical_or(double a, double b, DType) { return a != 0 || b != 0; }
 
+// The integer operators, on exact 64-bit integers: i32 operands for the CPU
+// rules (wrapped back to 32 bits), compile-time integers for folding.
+int64_t floor_div_exact(int64_t a, int64_t b) {  // b != 0, not INT64_MIN / -1
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+int64_t floor_mod_exact(int64_t a, int64_t b) {  // b != 0
+  if (b == -1) return 0;  // INT64_MIN % -1 would trap
+  const int64_t r = a % b;
+  return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;
+}
+// floor(x * 2^n); nullopt where it leaves int64.
+std::optional<int64_t> shift_exact(int64_t x, int64_t n) {
+  if (n <= -64) return x < 0 ? -1 : 0;
+  if (n < 0) return x >> -n;  // arithmetic: floor(x / 2^-n)
+  if (x == 0) return 0;
+  if (n >= 64) return std::nullopt;
+  const int64_t r = static_cast<int64_t>(static_cast<uint64_t>(x) << n);
+  if ((r >> n) != x) return std::nullopt;
+  return r;
+}
+
+int64_t i64(double v) { return static_cast<int64_t>(v); }  // an i32 operand, exact in a double
+double floor_div(double a, double b, DType) {
+  return i64(b) == 0 ? 0.0 : host::wrap_i32(floor_div_exact(i64(a), i64(b)));  // INT_MIN // -1 wraps to INT_MIN
+}
+double floor_mod(double a, double b, DType) {
+  return i64(b) == 0 ? a : static_cast<double>(floor_mod_exact(i64(a), i64(b)));
+}
+double bit_and(double a, double b, DType) { return static_cast<double>(i64(a) & i64(b)); }
+double bit_or(double a, double b, DType) { return static_cast<double>(i64(a) | i64(b)); }
+double bit_xor(double a, double b, DType) { return static_cast<double>(i64(a) ^ i64(b)); }
+// An i32 shifted by 32 or more places is all shifted out, so clamping the
+// count to [-32, 32] changes nothing and keeps x * 2^n inside int64.
+int64_t shift_count(double n) { return std::clamp<int64_t>(i64(n), -32, 32); }
+double shl(double a, double b, DType) { return host::wrap_i32(*shift_exact(i64(a), shift_count(b))); }
+double shr(double a, double b, DType) { return host::wrap_i32(*shift_exact(i64(a), -shift_count(b))); }
+
+void eval_clamp(const ir::Node& n, const EvalArgs& in, HostTensor& out) {
+  const HostTensor &x = *in.values[0], &lo = *in.values[1], &hi = *in.values[2];
+  host::BroadcastCursor cursor(out.shape, {x.shape, lo.shape, hi.shape});
+  const DType t = n.type.dtype;
+  for (double& v : out.data) {
+    v = min(max(x.data[cursor.offset(0)], lo.data[cursor.offset(1)], t), hi.data[cursor.offset(2)], t);
+    cursor.next();
+  }
+}
+
 void eval_where(const ir::Node&, const EvalArgs& in, HostTensor& out) {
   const HostTensor &cond = *in.values[0], &a = *in.values[1], &b = *in.values[2];
   host::BroadcastCursor cursor(out.shape, {cond.shape, a.shape, b.shape});
@@ -173,6 +285,22 @@ std::optional<int64_t> abs_int(int64_t x) {
 std::optional<int64_t> relu_int(int64_t x) { return std::max<int64_t>(x, 0); }
 std::optional<int64_t> min_int(int64_t a, int64_t b) { return std::min(a, b); }
 std::optional<int64_t> max_int(int64_t a, int64_t b) { return std::max(a, b); }
+std::optional<int64_t> sign_int(int64_t x) { return x > 0 ? 1 : x < 0 ? -1 : 0; }
+// Lowering reports a compile-time division by zero before folding; these
+// still follow the i32 rules there (x // 0 is 0, x % 0 is x).
+std::optional<int64_t> floor_div_int(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  if (a == std::numeric_limits<int64_t>::min() && b == -1) return std::nullopt;
+  return floor_div_exact(a, b);
+}
+std::optional<int64_t> floor_mod_int(int64_t a, int64_t b) { return b == 0 ? a : floor_mod_exact(a, b); }
+std::optional<int64_t> bit_and_int(int64_t a, int64_t b) { return a & b; }
+std::optional<int64_t> bit_or_int(int64_t a, int64_t b) { return a | b; }
+std::optional<int64_t> bit_xor_int(int64_t a, int64_t b) { return a ^ b; }
+std::optional<int64_t> shl_int(int64_t x, int64_t n) { return shift_exact(x, n); }
+std::optional<int64_t> shr_int(int64_t x, int64_t n) {
+  return shift_exact(x, n == std::numeric_limits<int64_t>::min() ? 64 : -n);
+}
 
 bool cast_is_identity(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
 
@@ -206,6 +334,15 @@ OpDef binary(Op op, const char* callable, InferFn infer, BinaryFn rule, const ch
   return d;
 }
 
+// An i32 operator (// % & | ^ << >>): compile-time integers fold exactly
+// through `fold`.
+template <Op kOp>
+OpDef integer_operator(BinaryFn rule, std::optional<int64_t> (*fold)(int64_t, int64_t), const char* device_function) {
+  OpDef d = binary(kOp, nullptr, infer_integer_binary<kOp>, rule, device_function);
+  d.fold_binary_int = fold;
+  return d;
+}
+
 }  // namespace
 
 void add_elementwise_ops(std::vector<OpDef>& defs) {
@@ -220,6 +357,15 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   defs.push_back(r);
   defs.push_back(unary(Op::kGelu, "gelu", infer_unary<false>, gelu, "gdl::op::gelu"));
   defs.push_back(unary(Op::kSilu, "silu", infer_unary<false>, silu, "gdl::op::silu"));
+  defs.push_back(unary(Op::kCos, "cos", infer_unary<false>, cos, "gdl::op::cos"));
+  defs.push_back(unary(Op::kSin, "sin", infer_unary<false>, sin, "gdl::op::sin"));
+  defs.push_back(unary(Op::kErf, "erf", infer_unary<false>, erf, "gdl::op::erf"));
+  defs.push_back(unary(Op::kFloor, "floor", infer_unary<false>, floor, "gdl::op::floor"));
+  defs.push_back(unary(Op::kCeil, "ceil", infer_unary<false>, ceil, "gdl::op::ceil"));
+  defs.push_back(unary(Op::kRound, "round", infer_unary<false>, round, "gdl::op::round"));
+  OpDef s = unary(Op::kSign, "sign", infer_unary<true>, sign, "gdl::op::sign");
+  s.fold_unary_int = sign_int;
+  defs.push_back(s);
   OpDef a = unary(Op::kAbs, "abs", infer_unary<true>, abs, "gdl::op::abs");
   a.fold_unary_int = abs_int;
   defs.push_back(a);
@@ -249,6 +395,17 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   where.eval = eval_where;
   where.device_function = "gdl::op::where";
   defs.push_back(where);
+  OpDef clamp;
+  clamp.op = Op::kClamp;
+  clamp.fusion = FusionClass::kElementwise;
+  clamp.callable = "clamp";
+  clamp.params = {"x", "lo", "hi"};
+  clamp.operands = clamp.required = 3;
+  clamp.min_args = clamp.max_args = 3;
+  clamp.infer = infer_clamp;
+  clamp.eval = eval_clamp;
+  clamp.device_function = "gdl::op::clamp";
+  defs.push_back(clamp);
   OpDef c = unary(Op::kCast, "cast", infer_cast, cast, nullptr);  // codegen: the element converted, no call
   c.params = {"x", "dtype"};
   c.operands = 1;
@@ -271,6 +428,14 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   defs.push_back(binary(Op::kNe, nullptr, infer_binary<Op::kNe>, ne, "gdl::op::ne"));
   defs.push_back(binary(Op::kAnd, nullptr, infer_binary<Op::kAnd>, logical_and, "gdl::op::and_"));
   defs.push_back(binary(Op::kOr, nullptr, infer_binary<Op::kOr>, logical_or, "gdl::op::or_"));
+  // bitand_ and friends: `bitand` and `bitor` are C++ spellings of & and |.
+  defs.push_back(integer_operator<Op::kFloorDiv>(floor_div, floor_div_int, "gdl::op::floordiv"));
+  defs.push_back(integer_operator<Op::kMod>(floor_mod, floor_mod_int, "gdl::op::mod"));
+  defs.push_back(integer_operator<Op::kBitAnd>(bit_and, bit_and_int, "gdl::op::bitand_"));
+  defs.push_back(integer_operator<Op::kBitOr>(bit_or, bit_or_int, "gdl::op::bitor_"));
+  defs.push_back(integer_operator<Op::kBitXor>(bit_xor, bit_xor_int, "gdl::op::bitxor_"));
+  defs.push_back(integer_operator<Op::kShl>(shl, shl_int, "gdl::op::shl"));
+  defs.push_back(integer_operator<Op::kShr>(shr, shr_int, "gdl::op::shr"));
 }
 
 }  // namespace gdl::ops

@@ -1,6 +1,9 @@
 // Every standard op in every dtype the checker accepts, compiled from .gdl
 // text, run by graph and by eager launch on a poisoned arena, and compared
 // with the CPU reference on random non-zero inputs.
+#include <algorithm>
+#include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,39 @@ void equal_halves(std::map<std::string, TensorData>& t) {
               b.bytes.begin() + static_cast<long>(i * size));
 }
 
+// Rewrites the elements of tensor `name` (decoded to doubles, encoded back
+// in its dtype).
+void edit_elements(std::map<std::string, TensorData>& t, const std::string& name,
+                   const std::function<void(std::vector<double>&)>& edit) {
+  TensorData& d = t.at(name);
+  std::vector<double> v = decode_elements(d.dtype, d.bytes.data(), d.bytes.size() / element_size(d.dtype));
+  edit(v);
+  d.bytes = encode_elements(d.dtype, v);
+}
+
+// Every 4th element of `a` an exact half (-3.5 ... 4.5), where floor, ceil
+// and round differ and round goes to even.
+void halves(std::map<std::string, TensorData>& t) {
+  edit_elements(t, "a", [](std::vector<double>& v) {
+    for (size_t i = 0; i < v.size(); i += 4) v[i] = static_cast<double>(static_cast<int>(i / 4 % 9) - 4) + 0.5;
+  });
+}
+
+// The integer operators' edge cases at the front of a and b (b's zeros and
+// shift counts outside [0, 31]), and every 7th divisor zero.
+void integer_edges(std::map<std::string, TensorData>& t) {
+  const double int_min = -2147483648.0, int_max = 2147483647.0;
+  edit_elements(t, "a", [&](std::vector<double>& v) {
+    const double front[] = {int_min, int_min, int_max, -7, 7, -1, 1, int_min, int_max, -5};
+    std::copy(std::begin(front), std::end(front), v.begin());
+  });
+  edit_elements(t, "b", [&](std::vector<double>& v) {
+    for (size_t i = 10; i < v.size(); i += 7) v[i] = 0;
+    const double front[] = {-1, 0, int_min, 2, -2, 31, 32, -1, 33, int_max};
+    std::copy(std::begin(front), std::end(front), v.begin());
+  });
+}
+
 std::string unary_program(const std::string& expr) {
   return "program op;\ninput a : {T}[8, 133];\noutput y : {T}[8, 133];\ny = " + expr + ";\n";
 }
@@ -110,6 +146,57 @@ TEST_CASE("ops: elementwise binary, same shapes") {
       {"min", binary_program("min(a, b)"), kNumbers, {}, equal_halves},
       {"max", binary_program("max(a, b)"), kNumbers, {}, equal_halves},
       {"pow", binary_program("pow(a, b)"), kNumbers, power},
+  });
+}
+
+TEST_CASE("ops: trigonometric, erf, rounding and sign") {
+  RangeFor wide = [](const TensorInfo&) { ValueRange r; r.lo = 0.1; r.hi = 6; return r; };
+  RangeFor fractions = [](const TensorInfo&) { ValueRange r; r.lo = 0.1; r.hi = 40; return r; };
+  run_cases({
+      {"cos", unary_program("cos(a)"), kFloats, wide},
+      {"sin", unary_program("sin(a)"), kFloats, wide},
+      {"erf", unary_program("erf(a)"), kFloats, wide},
+      {"floor", unary_program("floor(a)"), kFloats, fractions, halves},
+      {"ceil", unary_program("ceil(a)"), kFloats, fractions, halves},
+      {"round", unary_program("round(a)"), kFloats, fractions, halves},
+      {"sign", unary_program("sign(a)"), kNumbers, wide},
+      {"fused", unary_program("round(a * 3.0) - floor(cos(a) * 4.0) + ceil(erf(a)) * sign(sin(a))"), kFloats, wide},
+  });
+}
+
+TEST_CASE("ops: clamp") {
+  run_cases({
+      {"clamp tensors", "program op;\ninput a : {T}[8, 133];\ninput lo : {T}[8, 133];\ninput hi : {T}[8, 133];\n"
+                        "output y : {T}[8, 133];\ny = clamp(a, lo, hi);\n",  // lo > hi in about half: hi
+       kNumbers},
+      {"clamp broadcast", "program op;\ninput a : {T}[8, 133];\ninput lo : {T}[133];\ninput hi : {T}[8, 1];\n"
+                          "output y : {T}[8, 133];\ny = clamp(a, lo, hi);\n",
+       kNumbers},
+      {"clamp literals", unary_program("clamp(a, -0.5, 0.5)"), kFloats},
+      {"clamp int literals", unary_program("clamp(a, -20, 20)"), {"i32"}},
+  });
+}
+
+TEST_CASE("ops: integer operators") {
+  RangeFor wide = [](const TensorInfo& t) {
+    ValueRange r;
+    r.int_lo = -2147483648LL, r.int_hi = 2147483647LL;
+    if (t.name == "b") r.int_lo = -40, r.int_hi = 40;  // divisors and shift counts, some outside [0, 31]
+    return r;
+  };
+  const std::vector<std::string> i32 = {"i32"};
+  run_cases({
+      {"floordiv", binary_program("a // b"), i32, wide, integer_edges},
+      {"mod", binary_program("a % b"), i32, wide, integer_edges},
+      {"bitand", binary_program("a & b"), i32, wide, integer_edges},
+      {"bitor", binary_program("a | b"), i32, wide, integer_edges},
+      {"bitxor", binary_program("a ^ b"), i32, wide, integer_edges},
+      {"shl", binary_program("a << b"), i32, wide, integer_edges},
+      {"shr", binary_program("a >> b"), i32, wide, integer_edges},
+      {"small operands", binary_program("a // b + a % b * 100"), i32},
+      {"literals", unary_program("(a // -3) ^ (a % 7) << 4 | a >> 2 & 255"), i32, wide},
+      {"broadcast", "program op;\ninput a : i32[8, 133];\ninput b : i32[8, 1];\noutput y : i32[8, 133];\n"
+                    "y = (a % b) ^ (a >> b);\n", i32, wide},
   });
 }
 
