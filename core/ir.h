@@ -46,7 +46,9 @@ inline constexpr ValueId kNoValue = -1;
   X(kTopKValues, "topk_values") X(kTopKIndices, "topk_indices") X(kCumSum, "cumsum")                   \
   X(kArange, "arange") X(kOneHot, "one_hot")                                                            \
   /* Writes into their first argument's storage (see writes_in_place). */                             \
-  X(kScatter, "scatter") X(kUpdateSlice, "update_slice") X(kCopy, "copy")
+  X(kScatter, "scatter") X(kUpdateSlice, "update_slice") X(kCopy, "copy")                               \
+  /* Random numbers (compiler/ops/random.cc). */                                                       \
+  X(kRandUniform, "rand") X(kRandNormal, "randn") X(kRngAdvance, "rng_advance")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,
@@ -63,10 +65,10 @@ const char* op_name(Op op);
 inline bool is_leaf(Op op) {
   return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant || op == Op::kState;
 }
-// scatter and update_slice: their result is their first argument with some
+// scatter, update_slice and rng_advance: their result is their first argument with some
 // elements replaced, written over that argument's storage (compiler/passes/
 // inplace.h proves that nothing reads the old value afterwards, or copies it).
-inline bool writes_in_place(Op op) { return op == Op::kScatter || op == Op::kUpdateSlice; }
+inline bool writes_in_place(Op op) { return op == Op::kScatter || op == Op::kUpdateSlice || op == Op::kRngAdvance; }
 // Constants and run-time scalars: kernels take their values (compiled in, or
 // from gdl_args), so they have no buffer.
 inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }

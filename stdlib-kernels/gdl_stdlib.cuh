@@ -15,6 +15,7 @@
 #include "gdl_elementwise.cuh"
 #include "gdl_reduce.cuh"
 #include "gdl_select.cuh"
+#include "gdl_random.cuh"
 #include "gdl_split.cuh"
 #include "gdl_matmul.cuh"
 #include "gdl_attention.cuh"

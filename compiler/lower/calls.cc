@@ -454,6 +454,7 @@ Value Lowerer::call_op(const ops::OpDef& def, const ast::CallExpr& c) {
   CallQuery q(*this, *op, c.callee, c.loc, length, op->operands);
   for (size_t k = 0; k < args.size(); ++k) q.bind(k, args[k]);
   if (op->op == ir::Op::kCast) return cast(q);
+  if (op->op == ir::Op::kRandUniform || op->op == ir::Op::kRandNormal) return random(q);
   for (size_t k = 0; k < op->operands; ++k)  // operands are evaluated in order, before any check
     if (q.given(k)) q.operand(k);
   return op->fusion == ops::FusionClass::kElementwise ? elementwise(q) : apply(q);
@@ -499,6 +500,33 @@ Value Lowerer::cast(CallQuery& q) {
   }
   if (x.is_tensor() && type_of(x).dtype == dtype) return x;
   return apply(q);
+}
+
+Value Lowerer::random(CallQuery& q) {
+  const ops::TypeResult r = q.def().infer(q);
+  if (!r.ok()) {
+    if (r.error && !q.turned_down()) {
+      const auto [at, length] = q.location(*r.error);
+      fail(at, r.error->message, r.error->hint, length);
+    }
+    return Value::error();
+  }
+  const int64_t elements = std::max<int64_t>(1, max_element_count(r.type->shape, graph_.dims));
+  const int64_t words = (q.def().op == ir::Op::kRandNormal ? 2 : 1) * elements;  // a normal takes two
+  ir::Attrs attrs;
+  attrs.ints = {rng_counters_};
+  rng_counters_ += (words + 3) / 4;  // four words per counter
+  return emit(q.def().op, {rng_state()}, *r.type, q.loc(), q.length(), attrs);
+}
+
+ir::ValueId Lowerer::rng_state() {
+  if (rng_leaf_ != ir::kNoValue) return rng_leaf_;
+  ir::Node leaf;
+  leaf.op = ir::Op::kState;
+  leaf.name = "rng.state";
+  leaf.type = TensorType{DType::kI32, {Dim::constant(4)}};
+  rng_leaf_ = graph_.add(std::move(leaf));
+  return rng_leaf_;
 }
 
 // ---------------------------------------------------------------- subscripts

@@ -454,6 +454,12 @@ void Lowerer::collect_outputs() {
 }
 
 void Lowerer::collect_state_updates() {
+  if (rng_leaf_ != ir::kNoValue) {  // after every random op: the next run draws the counters after this run's
+    ir::Attrs attrs;
+    attrs.ints = {rng_counters_};
+    Value advanced = emit(ir::Op::kRngAdvance, {rng_leaf_}, graph_.node(rng_leaf_).type, SourceLoc{}, 1, attrs);
+    if (advanced.ok()) graph_.state_updates.push_back({rng_leaf_, advanced.id, SourceLoc{}});
+  }
   for (const ast::TensorDecl& t : m_.tensors) {
     if (t.role != ast::TensorRole::kState) continue;
     auto it = tensors_.find(t.name);

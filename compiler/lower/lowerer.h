@@ -252,6 +252,9 @@ class Lowerer {
   Value call_op(const ops::OpDef& def, const ast::CallExpr& c);
   Value call_variadic(const ops::OpDef& def, const ast::CallExpr& c);
   Value cast(CallQuery& q);
+  // rand / randn: the node reads the rng state and takes the next slice of its counters.
+  Value random(CallQuery& q);
+  ir::ValueId rng_state();  // the `rng.state` leaf, declared at the first random op
   // The op's type rule on the arguments in `q`, then its node; a mistake is
   // reported where the rule points.
   Value apply(CallQuery& q);
@@ -268,6 +271,8 @@ class Lowerer {
   DiagnosticSink& diags_;
   ir::Graph graph_;
   std::map<std::string, SourceLoc> state_loc_;  // each state's last assignment
+  ir::ValueId rng_leaf_ = ir::kNoValue;
+  int64_t rng_counters_ = 0;  // Philox counters the random ops so far take per run
   std::map<std::string, int> dims_;
   std::map<std::string, ConstInfo> consts_;
   std::map<std::string, TensorInfo> tensors_;

@@ -368,6 +368,13 @@ class Session {
     size_t bytes = 0;
   };
   Expected<DeviceView> state_view(const std::string& name);
+  // A program with rand/randn keeps its generator in the state `rng.state`
+  // (i32[4]: seed, then the 64-bit count of counters drawn), which every
+  // run advances on the device. seed_rng restarts the stream: the runs
+  // after it draw the same numbers as the runs after any other seed_rng
+  // with that seed (a new session starts at seed 0). NotFound when the
+  // program draws no random numbers.
+  Status seed_rng(uint64_t seed);
 
   // Waits for the last run, then copies output `name` into `host` (`bytes` must
   // equal the output's size for the last run's dims: only the valid rows,

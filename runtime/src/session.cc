@@ -704,6 +704,14 @@ Expected<Session::DeviceView> Session::state_view(const std::string& name) {
   });
 }
 
+Status Session::seed_rng(uint64_t seed) {
+  if (!impl_->prog.state_index.count("rng.state"))
+    return Status::NotFound("program " + impl_->prog.graph().program_name + " draws no random numbers (no rand or randn)");
+  const int32_t words[4] = {static_cast<int32_t>(static_cast<uint32_t>(seed)), static_cast<int32_t>(static_cast<uint32_t>(seed >> 32)),
+                            0, 0};
+  return set_state("rng.state", words, sizeof(words));
+}
+
 Expected<std::vector<int64_t>> Session::shape_of(const std::string& name) const {
   return guarded("Session::shape_of", [&]() -> Expected<std::vector<int64_t>> {
     const Program::Impl& p = impl_->prog;
