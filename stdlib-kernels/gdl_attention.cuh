@@ -1,10 +1,12 @@
 // Attention over a KV cache with a run-time valid length (decode).
 //
-// q [rows, D], k [rows, T, D], v [rows, T, DV] -> out [rows, DV], where rows
-// is every leading dim of q (batch, heads). Per row r, with
-// L = clamp(len, 0, T) read from the device at run time (a padded T comes
-// with a len source that is already clamped to its valid count, ClampedLen):
-//   out[r] = sum_t softmax_t(scale * q[r] . k[r, t]) * v[r, t],  t < L
+// q [rows, D], k [rows / group, T, D], v [rows / group, T, DV] -> out
+// [rows, DV], where rows is every leading dim of q (batch, heads) and
+// `group` query heads share one k/v head (grouped-query attention; 1: one
+// each). Per row r, with L = clamp(len(r), 0, T) read from the device at
+// run time (one for every row or one per sequence; a padded T comes with a
+// len source that is already clamped to its valid count, ClampedLen):
+//   out[r] = sum_t softmax_t(scale * q[r] . k[r / group, t]) * v[r / group, t],  t < L
 // and a zero row when L == 0. Positions t >= L are never read.
 //
 // Two kernels compute it: attention_split (this comment, any head dims) and
@@ -112,8 +114,8 @@ GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I sp
 }  // namespace att
 
 template <int D_MAX, int DV_MAX, int CHUNK, typename I, typename T, typename TO, typename Len>
-GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I positions, I D,
-                             I DV, float scale, SplitScratch sk) {
+GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I group, I positions,
+                             I D, I DV, float scale, SplitScratch sk) {
   constexpr int BLOCK = kAttentionThreads, WARPS = BLOCK / 32;
   constexpr int V = Vec16<T>::n;
   // Scores: a row of k is QV vectors, LPR lanes per row, NQ vectors per lane, RPW rows per warp step.
@@ -144,7 +146,7 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const I row = task / S, split = task % S;
-    const int len = len_source.get();
+    const int len = len_source.get(row);
     const I valid = len <= 0 ? (I)0 : ((I)len < positions ? (I)len : positions);
     TO* o = out + row * DV;
     if (valid <= 0) {
@@ -155,8 +157,8 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
     const I chunk = ceil_div(valid, (I)S);
     const I p_lo = split * chunk;
     const I p_hi = valid < p_lo + chunk ? valid : p_lo + chunk;
-    const T* kr = k + row * positions * D;
-    const T* vr = v + row * positions * DV;
+    const T* kr = k + row / group * positions * D;  // grouped-query: `group` query rows share a k/v row
+    const T* vr = v + row / group * positions * DV;
     for (int d = tid; d < QV * V; d += BLOCK) q_s[d] = (I)d < D ? num(q[row * D + d]) * scale * kLog2e : 0.0f;
     __syncthreads();
 
@@ -537,8 +539,8 @@ template <typename I, int P> struct StreamRange {
 // waited out otherwise. The copies then run while the kernels before this
 // one (the input copy) finish.
 template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, typename I, typename T, typename TO, typename Len>
-GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I positions,
-                              float scale, SplitScratch sk, unsigned char* ring) {
+GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I group,
+                              I positions, float scale, SplitScratch sk, unsigned char* ring) {
   using A = AttentionStream<D, DV, T, POSITIONS, STAGES>;
   using Math = typename A::Math;
   using Range = att::StreamRange<I, A::kPositions>;
@@ -573,7 +575,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
       early = Range(positions, task % S, S);
       early.stages = early.stages < NS ? early.stages : NS;
       if (tid == 0)
-        for (int j = 0; j < early.stages; ++j) issue(k + row * positions * D, v + row * positions * DV, early, j);
+        for (int j = 0; j < early.stages; ++j) issue(k + row / group * positions * D, v + row / group * positions * DV, early, j);
     }
     allow_dependents();
     wait_for_producers();
@@ -581,7 +583,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const I row = task / S, split = task % S;
-    const int len = len_source.get();
+    const int len = len_source.get(row);
     const I valid = len <= 0 ? (I)0 : ((I)len < positions ? (I)len : positions);
     const Range range(valid, split, S);
     int in_flight = 0;  // stages of this task issued already (before the wait)
@@ -603,8 +605,8 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
       continue;
     }
     const int stages = range.stages;
-    const T* kr = k + row * positions * D;
-    const T* vr = v + row * positions * DV;
+    const T* kr = k + row / group * positions * D;  // grouped-query: `group` query rows share a k/v row
+    const T* vr = v + row / group * positions * DV;
     if (tid == 0)
       for (int j = in_flight; j < NS && j < stages; ++j) issue(kr, vr, range, j);
 

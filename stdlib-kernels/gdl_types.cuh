@@ -131,20 +131,28 @@ template <typename W> GDL_DEV float rmsnorm_value(float x, float inv, const W& w
 
 // A rank-0 i32 operand read at run time (the attention length): from a
 // device buffer, or a value known when the kernel was generated.
+// A length for attention row `row`: one for every row (a device scalar or a
+// value), or one per sequence (IntPerRow: the rows of one sequence, its
+// query heads, are consecutive).
 struct IntAt {
   const int* p;
-  GDL_DEV int get() const { return *p; }
+  template <typename I> GDL_DEV int get(I) const { return *p; }
 };
 struct IntValue {
   int v;
-  GDL_DEV int get() const { return v; }
+  template <typename I> GDL_DEV int get(I) const { return v; }
+};
+struct IntPerRow {
+  const int* p;
+  long long rows_per_value;
+  template <typename I> GDL_DEV int get(I row) const { return p[(long long)row / rows_per_value]; }
 };
 // A length clamped to the valid count of a padded axis (buckets, gdl_abi_types.cuh).
 template <typename S> struct ClampedLen {
   S source;
   int valid;
-  GDL_DEV int get() const {
-    const int len = source.get();
+  template <typename I> GDL_DEV int get(I row) const {
+    const int len = source.get(row);
     return len < valid ? len : valid;
   }
 };

@@ -248,3 +248,54 @@ y = s + 1.0;
 
 }  // namespace
 }  // namespace gdl
+
+namespace gdl {
+namespace {
+
+TEST_CASE("attention: grouped-query heads read their group's k/v head, and each sequence its own length") {
+  // Two sequences, 4 query heads over 2 k/v heads, lengths 3 and 5 of 6 positions.
+  ir::Graph grouped = compile_text(R"(program g;
+input q : f32[2, 4, 8];
+input k : f32[2, 2, 6, 8];
+input v : f32[2, 2, 6, 8];
+input len : i32[2];
+output y : f32[2, 4, 8];
+y = attention(q, k, v, len);
+)");
+  // The same with every k/v head repeated for its query heads, one sequence and one length at a time.
+  ir::Graph repeated = compile_text(R"(program r;
+input q : f32[4, 8];
+input k : f32[2, 6, 8];
+input v : f32[2, 6, 8];
+input len : i32;
+output y : f32[4, 8];
+let k4 = concat(k[0:1], k[0:1], k[1:2], k[1:2], axis = 0);
+let v4 = concat(v[0:1], v[0:1], v[1:2], v[1:2], axis = 0);
+y = attention(q, k4, v4, len);
+)");
+  std::mt19937 rng(11);
+  Bindings b;
+  b.tensors["q"] = random_tensor(rng, DType::kF32, {2, 4, 8});
+  b.tensors["k"] = random_tensor(rng, DType::kF32, {2, 2, 6, 8});
+  b.tensors["v"] = random_tensor(rng, DType::kF32, {2, 2, 6, 8});
+  b.tensors["len"] = tensor(DType::kI32, {2}, {3, 5});
+  const std::vector<double> y = run_both(grouped, b).at("y").data;
+  for (int64_t seq = 0; seq < 2; ++seq) {
+    Bindings one;
+    auto part = [&](const std::string& name, std::vector<int64_t> shape) {
+      const HostTensor& all = b.tensors[name];
+      const size_t n = all.data.size() / 2;
+      one.tensors[name] = tensor(DType::kF32, std::move(shape),
+                                 {all.data.begin() + static_cast<long>(seq * n), all.data.begin() + static_cast<long>((seq + 1) * n)});
+    };
+    part("q", {4, 8});
+    part("k", {2, 6, 8});
+    part("v", {2, 6, 8});
+    one.tensors["len"] = tensor(DType::kI32, {}, {seq == 0 ? 3.0 : 5.0});
+    const std::vector<double> alone = run_both(repeated, one).at("y").data;
+    for (size_t i = 0; i < alone.size(); ++i) CHECK(y[static_cast<size_t>(seq) * 32 + i] == doctest::Approx(alone[i]).epsilon(1e-12));
+  }
+}
+
+}  // namespace
+}  // namespace gdl

@@ -1,5 +1,8 @@
 // attention(q, k, v, len, scale = 1/sqrt(D)): q [..., NH, D], k and v
-// [..., NH, T, D(v)], len a rank-0 i32 (a device scalar input). For every
+// [..., KVH, T, D(v)] with KVH dividing NH (grouped-query attention: query
+// head h reads k/v head h / (NH / KVH); no repeated cache), len an i32:
+// rank 0 (one length for every row, a device scalar input) or q's dims
+// before its heads (one length per sequence, `len : i32[B]`). For every
 // row of q, softmax(scale * q.k_t) over the positions t < clamp(len, 0, T),
 // then the weighted sum of v_t; no valid position gives a zero row. Over a
 // run-time T that buckets pad, positions past its valid count are padding
@@ -41,17 +44,25 @@ TypeResult infer_attention(TypeQuery& q) {
   const std::string all = "q " + q.text(*tq) + ", k " + q.text(*tk) + ", v " + q.text(*tv);
   if (!is_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype)
     return q.error(kAtOp, "attention q, k and v must share one float dtype: " + all, "convert them with cast");
-  const std::string layout = "q is [..., NH, D], k and v are [..., NH, T, D]";
+  const std::string layout = "q is [..., NH, D], k and v are [..., KVH, T, D] with KVH dividing NH";
   if (tq->rank() < 2 || tk->rank() != tq->rank() + 1 || tv->rank() != tk->rank())
     return q.error(kAtOp, "attention ranks do not fit: " + all, layout);
   const Shape q_rows(tq->shape.begin(), tq->shape.end() - 1);
   const Shape k_rows(tk->shape.begin(), tk->shape.end() - 2);
+  const Shape sequences(q_rows.begin(), q_rows.end() - 1);  // q's dims before its heads
   const Shape k_positions(tk->shape.begin(), tk->shape.end() - 1), v_positions(tv->shape.begin(), tv->shape.end() - 1);
-  if (q_rows != k_rows || k_positions != v_positions || !(tq->shape.back() == tk->shape.back()))
+  const Dim &heads = q_rows.back(), &kv_heads = k_rows.back();
+  const bool grouped = heads == kv_heads || (!heads.is_runtime() && !kv_heads.is_runtime() && kv_heads.extent > 0 &&
+                                             heads.extent % kv_heads.extent == 0);
+  if (Shape(k_rows.begin(), k_rows.end() - 1) != sequences || !grouped || k_positions != v_positions ||
+      !(tq->shape.back() == tk->shape.back()))
     return q.error(kAtOp, "attention shapes do not fit: " + all, layout);
-  if (!len || len->dtype != DType::kI32 || len->rank() != 0)
-    return q.error(3, "attention len must be a rank-0 i32 (a device scalar input), got " + (len ? q.text(*len) : described),
-                   "declare it as input len : i32;");
+  if (!len || len->dtype != DType::kI32 || (len->rank() != 0 && len->shape != sequences))
+    return q.error(3,
+                   "attention len must be a rank-0 i32 or one i32 per sequence" +
+                       (sequences.empty() ? std::string() : " (" + q.text(sequences) + ")") + ", got " +
+                       (len ? q.text(*len) : described),
+                   "declare it as input len : i32; or input len : i32[B];");
   const Dim& head = tq->shape.back();
   if (q.given(4)) {
     if (!q.number(4, "scale", &q.attrs().value)) return TypeResult::failed();
@@ -76,21 +87,25 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
   const HostTensor &q = *in.values[0], &k = *in.values[1], &v = *in.values[2], &len = *in.values[3];
   const int64_t t_valid = in.valid(1, -2);
   size_t rq = q.shape.size();
-  GDL_INTERNAL_ASSERT(rq >= 2 && k.shape.size() == rq + 1 && v.shape.size() == rq + 1 && len.data.size() == 1,
-                      "attention operand ranks");
+  GDL_INTERNAL_ASSERT(rq >= 2 && k.shape.size() == rq + 1 && v.shape.size() == rq + 1, "attention operand ranks");
   int64_t d = q.shape.back(), t_max = k.shape[rq - 1], dv = v.shape.back();
-  GDL_INTERNAL_ASSERT(host::Extents(q.shape.begin(), q.shape.end() - 1) == host::Extents(k.shape.begin(), k.shape.end() - 2) &&
+  const int64_t heads = q.shape[rq - 2], kv_heads = k.shape[rq - 2];
+  GDL_INTERNAL_ASSERT(host::Extents(q.shape.begin(), q.shape.end() - 2) == host::Extents(k.shape.begin(), k.shape.end() - 3) &&
+                          kv_heads > 0 && heads % kv_heads == 0 &&
                           host::Extents(k.shape.begin(), k.shape.end() - 1) == host::Extents(v.shape.begin(), v.shape.end() - 1) &&
                           k.shape.back() == d,
                       "attention shapes disagree");
-  int64_t valid = std::clamp<int64_t>(static_cast<int64_t>(len.data[0]), 0, std::min(t_max, t_valid));
   int64_t rows = host::product(q.shape) / std::max<int64_t>(d, 1);
+  GDL_INTERNAL_ASSERT(len.data.size() == 1 || static_cast<int64_t>(len.data.size()) * heads == rows, "attention len size");
+  const int64_t group = heads / kv_heads;  // query heads per k/v head
   double scale = n.attrs.value;
-  std::vector<double> score(static_cast<size_t>(valid));
+  std::vector<double> score(static_cast<size_t>(t_max));
   for (int64_t r = 0; r < rows; ++r) {
+    const double length = len.data[len.data.size() == 1 ? 0 : static_cast<size_t>(r / heads)];
+    const int64_t valid = std::clamp<int64_t>(static_cast<int64_t>(length), 0, std::min(t_max, t_valid));
     const double* qr = q.data.data() + r * d;
-    const double* kr = k.data.data() + r * t_max * d;
-    const double* vr = v.data.data() + r * t_max * dv;
+    const double* kr = k.data.data() + r / group * t_max * d;
+    const double* vr = v.data.data() + r / group * t_max * dv;
     double* o = out.data.data() + r * dv;  // stays zero when no position is valid
     double peak = -std::numeric_limits<double>::infinity();
     for (int64_t t = 0; t < valid; ++t) {
@@ -110,13 +125,16 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
 // a padded T clamped to its valid count.
 std::string length_source(StepEmitter& e, const Node& n) {
   const ir::ValueId a = n.args.at(3);
-  const std::string source =
-      e.is_inline_leaf(a) ? "gdl::IntValue{" + e.inline_value(a) + "}" : "gdl::IntAt{" + e.pointer(a) + "}";
+  const Shape& qs = e.g.node(n.args.at(0)).type.shape;
+  const bool per_sequence = e.g.node(a).type.rank() > 0;  // one length per sequence, for its query heads' rows
+  const std::string source = e.is_inline_leaf(a) ? "gdl::IntValue{" + e.inline_value(a) + "}"
+                             : per_sequence ? "gdl::IntPerRow{" + e.pointer(a) + ", " + e.dim(qs[qs.size() - 2]) + "}"
+                                            : "gdl::IntAt{" + e.pointer(a) + "}";
   const Shape& ks = e.g.node(n.args.at(1)).type.shape;
   const Dim& positions = ks.at(ks.size() - 2);
   if (!positions.is_runtime()) return source;
   // A padded T: positions past its valid count are padding, whatever len says.
-  const char* type = e.is_inline_leaf(a) ? "gdl::IntValue" : "gdl::IntAt";
+  const char* type = e.is_inline_leaf(a) ? "gdl::IntValue" : per_sequence ? "gdl::IntPerRow" : "gdl::IntAt";
   return std::string("gdl::ClampedLen<") + type + ">{" + source + ", " + valid_count_expr(positions.symbol) + "}";
 }
 
@@ -133,6 +151,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionChoice choice = choose_attention(e.g, n);
   std::string body;
   body += e.local("rows", e.product(qs, 0, qs.size() - 1));
+  body += e.local("group", e.dim(qs[qs.size() - 2]) + " / " + e.dim(ks[ks.size() - 3]));  // query heads per k/v head
   body += e.local("positions", e.dim(ks[ks.size() - 2]));
   auto buffer = [&](int arg) -> const plan::Buffer& { return e.p.buffers.at(static_cast<size_t>(n.args.at(arg))); };
   auto aligned16 = [&](int arg) { return plan::buffer_alignment(buffer(arg)) >= 16; };
@@ -154,7 +173,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     e.waits_in_body |= kv_early;
     e.early_start |= kv_early;
     body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " + e.idx + ">(" +
-            q + ", " + k + ", " + v + ", " + out + ", " + len + ", rows, positions, " + float_literal(n.attrs.value) + ", " +
+            q + ", " + k + ", " + v + ", " + out + ", " + len + ", rows, group, positions, " + float_literal(n.attrs.value) + ", " +
             scratch + ", attention_ring);\n";
     rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}}, kAttentionBlock);
     rule.shared_bytes = choice.stream_shared_bytes;
@@ -165,7 +184,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   body += "  // attention kernel: split, " + std::to_string(choice.splits) + " block(s) per row over the positions\n";
   body += "  gdl::attention_split<" + std::to_string(std::max<int64_t>(1, d_max)) + ", " +
           std::to_string(std::max<int64_t>(1, dv_max)) + ", " + std::to_string(kAttentionChunk) + ", " + e.idx + ">(" + q +
-          ", " + k + ", " + v + ", " + out + ", " + len + ", rows, positions, D, DV, " + float_literal(n.attrs.value) + ", " +
+          ", " + k + ", " + v + ", " + out + ", " + len + ", rows, group, positions, D, DV, " + float_literal(n.attrs.value) + ", " +
           e.split_scratch(choice.splits, false, choice.scratch, body) + ");\n";
   rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.splits)}, 1}}, kAttentionBlock);
   return body;

@@ -5,6 +5,7 @@
 // step that copies the cache; the host calls that set, read and zero state.
 #include <cuda_runtime_api.h>
 
+#include "gdl/jit.h"
 #include "gpu_test_util.h"
 #include "plan.h"
 #include "program_impl.h"
@@ -84,7 +85,7 @@ void check_runs(const Program& program, const std::string& what, int runs, const
       for (const auto& [name, data] : states) states[name] = want.at(name);
       continue;
     }
-    bind_inputs(*s, inputs);
+    bind_all(*s, inputs);
     std::map<std::string, TensorData> got = run_and_read(*s, run % 2 == 1);
     for (const TensorInfo& info : program.states()) got[info.name] = read_state(*s, info);
     REQUIRE(expect_match(got, want, what));
@@ -122,6 +123,24 @@ TEST_CASE("state: a KV cache is written in place at per-sequence positions, run 
     };
     check_runs(program, "kv cache " + t, 6, {1, 3, 4, 2}, range);
   }
+}
+
+TEST_CASE("state: a decode layer with GQA attention over per-sequence lengths, RoPE and SwiGLU (examples/decode_layer.gdl)") {
+  Expected<Program> compiled = jit::compile(source_dir() + "/examples/decode_layer.gdl");
+  REQUIRE_MESSAGE(compiled.ok(), compiled.status().message());
+  const plan::Plan& plan = compiled->internals().plan();
+  for (const plan::Step& step : plan.steps)  // no step copies a cache or writes a whole layer of it
+    for (ir::ValueId v : step.values) {
+      CHECK(plan.graph.node(v).op != ir::Op::kCopy);
+      CHECK(plan.graph.node(v).op != ir::Op::kUpdateSlice);
+    }
+  RangeFor range = [](const TensorInfo& info) {
+    ValueRange r;
+    if (info.name == "pos") r.int_lo = 0, r.int_hi = 127;  // each sequence at its own position
+    r.lo = 0.05, r.hi = 0.5;
+    return r;
+  };
+  check_runs(*compiled, "decode layer", 4, {}, range);
 }
 
 TEST_CASE("state: a whole new value is copied in after every read of the old one") {
