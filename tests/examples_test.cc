@@ -40,7 +40,7 @@ gdl::ir::Graph compile_example(const fs::path& path) {
   return std::move(*graph);
 }
 
-// Fresh, non-zero random values for every input and param; i32 rank-0 inputs
+// Fresh, non-zero random values for every input, param and state; i32 inputs
 // (device scalars such as a KV length) get a value inside [1, 4096].
 gdl::Bindings random_bindings(const gdl::ir::Graph& g, std::vector<int64_t> dims, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -49,7 +49,7 @@ gdl::Bindings random_bindings(const gdl::ir::Graph& g, std::vector<int64_t> dims
   gdl::Bindings b;
   b.dims = std::move(dims);
   for (const gdl::ir::Node& n : g.nodes) {
-    if (n.op != gdl::ir::Op::kInput && n.op != gdl::ir::Op::kParam) continue;
+    if (n.op != gdl::ir::Op::kInput && n.op != gdl::ir::Op::kParam && n.op != gdl::ir::Op::kState) continue;
     gdl::HostTensor t;
     t.dtype = n.type.dtype;
     t.shape = gdl::concrete_shape(n.type.shape, b.dims);

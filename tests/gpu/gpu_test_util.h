@@ -46,7 +46,7 @@ uint64_t seed_for(const std::string& what);
 TensorData random_tensor(const TensorInfo& info, const std::vector<int64_t>& dims, std::mt19937_64& rng,
                          const ValueRange& range);
 
-// Every input and param of `program` filled at random (dims: value per run-time dim).
+// Every input, param and state of `program` filled at random (dims: value per run-time dim).
 std::map<std::string, TensorData> random_bindings(const Program& program, const std::vector<int64_t>& dims,
                                                   std::mt19937_64& rng, const RangeFor& range = {});
 
@@ -54,7 +54,7 @@ std::map<std::string, TensorData> random_bindings(const Program& program, const 
 std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options = {},
                                       bool poison_padding = false);
 
-// set_param for params, bind for inputs (REQUIREs success).
+// set_param for params, set_state for states, bind for inputs (REQUIREs success).
 void bind_all(Session& s, const std::map<std::string, TensorData>& tensors);
 void bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors);
 

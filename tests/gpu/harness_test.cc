@@ -112,7 +112,7 @@ static ValueRange default_range(const Program& program, const TensorInfo& info) 
 std::map<std::string, TensorData> random_bindings(const Program& program, const std::vector<int64_t>& dims,
                                                   std::mt19937_64& rng, const RangeFor& range) {
   std::map<std::string, TensorData> out;
-  for (const std::vector<TensorInfo>* list : {&program.params(), &program.inputs()})
+  for (const std::vector<TensorInfo>* list : {&program.params(), &program.inputs(), &program.states()})
     for (const TensorInfo& info : *list)
       out[info.name] = random_tensor(info, dims, rng, range ? range(info) : default_range(program, info));
   return out;
@@ -134,6 +134,7 @@ void bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors) {
 void bind_all(Session& s, const std::map<std::string, TensorData>& tensors) {
   for (const auto& [name, t] : tensors)
     if (s.program().find_param(name)) GDL_REQUIRE_OK(s.set_param(name, t.bytes.data(), t.bytes.size()));
+    else if (s.program().find_state(name)) GDL_REQUIRE_OK(s.set_state(name, t.bytes.data(), t.bytes.size()));
   bind_inputs(s, tensors);
 }
 
@@ -256,6 +257,7 @@ bool check_program(const Program& program, uint64_t seed, const std::vector<int6
   bind_all(*s, tensors);
   for (const auto& [name, value] : scalars) GDL_REQUIRE_OK(s->set_scalar(name, value));
   std::map<std::string, TensorData> by_graph = run_and_read(*s, false);
+  bind_all(*s, tensors);  // the eager run starts from the same state as the graph run
   std::map<std::string, TensorData> by_eager = run_and_read(*s, true);
   std::map<std::string, TensorData> want = reference(program, tensors, scalars);
   bool ok = expect_match(by_graph, want, "graph vs CPU reference");
