@@ -15,7 +15,7 @@ std::string print_ir(const Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     out += "%" + std::to_string(i) + " = " + op_name(n.op);
-    if (n.op == Op::kInput || n.op == Op::kParam || n.op == Op::kScalar) out += " \"" + n.name + "\"";
+    if (n.op == Op::kInput || n.op == Op::kParam || n.op == Op::kScalar || n.op == Op::kState) out += " \"" + n.name + "\"";
     if (n.op == Op::kConstant) out += " " + ops::number_text(n.attrs.value);
     if (n.op == Op::kScalar) out += " default " + ops::number_text(n.attrs.value);
     for (size_t a = 0; a < n.args.size(); ++a) out += (a ? ", %" : " %") + std::to_string(n.args[a]);
@@ -23,6 +23,8 @@ std::string print_ir(const Graph& g) {
     out += " : " + type_to_string(n.type, g.dims) + "\n";
   }
   for (const Output& o : g.outputs) out += "output \"" + o.name + "\" = %" + std::to_string(o.value) + "\n";
+  for (const StateUpdate& u : g.state_updates)
+    out += "state \"" + g.node(u.state).name + "\" = %" + std::to_string(u.value) + "\n";
   return out;
 }
 
