@@ -3,7 +3,7 @@
 // 1. serialize_artifact encodes the payload with a small little-endian
 //    writer: lengths as u32 before every string and vector, doubles by
 //    their bit pattern, enums as u8. Order: graph (name, dims, nodes with
-//    every field, outputs), plan (buffers, steps with their scratch, memory
+//    every field, outputs, state updates), plan (buffers, steps with their scratch, memory
 //    summary, scratch area and chains), kernel table (kernels, then each
 //    step's choices), module (arch, CUBIN, PTX, NVRTC version, cache flag,
 //    compile time), CUDA source. Then it prepends the header: magic, format version,
@@ -125,6 +125,11 @@ void write_graph(Writer& w, const ir::Graph& g) {
     w.str(o.name);
     w.i32(o.value);
     write_loc(w, o.loc);
+  });
+  w.vec(g.state_updates, [&](const ir::StateUpdate& u) {
+    w.i32(u.state);
+    w.i32(u.value);
+    write_loc(w, u.loc);
   });
 }
 
@@ -356,6 +361,13 @@ ir::Graph read_graph(Reader& r) {
     if (!r.failed() && (o.value < 0 || static_cast<size_t>(o.value) >= g.nodes.size()))
       r.fail("output '" + o.name + "' names %" + std::to_string(o.value) + ", which does not exist");
     o.loc = read_loc(r);
+  }
+  g.state_updates.resize(r.count(16, "state update"));
+  for (ir::StateUpdate& u : g.state_updates) {
+    if (r.failed()) break;
+    u.state = r.i32();
+    u.value = r.i32();
+    u.loc = read_loc(r);
   }
   return g;
 }

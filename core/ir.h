@@ -114,8 +114,8 @@ struct Graph {
   std::vector<Node> nodes;       // topological; ValueId == index
   std::vector<Output> outputs;   // declaration order
   // States whose value changes in a run, in declaration order. After the
-  // inplace pass every final value lives in its state's buffer, so the
-  // runtime needs none of this (the artifact does not keep it).
+  // inplace pass every final value lives in its state's buffer (the runtime
+  // needs none of this; the artifact keeps it for the IR text and checks).
   std::vector<StateUpdate> state_updates;
 
   ValueId add(Node n) {

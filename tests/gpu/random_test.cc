@@ -46,6 +46,7 @@ TEST_CASE("random: replays differ, a seed reproduces them, and the numbers are t
   std::map<std::string, TensorData> with_state = inputs;
   with_state["rng.state"] = state_words(7, 0);
   std::map<std::string, TensorData> want = reference(program, with_state);
+  want.erase("rng.state");  // compared as outputs only
   if (cpu_only) return;
   std::unique_ptr<Session> s = make_session(program);
   bind_inputs(*s, inputs);
