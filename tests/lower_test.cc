@@ -563,5 +563,22 @@ y = max(h, 0.0);
   for (int e = 0; e < 3; ++e) CHECK(y.data[e] == doctest::Approx(want[e]));
 }
 
+TEST_CASE("lower: reshape works out one -1 from the element count, with a run-time dim kept in place") {
+  ir::Graph g = lower_clean(R"(program r;
+dim B in [1, 8];
+input x : f32[B, 6, 4];
+input w : f32[2, 3, 4];
+output y : f32[B, 3, 8];
+output z : f32[24];
+y = reshape(x, [B, -1, 8]);
+z = reshape(w, [-1]);
+)");
+  CHECK(count(g, ir::Op::kReshape) == 2);
+  for (const ir::Node& n : g.nodes)
+    for (const Dim& d : n.type.shape) CHECK((d.is_runtime() || d.extent > 0));
+  Lowered twice = lower_text("program r;\ninput x : f32[4, 6];\noutput y : f32[24];\ny = reshape(x, [-1, -1]);\n");
+  CHECK(twice.rendered.find("one -1") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace gdl

@@ -170,13 +170,19 @@ class CallQuery final : public ops::TypeQuery {
               v.length);
       return turn_down(), false;
     }
+    bool inferred = false;
     for (const Value& e : v.list) {
       if (e.kind == Value::Kind::kDim) {
         out->push_back(Dim::runtime(e.dim));
       } else if (e.kind == Value::Kind::kInt && e.i >= 1) {
         out->push_back(Dim::constant(e.i));
+      } else if (e.kind == Value::Kind::kInt && e.i == -1 && !inferred) {
+        out->push_back(Dim::constant(-1));  // the op's rule works it out (reshape) or refuses it
+        inferred = true;
       } else {
-        l_.fail(e.loc, "a " + what() + " dim must be a compile-time integer >= 1 or a declared dim, got " + l_.describe(e),
+        l_.fail(e.loc,
+                "a " + what() + " dim must be a compile-time integer >= 1, a declared dim or one -1, got " +
+                    l_.describe(e),
                 "write consts, literals or dim names: " + what() + "(x, [B, 32, 128])", e.length);
         return turn_down(), false;
       }

@@ -91,12 +91,24 @@ TypeResult infer_reshape(TypeQuery& q) {
     for (const Dim& d : sh) {
       if (d.is_runtime())
         symbols.push_back(d.symbol);
-      else
+      else if (d.extent != -1)
         constant *= d.extent;
     }
     std::sort(symbols.begin(), symbols.end());
     return std::make_pair(constant, symbols);
   };
+  // One -1: the extent that keeps the element count, when the run-time dims match and it divides.
+  auto inferred = std::find(s.begin(), s.end(), Dim::constant(-1));
+  if (inferred != s.end()) {
+    const auto [have, have_symbols] = split(x->shape);
+    const auto [rest, rest_symbols] = split(s);
+    if (have_symbols != rest_symbols || rest == 0 || have % rest != 0)
+      return q.error(kAtOp,
+                     "reshape cannot work out the -1 in " + q.text(s) + ": " + q.text(*x) + " holds " +
+                         count_text(q, x->shape) + " elements",
+                     "the other dims must divide the element count and keep every run-time dim");
+    *inferred = Dim::constant(static_cast<int64_t>(have / rest));
+  }
   if (split(s) != split(x->shape))
     return q.error(kAtOp,
                    "reshape changes the element count: " + q.text(*x) + " holds " + count_text(q, x->shape) +

@@ -82,6 +82,8 @@ void eval_rng_advance(const Node& n, const EvalArgs& in, HostTensor& out) {
 TypeResult infer_random(TypeQuery& q) {
   Shape s;
   if (!q.shape(0, &s)) return TypeResult::failed();
+  for (const Dim& d : s)
+    if (!d.is_runtime() && d.extent < 0) return q.error(0, q.what() + " needs every extent, not -1", "write the shape out");
   DType t = DType::kF32;
   if (q.given(1) && !q.dtype(1, &t)) return TypeResult::failed();
   if (!is_float(t)) return q.error(1, q.what() + " draws floats, not " + std::string(dtype_name(t)), "cast the result");
