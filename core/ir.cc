@@ -38,10 +38,13 @@ std::string check_type(const Graph& g, const TensorType& t) {
 std::string check_leaf(const Graph& g, const Node& n) {
   if (!n.args.empty()) return "a leaf takes no arguments";
   if (is_named_leaf(n.op) && n.name.empty()) return "has no name";
-  if ((n.op == Op::kScalar || n.op == Op::kConstant) && n.type.rank() != 0)
+  if ((n.op == Op::kScalar || n.op == Op::kConstant || n.op == Op::kDimValue) && n.type.rank() != 0)
     return "must be rank 0, is " + type_to_string(n.type, g.dims);
   if (n.op == Op::kScalar && n.type.dtype != DType::kF32 && n.type.dtype != DType::kI32)
     return "run-time scalars are f32 or i32, not " + std::string(dtype_name(n.type.dtype));
+  if (n.op == Op::kDimValue &&
+      (n.type != TensorType{DType::kI32, {}} || n.attrs.axis < 0 || static_cast<size_t>(n.attrs.axis) >= g.dims.size()))
+    return "a run-time dim's value is a rank-0 i32 of a declared dim";
   if (n.op == Op::kState)
     for (const Dim& d : n.type.shape)
       if (d.is_runtime()) return "a state's shape is fixed, but it has a run-time dim";

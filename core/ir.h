@@ -27,6 +27,7 @@ inline constexpr ValueId kNoValue = -1;
 #define GDL_IR_OPS(X)                                                                                  \
   /* Leaves: values that come from outside or from the program text. */                              \
   X(kInput, "input") X(kParam, "param") X(kScalar, "scalar") X(kConstant, "const") X(kState, "state")  \
+  X(kDimValue, "dim_value")                                                                            \
   /* Elementwise. */                                                                                   \
   X(kNeg, "neg") X(kNot, "not") X(kExp, "exp") X(kLog, "log") X(kSqrt, "sqrt") X(kRsqrt, "rsqrt")     \
   X(kTanh, "tanh") X(kSigmoid, "sigmoid") X(kRelu, "relu") X(kGelu, "gelu") X(kSilu, "silu")          \
@@ -63,18 +64,21 @@ inline constexpr size_t kOpCount = 0 GDL_IR_OPS(GDL_IR_OP_COUNT);
 const char* op_name(Op op);
 // Inputs, params, state, run-time scalars and constants: values no kernel computes.
 inline bool is_leaf(Op op) {
-  return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant || op == Op::kState;
+  return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant || op == Op::kState ||
+         op == Op::kDimValue;
 }
 // scatter, update_slice and rng_advance: their result is their first argument with some
 // elements replaced, written over that argument's storage (compiler/passes/
 // inplace.h proves that nothing reads the old value afterwards, or copies it).
 inline bool writes_in_place(Op op) { return op == Op::kScatter || op == Op::kUpdateSlice || op == Op::kRngAdvance; }
-// Constants and run-time scalars: kernels take their values (compiled in, or
-// from gdl_args), so they have no buffer.
-inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar; }
+// Constants, run-time scalars and run-time dims' values: kernels take their
+// values (compiled in, from gdl_args, from the valid-dims block), so they
+// have no buffer.
+inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kScalar || op == Op::kDimValue; }
 
 struct Attrs {
   double value = 0;             // kConstant value; eps; attention scale; kScalar default
+  // kDimValue: the run-time dim (Graph::dims index) whose value this run it is, in `axis`
   int axis = 0;                 // reductions, softmax, concat, argmax, topk, cumsum (non-negative)
   bool keepdims = false;        // reductions, argmax, argmin
   // transpose perm; slice bounds; a reduction's axes when it combines two or

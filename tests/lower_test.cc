@@ -563,6 +563,34 @@ y = max(h, 0.0);
   for (int e = 0; e < 3; ++e) CHECK(y.data[e] == doctest::Approx(want[e]));
 }
 
+TEST_CASE("lower: a run-time dim used as a number is its value this run, the valid one under padding") {
+  ir::Graph g = lower_clean(R"(program d;
+dim B in [1, 8];
+input x : f32[B, 2];
+output y : f32[B, 2];
+output n : i32;
+y = x / cast(B, f32) + cast(B * 2 - 1, f32);
+n = B;
+)");
+  CHECK(count(g, ir::Op::kDimValue) >= 1);
+  Bindings b;
+  b.dims = {3};
+  b.tensors["x"] = HostTensor{DType::kF32, {3, 2}, {3, 6, -3, 9, 1.5, 0}};
+  Expected<std::map<std::string, HostTensor>> out = interpret(g, b);
+  REQUIRE(out.ok());
+  CHECK(out->at("y").data == std::vector<double>{6, 7, 4, 8, 5.5, 5});
+  CHECK(out->at("n").data == std::vector<double>{3});
+  // Laid out at capacity 4 with 3 valid rows, the value is still 3.
+  Bindings padded;
+  padded.dims = {4};
+  padded.valid_dims = {3};
+  padded.tensors["x"] = HostTensor{DType::kF32, {4, 2}, {3, 6, -3, 9, 1.5, 0, 7, 7}};
+  Expected<std::map<std::string, HostTensor>> at_capacity = interpret(g, padded);
+  REQUIRE(at_capacity.ok());
+  CHECK(at_capacity->at("n").data == std::vector<double>{3});
+  CHECK(std::vector<double>(at_capacity->at("y").data.begin(), at_capacity->at("y").data.begin() + 6) == out->at("y").data);
+}
+
 TEST_CASE("lower: reshape works out one -1 from the element count, with a run-time dim kept in place") {
   ir::Graph g = lower_clean(R"(program r;
 dim B in [1, 8];

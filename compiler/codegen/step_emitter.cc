@@ -231,12 +231,13 @@ std::string StepEmitter::result_pointer() {
 
 bool StepEmitter::is_inline_leaf(ValueId v) const {
   Op op = g.node(v).op;
-  return op == Op::kConstant || op == Op::kScalar;
+  return op == Op::kConstant || op == Op::kScalar || op == Op::kDimValue;
 }
 
 std::string StepEmitter::inline_value(ValueId v) {
   const Node& n = g.node(v);
   if (n.op == Op::kConstant) return constant_literal(n.attrs.value, n.type.dtype);
+  if (n.op == Op::kDimValue) return valid_count_expr(n.attrs.axis);  // the dim's value this run, padding or not
   return scalar_local(v);
 }
 

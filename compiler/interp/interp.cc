@@ -230,6 +230,9 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
       auto it = b.scalars.find(n.name);
       owned[i] = filled(n.type.dtype, concrete_shape(n.type.shape, b.dims),
                         it != b.scalars.end() ? it->second : n.attrs.value);
+    } else if (n.op == Op::kDimValue) {  // the dim's value this run (the valid one in capacity mode)
+      const auto d = static_cast<size_t>(n.attrs.axis);
+      owned[i] = filled(DType::kI32, {}, static_cast<double>(b.valid_dims.empty() ? b.dims.at(d) : b.valid_dims.at(d)));
     } else if (n.op == Op::kConstant) {
       owned[i] = filled(n.type.dtype, concrete_shape(n.type.shape, b.dims), n.attrs.value);
     } else {

@@ -269,7 +269,7 @@ Value Lowerer::elementwise(CallQuery& q) {
   bool all_static = true, weak = true;
   for (size_t k = 0; k < q.operand_count(); ++k) {
     if (!q.given(k)) continue;
-    const Value& v = q.operand(k);
+    Value& v = q.operand(k);
     if (!operand_ok(v, q.what())) return Value::error();
     all_static = all_static && v.is_static();
     weak = weak && (v.weak || v.is_static());
@@ -496,7 +496,7 @@ Value Lowerer::call_variadic(const ops::OpDef& def, const ast::CallExpr& c) {
 Value Lowerer::cast(CallQuery& q) {
   DType dtype;
   if (!q.dtype(1, &dtype)) return Value::error();
-  const Value& x = q.operand(0);
+  Value& x = q.operand(0);
   if (!operand_ok(x, q.what())) return Value::error();
   if (x.is_static()) {
     const double v = x.kind == Value::Kind::kBool ? (x.b ? 1.0 : 0.0) : x.number();

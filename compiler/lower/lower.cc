@@ -200,12 +200,19 @@ bool Lowerer::unify(Value& a, Value& b, const std::string& what, SourceLoc loc, 
   return false;
 }
 
-bool Lowerer::operand_ok(const Value& v, const std::string& what) {
+bool Lowerer::operand_ok(Value& v, const std::string& what) {
   if (!v.ok()) return false;
-  if (v.kind == Value::Kind::kDim) {
-    fail(v.loc, "the run-time dim '" + graph_.dims[v.dim].name + "' has no compile-time value and is not a tensor",
-         "a dim only sizes shapes; use a const for a number known at compile time", v.length);
-    return false;
+  if (v.kind == Value::Kind::kDim) {  // its value this run, as an i32
+    ir::Node leaf;
+    leaf.op = ir::Op::kDimValue;
+    leaf.type = TensorType{DType::kI32, {}};
+    leaf.attrs.axis = static_cast<int>(v.dim);
+    leaf.name = graph_.dims[v.dim].name;
+    leaf.loc = v.loc;
+    Value value = Value::tensor(graph_.add(std::move(leaf)));
+    value.loc = v.loc;
+    value.length = v.length;
+    v = value;
   }
   if (v.kind == Value::Kind::kList) {
     fail(v.loc, "a list cannot be an operand of " + what, "lists are for shapes and permutations", v.length);
@@ -214,7 +221,7 @@ bool Lowerer::operand_ok(const Value& v, const std::string& what) {
   return true;
 }
 
-bool Lowerer::need_tensor(const Value& v, const std::string& what) {
+bool Lowerer::need_tensor(Value& v, const std::string& what) {
   if (!operand_ok(v, what)) return false;
   if (!v.is_tensor()) {
     fail(v.loc, what + " needs a tensor, got " + describe(v), "pass an input, a param or a value computed from them",
@@ -395,6 +402,7 @@ void Lowerer::exec_for(const ast::ForStmt& f) {
 
 Value Lowerer::conform(Value v, const TensorType& t, const std::string& what, const ast::Expr& source) {
   if (!v.ok()) return v;
+  if (v.kind == Value::Kind::kDim && !operand_ok(v, what)) return Value::error();  // a dim given as a value
   SourceLoc loc = start_of(source);
   std::string want = text(t);
   if (v.is_static()) {

@@ -192,8 +192,9 @@ class Lowerer {
   bool unify(Value& a, Value& b, const std::string& what, SourceLoc loc, uint32_t length);
   // A value that an op needs as a tensor (or a compile-time value it will
   // turn into a constant). Lists and dims are reported here.
-  bool operand_ok(const Value& v, const std::string& what);
-  bool need_tensor(const Value& v, const std::string& what);
+  // An operand: a run-time dim becomes its value this run (a dim_value leaf).
+  bool operand_ok(Value& v, const std::string& what);
+  bool need_tensor(Value& v, const std::string& what);
   std::optional<int64_t> static_int(const Value& v, const std::string& what);
   std::optional<double> static_number(const Value& v, const std::string& what);
   std::optional<bool> static_bool(const Value& v, const std::string& what);

@@ -39,6 +39,11 @@ Expected<std::map<std::string, HostTensor>> run_planned(const Plan& p, const Bin
     HostTensor t;
     t.dtype = n.type.dtype;
     t.shape = concrete_shape(n.type.shape, b.dims);
+    if (n.op == Op::kDimValue) {
+      const auto d = static_cast<size_t>(n.attrs.axis);
+      t.data.assign(1, static_cast<double>(b.valid_dims.empty() ? b.dims.at(d) : b.valid_dims.at(d)));
+      return t;
+    }
     if (ir::has_no_storage(n.op)) {
       double value = n.attrs.value;
       if (auto it = b.scalars.find(n.name); n.op == Op::kScalar && it != b.scalars.end()) value = it->second;

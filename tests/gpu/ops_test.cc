@@ -227,6 +227,10 @@ TEST_CASE("ops: broadcasting, literals and a run-time dim") {
                       "y = tanh(a * b + 0.5) * sigmoid(a) - relu(b);\n", kFloats},
       {"run-time dim", "program op;\ndim B in [1, 16];\ninput a : {T}[B, 133];\ninput b : {T}[B, 1];\n"
                        "output y : {T}[B, 133];\ny = a * b + a;\n", kNumbers, {}, {}, {5}},
+      // B = 5 in its bucket of 8 (buckets policy): the value is 5, not the capacity.
+      {"run-time dim as a value", "program op;\ndim B in [1, 16] buckets(8, 16);\ninput a : {T}[B, 133];\n"
+                                  "output y : {T}[B, 133];\noutput n : i32;\n"
+                                  "y = a / cast(B, {T}) + cast(B * 2 - 1, {T});\nn = B;\n", kFloats, {}, {}, {5}},
   });
 }
 
