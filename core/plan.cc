@@ -76,14 +76,10 @@ bool is_view_node(const ir::Graph& g, const ir::Node& n) {
   return (n.op == Op::kReshape && n.args.size() == 1) || contiguous_slice_offset(g, n).has_value();
 }
 
-namespace {
-
 ValueId strip_reshapes(const ir::Graph& g, ValueId v) {
   while (g.node(v).op == Op::kReshape && g.node(v).args.size() == 1) v = g.node(v).args[0];
   return v;
 }
-
-}  // namespace
 
 WriteTarget write_target(const ir::Graph& g, ValueId writer) {
   const ValueId base = strip_reshapes(g, g.node(writer).args.at(0));

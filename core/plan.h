@@ -131,6 +131,9 @@ std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::No
 // one contiguous run (contiguous_slice_offset).
 bool is_view_node(const ir::Graph& g, const ir::Node& n);
 
+// v through reshapes: the value whose elements it views in the same order.
+ir::ValueId strip_reshapes(const ir::Graph& g, ir::ValueId v);
+
 // The storage an in-place write targets: the value `whole` whose buffer it
 // writes into (its first argument through reshapes), and when that
 // argument is a contiguous slice of `whole`, the slice (`region`), else

@@ -251,16 +251,19 @@ class CallQuery final : public ops::TypeQuery {
 
 // ----------------------------------------------------------------- op nodes
 
-Value Lowerer::apply(CallQuery& q) {
+std::optional<TensorType> Lowerer::infer(CallQuery& q) {
   const ops::TypeResult r = q.def().infer(q);
-  if (!r.ok()) {
-    if (r.error && !q.turned_down()) {
-      const auto [at, length] = q.location(*r.error);
-      fail(at, r.error->message, r.error->hint, length);
-    }
-    return Value::error();
+  if (!r.ok() && r.error && !q.turned_down()) {
+    const auto [at, length] = q.location(*r.error);
+    fail(at, r.error->message, r.error->hint, length);
   }
-  return emit(q.def().op, q.operand_ids(), *r.type, q.loc(), q.length(), q.attrs());
+  return r.type;
+}
+
+Value Lowerer::apply(CallQuery& q) {
+  const std::optional<TensorType> type = infer(q);
+  if (!type) return Value::error();
+  return emit(q.def().op, q.operand_ids(), *type, q.loc(), q.length(), q.attrs());
 }
 
 Value Lowerer::elementwise(CallQuery& q) {
@@ -509,20 +512,14 @@ Value Lowerer::cast(CallQuery& q) {
 }
 
 Value Lowerer::random(CallQuery& q) {
-  const ops::TypeResult r = q.def().infer(q);
-  if (!r.ok()) {
-    if (r.error && !q.turned_down()) {
-      const auto [at, length] = q.location(*r.error);
-      fail(at, r.error->message, r.error->hint, length);
-    }
-    return Value::error();
-  }
-  const int64_t elements = std::max<int64_t>(1, max_element_count(r.type->shape, graph_.dims));
+  const std::optional<TensorType> type = infer(q);
+  if (!type) return Value::error();
+  const int64_t elements = std::max<int64_t>(1, max_element_count(type->shape, graph_.dims));
   const int64_t words = (q.def().op == ir::Op::kRandNormal ? 2 : 1) * elements;  // a normal takes two
   ir::Attrs attrs;
   attrs.ints = {rng_counters_};
   rng_counters_ += (words + 3) / 4;  // four words per counter
-  return emit(q.def().op, {rng_state()}, *r.type, q.loc(), q.length(), attrs);
+  return emit(q.def().op, {rng_state()}, *type, q.loc(), q.length(), attrs);
 }
 
 ir::ValueId Lowerer::rng_state() {

@@ -253,6 +253,8 @@ class Lowerer {
   Value call_op(const ops::OpDef& def, const ast::CallExpr& c);
   Value call_variadic(const ops::OpDef& def, const ast::CallExpr& c);
   Value cast(CallQuery& q);
+  // The call's type by its op's rule, or nullopt after reporting why not.
+  std::optional<TensorType> infer(CallQuery& q);
   // rand / randn: the node reads the rng state and takes the next slice of its counters.
   Value random(CallQuery& q);
   ir::ValueId rng_state();  // the `rng.state` leaf, declared at the first random op

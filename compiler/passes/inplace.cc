@@ -30,10 +30,7 @@ namespace {
 using ir::Op;
 using ir::ValueId;
 
-ValueId strip_reshapes(const ir::Graph& g, ValueId v) {
-  while (g.node(v).op == Op::kReshape && g.node(v).args.size() == 1) v = g.node(v).args[0];
-  return v;
-}
+using plan::strip_reshapes;
 
 // The full bounds of a shape with no run-time dims.
 std::vector<int64_t> whole_bounds(const Shape& s) {

@@ -554,11 +554,15 @@ Status Session::Impl::read(const std::string& name, void* host, size_t bytes) {
   return Status::Ok();
 }
 
-// The state slot `name` names, or why not.
-Expected<plan::Buffer> Session::Impl::state_buffer(const std::string& name) const {
+// The state slot `name` names, or why not; with `bytes`, also checked to be its size.
+Expected<plan::Buffer> Session::Impl::state_buffer(const std::string& name, std::optional<size_t> bytes) const {
   auto it = prog.state_index.find(name);
   if (it == prog.state_index.end()) return wrong_role(prog, name, "state", "");
-  return prog.buffer_of(prog.state_values[it->second]);
+  const plan::Buffer& b = prog.buffer_of(prog.state_values[it->second]);
+  if (bytes && *bytes != b.bytes)
+    return Status::InvalidArgument("state '" + name + "' is " + std::to_string(b.bytes) + " bytes, got " +
+                                   std::to_string(*bytes));
+  return b;
 }
 
 Status Session::Impl::zero_states(const std::string& name) {
@@ -652,11 +656,8 @@ Status Session::read(const std::string& name, void* host, size_t bytes) {
 
 Status Session::set_state(const std::string& name, const void* data, size_t bytes, MemoryKind kind) {
   return guarded("Session::set_state", [&] {
-    Expected<plan::Buffer> b = impl_->state_buffer(name);
+    Expected<plan::Buffer> b = impl_->state_buffer(name, bytes);
     if (!b) return b.status();
-    if (bytes != b->bytes)
-      return Status::InvalidArgument("state '" + name + "' is " + std::to_string(b->bytes) + " bytes, got " +
-                                     std::to_string(bytes));
     if (!data && bytes > 0) return Status::InvalidArgument("set_state('" + name + "'): source is null");
     GDL_RETURN_IF_ERROR(impl_->make_current());
     const cudaMemcpyKind direction = kind == MemoryKind::kHost ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice;
@@ -670,11 +671,8 @@ Status Session::set_state(const std::string& name, const void* data, size_t byte
 
 Status Session::read_state(const std::string& name, void* host, size_t bytes) {
   return guarded("Session::read_state", [&] {
-    Expected<plan::Buffer> b = impl_->state_buffer(name);
+    Expected<plan::Buffer> b = impl_->state_buffer(name, bytes);
     if (!b) return b.status();
-    if (bytes != b->bytes)
-      return Status::InvalidArgument("state '" + name + "' is " + std::to_string(b->bytes) + " bytes, got " +
-                                     std::to_string(bytes));
     if (!host && bytes > 0) return Status::InvalidArgument("read_state('" + name + "'): destination is null");
     GDL_RETURN_IF_ERROR(impl_->make_current());
     GDL_CUDA_TRY(cudaMemcpyAsync(host, impl_->arena + b->offset, bytes, cudaMemcpyDeviceToHost, impl_->stream),

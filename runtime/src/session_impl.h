@@ -7,6 +7,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -175,7 +176,7 @@ struct Session::Impl {
   const void* copy_source(size_t input) const;  // where the graph's copy of the input reads (device view)
   Status wait_staging_free(InputSlot& slot);  // no queued copy still reads the slot's staging buffer
   Status flush_staged_inputs();              // copies the copy_pending inputs now (paths without the graph)
-  Expected<plan::Buffer> state_buffer(const std::string& name) const;  // NotFound / InvalidArgument
+  Expected<plan::Buffer> state_buffer(const std::string& name, std::optional<size_t> bytes = std::nullopt) const;  // NotFound / InvalidArgument
   Status zero_states(const std::string& name);  // on the stream; "" = every state
   void stream_idle();                        // after a stream synchronize: no copy is pending
   rt::KernelArgs kernel_args(const std::vector<int64_t>& layout_dims) const;
