@@ -20,7 +20,7 @@ namespace gdl {
 
 // 9: a kernel table of alternatives per step (multi-step kernels, tensor
 // maps), the dims' padding blockers, a chain's scratch range.
-inline constexpr uint32_t kArtifactVersion = 10;
+inline constexpr uint32_t kArtifactVersion = 11;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes

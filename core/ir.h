@@ -42,7 +42,7 @@ inline constexpr ValueId kNoValue = -1;
   X(kMatMul, "matmul") X(kSum, "sum") X(kMean, "mean") X(kReduceMax, "reduce_max")                    \
   X(kSoftmax, "softmax") X(kLayerNorm, "layernorm") X(kRmsNorm, "rmsnorm")                             \
   X(kTranspose, "transpose") X(kReshape, "reshape") X(kSlice, "slice") X(kConcat, "concat")           \
-  X(kGather, "gather") X(kAttention, "attention")                                                      \
+  X(kGather, "gather") X(kAttention, "attention") X(kPagedAttention, "paged_attention")               \
   X(kReduceMin, "reduce_min") X(kArgMax, "argmax") X(kArgMin, "argmin")                                \
   X(kTopKValues, "topk_values") X(kTopKIndices, "topk_indices") X(kCumSum, "cumsum")                   \
   X(kArange, "arange") X(kOneHot, "one_hot")                                                            \

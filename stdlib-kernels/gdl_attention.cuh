@@ -1,13 +1,17 @@
-// Attention over a KV cache with a run-time valid length (decode).
+// Attention over a KV cache with run-time valid lengths (decode, prefill).
 //
-// q [rows, D], k [rows / group, T, D], v [rows / group, T, DV] -> out
-// [rows, DV], where rows is every leading dim of q (batch, heads) and
-// `group` query heads share one k/v head (grouped-query attention; 1: one
-// each). Per row r, with L = clamp(len(r), 0, T) read from the device at
-// run time (one for every row or one per sequence; a padded T comes with a
-// len source that is already clamped to its valid count, ClampedLen):
-//   out[r] = sum_t softmax_t(scale * q[r] . k[r / group, t]) * v[r / group, t],  t < L
-// and a zero row when L == 0. Positions t >= L are never read.
+// q [rows, D] -> out [rows, DV], where rows is every leading dim of q
+// (sequences, query positions, heads). Row r reads its k and v rows through
+// a KV layout (`kv`, below): a contiguous cache (KvRows: query head h of a
+// sequence reads k/v head h / group, `group` query heads sharing one;
+// grouped-query attention) or a paged one (KvPages: fixed-size blocks of
+// positions found through a block table). Per row r, with L = clamp(len(r),
+// 0, T) read from the device at run time (one for every row or one per
+// sequence; causal rows see only the positions up to their own, CausalLen;
+// a padded T comes with a len source that is already clamped, ClampedLen):
+//   out[r] = sum_t softmax_t(scale * q[r] . k_t) * v_t,  t < L, t stored
+// and a zero row when no position counts. Positions t >= L are never read,
+// nor are paged positions whose block id is outside the pool.
 //
 // Two kernels compute it: attention_split (this comment, any head dims) and
 // attention_stream (further down: static head dims of whole 16-byte vectors,
@@ -44,6 +48,34 @@ namespace gdl {
 constexpr int kAttentionThreads = 256;
 constexpr int kAttentionMaxSplits = 64;
 
+// Where attention row `row` finds position t: the index of that position's
+// row in k ([.., D]) and in v ([.., DV]), or -1 when it is not stored.
+// Rows are ordered (sequence, query, head); `queries` is 1 without a query axis.
+struct KvRows {  // k [sequences, kv_heads, positions, D]
+  long long heads, queries, kv_heads, group, positions;
+  static constexpr bool kPaged = false;
+  template <int P> static constexpr bool stages_contiguous() { return true; }
+  template <typename I> GDL_DEV I at(I row, I t) const {
+    const I sequence = row / (I)(heads * queries), kv_head = row % (I)heads / (I)group;
+    return (sequence * (I)kv_heads + kv_head) * (I)positions + t;
+  }
+};
+// A paged cache (vLLM's layout): k [pool_blocks, kv_heads, BLOCK, D]; position
+// t of a sequence is row t % BLOCK of pool block table[sequence][t / BLOCK].
+template <int BLOCK> struct KvPages {
+  const int* table;  // [sequences, max_blocks]
+  long long heads, queries, kv_heads, group, max_blocks, pool_blocks;
+  static constexpr bool kPaged = true;
+  // A stage of P positions lies in one block.
+  template <int P> static constexpr bool stages_contiguous() { return BLOCK % P == 0; }
+  template <typename I> GDL_DEV I at(I row, I t) const {
+    const I sequence = row / (I)(heads * queries), kv_head = row % (I)heads / (I)group;
+    const int id = table[sequence * (I)max_blocks + t / BLOCK];
+    if (id < 0 || (long long)id >= pool_blocks) return (I)-1;
+    return ((I)id * (I)kv_heads + kv_head) * (I)BLOCK + t % BLOCK;
+  }
+};
+
 namespace att {
 __host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 __host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
@@ -54,10 +86,9 @@ __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
 // block writes the row value(d) / l; otherwise it stores (m, l, value) as
 // its part and the last block of the row to arrive combines the parts:
 // M = max m_i, out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i - M) l_i.
-// An empty part (m = -inf, l = 0) weighs nothing. Called by every thread.
-// Every block of the row reaches the ticket, so a row of S > 1 always has a
-// last block, and its split 0 holds positions whenever the row has any: the
-// weight sum is positive.
+// An empty part (m = -inf, l = 0) weighs nothing, and a row with no stored
+// position is zero. Called by every thread. Every block of the row reaches
+// the ticket, so a row of S > 1 always has a last block.
 template <typename I, typename TO, typename Value>
 GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I split, I rows, int S, I DV,
                         SplitScratch sk) {
@@ -67,7 +98,7 @@ GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I sp
   const I part = row * S + split;
   for (I d = tid; d < DV; d += BLOCK) {
     const float sum = value(d);
-    if (S == 1) o[d] = cvt<TO>(sum / l);
+    if (S == 1) o[d] = cvt<TO>(l > 0.0f ? sum / l : 0.0f);
     else __stcg(part_acc + part * DV + d, sum);
   }
   if (S == 1) return;
@@ -108,13 +139,13 @@ GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I sp
       }
       peak = round_peak;
     }
-    o[d] = cvt<TO>(sum / weight_sum);
+    o[d] = cvt<TO>(weight_sum > 0.0f ? sum / weight_sum : 0.0f);
   }
 }
 }  // namespace att
 
-template <int D_MAX, int DV_MAX, int CHUNK, typename I, typename T, typename TO, typename Len>
-GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I group, I positions,
+template <int D_MAX, int DV_MAX, int CHUNK, typename I, typename T, typename TO, typename Len, typename Kv>
+GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len len_source, Kv kv, I rows, I positions,
                              I D, I DV, float scale, SplitScratch sk) {
   constexpr int BLOCK = kAttentionThreads, WARPS = BLOCK / 32;
   constexpr int V = Vec16<T>::n;
@@ -157,8 +188,6 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
     const I chunk = ceil_div(valid, (I)S);
     const I p_lo = split * chunk;
     const I p_hi = valid < p_lo + chunk ? valid : p_lo + chunk;
-    const T* kr = k + row / group * positions * D;  // grouped-query: `group` query rows share a k/v row
-    const T* vr = v + row / group * positions * DV;
     for (int d = tid; d < QV * V; d += BLOCK) q_s[d] = (I)d < D ? num(q[row * D + d]) * scale * kLog2e : 0.0f;
     __syncthreads();
 
@@ -173,15 +202,17 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
       const int n = (int)(p_hi - c0 < (I)CHUNK ? p_hi - c0 : (I)CHUNK);
       // 2. scores (base 2)
       for (int t0 = warp * RPW; t0 < n; t0 += U * WARPS * RPW) {
-        uint4 kv[U][NQ];
+        uint4 kr[U][NQ];
+        I at[U];  // the positions' rows in k; -1: not stored (scores -inf)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int t = t0 + u * WARPS * RPW + rw;
+          at[u] = t < n ? kv.at(row, c0 + t) : (I)-1;
 #pragma unroll
           for (int i = 0; i < NQ; ++i) {
             const int vi = sub + i * LPR;
-            kv[u][i] = t < n && vi < QV ? load16(kr + (c0 + t) * D + vi * V, vec_valid<V>((I)(vi * V), D), vec)
-                                        : zero16();
+            kr[u][i] = at[u] >= 0 && vi < QV ? load16(k + at[u] * D + vi * V, vec_valid<V>((I)(vi * V), D), vec)
+                                             : zero16();
           }
         }
 #pragma unroll
@@ -192,7 +223,7 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
             const int vi = sub + i * LPR;
             if (vi < QV) {
               float f[V];
-              widen<T>(kv[u][i], f);
+              widen<T>(kr[u][i], f);
 #pragma unroll
               for (int j = 0; j < V; ++j) dot = fmaf(q_s[vi * V + j], f[j], dot);
             }
@@ -200,7 +231,7 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
 #pragma unroll
           for (int offset = LPR / 2; offset > 0; offset >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
           const int t = t0 + u * WARPS * RPW + rw;
-          if (sub == 0 && t < n) p_s[t] = dot;
+          if (sub == 0 && t < n) p_s[t] = at[u] >= 0 ? dot : -inf_f32();
         }
       }
       __syncthreads();
@@ -212,7 +243,7 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
       const float rescale = m == m_new ? 1.0f : exp2f(m - m_new);
       float total = 0.0f;
       for (int t = tid; t < n; t += BLOCK) {
-        const float e = exp2f(p_s[t] - m_new);
+        const float e = p_s[t] == -inf_f32() ? 0.0f : exp2f(p_s[t] - m_new);  // m_new is -inf when all are
         p_s[t] = e;
         total += e;
       }
@@ -231,11 +262,12 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
         for (int u = 0; u < UV; ++u) {
           const int t = t0 + u * SLICES;
           pt[u] = t < n ? p_s[t] : 0.0f;
+          const I at = pt[u] > 0.0f ? kv.at(row, c0 + t) : (I)-1;  // a skipped position weighs 0
 #pragma unroll
           for (int i = 0; i < NV; ++i) {
             const int vi = cv + i * TPR_V;
-            vv[u][i] = t < n && vi < VV ? load16(vr + (c0 + t) * DV + vi * V, vec_valid<V>((I)(vi * V), DV), vec)
-                                        : zero16();
+            vv[u][i] = at >= 0 && vi < VV ? load16(v + at * DV + vi * V, vec_valid<V>((I)(vi * V), DV), vec)
+                                          : zero16();
           }
         }
 #pragma unroll
@@ -538,12 +570,15 @@ template <typename I, int P> struct StreamRange {
 // length is known, those stages are kept where they match the real ones and
 // waited out otherwise. The copies then run while the kernels before this
 // one (the input copy) finish.
-template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, typename I, typename T, typename TO, typename Len>
-GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, I rows, I group,
+template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, typename I, typename T, typename TO, typename Len,
+          typename Kv>
+GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, Kv kv, I rows,
                               I positions, float scale, SplitScratch sk, unsigned char* ring) {
   using A = AttentionStream<D, DV, T, POSITIONS, STAGES>;
   using Math = typename A::Math;
   using Range = att::StreamRange<I, A::kPositions>;
+  static_assert(Kv::template stages_contiguous<A::kPositions>(), "a stage is one run of positions of k and of v");
+  static_assert(!(KV_EARLY && Kv::kPaged), "the block table is an input: read after the wait");
   constexpr int NS = A::kStages, GROUPS = Math::kGroups;
   constexpr float kLog2e = 1.4426950408889634f;
   __shared__ unsigned long long full[NS];
@@ -557,14 +592,20 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
   const I tasks = rows * S;
   unsigned used = 0;  // stages consumed by this block so far: stage j of a task is ring slot (used + j) % NS
   Math math;
+  // Stage j of a task: its positions' first row in k and v (-1: not stored,
+  // a paged position with a block id outside the pool) and how many it holds.
+  auto stage_at = [&](I row, const Range& range, int j) { return kv.at(row, range.first(j)); };
+  auto stage_count = [&](I at, const Range& range, int j) { return at < 0 ? 0 : range.count(j); };
   // Stage j of a task (its row's k and v, its range) into its slot; thread 0 only.
-  auto issue = [&](const T* kr, const T* vr, const Range& range, int j) {
+  auto issue = [&](I row, const Range& range, int j) {
     const unsigned slot = (used + j) % NS;
-    const int n = range.count(j);
+    const I at = stage_at(row, range, j);
+    const int n = stage_count(at, range, j);
     unsigned char* dst = ring + slot * A::stage_bytes;
     bulk::expect_bytes(&full[slot], (unsigned)(n * (D + DV) * (int)sizeof(T)));
-    bulk::copy(dst, kr + range.first(j) * D, (unsigned)(n * D * (int)sizeof(T)), &full[slot]);
-    bulk::copy(dst + A::k_bytes, vr + range.first(j) * DV, (unsigned)(n * DV * (int)sizeof(T)), &full[slot]);
+    if (n == 0) return;  // the arrival alone completes the phase
+    bulk::copy(dst, k + at * D, (unsigned)(n * D * (int)sizeof(T)), &full[slot]);
+    bulk::copy(dst + A::k_bytes, v + at * DV, (unsigned)(n * DV * (int)sizeof(T)), &full[slot]);
   };
 
   Range early;  // KV_EARLY: the first task's range as issued before the wait (stages: how many)
@@ -575,7 +616,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
       early = Range(positions, task % S, S);
       early.stages = early.stages < NS ? early.stages : NS;
       if (tid == 0)
-        for (int j = 0; j < early.stages; ++j) issue(k + row / group * positions * D, v + row / group * positions * DV, early, j);
+        for (int j = 0; j < early.stages; ++j) issue(row, early, j);
     }
     allow_dependents();
     wait_for_producers();
@@ -605,19 +646,17 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
       continue;
     }
     const int stages = range.stages;
-    const T* kr = k + row / group * positions * D;  // grouped-query: `group` query rows share a k/v row
-    const T* vr = v + row / group * positions * DV;
     if (tid == 0)
-      for (int j = in_flight; j < NS && j < stages; ++j) issue(kr, vr, range, j);
+      for (int j = in_flight; j < NS && j < stages; ++j) issue(row, range, j);
 
     math.start(q + row * D, scale * kLog2e);  // scores in base 2: exp2f does the exponentials
     for (int j = 0; j < stages; ++j) {
       const unsigned slot = (used + j) % NS;
       bulk::wait(&full[slot], ((used + j) / NS) & 1u);
       const unsigned char* ks = ring + slot * A::stage_bytes;
-      math.stage(ks, ks + A::k_bytes, range.count(j));
+      math.stage(ks, ks + A::k_bytes, stage_count(stage_at(row, range, j), range, j));
       __syncthreads();  // every group is done with the slot
-      if (tid == 0 && j + NS < stages) issue(kr, vr, range, j + NS);
+      if (tid == 0 && j + NS < stages) issue(row, range, j + NS);
     }
     used += (unsigned)stages;
 

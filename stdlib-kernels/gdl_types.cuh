@@ -147,6 +147,19 @@ struct IntPerRow {
   long long rows_per_value;
   template <typename I> GDL_DEV int get(I row) const { return p[(long long)row / rows_per_value]; }
 };
+// A causal row's length: query i of its sequence sits at position start + i
+// and sees the positions up to its own, within the sequence's length.
+// Rows are ordered (sequence, query, head).
+template <typename L, typename S> struct CausalLen {
+  L len;
+  S start;
+  long long heads, queries;
+  template <typename I> GDL_DEV int get(I row) const {
+    const long long query = (long long)row / heads % queries;
+    const long long own = (long long)start.get(row) + query + 1, limit = len.get(row);
+    return (int)(own < limit ? own : limit);
+  }
+};
 // A length clamped to the valid count of a padded axis (buckets, gdl_abi_types.cuh).
 template <typename S> struct ClampedLen {
   S source;

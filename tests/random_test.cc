@@ -5,22 +5,12 @@
 
 #include <cmath>
 
-#include "frontend/source_loader.h"
-#include "interp/interp.h"
-#include "pipeline.h"
-#include "plan/run_planned.h"
+#include "cpu_program.h"
 
 namespace gdl {
 namespace {
 
-ir::Graph compile_text(const std::string& text) {
-  DiagnosticSink diags;
-  SourceFile file = source_from_string("test.gdl", text);
-  std::optional<ir::Graph> g = compile_to_ir(file, diags);
-  INFO(diags.render(file));
-  REQUIRE(g.has_value());
-  return std::move(*g);
-}
+using namespace test_programs;
 
 HostTensor rng_state(int64_t seed_lo, int64_t seed_hi, int64_t offset_lo, int64_t offset_hi) {
   HostTensor t;

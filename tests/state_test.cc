@@ -6,59 +6,15 @@
 
 #include <random>
 
-#include "frontend/source_loader.h"
-#include "interp/interp.h"
-#include "pipeline.h"
+#include "cpu_program.h"
 #include "plan/print.h"
-#include "plan/run_planned.h"
 
 namespace gdl {
 namespace {
 
+using namespace test_programs;
+
 using ir::Op;
-
-ir::Graph compile_text(const std::string& text) {
-  DiagnosticSink diags;
-  SourceFile file = source_from_string("test.gdl", text);
-  std::optional<ir::Graph> g = compile_to_ir(file, diags);
-  INFO(diags.render(file));
-  REQUIRE(g.has_value());
-  return std::move(*g);
-}
-
-HostTensor tensor(DType dtype, std::vector<int64_t> shape, std::vector<double> data) {
-  HostTensor t;
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  t.data = std::move(data);
-  return t;
-}
-
-// Non-zero floats of both signs; i32 in [lo, hi].
-HostTensor random_tensor(std::mt19937& rng, DType dtype, std::vector<int64_t> shape, int lo = -1, int hi = 8) {
-  HostTensor t = tensor(dtype, std::move(shape), {});
-  int64_t n = 1;
-  for (int64_t e : t.shape) n *= e;
-  std::uniform_real_distribution<double> magnitude(0.1, 2.0);
-  std::uniform_int_distribution<int> ids(lo, hi);
-  for (int64_t i = 0; i < n; ++i)
-    t.data.push_back(dtype == DType::kI32 ? ids(rng) : round_to_dtype(magnitude(rng) * ((rng() & 1) ? 1 : -1), dtype));
-  return t;
-}
-
-std::map<std::string, HostTensor> run_both(const ir::Graph& g, const Bindings& b, plan::PlanOptions options = {}) {
-  Expected<std::map<std::string, HostTensor>> reference = interpret(g, b);
-  REQUIRE(reference.ok());
-  plan::Plan p = plan_program(g, options);
-  Expected<std::map<std::string, HostTensor>> planned = plan::run_planned(p, b);
-  REQUIRE_MESSAGE(planned.ok(), planned.status().message());
-  for (const auto& [name, value] : *reference) {
-    INFO(name);
-    REQUIRE(planned->count(name) == 1);
-    CHECK(planned->at(name).data == value.data);
-  }
-  return *reference;
-}
 
 int count_steps_with(const plan::Plan& p, Op op) {
   int n = 0;
@@ -244,57 +200,6 @@ y = s + 1.0;
   std::map<std::string, HostTensor> out = run_both(g, b);
   CHECK(out.at("s").data == std::vector<double>{1, -2, 3});
   CHECK(out.at("y").data == std::vector<double>{2, -1, 4});
-}
-
-}  // namespace
-}  // namespace gdl
-
-namespace gdl {
-namespace {
-
-TEST_CASE("attention: grouped-query heads read their group's k/v head, and each sequence its own length") {
-  // Two sequences, 4 query heads over 2 k/v heads, lengths 3 and 5 of 6 positions.
-  ir::Graph grouped = compile_text(R"(program g;
-input q : f32[2, 4, 8];
-input k : f32[2, 2, 6, 8];
-input v : f32[2, 2, 6, 8];
-input len : i32[2];
-output y : f32[2, 4, 8];
-y = attention(q, k, v, len);
-)");
-  // The same with every k/v head repeated for its query heads, one sequence and one length at a time.
-  ir::Graph repeated = compile_text(R"(program r;
-input q : f32[4, 8];
-input k : f32[2, 6, 8];
-input v : f32[2, 6, 8];
-input len : i32;
-output y : f32[4, 8];
-let k4 = concat(k[0:1], k[0:1], k[1:2], k[1:2], axis = 0);
-let v4 = concat(v[0:1], v[0:1], v[1:2], v[1:2], axis = 0);
-y = attention(q, k4, v4, len);
-)");
-  std::mt19937 rng(11);
-  Bindings b;
-  b.tensors["q"] = random_tensor(rng, DType::kF32, {2, 4, 8});
-  b.tensors["k"] = random_tensor(rng, DType::kF32, {2, 2, 6, 8});
-  b.tensors["v"] = random_tensor(rng, DType::kF32, {2, 2, 6, 8});
-  b.tensors["len"] = tensor(DType::kI32, {2}, {3, 5});
-  const std::vector<double> y = run_both(grouped, b).at("y").data;
-  for (int64_t seq = 0; seq < 2; ++seq) {
-    Bindings one;
-    auto part = [&](const std::string& name, std::vector<int64_t> shape) {
-      const HostTensor& all = b.tensors[name];
-      const size_t n = all.data.size() / 2;
-      one.tensors[name] = tensor(DType::kF32, std::move(shape),
-                                 {all.data.begin() + static_cast<long>(seq * n), all.data.begin() + static_cast<long>((seq + 1) * n)});
-    };
-    part("q", {4, 8});
-    part("k", {2, 6, 8});
-    part("v", {2, 6, 8});
-    one.tensors["len"] = tensor(DType::kI32, {}, {seq == 0 ? 3.0 : 5.0});
-    const std::vector<double> alone = run_both(repeated, one).at("y").data;
-    for (size_t i = 0; i < alone.size(); ++i) CHECK(y[static_cast<size_t>(seq) * 32 + i] == doctest::Approx(alone[i]).epsilon(1e-12));
-  }
 }
 
 }  // namespace

@@ -1,17 +1,29 @@
-// attention(q, k, v, len, scale = 1/sqrt(D)): q [..., NH, D], k and v
-// [..., KVH, T, D(v)] with KVH dividing NH (grouped-query attention: query
-// head h reads k/v head h / (NH / KVH); no repeated cache), len an i32:
-// rank 0 (one length for every row, a device scalar input) or q's dims
-// before its heads (one length per sequence, `len : i32[B]`). For every
-// row of q, softmax(scale * q.k_t) over the positions t < clamp(len, 0, T),
-// then the weighted sum of v_t; no valid position gives a zero row. Over a
-// run-time T that buckets pad, positions past its valid count are padding
-// whatever len says.
+// attention(q, k, v, len, start, scale = 1/sqrt(D)) and
+// paged_attention(q, k_pool, v_pool, len, blocks, start, scale).
+//
+// q [S..., NH, D] holds one query per sequence (S... the sequence dims),
+// or with `start` given [S..., Q, NH, D], Q queries per sequence: query i
+// sits at position start + i and sees the positions up to its own (causal;
+// prefill, chunked and speculative decode). k and v hold the keys and
+// values with KVH heads dividing NH (grouped-query attention: query head h
+// reads k/v head h / (NH / KVH); no repeated cache):
+//   attention        k, v [S..., KVH, T, D(v)], one cache row per sequence;
+//   paged_attention  k_pool, v_pool [NB, KVH, BS, D(v)], a pool of blocks of
+//                    BS positions, and blocks i32 [S..., MAX_BLOCKS]: position
+//                    t of a sequence is row t % BS of pool block
+//                    blocks[t / BS] (vLLM's layout). A position whose block id
+//                    is outside [0, NB) is skipped.
+// len and start are i32, rank 0 (one for every sequence) or one per
+// sequence (S...). For every row of q, softmax(scale * q.k_t) over the
+// positions t < clamp(len, 0, T) (and t <= start + i), then the weighted
+// sum of v_t; no position gives a zero row. Over a run-time T that buckets
+// pad, positions past its valid count are padding whatever len says.
 //
 // Kernels (gdl_attention.cuh; plan/kernel_choice.h choose_attention): the
 // streamed one (k and v through a ring of bulk copies, sm_90, head dims of
-// whole 16-byte vectors, 16-byte aligned operands) or the split one; both
-// split a row's positions over several blocks.
+// whole 16-byte vectors, 16-byte aligned operands, a stage within one block
+// of a paged cache) or the split one; both split a row's positions over
+// several blocks.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -20,6 +32,7 @@
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
 #include "internal_error.h"
+#include "ops/attention.h"
 #include "ops/families.h"
 #include "plan/kernel_choice.h"
 
@@ -33,39 +46,74 @@ constexpr int kAttentionBlock = 256;
 constexpr int kAttentionChunk = 512;             // positions scored per pass (shared memory)
 constexpr int64_t kAttentionMaxHeadDim = 4096;   // keeps its static shared memory under 48 KiB
 
+// The node's operand slots: attention (q, k, v, len, start), paged (q, k, v, len, blocks, start).
+template <bool kPaged> struct Slots {
+  static constexpr size_t q = 0, k = 1, v = 2, len = 3, blocks = kPaged ? 4 : SIZE_MAX, start = kPaged ? 5 : 4,
+                          scale = start + 1;
+};
+
+template <bool kPaged>
 TypeResult infer_attention(TypeQuery& q) {
-  const TensorType* tq = q.tensor(0, "attention q");
-  const TensorType* tk = tq ? q.tensor(1, "attention k") : nullptr;
-  const TensorType* tv = tk ? q.tensor(2, "attention v") : nullptr;
+  using S = Slots<kPaged>;
+  const std::string name = kPaged ? "paged_attention" : "attention";
+  const TensorType* tq = q.tensor(S::q, name + " q");
+  const TensorType* tk = tq ? q.tensor(S::k, name + (kPaged ? " k_pool" : " k")) : nullptr;
+  const TensorType* tv = tk ? q.tensor(S::v, name + (kPaged ? " v_pool" : " v")) : nullptr;
   if (!tv) return TypeResult::failed();
-  std::string described;
-  const TensorType* len = q.value(3, "attention len", DType::kI32, &described);
-  if (!len && described.empty()) return TypeResult::failed();
   const std::string all = "q " + q.text(*tq) + ", k " + q.text(*tk) + ", v " + q.text(*tv);
   if (!is_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype)
-    return q.error(kAtOp, "attention q, k and v must share one float dtype: " + all, "convert them with cast");
-  const std::string layout = "q is [..., NH, D], k and v are [..., KVH, T, D] with KVH dividing NH";
-  if (tq->rank() < 2 || tk->rank() != tq->rank() + 1 || tv->rank() != tk->rank())
-    return q.error(kAtOp, "attention ranks do not fit: " + all, layout);
-  const Shape q_rows(tq->shape.begin(), tq->shape.end() - 1);
-  const Shape k_rows(tk->shape.begin(), tk->shape.end() - 2);
-  const Shape sequences(q_rows.begin(), q_rows.end() - 1);  // q's dims before its heads
-  const Shape k_positions(tk->shape.begin(), tk->shape.end() - 1), v_positions(tv->shape.begin(), tv->shape.end() - 1);
-  const Dim &heads = q_rows.back(), &kv_heads = k_rows.back();
+    return q.error(kAtOp, name + " q, k and v must share one float dtype: " + all, "convert them with cast");
+  const bool causal = q.given(S::start);
+  const size_t q_tail = causal ? 3 : 2;  // [Q,] NH, D
+  const std::string q_layout = causal ? "q is [..., Q, NH, D] (with start)" : "q is [..., NH, D]";
+  const std::string layout = q_layout + (kPaged ? ", k_pool and v_pool are [NB, KVH, BS, D]"
+                                                : ", k and v are [..., KVH, T, D]") +
+                             " with KVH dividing NH";
+  const size_t k_rank = kPaged ? 4 : tq->rank() - q_tail + 3;
+  if (tq->rank() < q_tail || tk->rank() != k_rank || tv->rank() != tk->rank())
+    return q.error(kAtOp, name + " ranks do not fit: " + all, layout);
+  const Shape sequences(tq->shape.begin(), tq->shape.end() - static_cast<std::ptrdiff_t>(q_tail));
+  const Dim &heads = tq->shape[tq->rank() - 2], &kv_heads = tk->shape[tk->rank() - 3];
   const bool grouped = heads == kv_heads || (!heads.is_runtime() && !kv_heads.is_runtime() && kv_heads.extent > 0 &&
                                              heads.extent % kv_heads.extent == 0);
-  if (Shape(k_rows.begin(), k_rows.end() - 1) != sequences || !grouped || k_positions != v_positions ||
-      !(tq->shape.back() == tk->shape.back()))
-    return q.error(kAtOp, "attention shapes do not fit: " + all, layout);
-  if (!len || len->dtype != DType::kI32 || (len->rank() != 0 && len->shape != sequences))
-    return q.error(3,
-                   "attention len must be a rank-0 i32 or one i32 per sequence" +
+  const Shape k_positions(tk->shape.begin(), tk->shape.end() - 1), v_positions(tv->shape.begin(), tv->shape.end() - 1);
+  const bool cache_fits = kPaged || Shape(tk->shape.begin(), tk->shape.end() - 3) == sequences;
+  if (!cache_fits || !grouped || k_positions != v_positions || !(tq->shape.back() == tk->shape.back()))
+    return q.error(kAtOp, name + " shapes do not fit: " + all, layout);
+  if constexpr (kPaged) {
+    const Dim& block = tk->shape[2];
+    if (block.is_runtime())
+      return q.error(S::k, "the block size of a paged cache must be static, got " + q.text(*tk), layout);
+    const TensorType* table = q.tensor(S::blocks, "paged_attention blocks");
+    if (!table) return TypeResult::failed();
+    Shape want = sequences;
+    want.push_back(table->rank() > 0 ? table->shape.back() : Dim::constant(1));
+    if (table->dtype != DType::kI32 || table->rank() != sequences.size() + 1 || table->shape != want ||
+        want.back().is_runtime())
+      return q.error(S::blocks,
+                     "the block table must be i32[" + (sequences.empty() ? std::string() : q.text(sequences) + ", ") +
+                         "MAX_BLOCKS] (one row of block ids per sequence, MAX_BLOCKS static), got " + q.text(*table),
+                     "declare it as input blocks : i32[B, MAX_BLOCKS];");
+  }
+  // len, and start: rank 0 or one per sequence.
+  auto per_sequence = [&](size_t slot, const std::string& role, const std::string& hint) -> std::optional<TypeResult> {
+    std::string described;
+    const TensorType* t = q.value(slot, name + " " + role, DType::kI32, &described);
+    if (!t && described.empty()) return TypeResult::failed();
+    if (t && t->dtype == DType::kI32 && (t->rank() == 0 || t->shape == sequences)) return std::nullopt;
+    return q.error(static_cast<int>(slot),
+                   name + " " + role + " must be a rank-0 i32 or one i32 per sequence" +
                        (sequences.empty() ? std::string() : " (" + q.text(sequences) + ")") + ", got " +
-                       (len ? q.text(*len) : described),
-                   "declare it as input len : i32; or input len : i32[B];");
+                       (t ? q.text(*t) : described),
+                   hint);
+  };
+  if (auto bad = per_sequence(S::len, "len", "declare it as input len : i32; or input len : i32[B];")) return *bad;
+  if (causal)
+    if (auto bad = per_sequence(S::start, "start", "give the position of each sequence's first query, e.g. start = 0"))
+      return *bad;
   const Dim& head = tq->shape.back();
-  if (q.given(4)) {
-    if (!q.number(4, "scale", &q.attrs().value)) return TypeResult::failed();
+  if (q.given(S::scale)) {
+    if (!q.number(S::scale, "scale", &q.attrs().value)) return TypeResult::failed();
   } else if (head.is_runtime()) {
     return q.error(kAtOp,
                    "the head dim of q is the run-time dim '" + q.dims()[static_cast<size_t>(head.symbol)].name +
@@ -74,88 +122,156 @@ TypeResult infer_attention(TypeQuery& q) {
   } else {
     q.attrs().value = 1.0 / std::sqrt(static_cast<double>(head.extent));
   }
-  Shape out = q_rows;
+  Shape out(tq->shape.begin(), tq->shape.end() - 1);
   out.push_back(tv->shape.back());
   return TensorType{tq->dtype, out};
 }
 
 std::string scale_attr(const ir::Attrs& a) { return "scale=" + number_text(a.value); }
 
-// For every query row, softmax(scale * q.k_t) over t < clamp(len, 0, the
-// valid T), weighted sum of v_t.
+}  // namespace
+
+AttentionOperands attention_operands(const Node& n) {
+  GDL_INTERNAL_ASSERT(n.op == Op::kAttention || n.op == Op::kPagedAttention, "attention_operands of " + std::string(op_name(n.op)));
+  const bool paged = n.op == Op::kPagedAttention;
+  const size_t start = paged ? 5 : 4;
+  GDL_INTERNAL_ASSERT(n.args.size() == start || n.args.size() == start + 1, "attention argument count");
+  AttentionOperands a;
+  a.q = n.args[0], a.k = n.args[1], a.v = n.args[2], a.len = n.args[3];
+  if (paged) a.blocks = n.args[4];
+  if (n.args.size() > start) a.start = n.args[start];
+  return a;
+}
+
+Dim attention_positions(const ir::Graph& g, const Node& n) {
+  const AttentionOperands a = attention_operands(n);
+  const Shape& ks = g.node(a.k).type.shape;
+  if (!a.paged()) return ks.at(ks.size() - 2);
+  const Dim& block = ks.at(2);
+  const Dim& max_blocks = g.node(a.blocks).type.shape.back();
+  GDL_INTERNAL_ASSERT(!block.is_runtime() && !max_blocks.is_runtime(), "a paged cache with a run-time block count or size");
+  return Dim::constant(block.extent * max_blocks.extent);
+}
+
+namespace {
+
+// How query rows (sequence, query, head) map onto sequences and k/v rows,
+// from the operands' extents.
+struct RowLayout {
+  int64_t heads = 1, queries = 1, kv_heads = 1, group = 1;
+  int64_t sequence(int64_t row) const { return row / (heads * queries); }
+  int64_t query(int64_t row) const { return row / heads % queries; }
+  int64_t kv_row(int64_t row) const { return sequence(row) * kv_heads + row % heads / group; }
+};
+
+// For every query row, softmax(scale * q.k_t) over its positions (t <
+// clamp(len, 0, the valid T), t <= start + query, stored), weighted sum of v_t.
 void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
+  const AttentionOperands a = attention_operands(n);
   const HostTensor &q = *in.values[0], &k = *in.values[1], &v = *in.values[2], &len = *in.values[3];
-  const int64_t t_valid = in.valid(1, -2);
-  size_t rq = q.shape.size();
-  GDL_INTERNAL_ASSERT(rq >= 2 && k.shape.size() == rq + 1 && v.shape.size() == rq + 1, "attention operand ranks");
-  int64_t d = q.shape.back(), t_max = k.shape[rq - 1], dv = v.shape.back();
-  const int64_t heads = q.shape[rq - 2], kv_heads = k.shape[rq - 2];
-  GDL_INTERNAL_ASSERT(host::Extents(q.shape.begin(), q.shape.end() - 2) == host::Extents(k.shape.begin(), k.shape.end() - 3) &&
-                          kv_heads > 0 && heads % kv_heads == 0 &&
-                          host::Extents(k.shape.begin(), k.shape.end() - 1) == host::Extents(v.shape.begin(), v.shape.end() - 1) &&
-                          k.shape.back() == d,
+  const size_t start_arg = a.paged() ? 5 : 4;
+  const HostTensor* start = a.causal() ? in.values[start_arg] : nullptr;
+  const HostTensor* table = a.paged() ? in.values[4] : nullptr;
+  const size_t rq = q.shape.size(), rk = k.shape.size();
+  GDL_INTERNAL_ASSERT(rq >= 2 && rk >= 3 && v.shape.size() == rk, "attention operand ranks");
+  const int64_t d = q.shape.back(), dv = v.shape.back(), block = k.shape[rk - 2];
+  RowLayout rows_of;
+  rows_of.heads = q.shape[rq - 2];
+  rows_of.queries = start ? q.shape[rq - 3] : 1;
+  rows_of.kv_heads = k.shape[rk - 3];
+  GDL_INTERNAL_ASSERT(rows_of.kv_heads > 0 && rows_of.heads % rows_of.kv_heads == 0 && k.shape.back() == d,
                       "attention shapes disagree");
-  int64_t rows = host::product(q.shape) / std::max<int64_t>(d, 1);
-  GDL_INTERNAL_ASSERT(len.data.size() == 1 || static_cast<int64_t>(len.data.size()) * heads == rows, "attention len size");
-  const int64_t group = heads / kv_heads;  // query heads per k/v head
-  double scale = n.attrs.value;
-  std::vector<double> score(static_cast<size_t>(t_max));
+  rows_of.group = rows_of.heads / rows_of.kv_heads;
+  const int64_t max_blocks = table ? table->shape.back() : 1;
+  const int64_t pool_blocks = k.shape[0];
+  const int64_t t_max = table ? max_blocks * block : std::min(block, in.valid(1, -2));
+  const int64_t rows = host::product(q.shape) / std::max<int64_t>(d, 1);
+  auto per_sequence = [&](const HostTensor& t, int64_t row) {
+    return static_cast<int64_t>(t.data[t.data.size() == 1 ? 0 : static_cast<size_t>(rows_of.sequence(row))]);
+  };
+  // The row of k and v (in rows of D and DV) holding position t of row r, or -1.
+  auto stored_at = [&](int64_t r, int64_t t) -> int64_t {
+    if (!table) return rows_of.kv_row(r) * block + t;
+    const int64_t id = static_cast<int64_t>(table->data[static_cast<size_t>(rows_of.sequence(r) * max_blocks + t / block)]);
+    if (id < 0 || id >= pool_blocks) return -1;
+    return (id * rows_of.kv_heads + r % rows_of.heads / rows_of.group) * block + t % block;
+  };
+  const double scale = n.attrs.value;
+  std::vector<double> score(static_cast<size_t>(std::max<int64_t>(t_max, 0)));
+  std::vector<int64_t> at(score.size());
   for (int64_t r = 0; r < rows; ++r) {
-    const double length = len.data[len.data.size() == 1 ? 0 : static_cast<size_t>(r / heads)];
-    const int64_t valid = std::clamp<int64_t>(static_cast<int64_t>(length), 0, std::min(t_max, t_valid));
+    int64_t limit = per_sequence(len, r);
+    if (start) limit = std::min(limit, per_sequence(*start, r) + rows_of.query(r) + 1);
+    const int64_t valid = std::clamp<int64_t>(limit, 0, t_max);
     const double* qr = q.data.data() + r * d;
-    const double* kr = k.data.data() + r / group * t_max * d;
-    const double* vr = v.data.data() + r / group * t_max * dv;
     double* o = out.data.data() + r * dv;  // stays zero when no position is valid
     double peak = -std::numeric_limits<double>::infinity();
     for (int64_t t = 0; t < valid; ++t) {
+      at[t] = stored_at(r, t);
+      if (at[t] < 0) continue;
       double dot = 0;
-      for (int64_t i = 0; i < d; ++i) dot += qr[i] * kr[t * d + i];
+      for (int64_t i = 0; i < d; ++i) dot += qr[i] * k.data[static_cast<size_t>(at[t] * d + i)];
       score[t] = dot * scale;
       peak = std::max(peak, score[t]);
     }
     double total = 0;
-    for (int64_t t = 0; t < valid; ++t) total += score[t] = std::exp(score[t] - peak);
     for (int64_t t = 0; t < valid; ++t)
-      for (int64_t i = 0; i < dv; ++i) o[i] += score[t] / total * vr[t * dv + i];
+      if (at[t] >= 0) total += score[t] = std::exp(score[t] - peak);
+    for (int64_t t = 0; t < valid; ++t)
+      if (at[t] >= 0)
+        for (int64_t i = 0; i < dv; ++i) o[i] += score[t] / total * v.data[static_cast<size_t>(at[t] * dv + i)];
   }
 }
 
-// The length as the kernels take it: a value, or read from its buffer; over
-// a padded T clamped to its valid count.
-std::string length_source(StepEmitter& e, const Node& n) {
-  const ir::ValueId a = n.args.at(3);
-  const Shape& qs = e.g.node(n.args.at(0)).type.shape;
-  const bool per_sequence = e.g.node(a).type.rank() > 0;  // one length per sequence, for its query heads' rows
-  const std::string source = e.is_inline_leaf(a) ? "gdl::IntValue{" + e.inline_value(a) + "}"
-                             : per_sequence ? "gdl::IntPerRow{" + e.pointer(a) + ", " + e.dim(qs[qs.size() - 2]) + "}"
-                                            : "gdl::IntAt{" + e.pointer(a) + "}";
-  const Shape& ks = e.g.node(n.args.at(1)).type.shape;
-  const Dim& positions = ks.at(ks.size() - 2);
-  if (!positions.is_runtime()) return source;
-  // A padded T: positions past its valid count are padding, whatever len says.
-  const char* type = e.is_inline_leaf(a) ? "gdl::IntValue" : per_sequence ? "gdl::IntPerRow" : "gdl::IntAt";
-  return std::string("gdl::ClampedLen<") + type + ">{" + source + ", " + valid_count_expr(positions.symbol) + "}";
+// A length or start as the kernels read it for a row: a value, the device
+// scalar, or one per sequence (its queries' heads' rows are consecutive).
+std::string int_source(StepEmitter& e, ir::ValueId a, const std::string& rows_per_sequence) {
+  if (e.is_inline_leaf(a)) return "gdl::IntValue{" + e.inline_value(a) + "}";
+  if (e.g.node(a).type.rank() > 0) return "gdl::IntPerRow{" + e.pointer(a) + ", " + rows_per_sequence + "}";
+  return "gdl::IntAt{" + e.pointer(a) + "}";
 }
+std::string int_source_type(const std::string& source) { return source.substr(0, source.find('{')); }
 
 std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
-  const std::string q = e.pointer(n.args.at(0)), k = e.pointer(n.args.at(1)), v = e.pointer(n.args.at(2));
-  const std::string len = length_source(e, n);
+  const AttentionOperands a = attention_operands(n);
+  const std::string q = e.pointer(a.q), k = e.pointer(a.k), v = e.pointer(a.v);
+  const Shape& qs = e.g.node(a.q).type.shape;
+  const Shape& ks = e.g.node(a.k).type.shape;
+  const Shape& vs = e.g.node(a.v).type.shape;
+  std::string body;
+  body += e.local("rows", e.product(qs, 0, qs.size() - 1));
+  body += e.local("heads", e.dim(qs[qs.size() - 2]));
+  body += e.local("queries", a.causal() ? e.dim(qs[qs.size() - 3]) : "1");
+  body += e.local("kv_heads", e.dim(ks[ks.size() - 3]));
+  body += e.local("group", "heads / kv_heads");  // query heads per k/v head
+  const Dim positions_dim = attention_positions(e.g, n);
+  body += e.local("positions", e.dim(positions_dim));
+  // The operands' sources in argument order (their pointers are declared in that order).
+  std::string len = int_source(e, a.len, "heads * queries");
+  std::string kv;
+  if (a.paged()) {
+    const std::string table = e.pointer(a.blocks);
+    const Shape& bs = e.g.node(a.blocks).type.shape;
+    kv = "gdl::KvPages<" + std::to_string(ks[2].extent) + ">{" + table + ", heads, queries, kv_heads, group, " +
+         e.dim(bs.back()) + ", " + e.dim(ks[0]) + "}";
+  } else {
+    kv = "gdl::KvRows{heads, queries, kv_heads, group, positions}";
+  }
+  if (a.causal()) {
+    const std::string start = int_source(e, a.start, "heads * queries");
+    len = "gdl::CausalLen<" + int_source_type(len) + ", " + int_source_type(start) + ">{" + len + ", " + start +
+          ", heads, queries}";
+  }
+  if (positions_dim.is_runtime())  // a padded T: positions past its valid count are padding, whatever len says
+    len = "gdl::ClampedLen<" + int_source_type(len) + ">{" + len + ", " + valid_count_expr(positions_dim.symbol) + "}";
   const std::string out = e.result_pointer();
-  const Shape& qs = e.g.node(n.args.at(0)).type.shape;
-  const Shape& ks = e.g.node(n.args.at(1)).type.shape;
-  const Shape& vs = e.g.node(n.args.at(2)).type.shape;
   int64_t d_max = max_extent(qs.back(), e.g), dv_max = max_extent(vs.back(), e.g);
   GDL_INTERNAL_ASSERT(d_max <= kAttentionMaxHeadDim && dv_max <= kAttentionMaxHeadDim,
                       "attention head dims above " + std::to_string(kAttentionMaxHeadDim) + " are not supported");
   const AttentionChoice choice = choose_attention(e.g, n);
-  std::string body;
-  body += e.local("rows", e.product(qs, 0, qs.size() - 1));
-  body += e.local("group", e.dim(qs[qs.size() - 2]) + " / " + e.dim(ks[ks.size() - 3]));  // query heads per k/v head
-  body += e.local("positions", e.dim(ks[ks.size() - 2]));
-  auto buffer = [&](int arg) -> const plan::Buffer& { return e.p.buffers.at(static_cast<size_t>(n.args.at(arg))); };
-  auto aligned16 = [&](int arg) { return plan::buffer_alignment(buffer(arg)) >= 16; };
-  const bool aligned = aligned16(0) && aligned16(1) && aligned16(2);  // q, k, v
+  auto buffer = [&](ir::ValueId id) -> const plan::Buffer& { return e.p.buffers.at(static_cast<size_t>(id)); };
+  auto aligned16 = [&](ir::ValueId id) { return plan::buffer_alignment(buffer(id)) >= 16; };
+  const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
   if (choice.stream_splits > 0 && aligned && e.sm >= 90) {  // bulk copies and mbarrier byte counts: sm_90
     const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
     const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
@@ -168,13 +284,13 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     const std::string scratch = e.split_scratch(choice.stream_splits, false, choice.scratch, body);
     // k and v params (a KV cache that persists across runs): their first copies go out before the
     // kernel waits for the ones it depends on (gdl_attention.cuh KV_EARLY), so it waits in its body.
-    auto param = [&](int arg) { return buffer(arg).region == plan::Region::kParams; };
-    const bool kv_early = choice.stream_early && param(1) && param(2);
+    auto param = [&](ir::ValueId id) { return buffer(id).region == plan::Region::kParams; };
+    const bool kv_early = choice.stream_early && !a.paged() && param(a.k) && param(a.v);
     e.waits_in_body |= kv_early;
     e.early_start |= kv_early;
     body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " + e.idx + ">(" +
-            q + ", " + k + ", " + v + ", " + out + ", " + len + ", rows, group, positions, " + float_literal(n.attrs.value) + ", " +
-            scratch + ", attention_ring);\n";
+            q + ", " + k + ", " + v + ", " + out + ", " + len + ", " + kv + ", rows, positions, " +
+            float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
     rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}}, kAttentionBlock);
     rule.shared_bytes = choice.stream_shared_bytes;
     return body;
@@ -184,8 +300,8 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   body += "  // attention kernel: split, " + std::to_string(choice.splits) + " block(s) per row over the positions\n";
   body += "  gdl::attention_split<" + std::to_string(std::max<int64_t>(1, d_max)) + ", " +
           std::to_string(std::max<int64_t>(1, dv_max)) + ", " + std::to_string(kAttentionChunk) + ", " + e.idx + ">(" + q +
-          ", " + k + ", " + v + ", " + out + ", " + len + ", rows, group, positions, D, DV, " + float_literal(n.attrs.value) + ", " +
-          e.split_scratch(choice.splits, false, choice.scratch, body) + ");\n";
+          ", " + k + ", " + v + ", " + out + ", " + len + ", " + kv + ", rows, positions, D, DV, " +
+          float_literal(n.attrs.value) + ", " + e.split_scratch(choice.splits, false, choice.scratch, body) + ");\n";
   rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.splits)}, 1}}, kAttentionBlock);
   return body;
 }
@@ -201,20 +317,26 @@ void attention_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBl
 }  // namespace
 
 void add_attention_ops(std::vector<OpDef>& defs) {
-  OpDef d;
-  d.op = Op::kAttention;
-  d.fusion = FusionClass::kAttention;
-  d.callable = "attention";
-  d.params = {"q", "k", "v", "len", "scale"};
-  d.operands = 4;
-  d.required = 4;
-  d.min_args = d.max_args = 4;
-  d.infer = infer_attention;
-  d.attr_text = scale_attr;
-  d.eval = eval_attention;
-  d.kernel = emit_attention;
-  d.blocks_padding = attention_blocks_padding;
-  defs.push_back(d);
+  auto add = [&](Op op, const char* callable, std::vector<const char*> params, InferFn infer) {
+    OpDef d;
+    d.op = op;
+    d.fusion = FusionClass::kAttention;
+    d.callable = callable;
+    d.params = std::move(params);
+    d.operands = d.params.size() - 1;  // all but scale
+    d.required = d.operands - 1;       // all but start
+    d.min_args = d.required;
+    d.max_args = d.operands;
+    d.infer = infer;
+    d.attr_text = scale_attr;
+    d.eval = eval_attention;
+    d.kernel = emit_attention;
+    d.blocks_padding = attention_blocks_padding;
+    defs.push_back(d);
+  };
+  add(Op::kAttention, "attention", {"q", "k", "v", "len", "start", "scale"}, infer_attention<false>);
+  add(Op::kPagedAttention, "paged_attention", {"q", "k_pool", "v_pool", "len", "blocks", "start", "scale"},
+      infer_attention<true>);
 }
 
 }  // namespace gdl::ops

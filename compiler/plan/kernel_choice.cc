@@ -29,7 +29,8 @@
 // rows are 8 to 32 whole 16-byte vectors; its ring (the layout of
 // gdl::AttentionStream) sets how many blocks share a multiprocessor, and
 // its splits aim at filling them, each at least a stage and 64 positions
-// long. Scratch is one ticket per row and, per row and split, (max, sum)
+// long; over a paged cache a stage also divides the block size (or the
+// split kernel computes it). Scratch is one ticket per row and, per row and split, (max, sum)
 // and DV partial sums, for the largest binding and the kernel with more
 // splits.
 #include "plan/kernel_choice.h"
@@ -40,6 +41,7 @@
 
 #include "frontend/diagnostics.h"
 #include "internal_error.h"
+#include "ops/attention.h"
 #include "ops/op_def.h"
 
 namespace gdl {
@@ -244,14 +246,14 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
 }
 
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
-  GDL_INTERNAL_ASSERT(n.op == ir::Op::kAttention && n.args.size() == 4, "choose_attention on a node that is not attention");
-  const Shape& qs = g.node(n.args[0]).type.shape;
-  const Shape& ks = g.node(n.args[1]).type.shape;
-  const Shape& vs = g.node(n.args[2]).type.shape;
+  const ops::AttentionOperands a = ops::attention_operands(n);
+  const Shape& qs = g.node(a.q).type.shape;
+  const Shape& ks = g.node(a.k).type.shape;
+  const Shape& vs = g.node(a.v).type.shape;
   GDL_INTERNAL_ASSERT(qs.size() >= 2 && ks.size() >= 3 && vs.size() >= 3, "attention operand ranks");
   const int64_t rows_min = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, false));
   const int64_t rows_max = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, true));
-  const int64_t t_max = std::max<int64_t>(1, extent_at(ks[ks.size() - 2], g, true));
+  const int64_t t_max = std::max<int64_t>(1, extent_at(ops::attention_positions(g, n), g, true));
   const int64_t dv_max = std::max<int64_t>(1, extent_at(vs.back(), g, true));
   // Splits of at least `min_positions` positions aiming at `blocks` blocks, within the scratch cap.
   auto splits_for = [&](int64_t blocks, int64_t min_positions) {
@@ -280,8 +282,12 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       const bool mma = esize == 2 && d.extent % 64 == 0 && dv.extent % 64 == 0;  // == att::StreamUsesMma
       const int64_t unit = mma ? 16 : 256 / lanes;
       const int64_t asked = attention_stage_positions() > 0 ? attention_stage_positions() : (mma ? 64 : 32);
-      const int64_t positions = mma ? std::min<int64_t>(pow2_at_least(std::max(asked, unit)), 128)  // tiles dividing 8 warps
-                                    : (std::max(asked, unit) + unit - 1) / unit * unit;
+      int64_t positions = mma ? std::min<int64_t>(pow2_at_least(std::max(asked, unit)), 128)  // tiles dividing 8 warps
+                              : (std::max(asked, unit) + unit - 1) / unit * unit;
+      // A stage of a paged cache lies in one block (its positions are one run): halve it until it divides the block.
+      if (a.paged())
+        while (positions / 2 % unit == 0 && positions / 2 >= unit && ks[2].extent % positions != 0) positions /= 2;
+      const bool contiguous = !a.paged() || ks[2].extent % positions == 0;
       const int64_t stage = positions * (d.extent + dv.extent) * esize;
       c.stream_stages = static_cast<int>(std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12));
       // A large ring (the knob) leaves room for the block's static shared memory.
@@ -290,8 +296,9 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
       const int64_t per_sm = std::max<int64_t>(1, kSharedBytesPerSM / (c.stream_shared_bytes + 1024));
       const int64_t wanted = attention_splits_wanted();
-      c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : kTargetMultiprocessors * per_sm,
-                                   std::max(kMinPositionsPerSplit, positions));
+      if (contiguous)
+        c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : kTargetMultiprocessors * per_sm,
+                                     std::max(kMinPositionsPerSplit, positions));
     }
   }
   c.stream_early = attention_kv_early_allowed();
@@ -345,7 +352,7 @@ SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>
     }
     return need;
   }
-  if (anchor.op == ir::Op::kAttention) return choose_attention(g, anchor).scratch;
+  if (ops::fusion_class(anchor.op) == ops::FusionClass::kAttention) return choose_attention(g, anchor).scratch;
   return {};
 }
 

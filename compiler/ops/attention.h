@@ -1,0 +1,23 @@
+// The operands of an attention node by role, for the passes that look into
+// one (kernel choice, codegen): attention(q, k, v, len, start) and
+// paged_attention(q, k_pool, v_pool, len, blocks, start).
+#pragma once
+
+#include "ir.h"
+
+namespace gdl::ops {
+
+struct AttentionOperands {
+  ir::ValueId q = ir::kNoValue, k = ir::kNoValue, v = ir::kNoValue, len = ir::kNoValue;
+  ir::ValueId blocks = ir::kNoValue;  // paged: the block table [sequences..., max_blocks]
+  ir::ValueId start = ir::kNoValue;   // causal: the position of each sequence's first query
+  bool paged() const { return blocks != ir::kNoValue; }
+  bool causal() const { return start != ir::kNoValue; }
+};
+AttentionOperands attention_operands(const ir::Node& n);
+
+// The positions a row may attend over: k's T, or for a paged cache
+// max_blocks * block (static).
+Dim attention_positions(const ir::Graph& g, const ir::Node& n);
+
+}  // namespace gdl::ops

@@ -1,0 +1,123 @@
+// Attention for serving on the GPU against the CPU reference: causal
+// queries from a per-sequence start (prefill, chunked decode) and a paged
+// cache read through a block table, in every float dtype, through the
+// streamed kernel (head dims of whole 16-byte vectors) and the split one.
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+std::string with(std::string text, const std::map<std::string, std::string>& values) {
+  for (const auto& [key, value] : values)
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+      text.replace(at, key.size(), value);
+  return text;
+}
+
+void set_ints(std::map<std::string, TensorData>& t, const std::string& name, const std::vector<double>& values) {
+  TensorData& d = t.at(name);
+  REQUIRE(d.dtype == ElementType::kI32);
+  REQUIRE(d.bytes.size() == values.size() * 4);
+  d.bytes = encode_elements(ElementType::kI32, values);
+}
+
+TEST_CASE("attention with start: causal queries over a contiguous cache") {
+  // B sequences of Q queries, 8 query heads over 2 k/v heads, T positions.
+  const std::string text =
+      "program causal;\ninput q : {T}[3, {Q}, 8, {D}];\ninput k : {T}[3, 2, 300, {D}];\n"
+      "input v : {T}[3, 2, 300, {D}];\ninput len : i32[3];\ninput start : i32[3];\n"
+      "output y : {T}[3, {Q}, 8, {D}];\ny = attention(q, k, v, len, start = start);\n";
+  for (const std::string t : {"f32", "f16", "bf16"})
+    for (const std::string d : {"64", "128", "40"})
+      for (const std::string q : {"1", "7", "33"}) {
+        INFO(t << " D = " << d << " Q = " << q);
+        Program program = compile_text(with(text, {{"{T}", t}, {"{D}", d}, {"{Q}", q}}));
+        const double queries = std::stod(q);
+        // A prefill from 0; a chunk after 250 cached positions; a chunk cut short by len.
+        const Adjust adjust = [&](std::map<std::string, TensorData>& b) {
+          set_ints(b, "start", {0, 250, 100});
+          set_ints(b, "len", {queries, std::min(300.0, 250 + queries), 100 + queries / 2});
+        };
+        CHECK(check_program(program, seed_for("causal/" + t + d + q), {}, {}, {}, adjust));
+      }
+}
+
+TEST_CASE("attention with start over a run-time prompt length, padded by buckets") {
+  Program program = compile_text(
+      "program prefill;\ndim P in [1, 64];\ninput q : f16[2, P, 8, 64];\ninput k : f16[2, 2, 128, 64];\n"
+      "input v : f16[2, 2, 128, 64];\ninput len : i32[2];\noutput y : f16[2, P, 8, 64];\n"
+      "y = attention(q, k, v, len, start = 0);\n");
+  for (int64_t p : {1, 5, 64}) {
+    INFO("P = " << p);
+    const Adjust adjust = [&](std::map<std::string, TensorData>& b) {
+      set_ints(b, "len", {static_cast<double>(p), static_cast<double>(std::max<int64_t>(1, p - 1))});
+    };
+    CHECK(check_program(program, seed_for("prefill/" + std::to_string(p)), {p}, {}, {}, adjust));
+  }
+}
+
+// A pool of NB blocks shared by B sequences: each sequence's table holds
+// distinct blocks in a random order, one entry inside its length is outside
+// the pool (its positions are skipped) and entries past the length are
+// anything.
+Adjust paged_tables(int64_t sequences, int64_t max_blocks, int64_t pool, int64_t block, uint64_t seed) {
+  return [=](std::map<std::string, TensorData>& b) {
+    std::mt19937_64 rng(seed);
+    std::vector<double> table, len;
+    std::vector<int64_t> ids(static_cast<size_t>(pool));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int64_t s = 0; s < sequences; ++s) {
+      const int64_t length = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(max_blocks * block));
+      len.push_back(static_cast<double>(length));
+      for (int64_t j = 0; j < max_blocks; ++j) {
+        const bool used = j * block < length;
+        double id = used ? static_cast<double>(ids[static_cast<size_t>((s * max_blocks + j) % pool)]) : 1e6;
+        if (used && j == 1 && s % 2 == 1) id = -1;  // skipped
+        table.push_back(id);
+      }
+    }
+    set_ints(b, "blocks", table);
+    set_ints(b, "len", len);
+  };
+}
+
+TEST_CASE("paged_attention: sequences of different lengths share one pool") {
+  const std::string text =
+      "program paged;\ninput q : {T}[5, {Q}8, {D}];\ninput k_pool : {T}[40, 2, {BS}, {D}];\n"
+      "input v_pool : {T}[40, 2, {BS}, {D}];\ninput blocks : i32[5, 8];\ninput len : i32[5];\n{START_DECL}"
+      "output y : {T}[5, {Q}8, {D}];\ny = paged_attention(q, k_pool, v_pool, len, blocks{START});\n";
+  for (const std::string t : {"f32", "f16", "bf16"})
+    for (const std::string d : {"128", "40"})
+      for (const std::string bs : {"16", "64", "12"})
+        for (bool causal : {false, true}) {
+          INFO(t << " D = " << d << " block " << bs << (causal ? " causal" : ""));
+          Program program = compile_text(with(text, {{"{T}", t},
+                                                     {"{D}", d},
+                                                     {"{BS}", bs},
+                                                     {"{Q}", causal ? "4, " : ""},
+                                                     {"{START_DECL}", causal ? "input start : i32[5];\n" : ""},
+                                                     {"{START}", causal ? ", start = start" : ""}}));
+          const uint64_t seed = seed_for("paged/" + t + d + bs + (causal ? "c" : ""));
+          const Adjust tables = paged_tables(5, 8, 40, std::stoll(bs), seed);
+          const Adjust adjust = [&](std::map<std::string, TensorData>& b) {
+            tables(b);
+            if (!causal) return;
+            const std::vector<double> len = decode_elements(ElementType::kI32, b.at("len").bytes.data(), 5);
+            std::vector<double> start;
+            for (double l : len) start.push_back(std::max(0.0, l - 4));  // the last 4 positions are this chunk
+            set_ints(b, "start", start);
+          };
+          CHECK(check_program(program, seed, {}, {}, {}, adjust));
+        }
+}
+
+}  // namespace
