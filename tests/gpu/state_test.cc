@@ -5,6 +5,10 @@
 // step that copies the cache; the host calls that set, read and zero state.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
 #include "gdl/jit.h"
 #include "gpu_test_util.h"
 #include "plan.h"
@@ -62,10 +66,13 @@ TensorData read_state(Session& s, const TensorInfo& info) {
   return d;
 }
 
+// Edits run `run`'s random inputs before they are bound (positions, tables).
+using EditRun = std::function<void(int run, std::map<std::string, TensorData>& inputs)>;
+
 // Runs `runs` times (odd runs eager), binding fresh inputs each time, and
 // checks outputs and states against the reference chained through the states.
 void check_runs(const Program& program, const std::string& what, int runs, const std::vector<int64_t>& batches,
-                const RangeFor& range) {
+                const RangeFor& range, const EditRun& edit = {}) {
   std::mt19937_64 rng(seed_for(what));
   std::unique_ptr<Session> s = cpu_only ? nullptr : make_session(program);
   std::map<std::string, TensorData> states;
@@ -79,6 +86,7 @@ void check_runs(const Program& program, const std::string& what, int runs, const
     if (!batches.empty()) dims = {batches[static_cast<size_t>(run) % batches.size()]};
     std::map<std::string, TensorData> inputs = random_bindings(program, dims, rng, range);
     for (const TensorInfo& info : program.states()) inputs.erase(info.name);  // they come from the run before
+    if (edit) edit(run, inputs);
     std::map<std::string, TensorData> with_states = inputs;
     for (const auto& [name, data] : states) with_states[name] = data;
     std::map<std::string, TensorData> want = reference(program, with_states);
@@ -175,4 +183,144 @@ TEST_CASE("state: set, read, reset and view; wrong names and sizes change nothin
   GDL_REQUIRE_OK(s->read_state("m", back.data(), back.size() * sizeof(float)));
   for (float v : back) REQUIRE(v == 0.0f);
   CHECK(s->reset_state("x").code() == StatusCode::kNotFound);
+}
+
+namespace {
+
+void set_ints(std::map<std::string, TensorData>& t, const std::string& name, const std::vector<double>& values) {
+  TensorData& d = t.at(name);
+  REQUIRE(d.bytes.size() == values.size() * 4);
+  d.bytes = encode_elements(ElementType::kI32, values);
+}
+
+// No step of the plan copies a state or writes a whole slice of one: the
+// caches are written row by row, in place.
+void check_no_cache_copy(const Program& program) {
+  const plan::Plan& plan = program.internals().plan();
+  for (const plan::Step& step : plan.steps)
+    for (ir::ValueId v : step.values) {
+      CHECK(plan.graph.node(v).op != ir::Op::kCopy);
+      CHECK(plan.graph.node(v).op != ir::Op::kUpdateSlice);
+    }
+}
+
+// examples/paged_decode.gdl: 4 sequences, 8 blocks of 16 positions each at
+// most, a pool of 32 blocks per layer. Each sequence owns 8 distinct blocks
+// (a random permutation of the pool split four ways), at its own position.
+struct PagedBatch {
+  std::vector<double> blocks, pos;
+};
+PagedBatch paged_batch(std::mt19937_64& rng, const std::vector<double>& pos) {
+  std::vector<int> ids(32);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  PagedBatch b;
+  b.blocks.assign(ids.begin(), ids.end());
+  b.pos = pos;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("state: a paged decode layer, sequences of different lengths in one pool (examples/paged_decode.gdl)") {
+  Expected<Program> compiled = jit::compile(source_dir() + "/examples/paged_decode.gdl");
+  REQUIRE_MESSAGE(compiled.ok(), compiled.status().message());
+  check_no_cache_copy(*compiled);
+  RangeFor range = [](const TensorInfo&) {
+    ValueRange r;
+    r.lo = 0.05, r.hi = 0.5;
+    return r;
+  };
+  std::mt19937_64 rng(seed_for("paged decode tables"));
+  const PagedBatch batch = paged_batch(rng, {3, 40, 100, 126});
+  // Three steps: every sequence moves on by one position.
+  const EditRun steps = [&](int run, std::map<std::string, TensorData>& in) {
+    std::vector<double> pos = batch.pos;
+    for (double& p : pos) p += run;
+    set_ints(in, "blocks", batch.blocks);
+    set_ints(in, "pos", pos);
+  };
+  check_runs(*compiled, "paged decode", 3, {}, range, steps);
+
+  // Each row equals that sequence's result whatever the other rows hold:
+  // other inputs, positions and blocks (from the same pool), the pool as before.
+  if (cpu_only) return;
+  std::unique_ptr<Session> s = make_session(*compiled);
+  std::map<std::string, TensorData> base = random_bindings(*compiled, {}, rng, range);
+  steps(0, base);
+  auto run = [&](const std::map<std::string, TensorData>& in) {
+    bind_all(*s, in);  // sets the pool states too
+    return run_and_read(*s, false).at("y");
+  };
+  const TensorData all = run(base);
+  for (int b = 0; b < 4; ++b) {
+    INFO("sequence " << b << " with the others changed");
+    std::map<std::string, TensorData> other = random_bindings(*compiled, {}, rng, range);
+    for (const TensorInfo& info : compiled->states()) other[info.name] = base.at(info.name);
+    // Row b keeps its input, position and blocks; the others swap their blocks among themselves.
+    std::vector<double> blocks = batch.blocks, pos = {90, 7, 55, 20};
+    const int next = (b + 1) % 4, after = (b + 2) % 4;
+    std::swap_ranges(blocks.begin() + next * 8, blocks.begin() + next * 8 + 8, blocks.begin() + after * 8);
+    pos[static_cast<size_t>(b)] = batch.pos[static_cast<size_t>(b)];
+    set_ints(other, "blocks", blocks);
+    set_ints(other, "pos", pos);
+    TensorData& x = other.at("x");
+    const size_t row = x.bytes.size() / 4;
+    std::copy_n(base.at("x").bytes.begin() + static_cast<long>(row * b), row, x.bytes.begin() + static_cast<long>(row * b));
+    const TensorData alone = run(other);
+    const size_t out_row = all.bytes.size() / 4;
+    CHECK(std::equal(all.bytes.begin() + static_cast<long>(out_row * b), all.bytes.begin() + static_cast<long>(out_row * (b + 1)),
+                     alone.bytes.begin() + static_cast<long>(out_row * b)));
+  }
+}
+
+TEST_CASE("state: a causal prefill fills the cache chunk by chunk (examples/prefill.gdl)") {
+  Expected<Program> compiled = jit::compile(source_dir() + "/examples/prefill.gdl");
+  REQUIRE_MESSAGE(compiled.ok(), compiled.status().message());
+  check_no_cache_copy(*compiled);
+  RangeFor range = [](const TensorInfo&) {
+    ValueRange r;
+    r.lo = 0.05, r.hi = 0.5;
+    return r;
+  };
+  // Chunks of 16, 5 and 64 tokens, each starting where the last ended (sequence 1 one position later).
+  const std::vector<int64_t> chunks = {16, 5, 64};
+  const EditRun chunked = [&](int run, std::map<std::string, TensorData>& in) {
+    double start = 0;
+    for (int r = 0; r < run; ++r) start += static_cast<double>(chunks[static_cast<size_t>(r)]);
+    set_ints(in, "start", {start, start + 1});
+  };
+  check_runs(*compiled, "prefill", 3, chunks, range, chunked);
+
+  // Two chunks give the last tokens the same result as the whole prompt at once.
+  if (cpu_only) return;
+  std::mt19937_64 rng(seed_for("prefill whole"));
+  std::map<std::string, TensorData> whole = random_bindings(*compiled, {21}, rng, range);
+  set_ints(whole, "start", {0, 0});
+  for (const TensorInfo& info : compiled->states()) whole.erase(info.name);  // zero caches
+  std::unique_ptr<Session> one = make_session(*compiled), two = make_session(*compiled);
+  bind_all(*one, whole);
+  const TensorData all = run_and_read(*one, false).at("y");  // [2, 21, H]
+  const TensorData& x = whole.at("x");
+  const size_t h = x.shape.back(), row = h * 4;
+  TensorData y2;
+  for (int chunk = 0; chunk < 2; ++chunk) {
+    const int64_t first = chunk == 0 ? 0 : 16, count = chunk == 0 ? 16 : 5;
+    std::map<std::string, TensorData> in = whole;
+    TensorData& part = in.at("x");
+    part.shape = {2, count, static_cast<int64_t>(h)};
+    part.bytes.clear();
+    for (int64_t b = 0; b < 2; ++b)
+      part.bytes.insert(part.bytes.end(), x.bytes.begin() + static_cast<long>((b * 21 + first) * row),
+                        x.bytes.begin() + static_cast<long>((b * 21 + first + count) * row));
+    set_ints(in, "start", {static_cast<double>(first), static_cast<double>(first)});
+    bind_all(*two, in);
+    y2 = run_and_read(*two, false).at("y");
+  }
+  TensorData tail = y2;  // the whole run's last 5 tokens, [2, 5, H]
+  tail.bytes.clear();
+  for (int64_t b = 0; b < 2; ++b)
+    tail.bytes.insert(tail.bytes.end(), all.bytes.begin() + static_cast<long>((b * 21 + 16) * row),
+                      all.bytes.begin() + static_cast<long>((b * 21 + 21) * row));
+  CHECK(relative_error(y2, tail) < 1e-4);  // f32, summed in another order
 }
