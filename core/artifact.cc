@@ -299,7 +299,7 @@ SourceLoc read_loc(Reader& r) {
 // count stays far inside int64.
 Shape read_shape(Reader& r, const std::vector<DimInfo>& dims, const std::string& where) {
   Shape s(r.count(12, "shape rank"));
-  if (s.size() > static_cast<size_t>(kMaxRank)) r.fail(where + ": rank " + std::to_string(s.size()) + " exceeds 4");
+  if (s.size() > static_cast<size_t>(kMaxRank)) r.fail(where + ": rank " + std::to_string(s.size()) + " exceeds " + std::to_string(kMaxRank));
   uint64_t elements = 1;
   for (Dim& d : s) {
     if (r.failed()) break;

@@ -46,7 +46,7 @@ struct Dim {
 };
 
 using Shape = std::vector<Dim>;
-inline constexpr int kMaxRank = 4;
+inline constexpr int kMaxRank = 6;
 
 struct TensorType {
   DType dtype = DType::kF32;

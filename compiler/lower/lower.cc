@@ -9,8 +9,8 @@
 //    once each in declaration order so that unused ones are checked too.
 // 3. Leaves: one input/param/scalar node per declaration, in declaration
 //    order, even when unused; declared types are resolved here (dtype, shape
-//    of compile-time extents and run-time dims, rank <= 4, element count
-//    within 2^31-1 with every run-time dim at its upper bound).
+//    of compile-time extents and run-time dims, rank <= 6, element count
+//    within 2^48 with every run-time dim at its upper bound).
 // 4. Fn signatures: parameter and result types, resolved once.
 // 5. The program body runs statement by statement over a stack of frames
 //    (one per inlined fn call) of block scopes. Values are either compile-time
@@ -115,7 +115,7 @@ Value Lowerer::emit(ir::Op op, std::vector<ir::ValueId> args, TensorType type, S
 }
 
 bool Lowerer::within_element_bound(const TensorType& t, SourceLoc loc, uint32_t length) {
-  constexpr int64_t kLimit = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kLimit = int64_t{1} << 48;  // the artifact's bound; kernels index in 64 bits past 2^30
   int64_t count = 1;
   bool overflow = false;
   const DimInfo* runtime = nullptr;
@@ -129,10 +129,10 @@ bool Lowerer::within_element_bound(const TensorType& t, SourceLoc loc, uint32_t 
   if (runtime)
     diags_.error(loc,
                  "shape " + text(t) + " exceeds the bound of dim " + runtime->name + ": at " + runtime->name + " = " +
-                     std::to_string(runtime->hi) + " it holds " + holds + ", more than 2^31-1",
+                     std::to_string(runtime->hi) + " it holds " + holds + ", more than 2^48",
                  "lower the upper bound of " + runtime->name + ", or split the tensor", length);
   else
-    diags_.error(loc, "shape " + text(t) + " holds " + holds + ", more than 2^31-1",
+    diags_.error(loc, "shape " + text(t) + " holds " + holds + ", more than 2^48",
                  "split the tensor into smaller ones", length);
   return false;
 }

@@ -52,6 +52,9 @@ template <bool kPaged> struct Slots {
                           scale = start + 1;
 };
 
+// "[2, B]" -> "2, B".
+std::string inner(const std::string& shape_text) { return shape_text.substr(1, shape_text.size() - 2); }
+
 template <bool kPaged>
 TypeResult infer_attention(TypeQuery& q) {
   using S = Slots<kPaged>;
@@ -91,7 +94,7 @@ TypeResult infer_attention(TypeQuery& q) {
     if (table->dtype != DType::kI32 || table->rank() != sequences.size() + 1 || table->shape != want ||
         want.back().is_runtime())
       return q.error(S::blocks,
-                     "the block table must be i32[" + (sequences.empty() ? std::string() : q.text(sequences) + ", ") +
+                     "the block table must be i32[" + (sequences.empty() ? std::string() : inner(q.text(sequences)) + ", ") +
                          "MAX_BLOCKS] (one row of block ids per sequence, MAX_BLOCKS static), got " + q.text(*table),
                      "declare it as input blocks : i32[B, MAX_BLOCKS];");
   }

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <numeric>
 
@@ -323,4 +324,43 @@ TEST_CASE("state: a causal prefill fills the cache chunk by chunk (examples/pref
     tail.bytes.insert(tail.bytes.end(), all.bytes.begin() + static_cast<long>((b * 21 + 16) * row),
                       all.bytes.begin() + static_cast<long>((b * 21 + 21) * row));
   CHECK(relative_error(y2, tail) < 1e-4);  // f32, summed in another order
+}
+
+TEST_CASE("limits: a state of more than 2^31 elements is updated whole and written past element 2^31") {
+  if (cpu_only) return;  // the CPU reference would hold 2^31 doubles
+  // 17 * 8 * 4096 * 4096 = 2^31 + 2^27 f16 elements (4.3 GB).
+  Program program = compile_text(R"(program big;
+state m : f16[17, 8, 4096, 4096];
+input row : f16[4096];
+input at : i32[1];
+output last : f16[4096];
+m = m * 0.5 + 1.0;
+let rows = reshape(m[16, 7], [4096, 4096]);
+m[16, 7] = scatter(rows, at, reshape(row, [1, 4096]), axis = 0);
+last = m[16, 7, 4095];
+)");
+  std::unique_ptr<Session> s = make_session(program);
+  std::vector<double> values(4096);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25 * static_cast<double>(i % 64) + 2;
+  const std::vector<uint8_t> row_bytes = encode_elements(ElementType::kF16, values);
+  std::vector<uint16_t> row(4096);
+  std::memcpy(row.data(), row_bytes.data(), row_bytes.size());
+  const int32_t at = 4095;
+  GDL_REQUIRE_OK(s->bind("row", row.data(), row.size() * 2, ElementType::kF16, {4096}));
+  GDL_REQUIRE_OK(s->bind("at", &at, 4, ElementType::kI32, {1}));
+  for (int run = 0; run < 2; ++run) GDL_REQUIRE_OK(s->run());
+  std::vector<uint16_t> last(4096);
+  GDL_REQUIRE_OK(s->read("last", last.data(), last.size() * 2));
+  CHECK(last == row);  // the last row of the tensor: elements 2^31 + 2^27 - 4096 onwards
+  // Every other element ran m = m * 0.5 + 1 twice from zero: 1.5.
+  const TensorInfo& info = *program.find_state("m");
+  std::vector<uint16_t> all(info.max_bytes / 2);
+  GDL_REQUIRE_OK(s->read_state("m", all.data(), all.size() * 2));
+  const std::vector<double> one_and_half = {1.5};
+  const std::vector<uint8_t> bytes = encode_elements(ElementType::kF16, one_and_half);
+  const uint16_t want = static_cast<uint16_t>(bytes[0] | bytes[1] << 8);
+  size_t wrong = 0;
+  for (size_t i = 0; i + 4096 < all.size(); ++i) wrong += all[i] != want;
+  CHECK(wrong == 0);
+  CHECK(std::equal(row.begin(), row.end(), all.end() - 4096));
 }
