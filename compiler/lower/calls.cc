@@ -582,9 +582,14 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
       start = *n;
     }
     if (s.stop) {
-      std::optional<int64_t> n = static_int(eval(*s.stop), "a slice stop");
-      if (!n) return Value::error();
-      stop = *n;
+      Value written = eval(*s.stop);
+      if (written.kind == Value::Kind::kDim) {  // x[a:T]: T elements from a, T a run-time dim
+        stop = ops::runtime_length_stop(written.dim);
+      } else {
+        std::optional<int64_t> n = static_int(written, "a slice stop");
+        if (!n) return Value::error();
+        stop = *n;
+      }
       forms[axis] = ops::SubscriptForm::kRange;
     }
     add(start, stop);

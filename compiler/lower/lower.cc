@@ -492,6 +492,10 @@ Value Lowerer::assign_region(const Value& base, const Value& value, const ast::A
   const ir::Node* slice = &graph_.node(region.id);
   if (slice->op == ir::Op::kReshape) slice = &graph_.node(slice->args[0]);
   const TensorType slice_type = slice->type;
+  for (size_t k = 1; k < slice->attrs.ints.size(); k += 2)
+    if (ops::runtime_length_symbol(slice->attrs.ints[k]) >= 0)
+      return fail(target.loc, "a region of run-time length cannot be assigned",
+                  "write its rows with scatter(base, arange(T), values, axis = ...)", 1);
   ir::Attrs attrs;
   attrs.ints = slice->attrs.ints;
   if (type_of(v) != slice_type) v = emit(ir::Op::kReshape, {v.id}, slice_type, target.loc, 1);

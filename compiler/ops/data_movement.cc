@@ -164,6 +164,21 @@ TypeResult infer_slice(TypeQuery& q) {
       s.push_back(runtime ? d : Dim::constant(d.extent - start));
       continue;
     }
+    if (const int symbol = runtime_length_symbol(stop); symbol >= 0) {  // x[a:T], T elements of a static axis
+      const DimInfo& length = q.dims().at(static_cast<size_t>(symbol));
+      if (runtime || start < 0 || start + length.hi > d.extent) {
+        TypeError e = q.error(slot,
+                              runtime ? "slice " + std::to_string(start) + ":" + length.name + " of run-time " + dim_name +
+                                            " would need both bounds compared at run time"
+                                      : "slice " + std::to_string(start) + ":" + length.name + " may run past " + where +
+                                            ": " + length.name + " can be as large as " + std::to_string(length.hi),
+                              runtime ? "slice a run-time dim whole with ':'"
+                                      : "a slice a:T needs a + (the upper bound of T) <= " + std::to_string(d.extent));
+        return e;
+      }
+      s.push_back(Dim::runtime(symbol));
+      continue;
+    }
     if (start < 0 || start >= stop || stop > limit) {
       const std::string range = std::to_string(start) + ":" + std::to_string(stop);
       const bool past_bound = runtime && start >= 0 && start < stop;
@@ -328,8 +343,11 @@ void eval_slice(const Node& n, const EvalArgs& in, HostTensor& out) {
   host::Extents strides = host::row_major_strides(x.shape);
   int64_t base = 0;
   for (size_t axis = 0; axis < x.shape.size(); ++axis) {
-    int64_t start = bounds[2 * axis];
-    int64_t stop = bounds[2 * axis + 1] == -1 ? x.shape[axis] : bounds[2 * axis + 1];
+    const int64_t start = bounds[2 * axis];
+    const int64_t written = bounds[2 * axis + 1];
+    const int64_t stop = written == -1                              ? x.shape[axis]
+                         : runtime_length_symbol(written) >= 0 ? start + out.shape[axis]  // x[a:T]
+                                                               : written;
     GDL_INTERNAL_ASSERT(0 <= start && start <= stop && stop <= x.shape[axis] && out.shape[axis] == stop - start,
                         "slice bounds do not fit " + host::extents_text(x.shape));
     base += start * strides[axis];

@@ -63,6 +63,12 @@ struct TypeError {
 // a written stop of -1 is outside the axis, not its end).
 enum class SubscriptForm : uint8_t { kRange, kIndex, kToEnd };
 
+// A slice's stop that stands for "start + the value of run-time dim
+// `symbol`" (x[0:T] over a static axis): -2 - symbol, below the -1 of
+// kToEnd, so that the bounds stay one integer pair per axis.
+inline constexpr int64_t runtime_length_stop(int symbol) { return -2 - symbol; }
+inline constexpr int runtime_length_symbol(int64_t stop) { return stop <= -2 ? static_cast<int>(-2 - stop) : -1; }
+
 // What a type rule sees: the operands and attributes by parameter slot
 // (OpDef::params: operands first, then attributes). Lowering answers from
 // the call's arguments (its operands evaluated in order before the rule
