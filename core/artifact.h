@@ -19,8 +19,9 @@
 namespace gdl {
 
 // 9: a kernel table of alternatives per step (multi-step kernels, tensor
-// maps), the dims' padding blockers, a chain's scratch range.
-inline constexpr uint32_t kArtifactVersion = 10;
+// maps), the dims' padding blockers, a chain's scratch range. 10: states.
+// 11: take_along_axis among the structured ops (the opcodes after it moved).
+inline constexpr uint32_t kArtifactVersion = 11;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes

@@ -389,6 +389,31 @@ output y : f32[3, 4];
 y = gather(t, ids);
 )");
   CHECK(padding_blockers(table)[0].find("gather") != std::string::npos);
+
+  // Along an axis that is the dim, an index past the valid rows would read padding.
+  ir::Graph along = graph_of(R"(program p;
+dim V in [1, 16];
+input x : f32[3, V];
+input index : i32[3, 2];
+output y : f32[3, 2];
+y = take_along_axis(x, index);
+)");
+  CHECK(padding_blockers(along)[0].find("take_along_axis") != std::string::npos);
+
+  // Off the indexed axis, padding serves: capacity mode equals the plain run.
+  ir::Graph rows = graph_of(R"(program p;
+dim B in [1, 16];
+input x : f32[B, 7];
+input index : i32[B, 3];
+input table : f32[4, 6];
+input ids : i32[B];
+output y : f32[B, 3];
+output z : f32[4, B];
+y = take_along_axis(x, index);
+z = gather(table, ids, axis = 1);
+)");
+  CHECK(padding_blockers(rows) == std::vector<std::string>{""});
+  expect_capacity_mode_matches(rows, {5}, {8}, 4);
 }
 
 TEST_CASE("buckets: the policy of each dim: the program's, the session's, and updates where padding cannot serve") {

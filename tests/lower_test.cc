@@ -517,6 +517,38 @@ m = one_hot(2, 5);
   CHECK(ir::print_ir(g).find("arange {start=10, step=-3} : i32[4]") != std::string::npos);
 }
 
+TEST_CASE("lower: gather takes an axis (default 0) and take_along_axis one (default -1), normalized") {
+  ir::Graph g = lower_clean(R"(program p;
+dim B in [1, 8];
+input table : f32[4, 5, 6];
+input ids : i32[B, 2];
+input x : f16[B, 7];
+input index : i32[B, 3];
+input first : i32[1, 3];
+output a : f32[B, 2, 5, 6];
+output b : f32[4, B, 2, 6];
+output c : f32[4, 5, B, 2];
+output d : f16[B, 3];
+output e : f16[B, 3];
+a = gather(table, ids);
+b = gather(table, ids, axis = 1);
+c = gather(table, ids, axis = -1);
+d = take_along_axis(x, index);
+e = take_along_axis(x, first, axis = -1);
+)");
+  CHECK(output_node(g, "a").attrs.axis == 0);
+  CHECK(output_node(g, "b").attrs.axis == 1);
+  CHECK(output_node(g, "c").attrs.axis == 2);
+  const ir::Node& d = output_node(g, "d");
+  CHECK(d.op == ir::Op::kTakeAlongAxis);
+  CHECK(d.attrs.axis == 1);
+  CHECK(output_node(g, "e").type == TensorType{DType::kF16, {Dim::runtime(0), Dim::constant(3)}});
+  const std::string text = ir::print_ir(g);
+  CHECK(text.find("gather %0, %1 : f32[B, 2, 5, 6]") != std::string::npos);  // axis 0 prints nothing, as before
+  CHECK(text.find("gather %0, %1 {axis=1} : f32[4, B, 2, 6]") != std::string::npos);
+  CHECK(text.find("take_along_axis %2, %3 {axis=1} : f16[B, 3]") != std::string::npos);
+}
+
 TEST_CASE("lower: the examples lower without diagnostics") {
   for (const char* name : {"mlp", "chain", "attention"}) {
     INFO(name);

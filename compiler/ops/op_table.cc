@@ -67,7 +67,8 @@ const std::vector<std::string>& callable_names() { return table().callable_names
 
 std::string attrs_text(const ir::Node& n) {
   const OpDef& d = op_def(n.op);
-  return d.attr_text ? " {" + d.attr_text(n.attrs) + "}" : "";
+  const std::string text = d.attr_text ? d.attr_text(n.attrs) : "";
+  return text.empty() ? "" : " {" + text + "}";
 }
 
 int64_t EvalArgs::valid(size_t i, int axis) const {
