@@ -184,6 +184,12 @@ using PaddingBlock = std::function<void(int dim, const std::string& why)>;
 
 // ------------------------------------------------------------------- entry
 
+// A call that lowering writes as other ops instead of a node of its own:
+// bernoulli(p, shape) as rand(shape) < p, dropout(x, p) as where(rand <
+// 1 - p, x / (1 - p), 0) (Lowerer::random), so they draw through rand's
+// one definition and share its counters.
+enum class Expansion : uint8_t { kNone, kBernoulli, kDropout };
+
 struct OpDef {
   ir::Op op = ir::Op::kConstant;
   FusionClass fusion = FusionClass::kLeaf;
@@ -197,6 +203,10 @@ struct OpDef {
   // A call that leaves operand 1 out is this op instead (max(x, axis) is
   // reduce_max, max(a, b) is max; min likewise).
   std::optional<ir::Op> without_second_operand;
+  // Not kNone: the entry is a call's parameters and type rule only, found
+  // by its name (find_callable), never by op_def(op); `op` is the op it
+  // expands around.
+  Expansion expansion = Expansion::kNone;
 
   // IR arguments: at least min_args, at most max_args (SIZE_MAX: variadic).
   size_t min_args = 0, max_args = 0;
