@@ -183,5 +183,25 @@ m = bernoulli(0.25, [100000]);
   for (double v : out.at("y").data) CHECK((v == 0 || v == round_to_dtype(1.0 / round_to_dtype(0.7, DType::kF32), DType::kF32)));
 }
 
+TEST_CASE("dropout fuses its draw, comparison and where into one kernel") {
+  ir::Graph g = compile_text(R"(program d;
+dim B in [1, 16];
+input x : f32[B, 64];
+output y : f32[B, 64];
+y = dropout(x * 2.0, 0.1);
+)");
+  const plan::Plan p = plan_program(g);
+  int steps_with_draw = 0;
+  for (const plan::Step& s : p.steps) {
+    bool draw = false;
+    for (ir::ValueId v : s.values) draw = draw || p.graph.node(v).op == ir::Op::kRandUniform;
+    if (!draw) continue;
+    ++steps_with_draw;
+    CHECK(p.graph.node(s.result).op == ir::Op::kWhere);
+    CHECK(s.values.size() >= 5);  // mul, rand, lt, div, where (the constants inline)
+  }
+  CHECK(steps_with_draw == 1);
+}
+
 }  // namespace
 }  // namespace gdl

@@ -4,7 +4,8 @@
 // reshape, and a slice whose elements are one contiguous run, are views
 // that run nothing (plan/schedule.cc); otherwise each is one elementwise
 // kernel of its own whose element i is loaded from where it lies in the
-// operand (or made from i).
+// operand (or made from i; arange may join the elementwise kernel of its
+// consumers, plan/fuse.cc).
 //  - slice: a stop of -1 means "to the end of the axis" (a run-time dim
 //    sliced whole); a run-time dim is sliced whole or by a constant range
 //    below its lower bound.
@@ -718,6 +719,7 @@ void add_data_movement_ops(std::vector<OpDef>& defs) {
   arange.required = 1;
   arange.min_args = arange.max_args = 0;
   arange.attr_text = arange_attr;
+  arange.joins_elementwise = true;
   defs.push_back(arange);
   OpDef one_hot = movement(Op::kOneHot, "one_hot", {"ids", "n", "dtype"}, infer_one_hot, eval_one_hot, element_one_hot);
   one_hot.required = 2;

@@ -225,6 +225,11 @@ struct OpDef {
 
   const char* device_function = nullptr;  // elementwise: gdl::op::<f>(operands...) (gdl_ops.cuh)
   ElementFn element = nullptr;
+  // A data-movement op whose `element` may run inside an elementwise
+  // kernel whose result has the op's shape: rand, randn and arange make
+  // element i from i alone (so dropout's draw, comparison and where are
+  // one kernel).
+  bool joins_elementwise = false;
   KernelFn kernel = nullptr;
 
   // Which run-time dims padding (capacity > value) would let this node

@@ -177,6 +177,7 @@ OpDef random_op(Op op, const char* callable) {
   d.attr_text = counters_attr;
   d.eval = eval_random;
   d.element = element_random;
+  d.joins_elementwise = true;
   return d;
 }
 
