@@ -2,8 +2,10 @@
 // work, a seed reproduces the stream by graph and by eager launch, and the
 // uniforms equal the CPU reference's bit for bit (the normals within the
 // dtype's tolerance), in a dropout whose mask feeds argmax and topk.
-// bernoulli and dropout likewise (their masks are rand's).
+// bernoulli and dropout likewise (their masks are rand's), and the
+// dropout_topk example's mask and Gumbel noise over graph replays.
 #include <cstring>
+#include <filesystem>
 
 #include "gpu_test_util.h"
 
@@ -140,4 +142,42 @@ TEST_CASE("random: bernoulli and dropout masks are the CPU reference's, new each
   bind_all(*s, d.with_state);
   std::map<std::string, TensorData> again = run_and_read(*s, true);  // eager, from the same state
   for (const auto& [name, t] : first) CHECK(again.at(name).bytes == t.bytes);
+}
+
+TEST_CASE("random: the dropout_topk example draws a new mask and noise each replay, and a seed replays them") {
+  Expected<Program> compiled = jit::compile((std::filesystem::path(source_dir()) / "examples" / "dropout_topk.gdl").string());
+  INFO(compiled.status().message());
+  REQUIRE(compiled.ok());
+  const Program& program = *compiled;
+  // Logits of order 1, so that the Gumbel noise decides the sampled token.
+  RangeFor range = [](const TensorInfo& t) {
+    ValueRange r;
+    if (t.name == "w_head") r.hi = 1.0 / 16, r.lo = r.hi / 10;
+    return r;
+  };
+  const Drawn d = draw_reference(program, "dropout_topk", 11, 0, range);  // the state seed_rng(11) sets
+  const std::map<std::string, TensorData>& want = d.want;
+  CHECK(want.at("picked").bytes == want.at("top_logits").bytes);  // the logits at the topk indices
+  if (cpu_only) return;
+  std::unique_ptr<Session> s = make_session(program);
+  bind_all(*s, d.inputs);
+  GDL_REQUIRE_OK(s->seed_rng(11));
+  std::map<std::string, TensorData> first = run_and_read(*s, false);
+  CHECK(expect_match(first, want, "first replay after seed 11"));
+  CHECK(first.at("picked").bytes == first.at("top_logits").bytes);
+  std::map<std::string, TensorData> second = run_and_read(*s, false);  // the same graph, replayed
+  CHECK(second.at("top_logits").bytes != first.at("top_logits").bytes);  // another dropout mask
+  CHECK(second.at("sampled").bytes != first.at("sampled").bytes);        // other noise
+  GDL_REQUIRE_OK(s->seed_rng(11));
+  std::map<std::string, TensorData> replayed = run_and_read(*s, false);
+  for (const auto& [name, t] : first) {
+    INFO("output " << name);
+    CHECK(replayed.at(name).bytes == t.bytes);  // bit for bit
+  }
+  GDL_REQUIRE_OK(s->seed_rng(11));
+  std::map<std::string, TensorData> eager = run_and_read(*s, true);
+  for (const auto& [name, t] : first) {
+    INFO("output " << name << ", eager");
+    CHECK(eager.at(name).bytes == t.bytes);
+  }
 }
