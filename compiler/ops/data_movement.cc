@@ -677,6 +677,17 @@ OpDef movement(Op op, const char* callable, std::vector<const char*> params, Inf
   return d;
 }
 
+// gather and take_along_axis: what to read, the i32 positions, an optional axis.
+OpDef indexed(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval,
+              ElementFn element, std::string (*attr_text)(const ir::Attrs&)) {
+  OpDef d = movement(op, callable, std::move(params), infer, eval, element);
+  d.operands = d.required = 2;
+  d.min_args = d.max_args = 2;
+  d.attr_text = attr_text;
+  d.blocks_padding = indexed_axis_blocks_padding;
+  return d;
+}
+
 }  // namespace
 
 void add_data_movement_ops(std::vector<OpDef>& defs) {
@@ -699,21 +710,10 @@ void add_data_movement_ops(std::vector<OpDef>& defs) {
   concat.attr_text = axis_attr;
   concat.blocks_padding = concat_blocks_padding;
   defs.push_back(concat);
-  OpDef gather = movement(Op::kGather, "gather", {"table", "ids", "axis"}, infer_gather, eval_gather, element_gather);
-  gather.operands = 2;
-  gather.required = 2;
-  gather.min_args = gather.max_args = 2;
-  gather.attr_text = gather_attr;
-  gather.blocks_padding = indexed_axis_blocks_padding;
-  defs.push_back(gather);
-  OpDef take = movement(Op::kTakeAlongAxis, "take_along_axis", {"x", "index", "axis"}, infer_take_along_axis,
-                        eval_take_along_axis, element_take_along_axis);
-  take.operands = 2;
-  take.required = 2;
-  take.min_args = take.max_args = 2;
-  take.attr_text = axis_attr;
-  take.blocks_padding = indexed_axis_blocks_padding;
-  defs.push_back(take);
+  defs.push_back(indexed(Op::kGather, "gather", {"table", "ids", "axis"}, infer_gather, eval_gather, element_gather,
+                         gather_attr));
+  defs.push_back(indexed(Op::kTakeAlongAxis, "take_along_axis", {"x", "index", "axis"}, infer_take_along_axis,
+                         eval_take_along_axis, element_take_along_axis, axis_attr));
   OpDef arange = movement(Op::kArange, "arange", {"start", "stop", "step"}, infer_arange, eval_arange, element_arange);
   arange.operands = 0;  // arange(n) or arange(start, stop, step)
   arange.required = 1;
