@@ -45,7 +45,7 @@ inline constexpr ValueId kNoValue = -1;
   X(kGather, "gather") X(kAttention, "attention") X(kPagedAttention, "paged_attention")               \
   X(kReduceMin, "reduce_min") X(kArgMax, "argmax") X(kArgMin, "argmin")                                \
   X(kTopKValues, "topk_values") X(kTopKIndices, "topk_indices") X(kCumSum, "cumsum")                   \
-  X(kArange, "arange") X(kOneHot, "one_hot")                                                            \
+  X(kArange, "arange") X(kOneHot, "one_hot") X(kTakeAlongAxis, "take_along_axis")                     \
   /* Writes into their first argument's storage (see writes_in_place). */                             \
   X(kScatter, "scatter") X(kUpdateSlice, "update_slice") X(kCopy, "copy")                               \
   /* Random numbers (compiler/ops/random.cc). */                                                       \
@@ -79,7 +79,7 @@ inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kSca
 struct Attrs {
   double value = 0;             // kConstant value; eps; attention scale; kScalar default
   // kDimValue: the run-time dim (Graph::dims index) whose value this run it is, in `axis`
-  int axis = 0;                 // reductions, softmax, concat, argmax, topk, cumsum (non-negative)
+  int axis = 0;                 // reductions, softmax, concat, gather, take_along_axis, argmax, topk, cumsum (non-negative)
   bool keepdims = false;        // reductions, argmax, argmin
   // transpose perm; slice bounds; a reduction's axes when it combines two or
   // more (ascending; `axis` is then 0); any other integer attribute at its

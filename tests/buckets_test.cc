@@ -381,14 +381,29 @@ z = sum(reshape(y, [B, 4, 6]), axis = 1);
   CHECK(padding_blockers(kept) == std::vector<std::string>{""});
   expect_capacity_mode_matches(kept, {5}, {8}, 3);
 
-  ir::Graph table = graph_of(R"(program p;
-dim V in [1, 16];
-input t : f32[V, 4];
-input ids : i32[3];
-output y : f32[3, 4];
-y = gather(t, ids);
+  // Along an axis that is the dim, an id past the valid rows would read padding.
+  for (std::string body : {"input t : f32[V, 4];\ninput ids : i32[3];\noutput y : f32[3, 4];\ny = gather(t, ids);\n",
+                           "input t : f32[3, V];\ninput ids : i32[3, 2];\noutput y : f32[3, 2];\n"
+                           "y = take_along_axis(t, ids);\n"}) {
+    const std::string why = padding_blockers(graph_of("program p;\ndim V in [1, 16];\n" + body))[0];
+    CHECK(why.find(body.find("gather") != std::string::npos ? "gather" : "take_along_axis") == 0);
+    CHECK(why.find("reads along dim V by index") != std::string::npos);
+  }
+
+  // Off the indexed axis, padding serves: capacity mode equals the plain run.
+  ir::Graph rows = graph_of(R"(program p;
+dim B in [1, 16];
+input x : f32[B, 7];
+input index : i32[B, 3];
+input table : f32[4, 6];
+input ids : i32[B];
+output y : f32[B, 3];
+output z : f32[4, B];
+y = take_along_axis(x, index);
+z = gather(table, ids, axis = 1);
 )");
-  CHECK(padding_blockers(table)[0].find("gather") != std::string::npos);
+  CHECK(padding_blockers(rows) == std::vector<std::string>{""});
+  expect_capacity_mode_matches(rows, {5}, {8}, 4);
 }
 
 TEST_CASE("buckets: the policy of each dim: the program's, the session's, and updates where padding cannot serve") {

@@ -220,6 +220,10 @@ ir::Graph structured_program() {
     ValueId ids = b.input("ids_" + n, {DType::kI32, dims({B, c(3)})});
     output(b.op(Op::kGather, {table, ids}, {t, dims({B, c(3), c(16)})}));
     output(b.op(Op::kGather, {table, b.constant(7, DType::kI32)}, {t, dims({c(16)})}));
+    output(b.op(Op::kGather, {x, ids}, {t, dims({B, B, c(3), c(48)})}, testing::axis_attrs(1)));   // an inner axis
+    output(b.op(Op::kGather, {x, ids}, {t, dims({B, c(32), B, c(3)})}, testing::axis_attrs(2)));   // the last axis
+    ValueId along = b.input("along_" + n, {DType::kI32, dims({B, c(1), c(5)})});
+    output(b.op(Op::kTakeAlongAxis, {x, along}, {t, dims({B, c(32), c(5)})}, testing::axis_attrs(2)));  // broadcast index
     if (!is_float(t)) continue;
     output(b.op(Op::kSoftmax, {x}, {t, dims({B, c(32), c(48)})}, testing::axis_attrs(2)));
     output(b.op(Op::kSoftmax, {x}, {t, dims({B, c(32), c(48)})}, testing::axis_attrs(1)));

@@ -115,3 +115,35 @@ TEST_CASE("examples: the artifact round trip keeps plan, kernels and module") {
     CHECK(back->cuda_source == artifact->cuda_source);
   }
 }
+
+TEST_CASE("examples: the MoE router reads only the chosen experts' weights") {
+  gdl::ir::Graph graph = compile_example(fs::path(GDL_SOURCE_DIR) / "examples" / "moe_router.gdl");
+  gdl::plan::Plan plan = gdl::plan_program(graph);
+  const gdl::ir::Graph& g = plan.graph;
+  // The experts' weights and any view of them.
+  std::vector<bool> expert(g.nodes.size(), false);
+  int64_t all_experts = 0;
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const gdl::ir::Node& n = g.nodes[v];
+    if (n.op == gdl::ir::Op::kParam && (n.name == "w_in" || n.name == "w_out")) {
+      expert[v] = true;
+      all_experts = gdl::max_element_count(n.type.shape, g.dims);
+    }
+    const bool view = n.op == gdl::ir::Op::kReshape || n.op == gdl::ir::Op::kSlice;
+    if (view && expert[static_cast<size_t>(n.args.at(0))]) expert[v] = true;
+  }
+  int gathers = 0;
+  for (const gdl::plan::Step& s : plan.steps)
+    for (gdl::ir::ValueId r : s.reads) {
+      if (!expert[static_cast<size_t>(r)]) continue;
+      CAPTURE(gdl::plan::step_ops(plan, s));
+      // Only a gather of the chosen experts reads them: [B, 2, ...] of [E, ...].
+      REQUIRE(s.values.size() == 1);
+      const gdl::ir::Node& n = g.node(s.result);
+      CHECK(n.op == gdl::ir::Op::kGather);
+      CHECK(n.type.shape.at(1) == gdl::Dim::constant(2));
+      CHECK(gdl::max_element_count(n.type.shape, g.dims) * 4 == all_experts);  // B * 2 of E = 32 experts
+      ++gathers;
+    }
+  CHECK(gathers == 2);
+}

@@ -666,6 +666,53 @@ TEST_CASE("gather: ids outside 0..V-1 give zero rows") {
   CHECK(out.at("y").data == std::vector<double>{5.5, 6.5, 0, 0, 1.5, 2.5, 0, 0});
 }
 
+TEST_CASE("gather along an inner or the last axis: table[:axis] + ids.shape + table[axis + 1:], zeros out of range") {
+  std::vector<double> t12;
+  for (int i = 1; i <= 12; ++i) t12.push_back(i);
+  GraphBuilder b;
+  auto table = b.param("table", type(DType::kF32, {2, 3, 2}));  // table[o][v][r] = 6o + 2v + r + 1
+  auto ids = b.input("ids", type(DType::kI32, {2}));
+  b.output("y", b.op(Op::kGather, {table, ids}, type(DType::kF32, {2, 2, 2}), axis_attrs(1)));
+  auto rows = b.param("rows", type(DType::kF32, {2, 3}));
+  auto ids2 = b.input("ids2", type(DType::kI32, {2, 2}));
+  b.output("z", b.op(Op::kGather, {rows, ids2}, type(DType::kF32, {2, 2, 2}), axis_attrs(1)));
+  auto out = run(b.g, {{},
+                       {{"table", tensor(DType::kF32, {2, 3, 2}, t12)},
+                        {"ids", tensor(DType::kI32, {2}, {2, -1})},
+                        {"rows", tensor(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6})},
+                        {"ids2", tensor(DType::kI32, {2, 2}, {2, 0, 3, 1})}},
+                       {}});
+  CHECK(out.at("y").data == std::vector<double>{5, 6, 0, 0, 11, 12, 0, 0});
+  CHECK(out.at("z").data == std::vector<double>{3, 1, 0, 2, 6, 4, 0, 5});  // id 3 is past the 3 columns
+}
+
+TEST_CASE("take_along_axis: out[..., j, ...] = x[..., index[..., j, ...], ...], a broadcast index, zeros out of range") {
+  GraphBuilder b;
+  auto x = b.input("x", type(DType::kF32, {2, 4}));
+  auto index = b.input("index", type(DType::kI32, {2, 3}));
+  b.output("rows", b.op(Op::kTakeAlongAxis, {x, index}, type(DType::kF32, {2, 3}), axis_attrs(1)));
+  auto x0 = b.input("x0", type(DType::kI32, {3, 2}));
+  auto first = b.input("first", type(DType::kI32, {2, 1}));  // one row index per j, broadcast over the columns
+  b.output("cols", b.op(Op::kTakeAlongAxis, {x0, first}, type(DType::kI32, {2, 2}), axis_attrs(0)));
+  auto x3 = b.input("x3", type(DType::kF16, {2, 3, 2}));
+  auto middle = b.input("middle", type(DType::kI32, {1, 2, 2}));  // broadcast over dim 0
+  b.output("mid", b.op(Op::kTakeAlongAxis, {x3, middle}, type(DType::kF16, {2, 2, 2}), axis_attrs(1)));
+  std::vector<double> t12;
+  for (int i = 1; i <= 12; ++i) t12.push_back(i);
+  auto out = run(b.g, {{},
+                       {{"x", tensor(DType::kF32, {2, 4}, {10, 11, 12, 13, 20, 21, 22, 23})},
+                        {"index", tensor(DType::kI32, {2, 3}, {3, 0, 4, -1, 2, 2})},
+                        {"x0", tensor(DType::kI32, {3, 2}, {1, 2, 3, 4, 5, 6})},
+                        {"first", tensor(DType::kI32, {2, 1}, {2, 0})},
+                        {"x3", tensor(DType::kF16, {2, 3, 2}, t12)},
+                        {"middle", tensor(DType::kI32, {1, 2, 2}, {1, 2, 0, 5})}},
+                       {}});
+  CHECK(out.at("rows").data == std::vector<double>{13, 10, 0, 0, 22, 22});
+  CHECK(out.at("cols").data == std::vector<double>{5, 6, 1, 2});
+  // mid[o][j][r] = x3[o][middle[0][j][r]][r]: index 5 is past the 3 rows.
+  CHECK(out.at("mid").data == std::vector<double>{3, 6, 1, 0, 9, 12, 7, 0});
+}
+
 TEST_CASE("attention over a KV cache ignores positions at and past len") {
   // One head, D = 2, T = 3. Position 2 holds huge values: if it leaked in,
   // the result would be far off.

@@ -517,6 +517,71 @@ m = one_hot(2, 5);
   CHECK(ir::print_ir(g).find("arange {start=10, step=-3} : i32[4]") != std::string::npos);
 }
 
+TEST_CASE("lower: gather takes an axis (default 0) and take_along_axis one (default -1), normalized") {
+  ir::Graph g = lower_clean(R"(program p;
+dim B in [1, 8];
+input table : f32[4, 5, 6];
+input ids : i32[B, 2];
+input x : f16[B, 7];
+input index : i32[B, 3];
+input first : i32[1, 3];
+output a : f32[B, 2, 5, 6];
+output b : f32[4, B, 2, 6];
+output c : f32[4, 5, B, 2];
+output d : f16[B, 3];
+output e : f16[B, 3];
+a = gather(table, ids);
+b = gather(table, ids, axis = 1);
+c = gather(table, ids, axis = -1);
+d = take_along_axis(x, index);
+e = take_along_axis(x, first, axis = -1);
+)");
+  CHECK(output_node(g, "a").attrs.axis == 0);
+  CHECK(output_node(g, "b").attrs.axis == 1);
+  CHECK(output_node(g, "c").attrs.axis == 2);
+  const ir::Node& d = output_node(g, "d");
+  CHECK(d.op == ir::Op::kTakeAlongAxis);
+  CHECK(d.attrs.axis == 1);
+  CHECK(output_node(g, "e").type == TensorType{DType::kF16, {Dim::runtime(0), Dim::constant(3)}});
+  const std::string text = ir::print_ir(g);
+  CHECK(text.find("gather %0, %1 : f32[B, 2, 5, 6]") != std::string::npos);  // axis 0 prints nothing, as before
+  CHECK(text.find("gather %0, %1 {axis=1} : f32[4, B, 2, 6]") != std::string::npos);
+  CHECK(text.find("take_along_axis %2, %3 {axis=1} : f16[B, 3]") != std::string::npos);
+}
+
+TEST_CASE("lower: bernoulli and dropout are a uniform draw, a comparison and a where; dropout with p = 0 is x") {
+  ir::Graph g = lower_clean(R"(program p;
+dim B in [1, 8];
+input x : f16[B, 6];
+output m : bool[3, 5];
+output y : f16[B, 6];
+output z : f16[B, 6];
+m = bernoulli(0.25, [3, 5]);
+y = dropout(x, 0.5);
+z = dropout(x, 0);
+)");
+  CHECK(count(g, ir::Op::kRandUniform) == 2);
+  const ir::Node& m = output_node(g, "m");
+  CHECK(m.op == ir::Op::kLt);
+  CHECK(g.node(m.args[0]).op == ir::Op::kRandUniform);
+  CHECK(g.node(m.args[0]).type == TensorType{DType::kF32, {Dim::constant(3), Dim::constant(5)}});
+  CHECK(g.node(m.args[1]).attrs.value == 0.25);
+  const ir::Node& y = output_node(g, "y");
+  CHECK(y.op == ir::Op::kWhere);
+  CHECK(y.type == output_node(g, "z").type);
+  const ir::Node& keep = g.node(y.args[0]);
+  CHECK(keep.op == ir::Op::kLt);
+  CHECK(g.node(keep.args[1]).attrs.value == 0.5);  // kept with probability 1 - p
+  const ir::Node& scaled = g.node(y.args[1]);
+  CHECK(scaled.op == ir::Op::kDiv);
+  CHECK(g.node(scaled.args[1]).attrs.value == 0.5);
+  CHECK(g.node(y.args[2]).attrs.value == 0);
+  // The draws take consecutive counters: 15 uniforms take 4, then B * 6 <= 48 take 12.
+  CHECK(g.node(m.args[0]).attrs.ints == std::vector<int64_t>{0});
+  CHECK(g.node(keep.args[0]).attrs.ints == std::vector<int64_t>{4});
+  CHECK(output_node(g, "z").op == ir::Op::kInput);  // nothing dropped: x itself
+}
+
 TEST_CASE("lower: the examples lower without diagnostics") {
   for (const char* name : {"mlp", "chain", "attention"}) {
     INFO(name);

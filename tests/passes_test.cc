@@ -343,6 +343,20 @@ TEST_CASE("verify accepts a well-formed graph and names the node of each problem
     b.op(Op::kArange, {}, type(DType::kI32, {4}), ints_attrs({2, 11, 3}));
     expect_rejected(b.g, "%4 arange: result type i32[4] should be i32[3]");
   }
+  SUBCASE("gather along an axis whose result keeps the table's shape there") {
+    GraphBuilder b;
+    auto t = b.input("t", type(DType::kF32, {3, 4}));
+    auto ids = b.input("ids", type(DType::kI32, {2}));
+    b.op(Op::kGather, {t, ids}, type(DType::kF32, {2, 4}), axis_attrs(1));  // along axis 1: [3, 2]
+    expect_rejected(b.g, "%2 gather: result type f32[2, 4] should be f32[3, 2]");
+  }
+  SUBCASE("take_along_axis with an index that is not 1 or x's dim off the axis") {
+    GraphBuilder b;
+    auto x = b.input("x", type(DType::kF32, {3, 4}));
+    auto index = b.input("index", type(DType::kI32, {2, 2}));
+    b.op(Op::kTakeAlongAxis, {x, index}, type(DType::kF32, {3, 2}), axis_attrs(1));
+    expect_rejected(b.g, "%2 take_along_axis: dim 0 of the index");
+  }
   SUBCASE("one_hot without its class count") {
     GraphBuilder b = valid();
     b.op(Op::kOneHot, {b.input("ids", type(DType::kI32, {2}))}, type(DType::kF32, {2, 5}));

@@ -4,7 +4,10 @@
 // execution of every plan against the interpreter.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "cpu_program.h"
 #include "plan/print.h"
@@ -186,6 +189,55 @@ steps = steps + 1;
     std::map<std::string, HostTensor> out = run_both(g, b, options);
     CHECK(out.at("steps").data == std::vector<double>{42});
     CHECK(out.at("y").data[0] == doctest::Approx(b.tensors["m"].data[0] * 3.0).epsilon(1e-6));
+  }
+}
+
+// examples/rolling_conv.gdl: the ring of the last K inputs, one column
+// written in place per step, against the causal convolution over the
+// whole history (zeros before step 0).
+TEST_CASE("rolling conv example: one column moves in place, and steps equal the convolution over the history") {
+  std::ifstream file(std::string(GDL_SOURCE_DIR) + "/examples/rolling_conv.gdl");
+  std::stringstream text;
+  text << file.rdbuf();
+  ir::Graph g = compile_text(text.str());
+  plan::Plan p = plan_program(g);
+  CHECK(count_steps_with(p, Op::kCopy) == 0);
+  CHECK(count_steps_with(p, Op::kUpdateSlice) == 0);  // no whole-window write
+  CHECK(count_steps_with(p, Op::kScatter) == 1);
+  const std::string listing = plan::print_plan(p);
+  CHECK(listing.find("in place over") != std::string::npos);
+  CHECK(listing.find("copy of") == std::string::npos);
+
+  constexpr int64_t B = 4, C = 256, K = 4, kSteps = 9;  // more than twice round the ring
+  std::mt19937 rng(21);
+  const HostTensor w = random_tensor(rng, DType::kF32, {C, K});
+  const HostTensor bias = random_tensor(rng, DType::kF32, {C});
+  std::vector<HostTensor> history;
+  HostTensor window = tensor(DType::kF32, {B, C, K}, std::vector<double>(B * C * K, 0.0));
+  for (int64_t t = 0; t < kSteps; ++t) {
+    CAPTURE(t);
+    history.push_back(random_tensor(rng, DType::kF32, {B, C}));
+    Bindings b;
+    b.tensors["w"] = w;
+    b.tensors["bias"] = bias;
+    b.tensors["window"] = window;
+    b.tensors["x"] = history.back();
+    b.tensors["pos"] = tensor(DType::kI32, {}, {static_cast<double>(t)});
+    std::map<std::string, HostTensor> out = run_both(g, b);
+    window = out.at("window");
+    for (int64_t bc = 0; bc < B * C; ++bc) {
+      const int64_t c = bc % C;
+      double sum = bias.data[static_cast<size_t>(c)];
+      for (int64_t j = 0; j < K; ++j) {  // tap j meets step t - K + 1 + j
+        const int64_t step = t - K + 1 + j;
+        if (step >= 0) sum += w.data[static_cast<size_t>(c * K + j)] * history[static_cast<size_t>(step)].data[static_cast<size_t>(bc)];
+      }
+      const double want = sum / (1 + std::exp(-sum));
+      CHECK(out.at("y").data[static_cast<size_t>(bc)] == doctest::Approx(want).epsilon(1e-5));
+    }
+    // Column t % K holds this step's x; the others what they held.
+    for (int64_t bc = 0; bc < B * C; ++bc)
+      CHECK(window.data[static_cast<size_t>(bc * K + t % K)] == history.back().data[static_cast<size_t>(bc)]);
   }
 }
 

@@ -310,7 +310,8 @@ std::string StepEmitter::elementwise_body(LaunchRule& rule) {
   for (ValueId v : step.values) {
     const Node& n = g.node(v);
     const bool data_movement = ops::fusion_class(n.op) == ops::FusionClass::kDataMovement;
-    GDL_INTERNAL_ASSERT(ops::is_elementwise(n.op) || (data_movement && step.values.size() == 1),
+    const bool joins = data_movement && ops::op_def(n.op).joins_elementwise && n.type.shape == result_shape;
+    GDL_INTERNAL_ASSERT(ops::is_elementwise(n.op) || joins || (data_movement && step.values.size() == 1),
                         std::string("step ") + std::to_string(index) + ": cannot fuse " + ir::op_name(n.op) +
                             " into an elementwise kernel");
     GDL_INTERNAL_ASSERT(broadcast_shapes(n.type.shape, result_shape) == result_shape,

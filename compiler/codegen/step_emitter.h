@@ -70,6 +70,9 @@ class StepEmitter {
   std::string input_strides(ir::ValueId a);
   // `const C rV = gdl::fit<T>(expr);` for an elementwise value.
   std::string elementwise_statement(ir::ValueId v);
+  // Operand `a` (outside the step) loaded at the element that the result
+  // index maps to under broadcasting (take_along_axis reads its index so).
+  std::string broadcast_load(ir::ValueId a);
   // The SplitScratch argument of a kernel that splits its tiles `splits`
   // ways: the step's tickets and partial tiles (plan::Step), declared in
   // `body` the first time; none when the splits run as a cluster, whose
@@ -115,7 +118,6 @@ class StepEmitter {
   ir::ValueId scalar_leaf(int slot) const;
   std::string scalar_local(ir::ValueId v);
   std::string launch_text(const LaunchRule& r) const;
-  std::string broadcast_load(ir::ValueId a);
   std::string operand(ir::ValueId a);
   std::string elementwise_body(LaunchRule& rule);
 

@@ -463,7 +463,8 @@ Value Lowerer::call_op(const ops::OpDef& def, const ast::CallExpr& c) {
   CallQuery q(*this, *op, c.callee, c.loc, length, op->operands);
   for (size_t k = 0; k < args.size(); ++k) q.bind(k, args[k]);
   if (op->op == ir::Op::kCast) return cast(q);
-  if (op->op == ir::Op::kRandUniform || op->op == ir::Op::kRandNormal) return random(q);
+  if (op->op == ir::Op::kRandUniform || op->op == ir::Op::kRandNormal || op->expansion != ops::Expansion::kNone)
+    return random(q);
   for (size_t k = 0; k < op->operands; ++k)  // operands are evaluated in order, before any check
     if (q.given(k)) q.operand(k);
   return op->fusion == ops::FusionClass::kElementwise ? elementwise(q) : apply(q);
@@ -514,12 +515,42 @@ Value Lowerer::cast(CallQuery& q) {
 Value Lowerer::random(CallQuery& q) {
   const std::optional<TensorType> type = infer(q);
   if (!type) return Value::error();
-  const int64_t elements = std::max<int64_t>(1, max_element_count(type->shape, graph_.dims));
-  const int64_t words = (q.def().op == ir::Op::kRandNormal ? 2 : 1) * elements;  // a normal takes two
+  const double p = q.attrs().value;  // bernoulli's and dropout's p, which their rules checked
+  switch (q.def().expansion) {
+    case ops::Expansion::kNone:
+      return draw(q.def().op, *type, q.loc(), q.length());
+    case ops::Expansion::kBernoulli:
+      return uniform_below(type->shape, p, q.loc(), q.length());
+    case ops::Expansion::kDropout: {
+      const Value x = q.operand(0);
+      if (p == 0) return x;  // nothing dropped: no draw, no counters
+      const Value keep = uniform_below(type->shape, 1 - p, q.loc(), q.length());
+      const Value kept = constant(Value::real(1 - p), type->dtype), zero = constant(Value::real(0), type->dtype);
+      if (!keep.ok() || !kept.ok() || !zero.ok()) return Value::error();
+      const Value scaled = emit(ir::Op::kDiv, {x.id, kept.id}, *type, q.loc(), q.length());
+      if (!scaled.ok()) return scaled;
+      return emit(ir::Op::kWhere, {keep.id, scaled.id, zero.id}, *type, q.loc(), q.length());
+    }
+  }
+  return Value::error();  // not reached: the cases cover every expansion
+}
+
+Value Lowerer::draw(ir::Op op, const TensorType& type, SourceLoc loc, uint32_t length) {
+  const int64_t elements = std::max<int64_t>(1, max_element_count(type.shape, graph_.dims));
+  const int64_t words = (op == ir::Op::kRandNormal ? 2 : 1) * elements;  // a normal takes two
   ir::Attrs attrs;
   attrs.ints = {rng_counters_};
   rng_counters_ += (words + 3) / 4;  // four words per counter
-  return emit(q.def().op, {rng_state()}, *type, q.loc(), q.length(), attrs);
+  return emit(op, {rng_state()}, type, loc, length, attrs);
+}
+
+// u < p for u uniform on the 2^24 multiples of 2^-24 in [0, 1): true with
+// probability p, rounded to f32 and then to that grid.
+Value Lowerer::uniform_below(const Shape& shape, double p, SourceLoc loc, uint32_t length) {
+  const Value u = draw(ir::Op::kRandUniform, TensorType{DType::kF32, shape}, loc, length);
+  const Value bound = constant(Value::real(p), DType::kF32);
+  if (!u.ok() || !bound.ok()) return Value::error();
+  return emit(ir::Op::kLt, {u.id, bound.id}, TensorType{DType::kBool, shape}, loc, length);
 }
 
 ir::ValueId Lowerer::rng_state() {

@@ -255,8 +255,13 @@ class Lowerer {
   Value cast(CallQuery& q);
   // The call's type by its op's rule, or nullopt after reporting why not.
   std::optional<TensorType> infer(CallQuery& q);
-  // rand / randn: the node reads the rng state and takes the next slice of its counters.
+  // rand / randn: the node reads the rng state and takes the next slice of
+  // its counters. bernoulli and dropout (ops::Expansion) are written around
+  // such a uniform draw, so every random op shares its definition.
   Value random(CallQuery& q);
+  Value draw(ir::Op op, const TensorType& type, SourceLoc loc, uint32_t length);
+  // A bool mask of `shape`, true with probability p: rand(shape) < p.
+  Value uniform_below(const Shape& shape, double p, SourceLoc loc, uint32_t length);
   ir::ValueId rng_state();  // the `rng.state` leaf, declared at the first random op
   // The op's type rule on the arguments in `q`, then its node; a mistake is
   // reported where the rule points.

@@ -1,14 +1,21 @@
 // The ops that move elements without arithmetic: transpose, reshape,
-// slice (x[...] subscripts), concat and gather, and the ones that make
-// elements from their positions: arange and one_hot. A reshape, and a slice
-// whose elements are one contiguous run, are views that run nothing
-// (plan/schedule.cc); otherwise each is one elementwise kernel of its own
-// whose element i is loaded from where it lies in the operand (or made
-// from i).
+// slice (x[...] subscripts), concat, gather and take_along_axis, and the
+// ones that make elements from their positions: arange and one_hot. A
+// reshape, and a slice whose elements are one contiguous run, are views
+// that run nothing (plan/schedule.cc); otherwise each is one elementwise
+// kernel of its own whose element i is loaded from where it lies in the
+// operand (or made from i; arange may join the elementwise kernel of its
+// consumers, plan/fuse.cc).
 //  - slice: a stop of -1 means "to the end of the axis" (a run-time dim
 //    sliced whole); a run-time dim is sliced whole or by a constant range
 //    below its lower bound.
-//  - gather: ids outside [0, V) give a zero row.
+//  - gather(table, ids, axis = 0): numpy's take; the result is
+//    table.shape[:axis] + ids.shape + table.shape[axis + 1:], and ids
+//    outside [0, V) (V the table's extent along the axis) give zeros.
+//  - take_along_axis(x, index, axis = -1): numpy's take_along_axis,
+//    torch.gather: index has x's rank, each dim off the axis equal to x's
+//    or 1 (broadcast); out[..., j, ...] = x[..., index[..., j, ...], ...],
+//    zero where the index is outside [0, V).
 //  - arange: i32 start + i * step; its extent may be a run-time dim.
 //  - one_hot: ids outside [0, n) give an all-zero row.
 #include <algorithm>
@@ -235,19 +242,71 @@ TypeResult infer_concat(TypeQuery& q) {
   return TensorType{first.dtype, s};
 }
 
-TypeResult infer_gather(TypeQuery& q) {
-  const TensorType* table = q.tensor(0, "gather");
-  if (!table) return TypeResult::failed();
+// Operands 0 and 1 of gather and take_along_axis: a tensor of rank >= 1
+// to read from and the i32 positions (called `index_name` in messages).
+// nullopt when they fit, else what the rule returns.
+std::optional<TypeResult> read_by_index(TypeQuery& q, const std::string& index_name, const TensorType** x,
+                                        const TensorType** index) {
+  *x = q.tensor(0, q.what());
+  if (!*x) return TypeResult::failed();
   std::string described;
-  const TensorType* ids = q.value(1, "gather", DType::kI32, &described);
-  if (!ids && described.empty()) return TypeResult::failed();
-  if (table->rank() == 0)
-    return q.error(0, "the table of gather must have rank >= 1, got " + q.text(*table), "gather picks rows of a table [V, ...]");
-  if (!ids || ids->dtype != DType::kI32)
-    return q.error(1, "gather ids must be i32, got " + (ids ? q.text(*ids) : described), "convert them with cast(ids, i32)");
-  Shape s = ids->shape;
-  s.insert(s.end(), table->shape.begin() + 1, table->shape.end());
+  *index = q.value(1, q.what(), DType::kI32, &described);
+  if (!*index && described.empty()) return TypeResult::failed();
+  if ((*x)->rank() == 0)
+    return TypeResult(q.error(0, q.what() + " reads from a tensor of rank >= 1, got " + q.text(**x),
+                              "reshape it to [1] first"));
+  if (!*index || (*index)->dtype != DType::kI32)
+    return TypeResult(q.error(1, q.what() + " " + index_name + " must be i32, got " +
+                                     (*index ? q.text(**index) : described),
+                              "convert with cast(" + index_name + ", i32)"));
+  return std::nullopt;
+}
+
+TypeResult infer_gather(TypeQuery& q) {
+  const TensorType *table = nullptr, *ids = nullptr;
+  if (std::optional<TypeResult> bad = read_by_index(q, "ids", &table, &ids)) return *bad;
+  int axis = 0;
+  if (q.given(2))
+    if (std::optional<TypeResult> bad = axis_of(q, 2, table->rank(), &axis)) return *bad;
+  if (table->rank() - 1 + ids->rank() > kMaxRank)
+    return q.error(1, "gather of " + q.text(*ids) + " from " + q.text(*table) + " would have rank " +
+                          std::to_string(table->rank() - 1 + ids->rank()) + ", more than " + std::to_string(kMaxRank),
+                   "flatten the ids or the table first");
+  Shape s(table->shape.begin(), table->shape.begin() + axis);
+  s.insert(s.end(), ids->shape.begin(), ids->shape.end());
+  s.insert(s.end(), table->shape.begin() + axis + 1, table->shape.end());
+  q.attrs().axis = axis;
   return TensorType{table->dtype, s};
+}
+
+// take_along_axis(x, index, axis = -1): x's shape with index's extent
+// along the axis. Off the axis the index's dims equal x's or are 1, so the
+// result's coordinates read the index by broadcasting.
+TypeResult infer_take_along_axis(TypeQuery& q) {
+  const TensorType *x = nullptr, *index = nullptr;
+  if (std::optional<TypeResult> bad = read_by_index(q, "index", &x, &index)) return *bad;
+  int axis = x->rank() - 1;
+  if (q.given(2))
+    if (std::optional<TypeResult> bad = axis_of(q, 2, x->rank(), &axis)) return *bad;
+  if (index->rank() != x->rank())
+    return q.error(1,
+                   "take_along_axis needs an index of x's rank " + std::to_string(x->rank()) + ", got " +
+                       q.text(*index) + " for " + q.text(*x),
+                   "reshape the index, e.g. [B, 1] for one position per row of x [B, V]");
+  Shape s = x->shape;
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (d == static_cast<size_t>(axis)) {
+      s[d] = index->shape[d];
+      continue;
+    }
+    if (!(index->shape[d] == x->shape[d]) && !(index->shape[d] == Dim::constant(1)))
+      return q.error(1,
+                     "dim " + std::to_string(d) + " of the index " + q.text(*index) + " is neither x's (" +
+                         q.text(*x) + ") nor 1",
+                     "off axis " + std::to_string(axis) + " the index's dims equal x's or are 1 (broadcast)");
+  }
+  q.attrs().axis = axis;
+  return TensorType{x->dtype, s};
 }
 
 // arange(n): 0, 1, ..., n - 1, where n is a compile-time integer or a
@@ -311,6 +370,8 @@ TypeResult infer_one_hot(TypeQuery& q) {
 std::string perm_attr(const ir::Attrs& a) { return "perm=" + ints_text(a.ints); }
 std::string bounds_attr(const ir::Attrs& a) { return "bounds=" + ints_text(a.ints); }
 std::string axis_attr(const ir::Attrs& a) { return "axis=" + std::to_string(a.axis); }
+// gather's axis shows only when it is not the default 0.
+std::string gather_attr(const ir::Attrs& a) { return a.axis == 0 ? "" : axis_attr(a); }
 // The count is the result's extent.
 std::string arange_attr(const ir::Attrs& a) {
   return a.ints.size() == 3 ? "start=" + std::to_string(a.ints[0]) + ", step=" + std::to_string(a.ints[2]) : "?";
@@ -370,17 +431,34 @@ void eval_concat(const Node& n, const EvalArgs& in, HostTensor& out) {
   GDL_INTERNAL_ASSERT(written_axis == v.len, "concat result length along the axis");
 }
 
-void eval_gather(const Node&, const EvalArgs& in, HostTensor& out) {
+// The table as [outer, V, inner] around the axis: out[o, p, r] = table[o, ids[p], r].
+void eval_gather(const Node& n, const EvalArgs& in, HostTensor& out) {
   const HostTensor &table = *in.values[0], &ids = *in.values[1];
   GDL_INTERNAL_ASSERT(!table.shape.empty(), "gather from a rank-0 table");
-  int64_t rows = table.shape[0], row_size = host::product(table.shape, 1);
-  GDL_INTERNAL_ASSERT(static_cast<int64_t>(out.data.size()) == ids.size() * row_size, "gather result size");
-  for (int64_t i = 0; i < ids.size(); ++i) {
-    auto id = static_cast<int64_t>(ids.data[static_cast<size_t>(i)]);
-    if (id < 0 || id >= rows) continue;  // out of range: the row stays zero
-    const double* src = table.data.data() + id * row_size;
-    std::copy(src, src + row_size, out.data.data() + i * row_size);
-  }
+  const host::AxisView t = host::view_around(table.shape, n.attrs.axis);
+  GDL_INTERNAL_ASSERT(static_cast<int64_t>(out.data.size()) == t.outer * ids.size() * t.inner, "gather result size");
+  for (int64_t o = 0; o < t.outer; ++o)
+    for (int64_t p = 0; p < ids.size(); ++p) {
+      auto id = static_cast<int64_t>(ids.data[static_cast<size_t>(p)]);
+      if (id < 0 || id >= t.len) continue;  // out of range: the row stays zero
+      const double* src = table.data.data() + (o * t.len + id) * t.inner;
+      std::copy(src, src + t.inner, out.data.data() + (o * ids.size() + p) * t.inner);
+    }
+}
+
+void eval_take_along_axis(const Node& n, const EvalArgs& in, HostTensor& out) {
+  const HostTensor &x = *in.values[0], &index = *in.values[1];
+  const host::AxisView xv = host::view_around(x.shape, n.attrs.axis), ov = host::view_around(out.shape, n.attrs.axis);
+  GDL_INTERNAL_ASSERT(xv.outer == ov.outer && xv.inner == ov.inner, "take_along_axis result differs from x off the axis");
+  host::BroadcastCursor cursor(out.shape, {index.shape});  // the index element of each result element, in order
+  for (int64_t o = 0; o < ov.outer; ++o)
+    for (int64_t j = 0; j < ov.len; ++j)
+      for (int64_t r = 0; r < ov.inner; ++r, cursor.next()) {
+        const auto id = static_cast<int64_t>(index.data[static_cast<size_t>(cursor.offset(0))]);
+        if (id >= 0 && id < xv.len)  // out of range: stays zero
+          out.data[static_cast<size_t>((o * ov.len + j) * ov.inner + r)] =
+              x.data[static_cast<size_t>((o * xv.len + id) * xv.inner + r)];
+      }
 }
 
 void eval_arange(const Node& n, const EvalArgs&, HostTensor& out) {
@@ -473,25 +551,55 @@ std::string element_concat(StepEmitter& e, ValueId v) {
   return out + "    }\n";
 }
 
+// Element i of the result is (outer, p, column) over [outer, ids, inner]:
+// the table's element (outer, ids[p], column), or 0 for an id out of range.
 std::string element_gather(StepEmitter& e, ValueId v) {
   if (over_rank0(e, v)) return plain_copy(e, v);
   const Node& n = e.g.node(v);
   const ValueId x = n.args.at(0), ids = n.args.at(1);
   const Shape& xs = e.g.node(x).type.shape;
+  const auto axis = static_cast<size_t>(n.attrs.axis);
   const std::string c_type = compute_type(n.type.dtype);
   const std::string inner = "inner" + std::to_string(v);
-  e.prologue += "  const " + e.idx + " " + inner + " = " + e.product(xs, 1, xs.size()) + ";  // elements per row\n";
-  const std::string rows = e.dim(xs[0]);
+  e.prologue += "  const " + e.idx + " " + inner + " = " + e.product(xs, axis + 1, xs.size()) + ";  // elements per row\n";
+  const std::string rows = e.dim(xs[axis]);
   const std::string table = e.pointer(x);
+  std::string out = "    const " + e.idx + " row = i / " + inner + ";\n";
+  out += "    const " + e.idx + " column = i - row * " + inner + ";\n";
+  std::string id_at = "row", first = "";  // the id's position, and the table's offset of the outer index
+  if (axis > 0) {
+    const Shape& is = e.g.node(ids).type.shape;
+    const std::string count = "ids" + std::to_string(v);
+    e.prologue += "  const " + e.idx + " " + count + " = " + e.product(is, 0, is.size()) + ";  // ids per outer index\n";
+    out += "    const " + e.idx + " outer = row / " + count + ";\n";
+    out += "    const " + e.idx + " at = row - outer * " + count + ";\n";
+    id_at = "at";
+    first = "outer * " + rows + " + ";
+  }
   std::string id_expr;
   if (e.is_inline_leaf(ids)) id_expr = e.inline_value(ids);
   else if (statically_one_element(e.g.node(ids).type.shape)) id_expr = "gdl::ld(" + e.pointer(ids) + "[0])";
-  else id_expr = "gdl::ld(" + e.pointer(ids) + "[row])";
-  std::string out = "    const " + e.idx + " row = i / " + inner + ";\n";
-  out += "    const " + e.idx + " column = i - row * " + inner + ";\n";
+  else id_expr = "gdl::ld(" + e.pointer(ids) + "[" + id_at + "])";
   out += "    const int id = " + id_expr + ";\n";
   out += "    const " + c_type + " r" + std::to_string(v) + " = id >= 0 && id < " + rows + " ? gdl::ld(" + table + "[(" +
-         e.idx + ")id * " + inner + " + column]) : (" + c_type + ")0;  // out of range: 0\n";
+         first + "(" + e.idx + ")id) * " + inner + " + column]) : (" + c_type + ")0;  // out of range: 0\n";
+  return out;
+}
+
+// The result's coordinates read the index (broadcast) and, with the axis's
+// coordinate replaced by the id, x.
+std::string element_take_along_axis(StepEmitter& e, ValueId v) {
+  const Node& n = e.g.node(v);
+  const ValueId x = n.args.at(0), index = n.args.at(1);
+  const auto axis = std::to_string(n.attrs.axis);
+  const std::string c_type = compute_type(n.type.dtype);
+  const std::string in = e.input_strides(x);
+  const std::string len = e.dim(e.g.node(x).type.shape[static_cast<size_t>(n.attrs.axis)]);
+  e.needs_coords = true;
+  std::string out = "    const int id = " + e.broadcast_load(index) + ";\n";
+  out += "    const " + c_type + " r" + std::to_string(v) + " = id >= 0 && id < " + len + " ? gdl::ld(" + e.pointer(x) +
+         "[" + in + ".at(c) + ((" + e.idx + ")id - c.c[" + axis + "]) * " + in + ".s[" + axis + "]]) : (" + c_type +
+         ")0;  // out of range: 0\n";
   return out;
 }
 
@@ -548,12 +656,14 @@ void reshape_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBloc
                           "): a padded layout would mix padding into valid rows");
 }
 
-// Ids in [value, capacity) would read padding where the unpadded run gives a zero row.
-void gather_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock& block) {
+// Ids in [value, capacity) would read padding where the unpadded run gives
+// a zero row (gather and take_along_axis along a run-time dim).
+void indexed_axis_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock& block) {
   const Shape& table = g.node(n.args.at(0)).type.shape;
-  if (!table.empty() && table[0].is_runtime())
-    block(table[0].symbol, " reads a table whose rows are dim " + g.dims[static_cast<size_t>(table[0].symbol)].name +
-                               ": ids past the valid rows would read padding instead of zeros");
+  const auto axis = static_cast<size_t>(n.attrs.axis);
+  if (axis < table.size() && table[axis].is_runtime())
+    block(table[axis].symbol, " reads along dim " + g.dims[static_cast<size_t>(table[axis].symbol)].name +
+                                  " by index: ids past the valid rows would read padding instead of zeros");
 }
 
 // The type rule refuses it; kept for IR made by hand.
@@ -585,6 +695,17 @@ OpDef movement(Op op, const char* callable, std::vector<const char*> params, Inf
   return d;
 }
 
+// gather and take_along_axis: what to read, the i32 positions, an optional axis.
+OpDef indexed(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval,
+              ElementFn element, std::string (*attr_text)(const ir::Attrs&)) {
+  OpDef d = movement(op, callable, std::move(params), infer, eval, element);
+  d.operands = d.required = 2;
+  d.min_args = d.max_args = 2;
+  d.attr_text = attr_text;
+  d.blocks_padding = indexed_axis_blocks_padding;
+  return d;
+}
+
 }  // namespace
 
 void add_data_movement_ops(std::vector<OpDef>& defs) {
@@ -607,16 +728,16 @@ void add_data_movement_ops(std::vector<OpDef>& defs) {
   concat.attr_text = axis_attr;
   concat.blocks_padding = concat_blocks_padding;
   defs.push_back(concat);
-  OpDef gather = movement(Op::kGather, "gather", {"table", "ids"}, infer_gather, eval_gather, element_gather);
-  gather.operands = 2;
-  gather.min_args = gather.max_args = 2;
-  gather.blocks_padding = gather_blocks_padding;
-  defs.push_back(gather);
+  defs.push_back(indexed(Op::kGather, "gather", {"table", "ids", "axis"}, infer_gather, eval_gather, element_gather,
+                         gather_attr));
+  defs.push_back(indexed(Op::kTakeAlongAxis, "take_along_axis", {"x", "index", "axis"}, infer_take_along_axis,
+                         eval_take_along_axis, element_take_along_axis, axis_attr));
   OpDef arange = movement(Op::kArange, "arange", {"start", "stop", "step"}, infer_arange, eval_arange, element_arange);
   arange.operands = 0;  // arange(n) or arange(start, stop, step)
   arange.required = 1;
   arange.min_args = arange.max_args = 0;
   arange.attr_text = arange_attr;
+  arange.joins_elementwise = true;
   defs.push_back(arange);
   OpDef one_hot = movement(Op::kOneHot, "one_hot", {"ids", "n", "dtype"}, infer_one_hot, eval_one_hot, element_one_hot);
   one_hot.required = 2;

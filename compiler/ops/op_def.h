@@ -190,6 +190,12 @@ using PaddingBlock = std::function<void(int dim, const std::string& why)>;
 
 // ------------------------------------------------------------------- entry
 
+// A call that lowering writes as other ops instead of a node of its own:
+// bernoulli(p, shape) as rand(shape) < p, dropout(x, p) as where(rand <
+// 1 - p, x / (1 - p), 0) (Lowerer::random), so they draw through rand's
+// one definition and share its counters.
+enum class Expansion : uint8_t { kNone, kBernoulli, kDropout };
+
 struct OpDef {
   ir::Op op = ir::Op::kConstant;
   FusionClass fusion = FusionClass::kLeaf;
@@ -203,6 +209,10 @@ struct OpDef {
   // A call that leaves operand 1 out is this op instead (max(x, axis) is
   // reduce_max, max(a, b) is max; min likewise).
   std::optional<ir::Op> without_second_operand;
+  // Not kNone: the entry is a call's parameters and type rule only, found
+  // by its name (find_callable), never by op_def(op); `op` is the op it
+  // expands around.
+  Expansion expansion = Expansion::kNone;
 
   // IR arguments: at least min_args, at most max_args (SIZE_MAX: variadic).
   size_t min_args = 0, max_args = 0;
@@ -221,6 +231,11 @@ struct OpDef {
 
   const char* device_function = nullptr;  // elementwise: gdl::op::<f>(operands...) (gdl_ops.cuh)
   ElementFn element = nullptr;
+  // A data-movement op whose `element` may run inside an elementwise
+  // kernel whose result has the op's shape: rand, randn and arange make
+  // element i from i alone (so dropout's draw, comparison and where are
+  // one kernel).
+  bool joins_elementwise = false;
   KernelFn kernel = nullptr;
 
   // Which run-time dims padding (capacity > value) would let this node

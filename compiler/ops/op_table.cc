@@ -11,6 +11,7 @@ namespace {
 
 struct Table {
   std::vector<OpDef> by_op;                  // indexed by ir::Op
+  std::vector<OpDef> expansions;             // calls written as other ops (OpDef::expansion)
   std::vector<const OpDef*> callables;       // in registration order
   std::vector<std::string> callable_names;
 };
@@ -32,6 +33,10 @@ const Table& table() {
     t.by_op.resize(ir::kOpCount);
     std::vector<bool> defined(ir::kOpCount, false);
     for (const OpDef& d : defs) {
+      if (d.expansion != Expansion::kNone) {
+        t.expansions.push_back(d);
+        continue;
+      }
       const auto i = static_cast<size_t>(d.op);
       GDL_INTERNAL_ASSERT(!defined[i], std::string("op ") + ir::op_name(d.op) + " has two entries");
       defined[i] = true;
@@ -39,9 +44,11 @@ const Table& table() {
     }
     for (size_t i = 0; i < ir::kOpCount; ++i)
       GDL_INTERNAL_ASSERT(defined[i], std::string("op ") + ir::op_name(static_cast<ir::Op>(i)) + " has no entry");
+    size_t expansion = 0;
     for (const OpDef& d : defs)
       if (d.callable) {
-        t.callables.push_back(&t.by_op[static_cast<size_t>(d.op)]);
+        t.callables.push_back(d.expansion != Expansion::kNone ? &t.expansions[expansion++]
+                                                              : &t.by_op[static_cast<size_t>(d.op)]);
         t.callable_names.emplace_back(d.callable);
       }
     return t;
@@ -67,7 +74,8 @@ const std::vector<std::string>& callable_names() { return table().callable_names
 
 std::string attrs_text(const ir::Node& n) {
   const OpDef& d = op_def(n.op);
-  return d.attr_text ? " {" + d.attr_text(n.attrs) + "}" : "";
+  const std::string text = d.attr_text ? d.attr_text(n.attrs) : "";
+  return text.empty() ? "" : " {" + text + "}";
 }
 
 int64_t EvalArgs::valid(size_t i, int axis) const {

@@ -12,6 +12,11 @@
 // flat row-major order of the value's layout. The CPU rules compute the
 // same integer words bit for bit; uniforms are then exact in every float
 // dtype, normals agree within the dtype's tolerance.
+//
+// bernoulli(p, shape) and dropout(x, p) have entries here for their
+// parameters and type rules only: lowering writes them as rand and
+// elementwise ops (OpDef::expansion, Lowerer::random), so every draw goes
+// through rand's definition and counters.
 #include <cmath>
 #include <cstdint>
 
@@ -79,15 +84,51 @@ void eval_rng_advance(const Node& n, const EvalArgs& in, HostTensor& out) {
   out.data[3] = static_cast<int32_t>(static_cast<uint32_t>(offset >> 32));
 }
 
+// The shape a draw fills, at `slot`: every extent written out.
+std::optional<TypeResult> drawn_shape(TypeQuery& q, size_t slot, Shape* s) {
+  if (!q.shape(slot, s)) return TypeResult::failed();
+  for (const Dim& d : *s)
+    if (!d.is_runtime() && d.extent < 0)
+      return TypeResult(q.error(static_cast<int>(slot), q.what() + " needs every extent, not -1", "write the shape out"));
+  return std::nullopt;
+}
+
 TypeResult infer_random(TypeQuery& q) {
   Shape s;
-  if (!q.shape(0, &s)) return TypeResult::failed();
-  for (const Dim& d : s)
-    if (!d.is_runtime() && d.extent < 0) return q.error(0, q.what() + " needs every extent, not -1", "write the shape out");
+  if (std::optional<TypeResult> bad = drawn_shape(q, 0, &s)) return *bad;
   DType t = DType::kF32;
   if (q.given(1) && !q.dtype(1, &t)) return TypeResult::failed();
   if (!is_float(t)) return q.error(1, q.what() + " draws floats, not " + std::string(dtype_name(t)), "cast the result");
   return TensorType{t, s};
+}
+
+// bernoulli(p, shape): a bool mask, true with probability p (a
+// compile-time number in [0, 1]); attrs.value keeps p.
+TypeResult infer_bernoulli(TypeQuery& q) {
+  double p = 0;
+  if (!q.number(0, "p", &p)) return TypeResult::failed();
+  if (!(p >= 0 && p <= 1))
+    return q.error(0, "bernoulli's p must be in [0, 1], got " + number_text(p), "p is the probability of true");
+  Shape s;
+  if (std::optional<TypeResult> bad = drawn_shape(q, 1, &s)) return *bad;
+  q.attrs().value = p;
+  return TensorType{DType::kBool, s};
+}
+
+// dropout(x, p): x's type; p, the probability of dropping an element, is a
+// compile-time number in [0, 1) (p = 1 would scale by 1 / 0).
+TypeResult infer_dropout(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, "dropout");
+  if (!x) return TypeResult::failed();
+  if (!is_float(x->dtype))
+    return q.error(0, "dropout needs a float tensor, got " + q.text(*x), "convert it with cast(x, f32)");
+  double p = 0;
+  if (!q.number(1, "p", &p)) return TypeResult::failed();
+  if (!(p >= 0 && p < 1))
+    return q.error(1, "dropout's p must be in [0, 1), got " + number_text(p),
+                   "p is the probability of dropping an element; the kept ones are scaled by 1 / (1 - p)");
+  q.attrs().value = p;
+  return *x;
 }
 
 TypeResult infer_rng_advance(TypeQuery& q) {
@@ -136,6 +177,21 @@ OpDef random_op(Op op, const char* callable) {
   d.attr_text = counters_attr;
   d.eval = eval_random;
   d.element = element_random;
+  d.joins_elementwise = true;
+  return d;
+}
+
+// A call lowering writes around a uniform draw.
+OpDef expansion(Expansion kind, const char* callable, std::vector<const char*> params, size_t operands, InferFn infer) {
+  OpDef d;
+  d.op = Op::kRandUniform;
+  d.expansion = kind;
+  d.fusion = FusionClass::kDataMovement;
+  d.callable = callable;
+  d.params = std::move(params);
+  d.operands = operands;
+  d.required = d.params.size();
+  d.infer = infer;
   return d;
 }
 
@@ -144,6 +200,8 @@ OpDef random_op(Op op, const char* callable) {
 void add_random_ops(std::vector<OpDef>& defs) {
   defs.push_back(random_op(Op::kRandUniform, "rand"));
   defs.push_back(random_op(Op::kRandNormal, "randn"));
+  defs.push_back(expansion(Expansion::kBernoulli, "bernoulli", {"p", "shape"}, 0, infer_bernoulli));
+  defs.push_back(expansion(Expansion::kDropout, "dropout", {"x", "p"}, 1, infer_dropout));
   OpDef advance;
   advance.op = Op::kRngAdvance;
   advance.fusion = FusionClass::kUpdate;

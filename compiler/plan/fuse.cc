@@ -20,7 +20,11 @@
 //       result is elementwise, and G's result has at most kMaxRecompute times
 //       its element count (a value broadcast into the result is computed once
 //       per result element: a little arithmetic is cheaper than a node, a
-//       long chain over a vector broadcast into a matrix may not be);
+//       long chain over a vector broadcast into a matrix may not be); a
+//       value made from its index alone (OpDef::joins_elementwise: rand,
+//       randn, arange) joins the same way when it has G's result's shape and
+//       G has no matmul, whose epilogue takes none: element i of the kernel
+//       is then element i of the value;
 //    c. a matmul joins group G the same way as its anchor (G's values then
 //       form the matmul's epilogue, run once per matmul element at its flat
 //       index) when G has no anchor yet, the matmul's shape is G's result's
@@ -86,12 +90,14 @@ constexpr uint64_t kMaxPrologueReread = uint64_t{32} << 20;
 constexpr int kMaxPrologueRowTile = 8;
 
 bool is_matmul(Op op) { return ops::fusion_class(op) == ops::FusionClass::kMatmul; }
+bool from_index(const ir::Node& n) { return ops::op_def(n.op).joins_elementwise; }
 
 struct Group {
   ValueId result = ir::kNoValue;
   ValueId anchor = ir::kNoValue;  // a matmul whose epilogue the other values form
   ValueId prologue = ir::kNoValue;  // a norm that the anchor normalizes its a with
   bool takes_members = false;     // the result is elementwise
+  bool has_indexed = false;       // a member is made from its index (case b): no matmul joins
   std::vector<ValueId> values;
 };
 
@@ -152,6 +158,7 @@ class Fuser {
       } else {
         Group& group = groups_[static_cast<size_t>(target)];
         if (is_matmul(g_.nodes[v].op)) group.anchor = id;
+        if (from_index(g_.nodes[v])) group.has_indexed = true;
         group.values.push_back(id);
         groups_of_[v] = {target};
       }
@@ -195,19 +202,22 @@ class Fuser {
   int joinable_group(ValueId v) const {
     const ir::Node& n = g_.node(v);
     bool elementwise = ops::is_elementwise(n.op);
-    if (elementwise ? !options_.fuse_elementwise : !(is_matmul(n.op) && options_.fuse_epilogues)) return kNoGroup;
+    const bool indexed = from_index(n);
+    if (elementwise || indexed ? !options_.fuse_elementwise : !(is_matmul(n.op) && options_.fuse_epilogues))
+      return kNoGroup;
     int target = consumers_group(v);
     if (target == kNoGroup) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(target)];
     if (group.result >= deadline_[static_cast<size_t>(v)]) return kNoGroup;  // case f
     const ir::Node& result = g_.node(group.result);
+    if (indexed) return group.anchor == ir::kNoValue && n.type.shape == result.type.shape ? target : kNoGroup;
     if (elementwise) {
       int64_t mine = std::max<int64_t>(1, max_element_count(n.type.shape, g_.dims));
       int64_t theirs = max_element_count(result.type.shape, g_.dims);
       return theirs / mine <= kMaxRecompute ? target : kNoGroup;
     }
-    bool fits = group.anchor == ir::kNoValue && n.type.shape == result.type.shape && is_float(n.type.dtype) &&
-                is_float(result.type.dtype);
+    bool fits = group.anchor == ir::kNoValue && !group.has_indexed && n.type.shape == result.type.shape &&
+                is_float(n.type.dtype) && is_float(result.type.dtype);
     return fits ? target : kNoGroup;
   }
 

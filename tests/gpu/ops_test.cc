@@ -335,6 +335,35 @@ TEST_CASE("ops: data movement in every dtype") {
   });
 }
 
+TEST_CASE("ops: gather along any axis and take_along_axis, ids out of range included") {
+  RangeFor ids = [](const TensorInfo& t) {
+    ValueRange r;
+    if (t.name == "ids") r.int_lo = -3, r.int_hi = 53;  // a few outside [0, 50): zeros
+    return r;
+  };
+  run_cases({
+      {"gather axis 1", "program op;\nparam table : {T}[6, 50, 4];\ninput ids : i32[7];\noutput y : {T}[6, 7, 4];\n"
+                        "y = gather(table, ids, axis = 1);\n", kAll, ids},
+      {"gather last axis", "program op;\ninput table : {T}[5, 50];\ninput ids : i32[3, 4];\noutput y : {T}[5, 3, 4];\n"
+                           "y = gather(table, ids, axis = -1);\n", kAll, ids},
+      {"gather axis 1 of run-time rows", "program op;\ndim B in [1, 16] buckets(8, 16);\ninput table : {T}[B, 50];\n"
+                                         "input ids : i32[B];\noutput y : {T}[B, B];\ny = gather(table, ids, axis = 1);\n",
+       kAll, ids, {}, {5}},
+      {"take_along_axis last", "program op;\ninput a : {T}[6, 50];\ninput ids : i32[6, 7];\noutput y : {T}[6, 7];\n"
+                               "y = take_along_axis(a, ids);\n", kAll, ids},
+      {"take_along_axis axis 0, broadcast index", "program op;\ninput a : {T}[50, 6];\ninput ids : i32[7, 1];\n"
+                                                  "output y : {T}[7, 6];\ny = take_along_axis(a, ids, axis = 0);\n",
+       kAll, ids},
+      {"take_along_axis rank 3", "program op;\ninput a : {T}[3, 50, 5];\ninput ids : i32[1, 9, 5];\n"
+                                 "output y : {T}[3, 9, 5];\ny = take_along_axis(a, ids, axis = 1);\n", kAll, ids},
+      {"take_along_axis of run-time rows", "program op;\ndim B in [1, 16] buckets(8, 16);\ninput a : {T}[B, 50];\n"
+                                           "input ids : i32[B, 3];\noutput y : {T}[B, 3];\ny = take_along_axis(a, ids);\n",
+       kAll, ids, {}, {5}},
+      {"topk logits read back", "program op;\ninput a : {T}[6, 50];\noutput y : {T}[6, 4];\n"
+                                "y = take_along_axis(a, topk_indices(a, 4));\n", kNumbers},
+  });
+}
+
 TEST_CASE("ops: attention over a KV cache with a run-time length") {
   const std::string text =
       "program op;\ninput q : {T}[2, 4, 32];\ninput k : {T}[2, 4, 40, 32];\ninput v : {T}[2, 4, 40, 32];\n"
