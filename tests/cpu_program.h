@@ -49,7 +49,7 @@ inline HostTensor random_tensor(std::mt19937& rng, DType dtype, std::vector<int6
 
 inline std::map<std::string, HostTensor> run_both(const ir::Graph& g, const Bindings& b, plan::PlanOptions options = {}) {
   Expected<std::map<std::string, HostTensor>> reference = interpret(g, b);
-  REQUIRE(reference.ok());
+  REQUIRE_MESSAGE(reference.ok(), reference.status().message());
   plan::Plan p = plan_program(g, options);
   Expected<std::map<std::string, HostTensor>> planned = plan::run_planned(p, b);
   REQUIRE_MESSAGE(planned.ok(), planned.status().message());

@@ -582,6 +582,7 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
   Value bounds;
   bounds.kind = Value::Kind::kList;
   std::vector<ops::SubscriptForm> forms(t.shape.size(), ops::SubscriptForm::kToEnd);
+  std::vector<std::pair<size_t, Value>> runtime_indices;  // (axis, its rank-0 i32 index), in axis order
   bool changed = false;
   auto add = [&](int64_t start, int64_t stop) {
     bounds.list.push_back(Value::integer(start));
@@ -598,9 +599,18 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
     if (!s.is_slice) {
       Value i = eval(*s.index);
       if (!i.ok()) return Value::error();
+      if (i.kind == Value::Kind::kDim || (i.is_tensor() && type_of(i).rank() == 0)) {  // x[T - 1], x[pos]
+        if (!operand_ok(i, "an index")) return Value::error();
+        if (type_of(i).dtype != DType::kI32)
+          return fail(start_of(*s.index), "a run-time index must be an i32, got " + describe(i),
+                      "index with an i32 value, or cast(i, i32)", s.index->length);
+        runtime_indices.emplace_back(axis, i);
+        add(0, to_end);  // the whole axis, then a gather picks the element
+        continue;
+      }
       if (i.kind != Value::Kind::kInt)
-        return fail(start_of(*s.index), "an index must be a compile-time integer, got " + describe(i),
-                    "subscripts are static; use gather(table, ids) to pick rows by run-time ids", s.index->length);
+        return fail(start_of(*s.index), "an index must be a compile-time integer or a rank-0 i32, got " + describe(i),
+                    "use gather(table, ids, axis) to pick several elements by run-time ids", s.index->length);
       add(i.i, i.i == std::numeric_limits<int64_t>::max() ? i.i : i.i + 1);  // the rule rejects it either way
       forms[axis] = ops::SubscriptForm::kIndex;
       changed = true;
@@ -626,8 +636,38 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
     add(start, stop);
     changed = changed || s.stop || start != 0;
   }
-  if (!changed) return base;
+  Value v = base;
+  if (changed) {
+    v = static_slice(ix, base, bounds, forms);
+    if (!v.ok()) return v;
+  }
+  // A run-time index picks its element with a gather along its axis (out of
+  // range: zeros), from the last axis down so that the others keep their numbers.
+  for (auto it = runtime_indices.rbegin(); it != runtime_indices.rend(); ++it) {
+    CallQuery g(*this, ops::op_def(ir::Op::kGather), "an index", ix.loc, 1, 2);
+    g.bind(0, v);
+    g.bind(1, it->second);
+    g.bind(2, Value::integer(static_cast<int64_t>(it->first)));
+    v = apply(g);
+    if (!v.ok()) return v;
+  }
+  if (std::find(forms.begin(), forms.end(), ops::SubscriptForm::kIndex) == forms.end()) return v;
+  Shape kept;  // the static indices' axes go
+  const Shape sliced = type_of(v).shape;  // every axis but the run-time indices
+  size_t from = 0;
+  for (size_t axis = 0; axis < t.shape.size(); ++axis) {
+    const bool dropped = std::any_of(runtime_indices.begin(), runtime_indices.end(),
+                                     [&](const auto& r) { return r.first == axis; });
+    if (dropped) continue;
+    if (forms[axis] != ops::SubscriptForm::kIndex) kept.push_back(sliced.at(from));
+    ++from;
+  }
+  return emit(ir::Op::kReshape, {v.id}, TensorType{t.dtype, kept}, ix.loc, 1);
+}
 
+// The slice node of x[...] with static bounds (the indices' axes kept, of extent 1).
+Value Lowerer::static_slice(const ast::IndexExpr& ix, const Value& base, const Value& bounds,
+                            const std::vector<ops::SubscriptForm>& forms) {
   CallQuery q(*this, ops::op_def(ir::Op::kSlice), "slice", ix.loc, 1, 1);
   q.bind(0, base);
   q.bind(1, bounds);
@@ -643,12 +683,7 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
                                                         : s.loc;
     return fail(at, r.error->message, r.error->hint, s.is_slice ? 1 : s.index->length);
   }
-  Value v = emit(ir::Op::kSlice, {base.id}, *r.type, ix.loc, 1, q.attrs());
-  if (!v.ok() || std::find(forms.begin(), forms.end(), ops::SubscriptForm::kIndex) == forms.end()) return v;
-  Shape kept;
-  for (size_t axis = 0; axis < t.shape.size(); ++axis)
-    if (forms[axis] != ops::SubscriptForm::kIndex) kept.push_back(r.type->shape[axis]);
-  return emit(ir::Op::kReshape, {v.id}, TensorType{t.dtype, kept}, ix.loc, 1);
+  return emit(ir::Op::kSlice, {base.id}, *r.type, ix.loc, 1, q.attrs());
 }
 
 }  // namespace gdl::lowering

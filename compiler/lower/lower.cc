@@ -491,6 +491,9 @@ Value Lowerer::assign_region(const Value& base, const Value& value, const ast::A
   // The region as a slice (the reshape after it drops the indexed axes).
   const ir::Node* slice = &graph_.node(region.id);
   if (slice->op == ir::Op::kReshape) slice = &graph_.node(slice->args[0]);
+  if (slice->op != ir::Op::kSlice)
+    return fail(target.loc, "an element at a run-time index cannot be assigned",
+                "write it with scatter(base, index, values, axis = ...)", 1);
   const TensorType slice_type = slice->type;
   for (size_t k = 1; k < slice->attrs.ints.size(); k += 2)
     if (ops::runtime_length_symbol(slice->attrs.ints[k]) >= 0)

@@ -239,6 +239,8 @@ class Lowerer {
   Value unary(const ast::UnaryExpr& u);
   Value binary(ast::BinaryOp op, Value a, Value b, SourceLoc loc);
   Value index(const ast::IndexExpr& ix);
+  Value static_slice(const ast::IndexExpr& ix, const Value& base, const Value& bounds,
+                     const std::vector<ops::SubscriptForm>& forms);
   // Puts keyword argument `a` into its parameter's slot; false after
   // reporting an unknown or repeated keyword (with `usage` as the hint).
   bool bind_keyword(const ast::Arg& a, const std::string& callee, const std::vector<std::string>& params,

@@ -171,18 +171,24 @@ TypeResult infer_slice(TypeQuery& q) {
       s.push_back(runtime ? d : Dim::constant(d.extent - start));
       continue;
     }
-    if (const int symbol = runtime_length_symbol(stop); symbol >= 0) {  // x[a:T], T elements of a static axis
+    if (const int symbol = runtime_length_symbol(stop); symbol >= 0) {  // x[0:T]: the first T elements of a static axis
       const DimInfo& length = q.dims().at(static_cast<size_t>(symbol));
-      if (runtime || start < 0 || start + length.hi > d.extent) {
-        TypeError e = q.error(slot,
-                              runtime ? "slice " + std::to_string(start) + ":" + length.name + " of run-time " + dim_name +
-                                            " would need both bounds compared at run time"
-                                      : "slice " + std::to_string(start) + ":" + length.name + " may run past " + where +
-                                            ": " + length.name + " can be as large as " + std::to_string(length.hi),
-                              runtime ? "slice a run-time dim whole with ':'"
-                                      : "a slice a:T needs a + (the upper bound of T) <= " + std::to_string(d.extent));
+      const std::string range = std::to_string(start) + ":" + length.name;
+      if (runtime)
+        return q.error(slot, "slice " + range + " of run-time " + dim_name + " would compare two run-time extents",
+                       "slice a run-time dim whole with ':'");
+      if (start != 0) {
+        TypeError e = q.error(slot, "slice " + range + " would have the run-time length " + length.name + " - " +
+                                        std::to_string(start) + ", which is not a dim",
+                              "slice from 0 (x[0:" + length.name + "]), or shift with gather(x, " +
+                                  std::to_string(start) + " + arange(" + length.name + "), axis = " + std::to_string(axis) + ")");
+        e.at_start = true;
         return e;
       }
+      if (length.hi > d.extent)
+        return q.error(slot, "slice " + range + " may run past " + where + ": " + length.name + " can be as large as " +
+                                 std::to_string(length.hi),
+                       "a slice 0:T needs the upper bound of T <= " + std::to_string(d.extent));
       s.push_back(Dim::runtime(symbol));
       continue;
     }

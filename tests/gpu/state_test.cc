@@ -269,9 +269,15 @@ TEST_CASE("state: a paged decode layer, sequences of different lengths in one po
     const size_t row = x.bytes.size() / 4;
     std::copy_n(base.at("x").bytes.begin() + static_cast<long>(row * b), row, x.bytes.begin() + static_cast<long>(row * b));
     const TensorData alone = run(other);
-    const size_t out_row = all.bytes.size() / 4;
-    CHECK(std::equal(all.bytes.begin() + static_cast<long>(out_row * b), all.bytes.begin() + static_cast<long>(out_row * (b + 1)),
-                     alone.bytes.begin() + static_cast<long>(out_row * b)));
+    // Equal up to f32 rounding: a split matmul may add its parts in another order.
+    auto row_of = [&](const TensorData& y) {
+      TensorData r = y;
+      const size_t bytes = y.bytes.size() / 4;
+      r.shape = {y.shape.back()};
+      r.bytes.assign(y.bytes.begin() + static_cast<long>(bytes * b), y.bytes.begin() + static_cast<long>(bytes * (b + 1)));
+      return r;
+    };
+    CHECK(relative_error(row_of(alone), row_of(all)) < tolerance(ElementType::kF32));
   }
 }
 
