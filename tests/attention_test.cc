@@ -88,16 +88,16 @@ void check_causal(const std::vector<double>& y, const Bindings& b, const std::ve
   }
 }
 
+// Causal attention of 3 queries per sequence over a contiguous cache of T positions.
+std::string causal_program(int positions) {
+  const std::string cache = "f32[2, 2, " + std::to_string(positions) + ", 8]";
+  return "program c;\ninput q : f32[2, 3, 4, 8];\ninput k : " + cache + ";\ninput v : " + cache +
+         ";\ninput len : i32[2];\ninput start : i32[2];\noutput y : f32[2, 3, 4, 8];\n"
+         "y = attention(q, k, v, len, start = start);\n";
+}
+
 TEST_CASE("attention with start: query i sees the positions up to start + i, within len") {
-  ir::Graph causal = compile_text(R"(program c;
-input q : f32[2, 3, 4, 8];
-input k : f32[2, 2, 6, 8];
-input v : f32[2, 2, 6, 8];
-input len : i32[2];
-input start : i32[2];
-output y : f32[2, 3, 4, 8];
-y = attention(q, k, v, len, start = start);
-)");
+  ir::Graph causal = compile_text(causal_program(6));
   std::mt19937 rng(5);
   Bindings cache;
   cache.tensors["k"] = random_tensor(rng, DType::kF32, {2, 2, 6, 8});
@@ -214,15 +214,7 @@ input start : i32[2];
 output y : f32[2, 3, 4, 8];
 y = paged_attention(q, k_pool, v_pool, len, blocks, start = start);
 )");
-  ir::Graph contiguous = compile_text(R"(program c;
-input q : f32[2, 3, 4, 8];
-input k : f32[2, 2, 12, 8];
-input v : f32[2, 2, 12, 8];
-input len : i32[2];
-input start : i32[2];
-output y : f32[2, 3, 4, 8];
-y = attention(q, k, v, len, start = start);
-)");
+  ir::Graph contiguous = compile_text(causal_program(12));
   std::mt19937 rng(29);
   const std::vector<double> len = {9, 3};
   PagedCase c = paged_case(rng, {2, 4, 0, 1, 3, 3}, len);
