@@ -673,5 +673,169 @@ z = reshape(w, [-1]);
   CHECK(twice.rendered.find("one -1") != std::string::npos);
 }
 
+// RoPE by hand: pairs (i, i + D/2) of each row rotate by row n's c and s.
+std::vector<double> rope_by_hand(const std::vector<double>& x, const std::vector<double>& c,
+                                 const std::vector<double>& s, int n, int h, int d) {
+  std::vector<double> out(x.size());
+  for (int r = 0; r < n; ++r)
+    for (int j = 0; j < h; ++j)
+      for (int i = 0; i < d / 2; ++i) {
+        const double x1 = x[(r * h + j) * d + i], x2 = x[(r * h + j) * d + d / 2 + i];
+        const double cc = c[r * d / 2 + i], ss = s[r * d / 2 + i];
+        out[(r * h + j) * d + i] = x1 * cc - x2 * ss;
+        out[(r * h + j) * d + d / 2 + i] = x2 * cc + x1 * ss;
+      }
+  return out;
+}
+
+std::vector<double> counting(size_t n, double scale) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<double>(i + 1);
+  return v;
+}
+
+constexpr const char* kGenericRope = R"(
+fn rope(x: T[N, H, D], c: T[N, 1, D / 2], s: T[N, 1, D / 2]) -> T[N, H, D] {
+  let x1 = x[:, :, 0:D / 2];
+  let x2 = x[:, :, D / 2:D];
+  return concat(x1 * c - x2 * s, x2 * c + x1 * s, axis = 2);
+}
+)";
+
+TEST_CASE("lower: a generic fn serves several shapes and dtypes in one program, one instance per call") {
+  ir::Graph g = lower_clean(std::string(R"(program r;
+const B = 2;
+const NH = 3;
+const KVH = 1;
+const HD = 4;
+input q : f32[B, NH, HD];
+input k : f32[B, KVH, HD];
+input cs : f32[B, 1, HD / 2];
+input sn : f32[B, 1, HD / 2];
+input kh : f16[B, KVH, 8];
+input csh : f16[B, 1, 4];
+input snh : f16[B, 1, 4];
+output qr : f32[B, NH, HD];
+output kr : f32[B, KVH, HD];
+output khr : f16[B, KVH, 8];
+)") + kGenericRope + R"(
+qr = rope(q, cs, sn);
+kr = rope(k, cs, sn);
+khr = rope(kh, csh, snh);
+)");
+  CHECK(count(g, ir::Op::kConcat) == 3);
+  CHECK(output_node(g, "khr").type == TensorType{DType::kF16, {Dim::constant(2), Dim::constant(1), Dim::constant(8)}});
+  Bindings in;
+  in.tensors["q"] = HostTensor{DType::kF32, {2, 3, 4}, counting(24, 1.0)};
+  in.tensors["k"] = HostTensor{DType::kF32, {2, 1, 4}, counting(8, -0.5)};
+  in.tensors["cs"] = HostTensor{DType::kF32, {2, 1, 2}, {0.5, 2, -1, 0.25}};
+  in.tensors["sn"] = HostTensor{DType::kF32, {2, 1, 2}, {1, -1, 0.5, 3}};
+  in.tensors["kh"] = HostTensor{DType::kF16, {2, 1, 8}, counting(16, 0.25)};
+  in.tensors["csh"] = HostTensor{DType::kF16, {2, 1, 4}, {1, 0, -1, 0.5, 0.5, 2, 0, 1}};
+  in.tensors["snh"] = HostTensor{DType::kF16, {2, 1, 4}, {0, 1, 0.5, -1, 2, 0, 1, 0.25}};
+  auto out = interpret(g, in);
+  REQUIRE(out.ok());
+  // The first head of q: x1 = (1, 2), x2 = (3, 4), c = (0.5, 2), s = (1, -1).
+  CHECK(std::vector<double>(out->at("qr").data.begin(), out->at("qr").data.begin() + 4) ==
+        std::vector<double>{1 * 0.5 - 3 * 1, 2 * 2 - 4 * -1, 3 * 0.5 + 1 * 1, 4 * 2 + 2 * -1});
+  CHECK(out->at("qr").data == rope_by_hand(in.tensors["q"].data, in.tensors["cs"].data, in.tensors["sn"].data, 2, 3, 4));
+  CHECK(out->at("kr").data == rope_by_hand(in.tensors["k"].data, in.tensors["cs"].data, in.tensors["sn"].data, 2, 1, 4));
+  // Quarters and small integers: exact in f16.
+  CHECK(out->at("khr").data == rope_by_hand(in.tensors["kh"].data, in.tensors["csh"].data, in.tensors["snh"].data, 2, 1, 8));
+}
+
+TEST_CASE("lower: a shape parameter bound to a run-time dim is that dim in types and its value in expressions") {
+  ir::Graph g = lower_clean(std::string(R"(program r;
+dim S in [1, 8];
+input x : f32[S, 2, 4];
+input cs : f32[S, 1, 2];
+input sn : f32[S, 1, 2];
+input w : f32[3, 2];
+output y : f32[S, 2, 4];
+output a : f32[S, 2];
+output b : f32[3, 2];
+)") + kGenericRope + R"(
+# N is a compile-time integer or the run-time dim S; M * N its value this run.
+fn scaled(x: E[N, M]) -> E[N, M] {
+  let n : E[N, M] = x * cast(M * N, E);
+  return n;
+}
+y = rope(x, cs, sn);
+a = scaled(x[:, :, 0]);
+b = scaled(w);
+)");
+  CHECK(output_node(g, "y").type == TensorType{DType::kF32, {Dim::runtime(0), Dim::constant(2), Dim::constant(4)}});
+  CHECK(count(g, ir::Op::kDimValue) >= 1);
+  Bindings in;
+  in.dims = {3};
+  in.tensors["x"] = HostTensor{DType::kF32, {3, 2, 4}, counting(24, 1.0)};
+  in.tensors["cs"] = HostTensor{DType::kF32, {3, 1, 2}, {1, 0, 0.5, 2, -1, 1}};
+  in.tensors["sn"] = HostTensor{DType::kF32, {3, 1, 2}, {0, 1, 1, -1, 2, 0.5}};
+  in.tensors["w"] = HostTensor{DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6}};
+  auto out = interpret(g, in);
+  REQUIRE(out.ok());
+  CHECK(out->at("y").data == rope_by_hand(in.tensors["x"].data, in.tensors["cs"].data, in.tensors["sn"].data, 3, 2, 4));
+  // x[:, :, 0] is (1, 5), (9, 13), (17, 21); M * N = 2 * 3 this run.
+  CHECK(out->at("a").data == std::vector<double>{6, 30, 54, 78, 102, 126});
+  CHECK(out->at("b").data == std::vector<double>{6, 12, 18, 24, 30, 36});
+}
+
+TEST_CASE("lower: one generic Adam update for parameters of several shapes and dtypes") {
+  ir::Graph g = lower_clean(R"(program adam;
+input p1 : f32[2, 3];
+input g1 : f32[2, 3];
+input p2 : f16[1, 4];
+input g2 : f16[1, 4];
+scalar rate : f32 = 0.5;
+output q1 : f32[2, 3];
+output q2 : f16[1, 4];
+# One step from zero moments: m = (1 - b1) g, v = (1 - b2) g^2, bias-corrected.
+fn adam(p: T[R, C], g: T[R, C], lr: T, b1: T, b2: T) -> T[R, C] {
+  let m = (1.0 - b1) * g;
+  let v = (1.0 - b2) * g * g;
+  let mhat = m / (1.0 - b1);
+  let vhat = v / (1.0 - b2);
+  return p - lr * mhat / (sqrt(vhat) + 1e-8);
+}
+q1 = adam(p1, g1, rate, 0.9, 0.999);
+q2 = adam(p2, g2, rate, 0.5, 0.75);
+)");
+  CHECK(count(g, ir::Op::kSqrt) == 2);
+  Bindings in;
+  in.tensors["p1"] = HostTensor{DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6}};
+  in.tensors["g1"] = HostTensor{DType::kF32, {2, 3}, {0.5, -2, 4, -1, 0.25, 3}};
+  in.tensors["p2"] = HostTensor{DType::kF16, {1, 4}, {1, -1, 0.5, 2}};
+  in.tensors["g2"] = HostTensor{DType::kF16, {1, 4}, {2, -4, 1, -0.5}};
+  auto out = interpret(g, in);
+  REQUIRE(out.ok());
+  // The first step moves each element by lr against the sign of its gradient.
+  const std::vector<double> want1{0.5, 2.5, 2.5, 4.5, 4.5, 5.5}, want2{0.5, -0.5, 0, 2.5};
+  for (size_t i = 0; i < want1.size(); ++i) CHECK(out->at("q1").data[i] == doctest::Approx(want1[i]).epsilon(1e-6));
+  for (size_t i = 0; i < want2.size(); ++i) CHECK(out->at("q2").data[i] == doctest::Approx(want2[i]).epsilon(2e-3));
+}
+
+TEST_CASE("lower: generic fns report bindings that disagree at the argument, naming both values") {
+  auto error_of = [](const std::string& text) {
+    Lowered l = lower_text(text);
+    CHECK_FALSE(l.graph.has_value());
+    return l.rendered;
+  };
+  const std::string decls = std::string("program r;\ndim B in [1, 8];\ninput x : f32[4, 8, 64];\n") +
+                            "input c : f32[4, 1, 32];\ninput h : f16[4, 1, 32];\ninput bad : f32[4, 1, 16];\n"
+                            "input v : f32[B, 2, 64];\ninput cv : f32[B, 1, 32];\noutput y : f32[4, 8, 64];\n"
+                            "output z : f32[B, 2, 64];\n" + kGenericRope;
+  CHECK(error_of(decls + "y = rope(x, c, bad);\nz = rope(v, cv, cv);\n")
+            .find("argument 's' of rope: dim D / 2 is 16 here, but D = 64 from argument 'x'") != std::string::npos);
+  CHECK(error_of(decls + "y = rope(x, c, h);\nz = rope(v, cv, cv);\n")
+            .find("argument 's' of rope: dtype T is f16 here, but T = f32 from argument 'x'") != std::string::npos);
+  CHECK(error_of(decls + "y = rope(x, cv, c);\nz = rope(v, cv, cv);\n")
+            .find("argument 'c' of rope: dim N is B here, but N = 4 from argument 'x'") != std::string::npos);
+  // D / 2 of a run-time D is no shape.
+  const std::string runtime_d = "program r;\ndim B in [2, 8];\ninput x : f32[1, 1, B];\ninput c : f32[1, 1, 1];\n"
+                                "output y : f32[1, 1, B];\n" + std::string(kGenericRope) + "y = rope(x, c, c);\n";
+  CHECK(error_of(runtime_d).find("dim D / 2 needs D to be a compile-time extent, but D = B, a run-time dim") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace gdl

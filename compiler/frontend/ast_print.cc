@@ -40,6 +40,37 @@ const char* ast::binary_op_spelling(BinaryOp op) {
 
 namespace {
 
+std::string float_text(double v) {
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
+  std::string text(buffer, result.ptr);
+  // Keep 1.0 distinguishable from the integer 1.
+  if (text.find_first_of(".eni") == std::string::npos) text += ".0";
+  return text;
+}
+
+// Binding strength of a binary operator, loosest 1 (docs/language.md).
+int precedence(ast::BinaryOp op) {
+  switch (op) {
+    case ast::BinaryOp::kOr: return 1;
+    case ast::BinaryOp::kAnd: return 2;
+    case ast::BinaryOp::kLt: case ast::BinaryOp::kLe: case ast::BinaryOp::kGt:
+    case ast::BinaryOp::kGe: case ast::BinaryOp::kEq: case ast::BinaryOp::kNe: return 3;
+    case ast::BinaryOp::kBitOr: return 4;
+    case ast::BinaryOp::kBitXor: return 5;
+    case ast::BinaryOp::kBitAnd: return 6;
+    case ast::BinaryOp::kShl: case ast::BinaryOp::kShr: return 7;
+    case ast::BinaryOp::kAdd: case ast::BinaryOp::kSub: return 8;
+    default: return 9;  // * / // % @
+  }
+}
+
+// Parenthesized when it binds looser than `context` (an operand's position).
+std::string operand_text(const ast::Expr& e, int context) {
+  const bool loose = e.kind == ast::ExprKind::kBinary && precedence(e.as<ast::BinaryExpr>().op) < context;
+  return loose ? "(" + expr_text(e) + ")" : expr_text(e);
+}
+
 class Printer {
  public:
   std::string take() { return std::move(out_); }
@@ -198,14 +229,8 @@ class Printer {
     switch (e.kind) {
       case ast::ExprKind::kInt:
         return line("(int " + std::to_string(e.as<ast::IntLit>().value) + " " + at(e.loc) + ")");
-      case ast::ExprKind::kFloat: {
-        char buffer[64];
-        auto result = std::to_chars(buffer, buffer + sizeof buffer, e.as<ast::FloatLit>().value);
-        std::string text(buffer, result.ptr);
-        // Keep 1.0 distinguishable from the integer 1.
-        if (text.find_first_of(".eni") == std::string::npos) text += ".0";
-        return line("(float " + text + " " + at(e.loc) + ")");
-      }
+      case ast::ExprKind::kFloat:
+        return line("(float " + float_text(e.as<ast::FloatLit>().value) + " " + at(e.loc) + ")");
       case ast::ExprKind::kBool:
         return line(std::string("(bool ") + (e.as<ast::BoolLit>().value ? "true " : "false ") + at(e.loc) + ")");
       case ast::ExprKind::kName:
@@ -269,6 +294,57 @@ class Printer {
 };
 
 }  // namespace
+
+std::string expr_text(const ast::Expr& e) {
+  switch (e.kind) {
+    case ast::ExprKind::kInt: return std::to_string(e.as<ast::IntLit>().value);
+    case ast::ExprKind::kFloat: return float_text(e.as<ast::FloatLit>().value);
+    case ast::ExprKind::kBool: return e.as<ast::BoolLit>().value ? "true" : "false";
+    case ast::ExprKind::kName: return e.as<ast::NameExpr>().name;
+    case ast::ExprKind::kUnary: {
+      const auto& u = e.as<ast::UnaryExpr>();
+      return (u.op == ast::UnaryOp::kNeg ? "-" : "!") + operand_text(*u.operand, 10);
+    }
+    case ast::ExprKind::kBinary: {
+      const auto& b = e.as<ast::BinaryExpr>();
+      const int p = precedence(b.op);  // left-associative: the right operand needs more
+      return operand_text(*b.lhs, p) + " " + binary_op_spelling(b.op) + " " + operand_text(*b.rhs, p + 1);
+    }
+    case ast::ExprKind::kCall: {
+      const auto& c = e.as<ast::CallExpr>();
+      std::string text = c.callee + "(";
+      for (size_t i = 0; i < c.args.size(); ++i)
+        text += (i ? ", " : "") + (c.args[i].keyword.empty() ? "" : c.args[i].keyword + " = ") +
+                expr_text(*c.args[i].value);
+      return text + ")";
+    }
+    case ast::ExprKind::kIndex: {
+      const auto& x = e.as<ast::IndexExpr>();
+      std::string text = operand_text(*x.base, 10) + "[";
+      for (size_t i = 0; i < x.subscripts.size(); ++i) {
+        const ast::Subscript& s = x.subscripts[i];
+        text += i ? ", " : "";
+        text += s.is_slice ? (s.start ? expr_text(*s.start) : "") + ":" + (s.stop ? expr_text(*s.stop) : "")
+                           : expr_text(*s.index);
+      }
+      return text + "]";
+    }
+    case ast::ExprKind::kList: {
+      std::string text = "[";
+      const auto& l = e.as<ast::ListExpr>();
+      for (size_t i = 0; i < l.elements.size(); ++i) text += (i ? ", " : "") + expr_text(*l.elements[i]);
+      return text + "]";
+    }
+  }
+  return "?";
+}
+
+std::string type_text(const ast::TypeExpr& t) {
+  if (t.dims.empty()) return t.dtype;
+  std::string text = t.dtype + "[";
+  for (size_t i = 0; i < t.dims.size(); ++i) text += (i ? ", " : "") + expr_text(*t.dims[i]);
+  return text + "]";
+}
 
 std::string print_ast(const ast::Module& module) {
   Printer printer;

@@ -15,4 +15,9 @@ namespace gdl {
 // Declarations print by kind (dims, consts, tensors, fns), then the body.
 std::string print_ast(const ast::Module& module);
 
+// Source-like text of an expression or a type, for diagnostics: `D / 2`,
+// `(A + B) * 2`, `T[N, 1, D / 2]` (parentheses only where precedence needs them).
+std::string expr_text(const ast::Expr& e);
+std::string type_text(const ast::TypeExpr& t);
+
 }  // namespace gdl

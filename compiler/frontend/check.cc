@@ -5,9 +5,12 @@
 //    a name is an error at the second one.
 // 2. Check the names inside declarations (dim bounds, const values, types,
 //    scalar defaults); report const cycles at the reference that closes them.
-// 3. Walk every fn body in its own scope (globals, its parameters, its lets):
-//    names, assignments, `return` as the last statement only, calls (each
-//    call of a fn is an edge of the call graph, kept with its call site).
+// 3. Walk every fn body in its own scope (globals, its type parameters, its
+//    parameters, its lets): names, assignments, `return` as the last
+//    statement only, calls (each call of a fn is an edge of the call graph,
+//    kept with its call site). Its signature first: a shape parameter is
+//    bound where it first stands alone as a dim, left to right, and a dim
+//    expression may use only those bound before it.
 // 4. Walk the program body the same way, also tracking which outputs are
 //    assigned along the current path (`if` branches separately, merged after):
 //    a second assignment, an assignment inside a `for`, or a read before the
@@ -61,6 +64,73 @@ std::optional<std::string> closest_spelling(std::string_view name, const std::ve
   return best;
 }
 
+void collect_names(const ast::Expr& e, std::vector<const ast::NameExpr*>& out) {
+  switch (e.kind) {
+    case ast::ExprKind::kName: out.push_back(&e.as<ast::NameExpr>()); break;
+    case ast::ExprKind::kUnary: collect_names(*e.as<ast::UnaryExpr>().operand, out); break;
+    case ast::ExprKind::kBinary:
+      collect_names(*e.as<ast::BinaryExpr>().lhs, out);
+      collect_names(*e.as<ast::BinaryExpr>().rhs, out);
+      break;
+    case ast::ExprKind::kCall:
+      for (const ast::Arg& a : e.as<ast::CallExpr>().args) collect_names(*a.value, out);
+      break;
+    case ast::ExprKind::kIndex: {
+      const auto& ix = e.as<ast::IndexExpr>();
+      collect_names(*ix.base, out);
+      for (const ast::Subscript& s : ix.subscripts)
+        for (const ast::ExprPtr* p : {&s.index, &s.start, &s.stop})
+          if (*p) collect_names(**p, out);
+      break;
+    }
+    case ast::ExprKind::kList:
+      for (const ast::ExprPtr& el : e.as<ast::ListExpr>().elements) collect_names(*el, out);
+      break;
+    default: break;
+  }
+}
+
+bool near_dtype_name(const std::string& name) {
+  return !parse_dtype(name) && closest_spelling(name, {"f32", "f16", "bf16", "i32", "bool"}).has_value();
+}
+
+bool FnTypeParams::is_dim(const std::string& name) const {
+  return std::find(dims.begin(), dims.end(), name) != dims.end();
+}
+
+bool FnTypeParams::is_dtype(const std::string& name) const {
+  return std::find(dtypes.begin(), dtypes.end(), name) != dtypes.end();
+}
+
+bool FnTypeParams::mentioned_in(const ast::TypeExpr& t) const {
+  if (is_dtype(t.dtype)) return true;
+  std::vector<const ast::NameExpr*> names;
+  for (const ast::ExprPtr& d : t.dims) collect_names(*d, names);
+  return std::any_of(names.begin(), names.end(), [&](const ast::NameExpr* n) { return is_dim(n->name); });
+}
+
+FnTypeParams fn_type_params(const ast::Module& module, const ast::FnDecl& fn) {
+  std::set<std::string> globals;
+  for (const ast::DimDecl& d : module.dims) globals.insert(d.name);
+  for (const ast::ConstDecl& c : module.consts) globals.insert(c.name);
+  for (const ast::TensorDecl& t : module.tensors) globals.insert(t.name);
+  for (const ast::FnDecl& f : module.fns) globals.insert(f.name);
+  FnTypeParams out;
+  for (const ast::FnParam& p : fn.params) {
+    const std::string& name = p.type.dtype;
+    if (!parse_dtype(name) && !near_dtype_name(name) && !globals.count(name) && !out.is_dtype(name))
+      out.dtypes.push_back(name);
+  }
+  for (const ast::FnParam& p : fn.params)
+    for (const ast::ExprPtr& d : p.type.dims) {
+      if (d->kind != ast::ExprKind::kName) continue;
+      const std::string& name = d->as<ast::NameExpr>().name;
+      if (!globals.count(name) && !parse_dtype(name) && !out.is_dtype(name) && !out.is_dim(name))
+        out.dims.push_back(name);
+    }
+  return out;
+}
+
 namespace {
 
 std::string loc_text(SourceLoc loc) { return std::to_string(loc.line) + ":" + std::to_string(loc.col); }
@@ -97,7 +167,8 @@ struct Global {
   bool used = false;
 };
 
-enum class LocalKind { kLet, kFnParam, kLoopVar };
+// kShapeParam, kDtypeParam: a generic fn's type parameters (fn_type_params).
+enum class LocalKind { kLet, kFnParam, kLoopVar, kShapeParam, kDtypeParam };
 
 struct Local {
   LocalKind kind;
@@ -219,32 +290,6 @@ class Checker {
       if (state[c.name] == 0) visit(c);
   }
 
-  static void collect_names(const ast::Expr& e, std::vector<const ast::NameExpr*>& out) {
-    switch (e.kind) {
-      case ast::ExprKind::kName: out.push_back(&e.as<ast::NameExpr>()); break;
-      case ast::ExprKind::kUnary: collect_names(*e.as<ast::UnaryExpr>().operand, out); break;
-      case ast::ExprKind::kBinary:
-        collect_names(*e.as<ast::BinaryExpr>().lhs, out);
-        collect_names(*e.as<ast::BinaryExpr>().rhs, out);
-        break;
-      case ast::ExprKind::kCall:
-        for (const ast::Arg& a : e.as<ast::CallExpr>().args) collect_names(*a.value, out);
-        break;
-      case ast::ExprKind::kIndex: {
-        const auto& ix = e.as<ast::IndexExpr>();
-        collect_names(*ix.base, out);
-        for (const ast::Subscript& s : ix.subscripts)
-          for (const ast::ExprPtr* p : {&s.index, &s.start, &s.stop})
-            if (*p) collect_names(**p, out);
-        break;
-      }
-      case ast::ExprKind::kList:
-        for (const ast::ExprPtr& el : e.as<ast::ListExpr>().elements) collect_names(*el, out);
-        break;
-      default: break;
-    }
-  }
-
   void type(const ast::TypeExpr& t) {
     for (const ast::ExprPtr& d : t.dims) expr(*d);
   }
@@ -256,9 +301,9 @@ class Checker {
     body.fn = &fn;
     body_ = &body;
     collect_lets(fn.body, body.all_lets);
-    for (const ast::FnParam& p : fn.params) type(p.type);
-    if (fn.result) type(*fn.result);
+    // One scope: the type parameters, the parameters, the body's top-level lets.
     body.scopes.emplace_back();
+    signature(fn);
     for (const ast::FnParam& p : fn.params) {
       if (parse_dtype(p.name)) {
         diags_.error(p.loc, "'" + p.name + "' is a type name and cannot name a parameter", "pick another name",
@@ -266,9 +311,17 @@ class Checker {
         continue;
       }
       auto [it, inserted] = body.scopes.back().emplace(p.name, Local{LocalKind::kFnParam, p.loc});
-      if (!inserted)
+      if (inserted) continue;
+      if (it->second.kind == LocalKind::kFnParam)
         diags_.error(p.loc, "parameter '" + p.name + "' appears twice in fn '" + fn.name + "'",
                      "give each parameter its own name", static_cast<uint32_t>(p.name.size()));
+      else
+        diags_.error(p.loc,
+                     "parameter '" + p.name + "' of fn '" + fn.name + "' has the name of its " +
+                         (it->second.kind == LocalKind::kShapeParam ? "shape" : "dtype") + " parameter at " +
+                         loc_text(it->second.loc),
+                     "rename one of them: a type parameter stands for a dim or a dtype, not a value",
+                     static_cast<uint32_t>(p.name.size()));
     }
     misplaced_return_ = false;
     block(fn.body, /*fn_top=*/true);
@@ -279,6 +332,49 @@ class Checker {
                    static_cast<uint32_t>(fn.name.size()));
     pop_scope();
     body_ = nullptr;
+  }
+
+  // The parameter types, left to right: a shape parameter is bound where it
+  // first stands alone as a dim and may be used in dim expressions after
+  // that; the result type sees every one. Dtype parameters are known from
+  // the start (no dim may use one).
+  void signature(const ast::FnDecl& fn) {
+    const FnTypeParams generics = fn_type_params(m_, fn);
+    for (const ast::FnParam& p : fn.params)
+      if (generics.is_dtype(p.type.dtype) && !find_local(p.type.dtype))
+        body_->scopes.back().emplace(p.type.dtype, Local{LocalKind::kDtypeParam, p.type.dtype_loc});
+    signature_ = {&fn, &generics, nullptr};
+    for (const ast::FnParam& p : fn.params) {
+      const std::string& dtype = p.type.dtype;
+      if (auto g = globals_.find(dtype); g != globals_.end() && !parse_dtype(dtype) && !near_dtype_name(dtype))
+        diags_.error(p.type.dtype_loc,
+                     "'" + dtype + "' is declared as " + kind_name(g->second.kind) + " at " + loc_text(g->second.loc) +
+                         " and cannot be the dtype parameter of '" + p.name + "'",
+                     "a dtype parameter needs a name that is not declared at top level, such as E",
+                     static_cast<uint32_t>(dtype.size()));
+      signature_.param = &p;
+      for (const ast::ExprPtr& d : p.type.dims) {
+        if (d->kind == ast::ExprKind::kName) {
+          const auto& n = d->as<ast::NameExpr>();
+          if (generics.is_dim(n.name) && !find_local(n.name)) {
+            body_->scopes.back().emplace(n.name, Local{LocalKind::kShapeParam, n.loc});
+            continue;
+          }
+        }
+        expr(*d);
+      }
+    }
+    signature_.param = nullptr;
+    if (fn.result) type(*fn.result);
+    signature_ = {};
+  }
+
+  // Which parameter binds shape parameter `name` (its first bare dim), or null.
+  const ast::FnParam* binder(const std::string& name) const {
+    for (const ast::FnParam& p : signature_.fn->params)
+      for (const ast::ExprPtr& d : p.type.dims)
+        if (d->kind == ast::ExprKind::kName && d->as<ast::NameExpr>().name == name) return &p;
+    return nullptr;
   }
 
   void check_program_body() {
@@ -469,6 +565,9 @@ class Checker {
       if (local->kind == LocalKind::kLoopVar)
         diags_.error(a.name_loc, "cannot assign to loop variable '" + a.name + "'",
                      "it holds the iteration's index; bind a new value with let", len);
+      else if (local->kind == LocalKind::kShapeParam || local->kind == LocalKind::kDtypeParam)
+        diags_.error(a.name_loc, "cannot assign to type parameter '" + a.name + "' of fn '" + body_->fn->name + "'",
+                     "each call binds it from the arguments; bind a new value with let", len);
       return;
     }
     auto g = globals_.find(a.name);
@@ -560,6 +659,9 @@ class Checker {
     auto len = static_cast<uint32_t>(n.name.size());
     if (Local* local = find_local(n.name)) {
       local->used = true;
+      if (local->kind == LocalKind::kDtypeParam)
+        diags_.error(n.loc, "'" + n.name + "' is a dtype parameter of fn '" + body_->fn->name + "', not a value",
+                     "write it where a type goes: cast(x, " + n.name + "), or a type such as " + n.name + "[N]", len);
       return;
     }
     auto g = globals_.find(n.name);
@@ -611,6 +713,20 @@ class Checker {
                    "declare it with let before the block and re-bind it inside", len);
       return;
     }
+    if (signature_.param && signature_.generics->is_dim(name)) {
+      const ast::FnParam& here = *signature_.param;
+      const ast::FnParam& later = *binder(name);
+      diags_.error(loc,
+                   "shape parameter '" + name + "' is used in the type of parameter '" + here.name + "' of fn '" +
+                       signature_.fn->name + "' before a parameter binds it",
+                   &later == &here ? "shape parameters bind left to right, where they first stand alone as a dim: "
+                                     "write the dim " + name + " before the expressions that use it"
+                                   : "shape parameters bind left to right, where they first stand alone as a dim: " +
+                                         name + " is bound later, by parameter '" + later.name + "'; move '" +
+                                         later.name + "' before '" + here.name + "'",
+                   len);
+      return;
+    }
     if (body_->fn && program_lets_.count(name)) {
       diags_.error(loc, "fn '" + body_->fn->name + "' cannot see '" + name + "', a let of the program body",
                    "pass it to the fn as an argument", len);
@@ -623,10 +739,14 @@ class Checker {
       if (global.kind != GlobalKind::kFn) candidates.push_back(global_name);
     std::string message = (assigning ? "assignment to undeclared name '" : "unknown name '") + name + "'";
     if (auto near = closest_spelling(name, candidates)) message += "; did you mean '" + *near + "'?";
-    diags_.error(loc, message,
-                 assigning ? "declare it first: let " + name + " = ...;"
-                           : "declare it with let, const, input, param or scalar before using it",
-                 len);
+    std::string hint = assigning ? "declare it first: let " + name + " = ...;"
+                                 : "declare it with let, const, input, param or scalar before using it";
+    if (signature_.param)
+      hint = "declare it with const or dim, or make it a shape parameter: write it alone as a dim of a parameter "
+             "before this use (a: f32[" + name + "])";
+    else if (signature_.fn)
+      hint = "a fn's result type uses consts, dims and the shape parameters its parameter types bind";
+    diags_.error(loc, message, hint, len);
   }
 
   void call(const ast::CallExpr& c) {
@@ -755,6 +875,13 @@ class Checker {
   std::vector<Unused> unused_;
   Body* body_ = nullptr;
   bool misplaced_return_ = false;
+  // While a fn's signature is walked: the fn, its type parameters, and the
+  // parameter whose type is being read (null for the result type).
+  struct Signature {
+    const ast::FnDecl* fn = nullptr;
+    const FnTypeParams* generics = nullptr;
+    const ast::FnParam* param = nullptr;
+  } signature_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Calls, operators and subscripts: everything that makes an op node.
 //
-// A fn call is inlined, its arguments checked against the parameter types.
+// A fn call is inlined, its arguments checked against the parameter types
+// (a generic fn's bound first, left to right: bind_generic).
 // A standard op's call, an operator (a + b, -x, a @ b) and a subscript
 // (x[1:3]) go through the op's entry in the op table (ops/op_def.h): its
 // parameters bind the call's arguments, and its type rule checks them
@@ -13,6 +14,7 @@
 #include <limits>
 #include <utility>
 
+#include "frontend/ast_print.h"
 #include "frontend/check.h"
 #include "internal_error.h"
 #include "lower/lowerer.h"
@@ -201,7 +203,7 @@ class CallQuery final : public ops::TypeQuery {
       return turn_down(), false;
     }
     const std::string& name = target.as<ast::NameExpr>().name;
-    std::optional<DType> dtype = parse_dtype(name);
+    std::optional<DType> dtype = l_.dtype_named(name);
     if (!dtype) {
       std::string message = "unknown type '" + name + "' in " + what();
       if (auto near = closest_spelling(name, {"f32", "f16", "bf16", "i32", "bool"}))
@@ -398,32 +400,168 @@ Value Lowerer::inline_fn(const FnInfo& fn, const ast::CallExpr& c) {
   for (const ast::FnParam& p : decl.params) names.push_back(p.name);
   auto slots = bind_args(c, names, names.size(), "fn ");
   if (!slots) return Value::error();
+  TypeBindings types;
   std::map<std::string, Value> bound;
   bool ok = fn.signature_ok;
   for (size_t k = 0; k < names.size(); ++k) {
-    Value v = eval(*(*slots)[k]->value);
+    const ast::Expr& arg = *(*slots)[k]->value;
+    Value v = eval(arg);
     if (ok && v.ok())
-      v = conform(v, *fn.params[k], "argument '" + names[k] + "' of " + decl.name, *(*slots)[k]->value);
+      v = fn.generic[k] ? bind_generic(fn, k, v, arg, types)
+                        : conform(v, *fn.params[k], "argument '" + names[k] + "' of " + decl.name, arg);
     ok = ok && v.ok();
     bound[names[k]] = v;
   }
   if (!ok) return Value::error();
+  std::optional<TensorType> result = fn.result;
+  if (fn.generic_result) {  // this call's result type, from its bindings
+    const ast::TypeExpr& t = *decl.result;
+    const std::string what = "the result type " + type_text(t) + " of " + decl.name;
+    const auto length = static_cast<uint32_t>(c.callee.size());
+    result = TensorType{};
+    auto dtype = types.dtypes.find(t.dtype);  // a dtype parameter is bound by now: a parameter has it
+    result->dtype = dtype != types.dtypes.end() ? dtype->second : parse_dtype(t.dtype).value_or(DType::kF32);
+    for (const ast::ExprPtr& e : t.dims) {
+      std::optional<Dim> d = bound_dim(fn, *e, types, what, c.loc, length);
+      if (!d) return Value::error();
+      result->shape.push_back(*d);
+    }
+    if (!within_element_bound(*result, c.loc, length)) return Value::error();
+  }
   if (frames_.size() > static_cast<size_t>(kMaxInlineDepth))
     return fail(c.loc, "fn calls nest more than " + std::to_string(kMaxInlineDepth) + " deep", "",
                 static_cast<uint32_t>(c.callee.size()));
   if (!step(c.loc)) return Value::error();
   frames_.emplace_back();
   frame().fn = &decl;
+  bound.insert(types.dims.begin(), types.dims.end());  // the checker keeps the names apart
   frame().scopes.push_back(std::move(bound));
+  frame().dtypes = std::move(types.dtypes);
   exec_block(decl.body);
-  std::optional<Value> result = std::move(frame().result);
+  std::optional<Value> returned = std::move(frame().result);
   frames_.pop_back();
-  if (!result || !result->ok()) return Value::error();
-  if (fn.result && decl.body.back()->kind == ast::StmtKind::kReturn) {
-    const ast::Expr& returned = *decl.body.back()->as<ast::ReturnStmt>().value;
-    return conform(*result, *fn.result, "the result of fn " + decl.name, returned);
+  if (!returned || !returned->ok()) return Value::error();
+  if (result && decl.body.back()->kind == ast::StmtKind::kReturn) {
+    const ast::Expr& source = *decl.body.back()->as<ast::ReturnStmt>().value;
+    return conform(*returned, *result, "the result of fn " + decl.name, source);
   }
-  return *result;
+  return *returned;
+}
+
+Value Lowerer::bind_generic(const FnInfo& fn, size_t k, Value v, const ast::Expr& arg, TypeBindings& b) {
+  const ast::FnParam& p = fn.decl->params[k];
+  const std::string what = "argument '" + p.name + "' of " + fn.decl->name;
+  const SourceLoc at = start_of(arg);
+  if (v.kind == Value::Kind::kDim && !operand_ok(v, what)) return Value::error();  // a dim given as a value
+  if (!v.is_tensor() && !v.is_static())
+    return fail(at, what + " must be " + type_text(p.type) + ", got " + describe(v), "pass a tensor of that type",
+                arg.length);
+  // A compile-time value stands for a rank-0 value of the dtype it takes.
+  const TensorType have = v.is_tensor() ? type_of(v) : TensorType{};
+  const size_t rank = p.type.dims.size();
+  if (static_cast<size_t>(have.rank()) != rank)
+    return fail(at,
+                what + " has rank " + std::to_string(have.rank()) + " (" + describe(v) + "), but its type " +
+                    type_text(p.type) + " has " + std::to_string(rank) + (rank == 1 ? " dim" : " dims"),
+                "pass a tensor of rank " + std::to_string(rank), arg.length);
+
+  TensorType want;
+  const std::string& dtype = p.type.dtype;
+  if (std::optional<DType> fixed = parse_dtype(dtype)) {
+    want.dtype = *fixed;
+  } else if (auto bound = b.dtypes.find(dtype); bound != b.dtypes.end()) {
+    want.dtype = bound->second;
+    // A run-time scalar still adapts to another float type (conform casts it).
+    const bool adapts = v.weak && have.rank() == 0 && is_float(have.dtype) && is_float(want.dtype);
+    if (v.is_tensor() && have.dtype != want.dtype && !adapts)
+      return fail(at,
+                  what + ": dtype " + dtype + " is " + dtype_name(have.dtype) + " here, but " + dtype + " = " +
+                      dtype_name(want.dtype) + " from argument '" + b.by.at(dtype) + "'",
+                  "convert it with cast(" + (arg.kind == ast::ExprKind::kName ? expr_text(arg) : "x") + ", " +
+                      dtype_name(want.dtype) + "), or pass a tensor of dtype " + dtype_name(want.dtype),
+                  arg.length);
+  } else {
+    if (!v.is_tensor())
+      return fail(at, what + " is " + describe(v) + ", which cannot bind the dtype parameter " + dtype,
+                  "pass a tensor, or bind " + dtype + " by an earlier parameter", arg.length);
+    want.dtype = b.dtypes[dtype] = have.dtype;
+    b.by[dtype] = p.name;
+  }
+
+  for (size_t i = 0; i < p.type.dims.size(); ++i) {
+    const ast::Expr& e = *p.type.dims[i];
+    const Dim got = have.shape[i];
+    if (e.kind == ast::ExprKind::kName) {
+      const std::string& name = e.as<ast::NameExpr>().name;
+      if (fn.generics.is_dim(name) && !b.dims.count(name)) {  // the first bare occurrence binds
+        Value d = Value::integer(got.extent);
+        if (got.is_runtime()) {
+          d.kind = Value::Kind::kDim;
+          d.dim = got.symbol;
+        }
+        b.dims[name] = d;
+        b.by[name] = p.name;
+        want.shape.push_back(got);
+        continue;
+      }
+    }
+    std::optional<Dim> d = bound_dim(fn, e, b, what, at, arg.length);
+    if (!d) return Value::error();
+    const std::string uses = bindings_text(e, b);
+    if (*d != got && !uses.empty())  // without type parameters, conform reports the whole type
+      return fail(at, what + ": dim " + expr_text(e) + " is " + dim_text(got) + " here, but " + uses,
+                  "a shape parameter takes its value from the first argument that has it as a whole dim; the "
+                  "others must agree",
+                  arg.length);
+    want.shape.push_back(*d);
+  }
+  return conform(v, want, what, arg);
+}
+
+std::optional<Dim> Lowerer::bound_dim(const FnInfo& fn, const ast::Expr& e, const TypeBindings& b,
+                                      const std::string& what, SourceLoc at, uint32_t length) {
+  std::vector<const ast::NameExpr*> names;
+  collect_names(e, names);
+  if (e.kind != ast::ExprKind::kName)
+    for (const ast::NameExpr* n : names) {
+      auto it = b.dims.find(n->name);
+      if (it == b.dims.end() || it->second.kind != Value::Kind::kDim) continue;
+      fail(at,
+           what + ": dim " + expr_text(e) + " needs " + n->name + " to be a compile-time extent, but " + n->name +
+               " = " + graph_.dims[it->second.dim].name + ", a run-time dim, from argument '" + b.by.at(n->name) +
+               "'",
+           "a run-time dim is a shape only on its own; give the fn another shape parameter for this dim", length);
+      return std::nullopt;
+    }
+  // Only the bindings and the globals are visible, as at the declaration.
+  frames_.emplace_back();
+  frame().fn = fn.decl;
+  frame().scopes.push_back(b.dims);
+  std::optional<Dim> d = shape_dim(eval(e), e);
+  frames_.pop_back();
+  return d;
+}
+
+std::string Lowerer::dim_text(const Dim& d) const {
+  return d.is_runtime() ? graph_.dims[static_cast<size_t>(d.symbol)].name : std::to_string(d.extent);
+}
+
+std::string Lowerer::bindings_text(const ast::Expr& e, const TypeBindings& b) const {
+  std::vector<const ast::NameExpr*> names;
+  collect_names(e, names);
+  std::vector<std::string> parts;
+  for (const ast::NameExpr* n : names) {
+    auto it = b.dims.find(n->name);
+    if (it == b.dims.end()) continue;
+    const Value& v = it->second;
+    const Dim d = v.kind == Value::Kind::kDim ? Dim::runtime(v.dim) : Dim::constant(v.i);
+    std::string part = n->name + " = " + dim_text(d) + " from argument '" + b.by.at(n->name) + "'";
+    if (std::find(parts.begin(), parts.end(), part) == parts.end()) parts.push_back(part);
+  }
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return text;
 }
 
 Value Lowerer::call(const ast::CallExpr& c) {

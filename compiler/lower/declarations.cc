@@ -118,17 +118,41 @@ Value Lowerer::const_value(const std::string& name) {
   return v;
 }
 
+std::optional<DType> Lowerer::dtype_named(const std::string& name) const {
+  if (std::optional<DType> d = parse_dtype(name)) return d;
+  if (frames_.empty()) return std::nullopt;
+  auto it = frames_.back().dtypes.find(name);
+  if (it == frames_.back().dtypes.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<DType> Lowerer::resolve_dtype(const ast::TypeExpr& t) {
+  std::optional<DType> dtype = dtype_named(t.dtype);
+  if (dtype) return dtype;
+  std::string message = "unknown type '" + t.dtype + "'";
+  if (auto near = closest_spelling(t.dtype, {"f32", "f16", "bf16", "i32", "bool"}))
+    message += "; did you mean '" + *near + "'?";
+  diags_.error(t.dtype_loc, message, "the types are f32, f16, bf16, i32 and bool",
+               static_cast<uint32_t>(t.dtype.size()));
+  return std::nullopt;
+}
+
+std::optional<Dim> Lowerer::shape_dim(const Value& v, const ast::Expr& e) {
+  if (!v.ok()) return std::nullopt;
+  if (v.kind == Value::Kind::kDim) return Dim::runtime(v.dim);
+  if (v.kind == Value::Kind::kInt && v.i >= 1) return Dim::constant(v.i);
+  if (v.kind == Value::Kind::kInt)
+    fail(start_of(e), "a dim extent must be at least 1, got " + std::to_string(v.i),
+         "empty tensors are not supported; use an extent >= 1", e.length);
+  else
+    fail(start_of(e), "a shape dim must be a compile-time integer or a declared dim, got " + describe(v),
+         "use a const, a literal, or the name of a dim declared with `dim`", e.length);
+  return std::nullopt;
+}
+
 std::optional<TensorType> Lowerer::resolve_type(const ast::TypeExpr& t) {
-  std::optional<DType> dtype = parse_dtype(t.dtype);
-  bool ok = true;
-  if (!dtype) {
-    std::string message = "unknown type '" + t.dtype + "'";
-    if (auto near = closest_spelling(t.dtype, {"f32", "f16", "bf16", "i32", "bool"}))
-      message += "; did you mean '" + *near + "'?";
-    diags_.error(t.dtype_loc, message, "the types are f32, f16, bf16, i32 and bool",
-                 static_cast<uint32_t>(t.dtype.size()));
-    ok = false;
-  }
+  std::optional<DType> dtype = resolve_dtype(t);
+  bool ok = dtype.has_value();
   if (t.dims.size() > static_cast<size_t>(kMaxRank)) {
     const ast::Expr& extra = *t.dims[kMaxRank];
     diags_.error(
@@ -139,22 +163,11 @@ std::optional<TensorType> Lowerer::resolve_type(const ast::TypeExpr& t) {
   }
   TensorType type;
   for (const ast::ExprPtr& e : t.dims) {
-    Value v = eval(*e);
-    if (!v.ok()) {
+    std::optional<Dim> d = shape_dim(eval(*e), *e);
+    if (d)
+      type.shape.push_back(*d);
+    else
       ok = false;
-    } else if (v.kind == Value::Kind::kDim) {
-      type.shape.push_back(Dim::runtime(v.dim));
-    } else if (v.kind == Value::Kind::kInt && v.i >= 1) {
-      type.shape.push_back(Dim::constant(v.i));
-    } else if (v.kind == Value::Kind::kInt) {
-      fail(start_of(*e), "a dim extent must be at least 1, got " + std::to_string(v.i),
-           "empty tensors are not supported; use an extent >= 1", e->length);
-      ok = false;
-    } else {
-      fail(start_of(*e), "a shape dim must be a compile-time integer or a declared dim, got " + describe(v),
-           "use a const, a literal, or the name of a dim declared with `dim`", e->length);
-      ok = false;
-    }
   }
   if (!ok) return std::nullopt;
   type.dtype = *dtype;
@@ -241,14 +254,23 @@ void Lowerer::resolve_signature(const ast::FnDecl& f) {
   if (fns_.count(f.name)) return;
   FnInfo info;
   info.decl = &f;
+  info.generics = fn_type_params(m_, f);
+  // A type that names a type parameter is resolved at each call; here only
+  // its dtype (unless a parameter) is checked, once.
+  auto resolve = [&](const ast::TypeExpr& t, std::optional<TensorType>& out) {
+    if (!info.generics.mentioned_in(t)) {
+      out = resolve_type(t);
+      if (!out) info.signature_ok = false;
+      return false;
+    }
+    if (!info.generics.is_dtype(t.dtype) && !resolve_dtype(t)) info.signature_ok = false;
+    return true;
+  };
   for (const ast::FnParam& p : f.params) {
-    info.params.push_back(resolve_type(p.type));
-    if (!info.params.back()) info.signature_ok = false;
+    info.params.emplace_back();
+    info.generic.push_back(resolve(p.type, info.params.back()));
   }
-  if (f.result) {
-    info.result = resolve_type(*f.result);
-    if (!info.result) info.signature_ok = false;
-  }
+  if (f.result) info.generic_result = resolve(*f.result, info.result);
   fns_.emplace(f.name, std::move(info));
 }
 

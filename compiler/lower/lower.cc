@@ -11,7 +11,9 @@
 //    order, even when unused; declared types are resolved here (dtype, shape
 //    of compile-time extents and run-time dims, rank <= 6, element count
 //    within 2^48 with every run-time dim at its upper bound).
-// 4. Fn signatures: parameter and result types, resolved once.
+// 4. Fn signatures: parameter and result types, resolved once; a type that
+//    names a shape or dtype parameter (a generic fn) is resolved at each
+//    call, from the arguments bound left to right (calls.cc, bind_generic).
 // 5. The program body runs statement by statement over a stack of frames
 //    (one per inlined fn call) of block scopes. Values are either compile-time
 //    (int, float, bool: computed here), run-time dims (shape names only),

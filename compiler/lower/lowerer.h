@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "frontend/ast.h"
+#include "frontend/check.h"
 #include "frontend/diagnostics.h"
 #include "ir.h"
 #include "lower/lower.h"
@@ -134,6 +135,7 @@ inline bool is_integer_operator(ast::BinaryOp op) {
 struct Frame {
   const ast::FnDecl* fn = nullptr;  // null: the program body
   std::vector<std::map<std::string, Value>> scopes;
+  std::map<std::string, DType> dtypes;  // a generic fn's dtype parameters, as this call bound them
   std::optional<Value> result;
 };
 
@@ -154,9 +156,21 @@ struct TensorInfo {
 
 struct FnInfo {
   const ast::FnDecl* decl = nullptr;
+  FnTypeParams generics;  // empty: every type is fixed at the declaration
+  // Resolved once; nullopt for a type that names a type parameter, which
+  // each call resolves (`generic` says which).
   std::vector<std::optional<TensorType>> params;
+  std::vector<bool> generic;
   std::optional<TensorType> result;
+  bool generic_result = false;
   bool signature_ok = true;
+};
+
+// One call's bindings of a generic fn's type parameters, left to right.
+struct TypeBindings {
+  std::map<std::string, Value> dims;  // a compile-time integer or a run-time dim
+  std::map<std::string, DType> dtypes;
+  std::map<std::string, std::string> by;  // the parameter whose argument bound each name
 };
 
 class CallQuery;
@@ -202,6 +216,11 @@ class Lowerer {
   // -------------------------------------------------- declarations.cc
   void lower_dims();
   Value const_value(const std::string& name);
+  // A dtype name: a type, or a dtype parameter of the fn being inlined.
+  std::optional<DType> dtype_named(const std::string& name) const;
+  std::optional<DType> resolve_dtype(const ast::TypeExpr& t);
+  // A shape dim's value as a Dim: a compile-time integer >= 1 or a run-time dim.
+  std::optional<Dim> shape_dim(const Value& v, const ast::Expr& e);
   std::optional<TensorType> resolve_type(const ast::TypeExpr& t);
   void lower_leaves();
   void resolve_signature(const ast::FnDecl& f);
@@ -250,6 +269,17 @@ class Lowerer {
                                                         size_t required, const std::string& kind);
   Value call(const ast::CallExpr& c);
   Value inline_fn(const FnInfo& fn, const ast::CallExpr& c);
+  // A generic parameter's argument: binds the type parameters it is the
+  // first to give, checks the rest against the bindings so far, and conforms
+  // the value to the type that results. Reports at the argument.
+  Value bind_generic(const FnInfo& fn, size_t k, Value v, const ast::Expr& arg, TypeBindings& b);
+  // A dim of a generic signature that binds nothing, evaluated with the
+  // shape parameters bound so far (and the globals); `what` names the place.
+  std::optional<Dim> bound_dim(const FnInfo& fn, const ast::Expr& e, const TypeBindings& b, const std::string& what,
+                               SourceLoc at, uint32_t length);
+  std::string dim_text(const Dim& d) const;
+  // "D = 64 from argument 'x'" for each shape parameter that e uses.
+  std::string bindings_text(const ast::Expr& e, const TypeBindings& b) const;
   // A standard op's call: its parameters bind the arguments, then its type
   // rule checks them (elementwise ops through `elementwise`).
   Value call_op(const ops::OpDef& def, const ast::CallExpr& c);
