@@ -226,14 +226,20 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
   }
 }
 
+// A kernel argument built as `type{fields}`, kept apart so that a wrapper
+// can name the type it wraps.
+struct Source {
+  std::string type, fields;
+  std::string text() const { return type + "{" + fields + "}"; }
+};
+
 // A length or start as the kernels read it for a row: a value, the device
 // scalar, or one per sequence (its queries' heads' rows are consecutive).
-std::string int_source(StepEmitter& e, ir::ValueId a, const std::string& rows_per_sequence) {
-  if (e.is_inline_leaf(a)) return "gdl::IntValue{" + e.inline_value(a) + "}";
-  if (e.g.node(a).type.rank() > 0) return "gdl::IntPerRow{" + e.pointer(a) + ", " + rows_per_sequence + "}";
-  return "gdl::IntAt{" + e.pointer(a) + "}";
+Source int_source(StepEmitter& e, ir::ValueId a, const std::string& rows_per_sequence) {
+  if (e.is_inline_leaf(a)) return {"gdl::IntValue", e.inline_value(a)};
+  if (e.g.node(a).type.rank() > 0) return {"gdl::IntPerRow", e.pointer(a) + ", " + rows_per_sequence};
+  return {"gdl::IntAt", e.pointer(a)};
 }
-std::string int_source_type(const std::string& source) { return source.substr(0, source.find('{')); }
 
 std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionOperands a = attention_operands(n);
@@ -250,7 +256,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const Dim positions_dim = attention_positions(e.g, n);
   body += e.local("positions", e.dim(positions_dim));
   // The operands' sources in argument order (their pointers are declared in that order).
-  std::string len = int_source(e, a.len, "heads * queries");
+  Source len = int_source(e, a.len, "heads * queries");
   std::string kv;
   if (a.paged()) {
     const std::string table = e.pointer(a.blocks);
@@ -261,12 +267,11 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     kv = "gdl::KvRows{heads, queries, kv_heads, group, positions}";
   }
   if (a.causal()) {
-    const std::string start = int_source(e, a.start, "heads * queries");
-    len = "gdl::CausalLen<" + int_source_type(len) + ", " + int_source_type(start) + ">{" + len + ", " + start +
-          ", heads, queries}";
+    const Source start = int_source(e, a.start, "heads * queries");
+    len = {"gdl::CausalLen<" + len.type + ", " + start.type + ">", len.text() + ", " + start.text() + ", heads, queries"};
   }
   if (positions_dim.is_runtime())  // a padded T: positions past its valid count are padding, whatever len says
-    len = "gdl::ClampedLen<" + int_source_type(len) + ">{" + len + ", " + valid_count_expr(positions_dim.symbol) + "}";
+    len = {"gdl::ClampedLen<" + len.type + ">", len.text() + ", " + valid_count_expr(positions_dim.symbol)};
   const std::string out = e.result_pointer();
   int64_t d_max = max_extent(qs.back(), e.g), dv_max = max_extent(vs.back(), e.g);
   GDL_INTERNAL_ASSERT(d_max <= kAttentionMaxHeadDim && dv_max <= kAttentionMaxHeadDim,
@@ -292,7 +297,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     e.waits_in_body |= kv_early;
     e.early_start |= kv_early;
     body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " + e.idx + ">(" +
-            q + ", " + k + ", " + v + ", " + out + ", " + len + ", " + kv + ", rows, positions, " +
+            q + ", " + k + ", " + v + ", " + out + ", " + len.text() + ", " + kv + ", rows, positions, " +
             float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
     rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}}, kAttentionBlock);
     rule.shared_bytes = choice.stream_shared_bytes;
@@ -303,7 +308,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   body += "  // attention kernel: split, " + std::to_string(choice.splits) + " block(s) per row over the positions\n";
   body += "  gdl::attention_split<" + std::to_string(std::max<int64_t>(1, d_max)) + ", " +
           std::to_string(std::max<int64_t>(1, dv_max)) + ", " + std::to_string(kAttentionChunk) + ", " + e.idx + ">(" + q +
-          ", " + k + ", " + v + ", " + out + ", " + len + ", " + kv + ", rows, positions, D, DV, " +
+          ", " + k + ", " + v + ", " + out + ", " + len.text() + ", " + kv + ", rows, positions, D, DV, " +
           float_literal(n.attrs.value) + ", " + e.split_scratch(choice.splits, false, choice.scratch, body) + ");\n";
   rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.splits)}, 1}}, kAttentionBlock);
   return body;
