@@ -4,6 +4,7 @@
 //   lower           inline, unroll, fold `if`, type and shape check -> IR
 //   fold-constants  evaluate what needs no run-time data       (not with optimize off)
 //   cse             one node per value                         (not with optimize off)
+//   matmul-operands transposes and column slices read by matmuls in place (not with optimize off)
 //   dce             drop what no output needs                  (not with optimize off)
 //   padding         which run-time dims padding cannot serve
 //   inplace         in-place writes made legal, states' final values in their storage
@@ -30,6 +31,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/inplace.h"
+#include "passes/matmul_operands.h"
 #include "passes/fold_constants.h"
 #include "passes/ir_print.h"
 #include "passes/ir_verify.h"
@@ -170,6 +172,7 @@ const std::vector<Pass>& passes() {
       {"lower", lower},
       {"fold-constants", optimize<fold_constants>},
       {"cse", optimize<eliminate_common_subexpressions>},
+      {"matmul-operands", optimize<fold_matmul_operands>},
       {"dce", optimize<eliminate_dead_code>},
       {"padding", padding},
       {"inplace", in_place},

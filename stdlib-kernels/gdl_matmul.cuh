@@ -40,6 +40,12 @@
 // thread-block cluster (cluster split, gdl_matmul_tiles.cuh), the parts
 // added from the blocks' shared memory.
 //
+// Every kernel reads a and b through operand_index (gdl_matmul_common.cuh):
+// as stored with a row pitch (lda, ldb: a column window of a wider b), or
+// transposed (TA, TB template arguments), so a transpose or a column slice
+// around a matmul is never copied (compiler/ops/matmul.h). matmul_rows
+// reads a transposed b along its stored rows (rows_pass_nt).
+//
 // Only the first k_valid positions of K are summed (k_valid <= K; K is the
 // row length of a and the row count of b). Floats accumulate in float.
 // The epilogue `epi(float acc, I index)` gets each output element's sum and

@@ -20,6 +20,16 @@ template <typename T> struct IdentityEpilogue {
   }
 };
 
+// Where a matmul operand's logical element (r, c) lies: a's (m, k), b's
+// (k, n). A plain operand is stored row-major with `ld` elements from one
+// row to the next (its row length, or more for a column window of a wider
+// matrix); a Transposed one is stored [cols, rows], `ld` elements per
+// stored row. Folding `transpose(w)` or `qkv[..., a:b]` into the matmul
+// this way reads the operand where it lies instead of copying it first.
+template <bool Transposed, typename I> GDL_DEV I operand_index(I r, I c, I ld) {
+  return Transposed ? c * ld + r : r * ld + c;
+}
+
 template <typename TC, typename I, typename Epi> GDL_DEV void store_result(TC* c, I index, float acc, const Epi& epi) {
   c[index] = cvt<TC>(epi(acc, index));
 }
@@ -48,6 +58,9 @@ constexpr int kSimtLdA = kSimtBM + 4;  // a is stored transposed: [k][m]
 constexpr int kSimtTM = 8, kSimtTN = 4;
 
 template <int A, int B> struct min_int { static constexpr int value = A < B ? A : B; };
+template <int V> struct Int { static constexpr int value = V; };  // a compile-time int passed as an argument
+template <bool C, typename A, typename B> struct Pick { using type = A; };  // A when C, else B
+template <typename A, typename B> struct Pick<false, A, B> { using type = B; };
 }  // namespace mm
 
 constexpr int kMatmulRowsSmem = mm::kStageFloats * 4;

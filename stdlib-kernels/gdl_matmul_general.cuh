@@ -27,10 +27,12 @@ template <> struct matmul_types<int> {
 // an RM x RN register tile: rows ty + i * (TM / RM), columns tx + j * (TN / RN).
 // i32 accumulates in 64 bits and saturates, as the interpreter's double sum
 // rounded to i32 does. Needs at least (TM / RM) * (TN / RN) threads.
-template <int TM, int TN, int TK, int RM, int RN, typename I, typename TA, typename TB, typename TC, int NB,
-          typename Epi>
-GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, I k_valid, const BatchMap<NB, 2, I>& batches,
-                    const Epi& epi) {
+// TransA, TransB: a, b transposed (operand_index; lda, ldb their stored
+// row lengths).
+template <int TM, int TN, int TK, int RM, int RN, typename I, bool TransA = false, bool TransB = false, typename TA,
+          typename TB, typename TC, int NB, typename Epi>
+GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, I lda, I ldb, I k_valid,
+                    const BatchMap<NB, 2, I>& batches, const Epi& epi) {
   constexpr int TX = TN / RN, TY = TM / RM, THREADS = TX * TY;
   static_assert(TM % RM == 0 && TN % RN == 0, "register tile must divide the block tile");
   typedef typename matmul_types<TA>::element E;
@@ -71,7 +73,7 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, I k_valid, c
           if (TM * TK % THREADS != 0 && l >= TM * TK) break;
           const int r = l / TK, kk = l % TK;
           const I gm = m0 + r, gk = k0 + kk;
-          a_tile[kk][r] = gm < M && gk < k_end ? (E)num(ab[gm * K + gk]) : (E)0;
+          a_tile[kk][r] = gm < M && gk < k_end ? (E)num(ab[operand_index<TransA>(gm, gk, lda)]) : (E)0;
         }
 #pragma unroll
         for (int u = 0; u < (TK * TN + THREADS - 1) / THREADS; ++u) {
@@ -79,7 +81,7 @@ GDL_DEV void matmul(const TA* a, const TB* b, TC* c, I M, I N, I K, I k_valid, c
           if (TK * TN % THREADS != 0 && l >= TK * TN) break;
           const int kk = l / TN, cc = l % TN;
           const I gk = k0 + kk, gn = n0 + cc;
-          b_tile[kk][cc] = gk < k_end && gn < N ? (E)num(bb[gk * N + gn]) : (E)0;
+          b_tile[kk][cc] = gk < k_end && gn < N ? (E)num(bb[operand_index<TransB>(gk, gn, ldb)]) : (E)0;
         }
       }
       __syncthreads();

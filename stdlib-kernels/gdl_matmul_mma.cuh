@@ -34,23 +34,34 @@ template <typename T> GDL_DEV void stage16(T* dst, const T* src, int valid, bool
 
 // ClusterSplits > 1: launched in clusters of that many blocks along y, which
 // split K among them (cluster split, gdl_matmul_tiles.cuh; sk.splits must
-// be the same).
-template <int ClusterSplits = 0, typename T, typename I, typename TC, typename Epi, typename Pro, int NB>
-GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid, const BatchMap<NB, 2, I>& batches,
-                        SplitScratch sk, const Epi& epi, const Pro& pro, unsigned char* smem) {
+// be the same). TA, TB: a, b transposed (operand_index; lda, ldb their
+// stored row lengths): a transposed operand is staged as stored, contiguous
+// along M (a) or K (b), and read by the tensor cores as column-major; a
+// transposed b's stage is larger, so it keeps two steps in flight.
+template <int ClusterSplits = 0, bool TA = false, bool TB = false, typename T, typename I, typename TC, typename Epi,
+          typename Pro, int NB>
+GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I lda, I ldb, I k_valid,
+                        const BatchMap<NB, 2, I>& batches, SplitScratch sk, const Epi& epi, const Pro& pro,
+                        unsigned char* smem) {
   using namespace nvcuda;
+  static_assert(!((TA || TB) && Pro::active), "the norm prologue and its fold read a plain a and b");
   constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN, BK = mm::kMmaBK;
-  constexpr int LDA = mm::kMmaLdA, LDB = mm::kMmaLdB, LDC = mm::kMmaLdC;
+  constexpr int LDA = TA ? BM + 8 : mm::kMmaLdA, LDB = TB ? BK + 8 : mm::kMmaLdB, LDC = mm::kMmaLdC;
+  constexpr int STAGE_B = TB ? BN * LDB : mm::kMmaStageB;  // elements per b buffer
+  constexpr int STAGES = TB ? 2 : mm::kMmaStages;
+  static_assert(BK * LDA <= mm::kMmaStageA && STAGES * (mm::kMmaStageA + STAGE_B) * 2 <= kMatmulMmaSmem,
+                "the stages fit the shared buffer");
+  using LayoutA = typename mm::Pick<TA, wmma::col_major, wmma::row_major>::type;
+  using LayoutB = typename mm::Pick<TB, wmma::col_major, wmma::row_major>::type;
   if (blockDim.x != mm::kThreads) __trap();
-  constexpr int STAGES = mm::kMmaStages;
-  T* As = reinterpret_cast<T*>(smem);          // [STAGES][BM][LDA]
-  T* Bs = As + STAGES * mm::kMmaStageA;        // [STAGES][BK][LDB]
+  T* As = reinterpret_cast<T*>(smem);          // [STAGES][BM][LDA], transposed [STAGES][BK][LDA]
+  T* Bs = As + STAGES * mm::kMmaStageA;        // [STAGES][BK][LDB], transposed [STAGES][BN][LDB]
   float* Cs = reinterpret_cast<float*>(smem);  // [BM][LDC], after the k loop
   __shared__ FoldTile<BM, BN> fold;  // norm prologue (unused without one)
   const int tid = threadIdx.x, warp = tid >> 5;
   const int wm = warp / 4, wn = warp % 4;     // 2 x 4 warps of 32 x 32
   const int a_row = tid / 4, a_col = (tid % 4) * 8;  // this thread's vector of the a stage
-  const bool vec_a = K % 8 == 0 && aligned16(a), vec_b = N % 8 == 0 && aligned16(b);
+  const bool vec_a = lda % 8 == 0 && aligned16(a), vec_b = ldb % 8 == 0 && aligned16(b);
   const int S = sk.splits;
   const I mt = ceil_div(M, (I)BM), nt = ceil_div(N, (I)BN);
   const I tiles = batches.count * mt * nt;
@@ -78,15 +89,30 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
     const auto issue = [&](I kt) {
       const int buf = (int)(kt % STAGES);
       const I k0 = k_lo + kt * BK;
-      const I m = m0 + a_row, ka = k0 + a_col;
-      stage16(As + buf * mm::kMmaStageA + a_row * LDA + a_col, ab + (m < M ? m : (I)0) * K + ka,
-              m < M ? vec_valid<8>(ka, k_hi) : 0, vec_a);
+      if constexpr (TA) {  // BK stored rows of BM positions: one vector each
+        const int row = tid / (BM / 8), col = (tid % (BM / 8)) * 8;
+        const I ka = k0 + row, m = m0 + col;
+        stage16(As + buf * mm::kMmaStageA + row * LDA + col, ab + (ka < k_hi ? ka : (I)0) * lda + m,
+                ka < k_hi ? vec_valid<8>(m, M) : 0, vec_a);
+      } else {
+        const I m = m0 + a_row, ka = k0 + a_col;
+        stage16(As + buf * mm::kMmaStageA + a_row * LDA + a_col, ab + (m < M ? m : (I)0) * lda + ka,
+                m < M ? vec_valid<8>(ka, k_hi) : 0, vec_a);
+      }
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        const int l = tid + u * mm::kThreads, row = l / (BN / 8), col = (l % (BN / 8)) * 8;
-        const I kb = k0 + row, n = n0 + col;
-        stage16(Bs + buf * mm::kMmaStageB + row * LDB + col, bb + (kb < k_hi ? kb : (I)0) * N + n,
-                kb < k_hi ? vec_valid<8>(n, N) : 0, vec_b);
+        const int l = tid + u * mm::kThreads;
+        if constexpr (TB) {  // BN stored rows of BK positions
+          const int row = l / (BK / 8), col = (l % (BK / 8)) * 8;
+          const I n = n0 + row, kb = k0 + col;
+          stage16(Bs + buf * STAGE_B + row * LDB + col, bb + (n < N ? n : (I)0) * ldb + kb,
+                  n < N ? vec_valid<8>(kb, k_hi) : 0, vec_b);
+        } else {
+          const int row = l / (BN / 8), col = (l % (BN / 8)) * 8;
+          const I kb = k0 + row, n = n0 + col;
+          stage16(Bs + buf * STAGE_B + row * LDB + col, bb + (kb < k_hi ? kb : (I)0) * ldb + n,
+                  kb < k_hi ? vec_valid<8>(n, N) : 0, vec_b);
+        }
       }
     };
 
@@ -117,15 +143,17 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I k_valid,
       if (kt + STAGES - 1 < ksteps) issue(kt + STAGES - 1);  // into step kt - 1's buffer
       cp_async_commit();
       const T* at = As + buf * mm::kMmaStageA;
-      const T* bt = Bs + buf * mm::kMmaStageB;
+      const T* bt = Bs + buf * STAGE_B;
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb[2];
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LayoutA> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> fb[2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], at + (wm * 32 + i * 16) * LDA + kk, LDA);
+        for (int i = 0; i < 2; ++i)
+          wmma::load_matrix_sync(fa[i], at + operand_index<TA>(wm * 32 + i * 16, kk, LDA), LDA);
 #pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], bt + kk * LDB + wn * 32 + j * 16, LDB);
+        for (int j = 0; j < 2; ++j)
+          wmma::load_matrix_sync(fb[j], bt + operand_index<TB>(kk, wn * 32 + j * 16, LDB), LDB);
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll

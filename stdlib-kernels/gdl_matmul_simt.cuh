@@ -12,10 +12,14 @@ namespace gdl {
 
 // ------------------------------------------------------------ matmul_simt
 
-template <typename I, typename TC, typename Epi, typename Pro, int NB>
-GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I k_valid,
+// TA, TB: a, b transposed (operand_index; lda, ldb their stored row
+// lengths), loaded as stored (16 bytes along M, or K) and put in place in
+// shared memory by the stash.
+template <bool TA = false, bool TB = false, typename I, typename TC, typename Epi, typename Pro, int NB>
+GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I lda, I ldb, I k_valid,
                          const BatchMap<NB, 2, I>& batches, SplitScratch sk, const Epi& epi, const Pro& pro,
                          unsigned char* smem) {
+  static_assert(!((TA || TB) && Pro::active), "the norm prologue and its fold read a plain a and b");
   constexpr int BM = mm::kSimtBM, BN = mm::kSimtBN, BK = mm::kSimtBK, LDA = mm::kSimtLdA;
   constexpr int TM = mm::kSimtTM, TN = mm::kSimtTN;
   static_assert((BM / TM) * (BN / TN) == mm::kThreads, "one register tile per thread");
@@ -26,7 +30,7 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
   const int tid = threadIdx.x;
   const int tx = tid % (BN / TN), ty = tid / (BN / TN);  // columns tx * 4 + j, rows ty * 8 + i
   const int a_row = tid / (BK / 4), a_col = (tid % (BK / 4)) * 4;
-  const bool vec_a = K % 4 == 0 && aligned16(a), vec_b = N % 4 == 0 && aligned16(b);
+  const bool vec_a = lda % 4 == 0 && aligned16(a), vec_b = ldb % 4 == 0 && aligned16(b);
   const int S = sk.splits;
   const I mt = ceil_div(M, (I)BM), nt = ceil_div(N, (I)BN);
   const I tiles = batches.count * mt * nt;
@@ -48,28 +52,56 @@ GDL_DEV void matmul_simt(const float* a, const float* b, TC* c, I M, I N, I K, I
 
     uint4 ra, rb[2];
     I ra_k = 0;  // the position of ra's first element
+    // This thread's vectors: of a, (a_row, a_col), or transposed (at_row, at_col)
+    // = (position, row); of b, (l / (BN / 4), 4 * (l % (BN / 4))), or
+    // transposed (l / (BK / 4), 4 * (l % (BK / 4))) = (column, position).
+    const int at_row = tid / (BM / 4), at_col = (tid % (BM / 4)) * 4;
     const auto fetch = [&](I k0) {
-      const I m = m0 + a_row, ka = k0 + a_col;
-      ra_k = ka;
-      ra = m < M ? load16(ab + m * K + ka, vec_valid<4>(ka, k_hi), vec_a) : zero16();
+      if constexpr (TA) {
+        const I ka = k0 + at_row, m = m0 + at_col;
+        ra = ka < k_hi ? load16(ab + ka * lda + m, vec_valid<4>(m, M), vec_a) : zero16();
+      } else {
+        const I m = m0 + a_row, ka = k0 + a_col;
+        ra_k = ka;
+        ra = m < M ? load16(ab + m * lda + ka, vec_valid<4>(ka, k_hi), vec_a) : zero16();
+      }
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        const int l = tid + u * mm::kThreads, row = l / (BN / 4), col = (l % (BN / 4)) * 4;
-        const I kb = k0 + row, n = n0 + col;
-        rb[u] = kb < k_hi ? load16(bb + kb * N + n, vec_valid<4>(n, N), vec_b) : zero16();
+        const int l = tid + u * mm::kThreads;
+        if constexpr (TB) {
+          const I n = n0 + l / (BK / 4), kb = k0 + (l % (BK / 4)) * 4;
+          rb[u] = n < N ? load16(bb + n * ldb + kb, vec_valid<4>(kb, k_hi), vec_b) : zero16();
+        } else {
+          const I kb = k0 + l / (BN / 4), n = n0 + (l % (BN / 4)) * 4;
+          rb[u] = kb < k_hi ? load16(bb + kb * ldb + n, vec_valid<4>(n, N), vec_b) : zero16();
+        }
       }
     };
     const auto stash = [&](int buf) {
       float* at = As + buf * BK * LDA;
-      ra = scale16<float>(pro, ra, ra_k, k_hi);
-      at[(a_col + 0) * LDA + a_row] = __uint_as_float(ra.x);
-      at[(a_col + 1) * LDA + a_row] = __uint_as_float(ra.y);
-      at[(a_col + 2) * LDA + a_row] = __uint_as_float(ra.z);
-      at[(a_col + 3) * LDA + a_row] = __uint_as_float(ra.w);
+      if constexpr (TA) {
+        *reinterpret_cast<uint4*>(at + at_row * LDA + at_col) = ra;
+      } else {
+        ra = scale16<float>(pro, ra, ra_k, k_hi);
+        at[(a_col + 0) * LDA + a_row] = __uint_as_float(ra.x);
+        at[(a_col + 1) * LDA + a_row] = __uint_as_float(ra.y);
+        at[(a_col + 2) * LDA + a_row] = __uint_as_float(ra.z);
+        at[(a_col + 3) * LDA + a_row] = __uint_as_float(ra.w);
+      }
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        const int l = tid + u * mm::kThreads, row = l / (BN / 4), col = (l % (BN / 4)) * 4;
-        *reinterpret_cast<uint4*>(Bs + buf * BK * BN + row * BN + col) = rb[u];
+        const int l = tid + u * mm::kThreads;
+        float* bt = Bs + buf * BK * BN;
+        if constexpr (TB) {
+          const int col = l / (BK / 4), row = (l % (BK / 4)) * 4;
+          bt[(row + 0) * BN + col] = __uint_as_float(rb[u].x);
+          bt[(row + 1) * BN + col] = __uint_as_float(rb[u].y);
+          bt[(row + 2) * BN + col] = __uint_as_float(rb[u].z);
+          bt[(row + 3) * BN + col] = __uint_as_float(rb[u].w);
+        } else {
+          const int row = l / (BN / 4), col = (l % (BN / 4)) * 4;
+          *reinterpret_cast<uint4*>(bt + row * BN + col) = rb[u];
+        }
       }
     };
 

@@ -646,7 +646,8 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK_FALSE(batched.use_rows);
     s = step_writing(p, k.value["batched"]);
     CHECK(own_kernel(code, s).launch.grid_y == 4 * batched.tile_splits);
-    CHECK(src.find("  batches.set(1, gdl::Shape<1, int>{{4}}, K * N);  // b") != std::string::npos);
+    CHECK(src.find("  batches.set(1, gdl::Shape<1, int>{{4}}, ") != std::string::npos);  // b's stored rows * ldb
+    CHECK(src.find(" * ldb);  // b") != std::string::npos);
 
     // ragged: 3 x 17 rows fold into 51, K = 33 too short to split.
     const MatmulChoice ragged = choose_matmul(p.graph, p.graph.node(k.value["ragged"]));

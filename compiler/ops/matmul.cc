@@ -17,6 +17,8 @@
 // writes as well (Variant::kChainStep).
 #include <algorithm>
 
+#include "ops/matmul.h"
+
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -26,6 +28,49 @@
 #include "plan/kernel_choice.h"
 
 namespace gdl::ops {
+
+std::optional<MatmulLayout> matmul_layout(const ir::Attrs& attrs) {
+  const std::vector<int64_t>& v = attrs.ints;
+  if (v.empty()) return MatmulLayout{};
+  if (v.size() != 4 || v[0] < 0 || v[0] > 1 || v[1] < 0 || v[1] > 1 || v[2] < 0 || v[3] < 0) return std::nullopt;
+  return MatmulLayout{v[0] == 1, v[1] == 1, v[2], v[3]};
+}
+
+MatmulLayout matmul_layout(const ir::Node& n) {
+  std::optional<MatmulLayout> layout = matmul_layout(n.attrs);
+  GDL_INTERNAL_ASSERT(layout.has_value(), "a matmul with attributes that are not a layout");
+  return *layout;
+}
+
+std::vector<int64_t> matmul_layout_ints(const MatmulLayout& l) {
+  if (l.as_stored()) return {};
+  return {l.transpose_a ? 1 : 0, l.transpose_b ? 1 : 0, l.col_begin, l.col_count};
+}
+
+namespace {
+Shape swap_last_two(Shape s) {
+  std::swap(s[s.size() - 1], s[s.size() - 2]);
+  return s;
+}
+}  // namespace
+
+Shape matmul_a_shape(const Shape& stored_a, const MatmulLayout& l) {
+  return l.transpose_a ? swap_last_two(stored_a) : stored_a;
+}
+
+Shape matmul_b_shape(const Shape& stored_b, const MatmulLayout& l) {
+  Shape s = l.transpose_b ? swap_last_two(stored_b) : stored_b;
+  if (l.windowed()) s.back() = Dim::constant(l.col_count);
+  return s;
+}
+
+Shape matmul_a_shape(const ir::Graph& g, const ir::Node& n) {
+  return matmul_a_shape(g.node(n.args.at(0)).type.shape, matmul_layout(n));
+}
+Shape matmul_b_shape(const ir::Graph& g, const ir::Node& n) {
+  return matmul_b_shape(g.node(n.args.at(1)).type.shape, matmul_layout(n));
+}
+
 namespace {
 
 using ir::Node;
@@ -41,12 +86,24 @@ constexpr MatmulTiles kMatmulSmallM{16, 32, 64, 1, 2};  // decode: M at most 64,
 constexpr uint32_t kMatmulThreads = 256;
 
 TypeResult infer_matmul(TypeQuery& q) {
-  const TensorType* ta = q.tensor(0, "matmul");
-  const TensorType* tb = ta ? q.tensor(1, "matmul") : nullptr;
-  if (!ta || !tb) return TypeResult::failed();
-  const std::string pair = q.text(*ta) + " @ " + q.text(*tb);
-  if (ta->rank() < 2 || tb->rank() < 2)
+  const TensorType* stored_a = q.tensor(0, "matmul");
+  const TensorType* stored_b = stored_a ? q.tensor(1, "matmul") : nullptr;
+  if (!stored_a || !stored_b) return TypeResult::failed();
+  const std::string pair = q.text(*stored_a) + " @ " + q.text(*stored_b);
+  if (stored_a->rank() < 2 || stored_b->rank() < 2)
     return q.error(kAtOp, "matmul needs rank >= 2 on both sides: " + pair, "reshape a vector to [1, K] or [K, 1] first");
+  // A layout (set by the matmul-operands pass, never written in a program):
+  // the operands as the matmul reads them.
+  const std::optional<MatmulLayout> layout = matmul_layout(q.attrs());
+  if (!layout) return q.error(kAtOp, "matmul attributes are not a layout", "");
+  if (layout->windowed()) {
+    const Shape read_b = matmul_b_shape(stored_b->shape, MatmulLayout{false, layout->transpose_b, 0, 0});
+    if (read_b.back().is_runtime() || layout->col_begin + layout->col_count > read_b.back().extent)
+      return q.error(kAtOp, "matmul column window outside " + pair, "");
+  }
+  const TensorType read_a{stored_a->dtype, matmul_a_shape(stored_a->shape, *layout)};
+  const TensorType read_b{stored_b->dtype, matmul_b_shape(stored_b->shape, *layout)};
+  const TensorType *ta = &read_a, *tb = &read_b;
   if (ta->dtype != tb->dtype)
     return q.error(kAtOp, "dtype mismatch in matmul: " + pair,
                    "convert one side with cast(x, " + std::string(dtype_name(ta->dtype)) + ")");
@@ -69,9 +126,30 @@ TypeResult infer_matmul(TypeQuery& q) {
 // over k < k_valid of a[i, k] * b[k, :], accumulated in double in increasing
 // k (the i-k-j order walks b row by row, which keeps large weights
 // cache-friendly).
-void eval_matmul(const Node&, const EvalArgs& in, HostTensor& out) {
-  const HostTensor &a = *in.values[0], &b = *in.values[1];
-  const int64_t k_valid = in.valid(0, -1);
+// An operand as the matmul reads it: the last two axes of `stored` swapped
+// when `transpose`, then columns [col_begin, col_begin + col_count) of the
+// last axis (col_count 0: all).
+HostTensor read_operand(const HostTensor& stored, bool transpose, int64_t col_begin, int64_t col_count) {
+  host::Extents shape = stored.shape, strides = host::row_major_strides(stored.shape);
+  const size_t r = shape.size();
+  if (transpose) std::swap(shape[r - 1], shape[r - 2]), std::swap(strides[r - 1], strides[r - 2]);
+  if (col_count != 0) shape.back() = col_count;
+  HostTensor out = host::make_tensor(stored.dtype, shape);
+  host::copy_strided(stored, col_begin * strides.back(), strides, out);
+  return out;
+}
+
+// A transposed or windowed operand is first read into a tensor of the
+// shape the matmul sees.
+void eval_matmul(const Node& node, const EvalArgs& in, HostTensor& out) {
+  const MatmulLayout layout = matmul_layout(node);
+  HostTensor read_a, read_b;
+  if (layout.transpose_a) read_a = read_operand(*in.values[0], true, 0, 0);
+  if (layout.transpose_b || layout.windowed())
+    read_b = read_operand(*in.values[1], layout.transpose_b, layout.col_begin, layout.col_count);
+  const HostTensor& a = layout.transpose_a ? read_a : *in.values[0];
+  const HostTensor& b = layout.transpose_b || layout.windowed() ? read_b : *in.values[1];
+  const int64_t k_valid = in.valid(0, layout.transpose_a ? -2 : -1);
   size_t ra = a.shape.size(), rb = b.shape.size(), ro = out.shape.size();
   GDL_INTERNAL_ASSERT(ra >= 2 && rb >= 2 && ro >= 2, "matmul needs rank >= 2");
   int64_t m = a.shape[ra - 2], k = a.shape[ra - 1], n = b.shape[rb - 1];
@@ -174,24 +252,35 @@ std::string weights_prefetch(StepEmitter& e, const Node& n, const MatmulChoice& 
   const plan::Buffer& buffer = e.p.buffers.at(static_cast<size_t>(n.args.at(1)));
   if (!choice.fold_batch || buffer.region != plan::Region::kParams) return "";
   e.waits_in_body = true;
+  const bool tb = matmul_layout(n).transpose_b;
   const std::string bk = choice.tiles == MatmulKernel::kSimt ? "gdl::mm::kSimtBK" : "gdl::mm::kMmaBK";
-  const std::string rows = std::string("gdl::matmul_rows_prefetch") +
-                           (choice.rows_cluster ? "<" + std::to_string(choice.rows_splits) + ">" : "") + "(" + b +
-                           ", N, K, " + std::to_string(choice.rows_splits) + ");";
-  const std::string cluster = choice.tile_cluster ? ", " + std::to_string(choice.tile_splits) : "";
-  const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + cluster + ">(" + b + ", rows, N, K, " +
-                            std::to_string(choice.tile_splits) + ");";
+  const std::string rows_template =
+      tb ? "<" + std::to_string(choice.rows_cluster ? choice.rows_splits : 0) + ", true>"
+         : choice.rows_cluster ? "<" + std::to_string(choice.rows_splits) + ">" : "";
+  const std::string rows = "gdl::matmul_rows_prefetch" + rows_template + "(" + b + ", N, K, ldb, " +
+                           std::to_string(choice.rows_splits) + ");";
+  const std::string cluster =
+      choice.tile_cluster || tb ? ", " + std::to_string(choice.tile_cluster ? choice.tile_splits : 0) : "";
+  const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + cluster + (tb ? ", true" : "") + ">(" + b +
+                            ", rows, N, K, ldb, " + std::to_string(choice.tile_splits) + ");";
   return "  // before the kernels this one depends on finish: its part of the weights into L2\n  " +
          (use_rows ? rows : tiles) + "\n  gdl::wait_for_producers();\n  gdl::matmul_allow_dependents(rows, N, K);\n";
 }
 
 // A matmul (kernel_choice.h picks the kernel): [..., M, K] @ [..., K, N]
 // summing the first k_valid positions of K (all of them unless K is a
-// padded run-time dim). With b shared the batch folds into the rows.
-std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::string>& args,
-                        const std::string& out_ptr, LaunchRule& rule) {
-  const Shape &as = e.g.node(n.args.at(0)).type.shape, &bs = e.g.node(n.args.at(1)).type.shape;
+// padded run-time dim). With b shared the batch folds into the rows. A
+// transposed or windowed operand (ops/matmul.h) is read where it lies:
+// lda, ldb are the stored rows' lengths, a window starts at its first
+// column, and the kernels take the transposes as template arguments.
+std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> args, const std::string& out_ptr,
+                        LaunchRule& rule) {
+  const MatmulLayout layout = matmul_layout(n);
+  const Shape &stored_a = e.g.node(n.args.at(0)).type.shape, &stored_b = e.g.node(n.args.at(1)).type.shape;
+  const Shape as = matmul_a_shape(stored_a, layout), bs = matmul_b_shape(stored_b, layout);
   const Shape& rs = n.type.shape;
+  const std::string ta = layout.transpose_a ? "true" : "false", tb = layout.transpose_b ? "true" : "false";
+  const bool transposed = layout.transpose_a || layout.transpose_b;
   const size_t batch_rank = rs.size() - 2;
   const int nb = std::max<int>(1, static_cast<int>(batch_rank));
   const MatmulChoice choice = choose_matmul(e.g, n);
@@ -200,7 +289,8 @@ std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::st
     body += "  const " + e.idx + " " + name + " = " + value + ";\n";
   };
   if (e.variant == Variant::kChainStep) {  // one step of a chain (plan/chains.h): the chain holds b and the launch
-    GDL_INTERNAL_ASSERT(choice.fold_batch, "step " + std::to_string(e.index) + ": a chain step folds its batch");
+    GDL_INTERNAL_ASSERT(choice.fold_batch && layout.as_stored(),
+                        "step " + std::to_string(e.index) + ": a chain step folds its batch and reads b as stored");
     e.chain_a = args[0];  // the rows the chain stages, which its epilogue may read again
     const std::string epi = matmul_epilogue(e, body);
     const std::string pro = matmul_prologue_functor(e, body);
@@ -215,14 +305,20 @@ std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::st
   if (choice.tiles == MatmulKernel::kGeneral || !choice.fold_batch) local("M", e.dim(as[as.size() - 2]));
   local("K", e.dim(as[as.size() - 1]));
   local("N", e.dim(bs[bs.size() - 1]));
+  local("lda", e.dim(stored_a.back()));
+  local("ldb", e.dim(stored_b.back()));
+  if (layout.windowed())  // the window's first column: a column of b, or a stored row when b is transposed
+    args[1] = "(" + args[1] + " + " + std::to_string(layout.col_begin) + (layout.transpose_b ? " * ldb)" : ")");
   const Dim& k_dim = as.back();
   // A padded K (buckets): only its valid positions are summed.
   local("k_valid", k_dim.is_runtime() ? valid_count_expr(k_dim.symbol) : "K");
   auto batch_map = [&] {
     std::string map = "gdl::BatchMap<" + std::to_string(nb) + ", 2, " + e.idx + ">";
     body += "  " + map + " batches(" + e.shape_literal(sub_shape(rs, 0, batch_rank), nb) + ");\n";
-    body += "  batches.set(0, " + e.shape_literal(sub_shape(as, 0, as.size() - 2), nb) + ", M * K);  // a\n";
-    body += "  batches.set(1, " + e.shape_literal(sub_shape(bs, 0, bs.size() - 2), nb) + ", K * N);  // b\n";
+    body += "  batches.set(0, " + e.shape_literal(sub_shape(as, 0, as.size() - 2), nb) + ", " +
+            e.dim(stored_a[stored_a.size() - 2]) + " * lda);  // a\n";
+    body += "  batches.set(1, " + e.shape_literal(sub_shape(bs, 0, bs.size() - 2), nb) + ", " +
+            e.dim(stored_b[stored_b.size() - 2]) + " * ldb);  // b\n";
   };
   const std::string epi = matmul_epilogue(e, body);
   const std::string pro = matmul_prologue_functor(e, body);
@@ -235,8 +331,9 @@ std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::st
     batch_map();
     MatmulTiles t = max_extent(rs[rs.size() - 2], e.g) <= 64 ? kMatmulSmallM : kMatmulLarge;
     body += "  gdl::matmul<" + std::to_string(t.tm) + ", " + std::to_string(t.tn) + ", " + std::to_string(t.tk) + ", " +
-            std::to_string(t.rm) + ", " + std::to_string(t.rn) + ", " + e.idx + ">(" + args[0] + ", " + args[1] + ", " +
-            out_ptr + ", M, N, K, k_valid, batches, " + epi + ");\n";
+            std::to_string(t.rm) + ", " + std::to_string(t.rn) + ", " + e.idx +
+            (transposed ? ", " + ta + ", " + tb : "") + ">(" + args[0] + ", " + args[1] + ", " + out_ptr +
+            ", M, N, K, lda, ldb, k_valid, batches, " + epi + ");\n";
     rule = task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, t.tm}, {{rs.back()}, t.tn}},
                        kMatmulThreads);
     return body;
@@ -271,9 +368,11 @@ std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::st
   }
   if (use_rows) {
     if (choice.rows_cluster) e.cluster_y = choice.rows_splits;  // the K splits of a strip: one cluster
-    rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) +
-                (choice.rows_cluster ? ", " + std::to_string(choice.rows_splits) : "") + ">(" + args[0] + ", " +
-                args[1] + ", " + out_ptr + ", rows, N, K, k_valid, " +
+    const std::string cluster =
+        choice.rows_cluster || transposed ? ", " + std::to_string(choice.rows_cluster ? choice.rows_splits : 0) : "";
+    rows_call = "gdl::matmul_rows<" + std::to_string(choice.row_tile) + cluster +
+                (transposed ? ", " + ta + ", " + tb : "") + ">(" + args[0] + ", " + args[1] + ", " + out_ptr +
+                ", rows, N, K, lda, ldb, k_valid, " +
                 e.split_scratch(choice.rows_splits, choice.rows_cluster, choice.scratch, body) + ", " + epi + ", " +
                 pro + ", smem);";
   }
@@ -281,9 +380,13 @@ std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::st
     std::string m = choice.fold_batch ? "rows" : "M";
     std::string map = choice.fold_batch ? "single" : "batches";
     if (choice.tile_cluster) e.cluster_y = choice.tile_splits;  // the K splits of a tile: one cluster
-    const std::string cluster = choice.tile_cluster ? "<" + std::to_string(choice.tile_splits) + ">" : "";
-    tiles_call = "gdl::matmul_" + tiles_name + cluster + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
-                 ", N, K, k_valid, " + map + ", " +
+    const std::string cluster = std::to_string(choice.tile_cluster ? choice.tile_splits : 0);
+    const std::string targs = choice.tiles == MatmulKernel::kSimt ? (transposed ? "<" + ta + ", " + tb + ">" : "")
+                              : transposed         ? "<" + cluster + ", " + ta + ", " + tb + ">"
+                              : choice.tile_cluster ? "<" + cluster + ">"
+                                                    : "";
+    tiles_call = "gdl::matmul_" + tiles_name + targs + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
+                 ", N, K, lda, ldb, k_valid, " + map + ", " +
                  e.split_scratch(choice.tile_splits, choice.tile_cluster, choice.scratch, body) + ", " + epi + ", " +
                  pro + ", smem);";
   }
@@ -306,6 +409,18 @@ std::string matmul_body(StepEmitter& e, const Node& n, const std::vector<std::st
 
 
 
+// {transpose_a, transpose_b, columns 256:512}: what a layout reads differently.
+std::string layout_text(const ir::Attrs& attrs) {
+  const std::optional<MatmulLayout> l = matmul_layout(attrs);
+  if (!l) return "layout?";
+  std::string text;
+  const auto add = [&](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
+  if (l->transpose_a) add("transpose_a");
+  if (l->transpose_b) add("transpose_b");
+  if (l->windowed()) add("columns " + std::to_string(l->col_begin) + ":" + std::to_string(l->col_begin + l->col_count));
+  return text;
+}
+
 std::string emit_matmul(StepEmitter& e, const Node& n, LaunchRule& rule) {
   // A fused norm's input stands for its result: the kernel normalizes the rows as it stages them.
   const std::string a = e.pointer(n.args[0] == e.norm_prologue ? e.g.node(e.norm_prologue).args.at(0) : n.args[0]);
@@ -327,6 +442,7 @@ void add_matmul_ops(std::vector<OpDef>& defs) {
   d.infer = infer_matmul;
   d.eval = eval_matmul;
   d.kernel = emit_matmul;
+  d.attr_text = layout_text;
   defs.push_back(d);
 }
 

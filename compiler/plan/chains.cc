@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "ops/matmul.h"
 #include "plan/kernel_choice.h"
 
 namespace gdl {
@@ -28,7 +29,7 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
   if (step.values.empty()) return 0;
   const ValueId norm = matmul_prologue(g, step.values);
   const ir::Node& matmul = g.node(step.values[norm == ir::kNoValue ? 0 : 1]);
-  if (matmul.op != Op::kMatMul) return 0;
+  if (matmul.op != Op::kMatMul || !ops::matmul_layout(matmul).as_stored()) return 0;  // the chain streams b as stored
   const ir::Node& a = g.node(matmul.args[0]);
   const ir::Node& b = g.node(matmul.args[1]);
   const DType t = matmul.type.dtype;

@@ -39,7 +39,7 @@
 //       the statistics stay within kMaxPrologueReread bytes
 //       (kernel_choice.h: prologue_reread_bytes), and the rows kernel, if
 //       the matmul may take it, holds at most kMaxPrologueRowTile rows in
-//       registers. The norm is visited
+//       registers, and the matmul reads a and b untransposed. The norm is visited
 //       after its matmul, which has its group by then.
 //    f. a value that reads storage an in-place write overwrites later
 //       (plan::overwritten_readers) joins no group whose result comes after
@@ -64,6 +64,7 @@
 
 #include "internal_error.h"
 #include "ops/op_def.h"
+#include "ops/matmul.h"
 #include "plan/kernel_choice.h"
 
 namespace gdl::plan {
@@ -230,8 +231,14 @@ class Fuser {
       return kNoGroup;
     const ir::Node& matmul = g_.node(users[0]);
     const ir::Node& x = g_.node(n.args.at(0));
+    // The prologue and its fold read a and b as stored, untransposed (gdl_matmul_prologue.cuh).
+    const auto reads_rows = [&] {
+      const ops::MatmulLayout l = ops::matmul_layout(matmul);
+      return !l.transpose_a && !l.transpose_b;
+    };
     bool fits = is_matmul(matmul.op) && matmul.args.at(0) == v && matmul.args.at(1) != v &&
-                matmul.type.dtype == n.type.dtype && x.type.dtype == n.type.dtype && !ir::has_no_storage(x.op);
+                matmul.type.dtype == n.type.dtype && x.type.dtype == n.type.dtype && !ir::has_no_storage(x.op) &&
+                reads_rows();
     const auto& in = groups_of_[static_cast<size_t>(users[0])];
     if (!fits || in.size() != 1) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(in.front())];

@@ -42,6 +42,7 @@
 #include "frontend/diagnostics.h"
 #include "internal_error.h"
 #include "ops/attention.h"
+#include "ops/matmul.h"
 #include "ops/op_def.h"
 
 namespace gdl {
@@ -184,8 +185,7 @@ uint64_t SplitScratchSize::partial_bytes() const { return align256(static_cast<u
 
 MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   GDL_INTERNAL_ASSERT(n.op == ir::Op::kMatMul && n.args.size() == 2, "choose_matmul on a node that is not a matmul");
-  const Shape& as = g.node(n.args[0]).type.shape;
-  const Shape& bs = g.node(n.args[1]).type.shape;
+  const Shape as = ops::matmul_a_shape(g, n), bs = ops::matmul_b_shape(g, n);  // as the matmul reads them
   const Shape& rs = n.type.shape;
   GDL_INTERNAL_ASSERT(as.size() >= 2 && bs.size() >= 2 && rs.size() >= 2, "matmul operands of rank < 2");
   MatmulChoice c;
@@ -313,7 +313,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
 uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& n) {
   const MatmulChoice c = choose_matmul(g, n);
   if (!c.use_rows && c.tiles == MatmulKernel::kGeneral) return 0;
-  const Shape& as = g.node(n.args[0]).type.shape;
+  const Shape as = ops::matmul_a_shape(g, n);
   const Shape& rs = n.type.shape;
   const uint64_t row_bytes = static_cast<uint64_t>(std::max<int64_t>(1, extent_at(as.back(), g, true))) *
                              dtype_size(n.type.dtype);

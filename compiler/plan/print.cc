@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/matmul.h"
 #include "plan/chains.h"
 
 namespace gdl::plan {
@@ -87,6 +88,28 @@ std::string in_place_note(const Plan& p, const Step& st) {
   return "";
 }
 
+// How the step's matmuls read an operand where it lies instead of a copy
+// of it (ops/matmul.h): "    reads %1 transposed, columns 10:20 of %2".
+std::string layout_note(const Plan& p, const Step& st) {
+  std::string out;
+  for (ValueId v : st.values) {
+    const ir::Node& n = p.graph.node(v);
+    if (n.op != Op::kMatMul) continue;
+    const ops::MatmulLayout l = ops::matmul_layout(n);
+    if (l.as_stored()) continue;
+    std::vector<std::string> parts;
+    if (l.transpose_a) parts.push_back(value_ref(n.args[0]) + " transposed");
+    std::string b = value_ref(n.args[1]) + (l.transpose_b ? " transposed" : "");
+    if (l.windowed())
+      b = "columns " + std::to_string(l.col_begin) + ":" + std::to_string(l.col_begin + l.col_count) + " of " + b;
+    if (l.transpose_b || l.windowed()) parts.push_back(b);
+    out += "    reads";
+    for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : " ") + parts[i];
+    out += " in place\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string print_plan(const Plan& p) {
@@ -132,6 +155,7 @@ std::string print_plan(const Plan& p) {
              std::to_string(st.scratch_offset) + " (" + human_bytes(st.scratch_bytes) + ")";
     out += "\n";
     out += in_place_note(p, st);
+    out += layout_note(p, st);
   }
   for (const Chain& c : p.chains)
     out += "  chain: steps " + std::to_string(c.first) + "-" + std::to_string(c.last) +
