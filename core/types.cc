@@ -138,7 +138,7 @@ double round_to_dtype(double v, DType t) {
       double r = std::trunc(v);
       if (r > std::numeric_limits<int32_t>::max()) return std::numeric_limits<int32_t>::max();
       if (r < std::numeric_limits<int32_t>::min()) return std::numeric_limits<int32_t>::min();
-      return r;
+      return r + 0.0;  // an integer has no -0: trunc(-0.4) is -0.0, which would print and compare as such
     }
     case DType::kBool: return v != 0 ? 1.0 : 0.0;
   }
