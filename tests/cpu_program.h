@@ -47,6 +47,28 @@ inline HostTensor random_tensor(std::mt19937& rng, DType dtype, std::vector<int6
   return t;
 }
 
+// Random values for every input, param and state of g at `dims`: floats
+// of both signs with magnitudes in [0.1, 1], i32 in [lo, hi].
+inline Bindings random_bindings(const ir::Graph& g, const std::vector<int64_t>& dims, std::mt19937& rng, int lo = -8,
+                                int hi = 40) {
+  Bindings b;
+  b.dims = dims;
+  std::uniform_real_distribution<double> magnitude(0.1, 1.0);
+  std::uniform_int_distribution<int> ints(lo, hi);
+  for (const ir::Node& n : g.nodes) {
+    if (n.op != ir::Op::kInput && n.op != ir::Op::kParam && n.op != ir::Op::kState) continue;
+    HostTensor t = tensor(n.type.dtype, concrete_shape(n.type.shape, dims), {});
+    int64_t count = 1;
+    for (int64_t e : t.shape) count *= e;
+    for (int64_t i = 0; i < count; ++i)
+      t.data.push_back(n.type.dtype == DType::kI32 ? ints(rng)
+                       : n.type.dtype == DType::kBool ? static_cast<double>(rng() & 1)
+                                                      : round_to_dtype(magnitude(rng) * ((rng() & 1) ? 1 : -1), n.type.dtype));
+    b.tensors[n.name] = std::move(t);
+  }
+  return b;
+}
+
 inline std::map<std::string, HostTensor> run_both(const ir::Graph& g, const Bindings& b, plan::PlanOptions options = {}) {
   Expected<std::map<std::string, HostTensor>> reference = interpret(g, b);
   REQUIRE_MESSAGE(reference.ok(), reference.status().message());
