@@ -10,6 +10,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "cpu_program.h"
 #include "fuzz/program_gen.h"
@@ -35,9 +38,9 @@ bool same_bits(const HostTensor& a, const HostTensor& b) {
   return true;
 }
 
-std::optional<ir::Graph> compile(const fuzz::GenProgram& p, bool optimize, std::string& error) {
+std::optional<ir::Graph> compile(const std::string& text, bool optimize, std::string& error) {
   DiagnosticSink diags;
-  SourceFile file = source_from_string("fuzz.gdl", p.text());
+  SourceFile file = source_from_string("fuzz.gdl", text);
   PipelineOptions options;
   options.optimize = optimize;
   std::optional<ir::Graph> g = compile_to_ir(file, diags, options);
@@ -46,18 +49,17 @@ std::optional<ir::Graph> compile(const fuzz::GenProgram& p, bool optimize, std::
 }
 
 // "" when the program passes every CPU check, else "kind: details".
-std::string check_cpu(const fuzz::GenProgram& p) {
+std::string check_text(const std::string& text, uint64_t seed) {
   std::string error;
-  std::optional<ir::Graph> g = compile(p, true, error);
+  std::optional<ir::Graph> g = compile(text, true, error);
   if (!g) return "compile: " + error;
-  std::optional<ir::Graph> plain = compile(p, false, error);
+  std::optional<ir::Graph> plain = compile(text, false, error);
   if (!plain) return "compile without optimization: " + error;
   const plan::Plan plan = plan_program(*g);
-  std::mt19937 rng(static_cast<uint32_t>(p.seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
   for (int sample = 0; sample < 2; ++sample) {
     std::vector<int64_t> dims;
-    for (const fuzz::GenRuntimeDim& d : p.dims)
-      dims.push_back(std::uniform_int_distribution<int64_t>(d.lo, d.hi)(rng));
+    for (const DimInfo& d : g->dims) dims.push_back(std::uniform_int_distribution<int64_t>(d.lo, d.hi)(rng));
     const Bindings b = random_bindings(*g, dims, rng);
     Expected<std::map<std::string, HostTensor>> want = interpret(*g, b);
     if (!want.ok()) return "interpret: " + want.status().message();
@@ -74,7 +76,23 @@ std::string check_cpu(const fuzz::GenProgram& p) {
   return "";
 }
 
+std::string check_cpu(const fuzz::GenProgram& p) { return check_text(p.text(), p.seed); }
+
 }  // namespace
+
+TEST_CASE("fuzz: saved regressions compile and run the same through their plan") {
+  const std::filesystem::path dir = std::filesystem::path(GDL_SOURCE_DIR) / "tests" / "fuzz" / "regressions";
+  int programs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".gdl") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    INFO(entry.path().filename().string());
+    CHECK(check_text(text.str(), ++programs) == "");
+  }
+  CHECK(programs > 0);
+}
 
 TEST_CASE("fuzz: random programs compile, run the same through their plan, and keep their values when optimized") {
   const uint64_t first = env_or("GDL_FUZZ_FIRST_SEED", 1), count = env_or("GDL_FUZZ_COUNT", 150);

@@ -1,0 +1,158 @@
+// Random programs (tests/fuzz/program_gen.h) on the GPU: each is compiled
+// (in parallel, on every core), then run in one session per dim policy
+// (buckets, update) with the arena and the padding poisoned, over a random
+// sequence of run-time dim values; at each, the graph run, the eager run
+// and the CPU reference must agree within the dtype's tolerance. A failure
+// is shrunk to a small program (fuzz/shrink.h), printed, and with
+// GDL_FUZZ_OUT=DIR written there for tests/fuzz/regressions/.
+// GDL_FUZZ_FIRST_SEED, GDL_FUZZ_GPU_COUNT (default 24) choose the programs.
+// Every program in tests/fuzz/regressions/ runs the same way first.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "fuzz/program_gen.h"
+#include "fuzz/shrink.h"
+#include "gdl/jit.h"
+#include "gpu_test_util.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+uint64_t env_or(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+// "" when every output of `got` is within tolerance of `want`, else why not.
+std::string compare(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
+                    const std::string& what) {
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) return what + ": no output " + name;
+    const double error = relative_error(it->second, w);
+    if (!(error <= tolerance(w.dtype)))
+      return what + ": " + name + " error " + std::to_string(error) + " (" + element_type_name(w.dtype) + ")";
+  }
+  return "";
+}
+
+// The GPU check of one compiled program: "" or "kind: details".
+std::string check_gpu(const Program& program, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (DimPolicyChoice policy : {DimPolicyChoice::kBuckets, DimPolicyChoice::kUpdate}) {
+    SessionOptions options;
+    options.dim_policy = policy;
+    Expected<std::unique_ptr<Session>> created = Session::create(program, options);
+    if (!created.ok()) return "session: " + created.status().message();
+    Session& s = **created;
+    if (Status st = testing::poison_padding(s); !st.ok()) return "poison: " + st.message();
+    const std::string name = policy == DimPolicyChoice::kBuckets ? "buckets" : "update";
+    for (int run = 0; run < 3; ++run) {
+      std::vector<int64_t> dims;
+      for (const RuntimeDimInfo& d : program.dims())
+        dims.push_back(std::uniform_int_distribution<int64_t>(d.lo, d.hi)(rng));
+      const std::map<std::string, TensorData> tensors = random_bindings(program, dims, rng);
+      bind_all(s, tensors);
+      const std::map<std::string, TensorData> by_graph = run_and_read(s, false);
+      bind_all(s, tensors);
+      const std::map<std::string, TensorData> by_eager = run_and_read(s, true);
+      std::map<std::string, TensorData> want = reference(program, tensors);
+      for (const TensorInfo& state : program.states()) want.erase(state.name);
+      std::string dims_text;
+      for (int64_t d : dims) dims_text += " " + std::to_string(d);
+      for (const std::string& f : {compare(by_graph, want, "graph vs reference"),
+                                   compare(by_eager, want, "eager vs reference"),
+                                   compare(by_eager, by_graph, "eager vs graph")})
+        if (!f.empty()) return f + " (" + name + ", dims" + dims_text + ")";
+    }
+  }
+  return "";
+}
+
+std::string check_text(const std::string& text, uint64_t seed) {
+  Expected<Program> program = try_compile_text(text);
+  if (!program.ok()) return "compile: " + program.status().message();
+  return check_gpu(*program, seed);
+}
+
+fuzz::GenOptions options_for(uint64_t seed) {
+  fuzz::GenOptions o;
+  o.large_shapes = seed % 4 == 0;  // tensor cores, split K, chains
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: saved regressions run on the GPU as on the CPU reference") {
+  const std::filesystem::path dir = std::filesystem::path(source_dir()) / "tests" / "fuzz" / "regressions";
+  int programs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".gdl") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    INFO(entry.path().filename().string());
+    ++programs;
+    if (cpu_only) {
+      CHECK(try_compile_text(text.str()).ok());
+      continue;
+    }
+    CHECK(check_text(text.str(), seed_for(entry.path().filename().string())) == "");
+  }
+  CHECK(programs > 0);
+}
+
+TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU reference") {
+  const uint64_t first = env_or("GDL_FUZZ_FIRST_SEED", 1), count = env_or("GDL_FUZZ_GPU_COUNT", 24);
+  const char* out_dir = std::getenv("GDL_FUZZ_OUT");
+  const auto started = std::chrono::steady_clock::now();
+  // Compile ahead on every core; check one by one as they come.
+  const size_t jobs = std::max<size_t>(1, std::thread::hardware_concurrency());
+  std::vector<std::future<Expected<Program>>> compiled(count);
+  std::vector<fuzz::GenProgram> programs(count);
+  size_t launched = 0;
+  auto launch = [&] {
+    const size_t i = launched++;
+    programs[i] = fuzz::generate_program(first + i, options_for(first + i));
+    compiled[i] = std::async(std::launch::async, [text = programs[i].text()] { return try_compile_text(text); });
+  };
+  while (launched < std::min<size_t>(count, jobs)) launch();
+  int passed = 0, failures = 0;
+  for (size_t i = 0; i < count; ++i) {
+    Expected<Program> program = compiled[i].get();
+    if (launched < count) launch();
+    const uint64_t seed = first + i;
+    std::string failure = !program.ok() ? "compile: " + program.status().message()
+                          : cpu_only    ? ""
+                                        : check_gpu(*program, seed);
+    if (failure.empty()) {
+      ++passed;
+      continue;
+    }
+    ++failures;
+    const fuzz::Shrunk small = fuzz::shrink(programs[i], failure, [&](const fuzz::GenProgram& p) {
+      return cpu_only ? std::string(try_compile_text(p.text()).ok() ? "" : "compile: ") : check_text(p.text(), seed);
+    }, 150);
+    if (out_dir) {
+      std::ofstream out(std::filesystem::path(out_dir) / ("seed" + std::to_string(seed) + ".gdl"));
+      out << "# " << small.failure << "\n" << small.program.text();
+    }
+    INFO("seed " << seed << ": " << small.failure << "\nshrunk in " << small.checks << " checks from "
+                 << programs[i].statements.size() << " to " << small.program.statements.size() << " statements:\n"
+                 << small.program.text());
+    CHECK(failure.empty());
+    if (failures >= 20) break;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  MESSAGE(passed << " of " << count << " random programs passed on " << (cpu_only ? "the CPU only" : "the GPU")
+                 << " in " << seconds << " s");
+  CHECK(passed + failures > 0);
+}
