@@ -3,12 +3,16 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | fuzz | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
 #
 # 1. tests:     build-release/tests/gdl_gpu_tests -s (every assertion logged)
+# 1b. fuzz:     random programs (tests/gpu/fuzz_test.cc): GDL_FUZZ_GPU_COUNT
+#               of them (default 500) from GDL_FUZZ_FIRST_SEED (default 1),
+#               each under both dim policies against the CPU reference; the
+#               shrunk failures land in $OUT/fuzz/; not part of `all`
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}, and
 #               hello_host and load_and_run on artifacts/*.gdlx
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
@@ -97,6 +101,12 @@ step() {
 
 if [[ $what == all || $what == tests ]]; then
   step gpu_tests 540 "$BUILD/tests/gdl_gpu_tests" -s --duration=true
+fi
+
+if [[ $what == fuzz ]]; then
+  mkdir -p "$OUT/fuzz"
+  GDL_FUZZ_OUT="$OUT/fuzz" GDL_FUZZ_GPU_COUNT=${GDL_FUZZ_GPU_COUNT:-500} \
+    step fuzz 570 "$BUILD/tests/gdl_gpu_tests" -tc='fuzz:*'
 fi
 
 if [[ $what == all || $what == examples ]]; then
