@@ -9,12 +9,9 @@
 
 #include <bit>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "cpu_program.h"
+#include "fuzz/corpus.h"
 #include "fuzz/program_gen.h"
 #include "fuzz/shrink.h"
 
@@ -22,11 +19,6 @@ namespace gdl {
 namespace {
 
 using namespace test_programs;
-
-uint64_t env_or(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
-}
 
 bool same_bits(const HostTensor& a, const HostTensor& b) {
   if (a.shape != b.shape || a.data.size() != b.data.size()) return false;
@@ -81,21 +73,17 @@ std::string check_cpu(const fuzz::GenProgram& p) { return check_text(p.text(), p
 }  // namespace
 
 TEST_CASE("fuzz: saved regressions compile and run the same through their plan") {
-  const std::filesystem::path dir = std::filesystem::path(GDL_SOURCE_DIR) / "tests" / "fuzz" / "regressions";
-  int programs = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".gdl") continue;
-    std::ifstream in(entry.path());
-    std::stringstream text;
-    text << in.rdbuf();
-    INFO(entry.path().filename().string());
-    CHECK(check_text(text.str(), ++programs) == "");
+  const auto saved = fuzz::saved_regressions(GDL_SOURCE_DIR);
+  CHECK_FALSE(saved.empty());
+  uint64_t seed = 0;
+  for (const auto& [name, text] : saved) {
+    INFO(name);
+    CHECK(check_text(text, ++seed) == "");
   }
-  CHECK(programs > 0);
 }
 
 TEST_CASE("fuzz: random programs compile, run the same through their plan, and keep their values when optimized") {
-  const uint64_t first = env_or("GDL_FUZZ_FIRST_SEED", 1), count = env_or("GDL_FUZZ_COUNT", 150);
+  const uint64_t first = fuzz::env_count("GDL_FUZZ_FIRST_SEED", 1), count = fuzz::env_count("GDL_FUZZ_COUNT", 150);
   int failures = 0, passed = 0;
   size_t statements = 0;
   // Every kind of statement the generator makes shows up across the run.

@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <sstream>
 #include <thread>
 
+#include "fuzz/corpus.h"
 #include "fuzz/program_gen.h"
 #include "fuzz/shrink.h"
 #include "gdl/jit.h"
@@ -25,11 +25,6 @@ using namespace gdl;
 using namespace gdl::gpu_test;
 
 namespace {
-
-uint64_t env_or(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
-}
 
 // "" when every output of `got` is within tolerance of `want`, else why not.
 std::string compare(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
@@ -92,26 +87,17 @@ fuzz::GenOptions options_for(uint64_t seed) {
 }  // namespace
 
 TEST_CASE("fuzz: saved regressions run on the GPU as on the CPU reference") {
-  const std::filesystem::path dir = std::filesystem::path(source_dir()) / "tests" / "fuzz" / "regressions";
-  int programs = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".gdl") continue;
-    std::ifstream in(entry.path());
-    std::stringstream text;
-    text << in.rdbuf();
-    INFO(entry.path().filename().string());
-    ++programs;
-    if (cpu_only) {
-      CHECK(try_compile_text(text.str()).ok());
-      continue;
-    }
-    CHECK(check_text(text.str(), seed_for(entry.path().filename().string())) == "");
+  const auto saved = fuzz::saved_regressions(source_dir());
+  CHECK_FALSE(saved.empty());
+  for (const auto& [name, text] : saved) {
+    INFO(name);
+    if (cpu_only) CHECK(try_compile_text(text).ok());
+    else CHECK(check_text(text, seed_for(name)) == "");
   }
-  CHECK(programs > 0);
 }
 
 TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU reference") {
-  const uint64_t first = env_or("GDL_FUZZ_FIRST_SEED", 1), count = env_or("GDL_FUZZ_GPU_COUNT", 24);
+  const uint64_t first = fuzz::env_count("GDL_FUZZ_FIRST_SEED", 1), count = fuzz::env_count("GDL_FUZZ_GPU_COUNT", 24);
   const char* out_dir = std::getenv("GDL_FUZZ_OUT");
   const auto started = std::chrono::steady_clock::now();
   // Compile ahead on every core; check one by one as they come.
