@@ -243,6 +243,18 @@ void Lowerer::lower_leaves() {
           info.type.reset();
           break;
         }
+    if (t.role == ast::TensorRole::kParam)
+      for (const Dim& d : info.type->shape)
+        if (d.is_runtime()) {
+          fail(t.type.loc,
+               "param '" + t.name + "' has the run-time dim '" + graph_.dims[static_cast<size_t>(d.symbol)].name +
+                   "'; a param is bound once, before any run's dims are known",
+               "declare it at its largest size and take the run's part with a slice, such as w[0:" +
+                   graph_.dims[static_cast<size_t>(d.symbol)].name + "]",
+               len);
+          info.type.reset();
+          break;
+        }
     if (!info.type) continue;
     leaf.type = *info.type;
     info.leaf = graph_.add(std::move(leaf));

@@ -220,7 +220,8 @@ class Generator {
     GenType last{a.type.dtype, {a.type.shape.back()}};
     auto b = pick([&](const Value& v) { return v.name != a.name && (v.type == a.type || v.type == last); });
     if (b) return *b;
-    return new_leaf(chance(0.5) ? "input" : "param", chance(0.3) || !last.shape.back().runtime.empty() ? a.type : last);
+    const GenType t = chance(0.3) || !last.shape.back().runtime.empty() ? a.type : last;
+    return new_leaf(chance(0.5) && !has_runtime(t) ? "param" : "input", t);  // a param has no run-time dim
   }
 
   void binary() {

@@ -54,19 +54,23 @@ std::string check_gpu(const Program& program, uint64_t seed) {
       std::vector<int64_t> dims;
       for (const RuntimeDimInfo& d : program.dims())
         dims.push_back(std::uniform_int_distribution<int64_t>(d.lo, d.hi)(rng));
-      const std::map<std::string, TensorData> tensors = random_bindings(program, dims, rng);
-      bind_all(s, tensors);
-      const std::map<std::string, TensorData> by_graph = run_and_read(s, false);
-      bind_all(s, tensors);
-      const std::map<std::string, TensorData> by_eager = run_and_read(s, true);
-      std::map<std::string, TensorData> want = reference(program, tensors);
-      for (const TensorInfo& state : program.states()) want.erase(state.name);
       std::string dims_text;
       for (int64_t d : dims) dims_text += " " + std::to_string(d);
-      for (const std::string& f : {compare(by_graph, want, "graph vs reference"),
-                                   compare(by_eager, want, "eager vs reference"),
-                                   compare(by_eager, by_graph, "eager vs graph")})
-        if (!f.empty()) return f + " (" + name + ", dims" + dims_text + ")";
+      const std::string at = " (" + name + ", dims" + dims_text + ")";
+      const std::map<std::string, TensorData> tensors = random_bindings(program, dims, rng);
+      if (Status st = try_bind_all(s, tensors); !st.ok()) return "bind: " + st.message() + at;
+      Expected<std::map<std::string, TensorData>> by_graph = try_run_and_read(s, false);
+      if (!by_graph.ok()) return "graph run: " + by_graph.status().message() + at;
+      if (Status st = try_bind_all(s, tensors); !st.ok()) return "bind: " + st.message() + at;
+      Expected<std::map<std::string, TensorData>> by_eager = try_run_and_read(s, true);
+      if (!by_eager.ok()) return "eager run: " + by_eager.status().message() + at;
+      Expected<std::map<std::string, TensorData>> want = jit::run_reference(program, tensors, {});
+      if (!want.ok()) return "reference: " + want.status().message() + at;
+      for (const TensorInfo& state : program.states()) want->erase(state.name);
+      for (const std::string& f : {compare(*by_graph, *want, "graph vs reference"),
+                                   compare(*by_eager, *want, "eager vs reference"),
+                                   compare(*by_eager, *by_graph, "eager vs graph")})
+        if (!f.empty()) return f + at;
     }
   }
   return "";

@@ -61,6 +61,9 @@ void bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors);
 // Poisons the arena, runs (graph or eager), reads every output.
 std::map<std::string, TensorData> run_and_read(Session& s, bool eager);
 std::map<std::string, TensorData> read_outputs(Session& s);
+// The same, returning the first error instead of failing the test case.
+Status try_bind_all(Session& s, const std::map<std::string, TensorData>& tensors);
+Expected<std::map<std::string, TensorData>> try_run_and_read(Session& s, bool eager);
 
 std::map<std::string, TensorData> reference(const Program& program, const std::map<std::string, TensorData>& tensors,
                                             const std::map<std::string, double>& scalars = {});

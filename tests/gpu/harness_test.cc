@@ -126,42 +126,64 @@ std::unique_ptr<Session> make_session(const Program& program, const SessionOptio
   return std::move(s).value();
 }
 
+Status try_bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors) {
+  for (const auto& [name, t] : tensors)
+    if (s.program().find_input(name))
+      if (Status st = s.bind(name, t.bytes.data(), t.bytes.size(), t.dtype, t.shape); !st.ok()) return st;
+  return Status::Ok();
+}
+
+Status try_bind_all(Session& s, const std::map<std::string, TensorData>& tensors) {
+  for (const auto& [name, t] : tensors) {
+    Status st = Status::Ok();
+    if (s.program().find_param(name)) st = s.set_param(name, t.bytes.data(), t.bytes.size());
+    else if (s.program().find_state(name)) st = s.set_state(name, t.bytes.data(), t.bytes.size());
+    if (!st.ok()) return st;
+  }
+  return try_bind_inputs(s, tensors);
+}
+
 void bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors) {
-  for (const auto& [name, t] : tensors)
-    if (s.program().find_input(name)) GDL_REQUIRE_OK(s.bind(name, t.bytes.data(), t.bytes.size(), t.dtype, t.shape));
+  GDL_REQUIRE_OK(try_bind_inputs(s, tensors));
 }
 
-void bind_all(Session& s, const std::map<std::string, TensorData>& tensors) {
-  for (const auto& [name, t] : tensors)
-    if (s.program().find_param(name)) GDL_REQUIRE_OK(s.set_param(name, t.bytes.data(), t.bytes.size()));
-    else if (s.program().find_state(name)) GDL_REQUIRE_OK(s.set_state(name, t.bytes.data(), t.bytes.size()));
-  bind_inputs(s, tensors);
-}
+void bind_all(Session& s, const std::map<std::string, TensorData>& tensors) { GDL_REQUIRE_OK(try_bind_all(s, tensors)); }
 
-std::map<std::string, TensorData> read_outputs(Session& s) {
+Expected<std::map<std::string, TensorData>> try_read_outputs(Session& s) {
   std::map<std::string, TensorData> out;
   for (const TensorInfo& info : s.program().outputs()) {
     Expected<std::vector<int64_t>> shape = s.shape_of(info.name);
-    REQUIRE(shape.ok());
+    if (!shape.ok()) return shape.status();
     TensorData t;
     t.dtype = info.dtype;
     t.shape = *shape;
     size_t count = 1;
     for (int64_t e : t.shape) count *= static_cast<size_t>(e);
     t.bytes.assign(count * element_size(t.dtype), 0);
-    GDL_REQUIRE_OK(s.read(info.name, t.bytes.data(), t.bytes.size()));
+    if (Status st = s.read(info.name, t.bytes.data(), t.bytes.size()); !st.ok()) return st;
     out[info.name] = std::move(t);
   }
   return out;
 }
 
+std::map<std::string, TensorData> read_outputs(Session& s) {
+  Expected<std::map<std::string, TensorData>> out = try_read_outputs(s);
+  INFO("read: " << out.status().message());
+  REQUIRE(out.ok());
+  return std::move(out).value();
+}
+
+Expected<std::map<std::string, TensorData>> try_run_and_read(Session& s, bool eager) {
+  if (Status st = gdl::testing::poison_arena(s, 0xFF); !st.ok()) return st;
+  if (Status st = eager ? s.run_eager() : s.run(); !st.ok()) return st;
+  return try_read_outputs(s);
+}
+
 std::map<std::string, TensorData> run_and_read(Session& s, bool eager) {
-  GDL_REQUIRE_OK(gdl::testing::poison_arena(s, 0xFF));
-  if (eager)
-    GDL_REQUIRE_OK(s.run_eager());
-  else
-    GDL_REQUIRE_OK(s.run());
-  return read_outputs(s);
+  Expected<std::map<std::string, TensorData>> out = try_run_and_read(s, eager);
+  INFO("run and read: " << out.status().message());
+  REQUIRE(out.ok());
+  return std::move(out).value();
 }
 
 std::map<std::string, TensorData> reference(const Program& program, const std::map<std::string, TensorData>& tensors,
