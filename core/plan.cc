@@ -144,11 +144,12 @@ std::vector<ValueId> overwritten_readers(const ir::Graph& g, ValueId writer, con
 }
 
 // Where a slice's elements lie inside its argument's buffer, in bytes, when
-// they are one contiguous row-major run at the same offset for every binding
-// of the run-time dims: leading axes with ranges of one element, then one
-// axis with any range, then whole axes; and every axis with a non-zero start
-// has only constant extents after it. nullopt otherwise (also for an empty
-// slice, and for bounds a hostile artifact could hold).
+// they are one contiguous row-major run for every binding of the run-time
+// dims: leading axes with ranges of one element, then one axis with any
+// range, then whole axes (a run-time axis is whole only as [0, end)). A
+// start behind a run-time axis moves with that axis's layout extent: a term.
+// nullopt otherwise (also for an empty slice, and for bounds a hostile
+// artifact could hold).
 std::optional<SliceOffset> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n) {
   if (n.op != Op::kSlice || n.args.size() != 1) return std::nullopt;
   const Shape& xs = g.node(n.args[0]).type.shape;
@@ -193,7 +194,6 @@ std::optional<SliceOffset> contiguous_slice_offset(const ir::Graph& g, const ir:
       auto first = static_cast<uint64_t>(start(axis));
       if (first > (kLimit - high) / stride_high) return std::nullopt;
       high += first * stride_high;
-      if (!stride_dims.empty()) return std::nullopt;  // its offset would move with the run-time dims
       if (stride_dims.empty()) out.offset += first * stride;
       else out.terms = add_offset_terms(std::move(out.terms), {OffsetTerm{first * stride, stride_dims}});
     }
