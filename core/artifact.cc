@@ -3,7 +3,7 @@
 // 1. serialize_artifact encodes the payload with a small little-endian
 //    writer: lengths as u32 before every string and vector, doubles by
 //    their bit pattern, enums as u8. Order: graph (name, dims, nodes with
-//    every field, outputs, state updates), plan (buffers, steps with their scratch, memory
+//    every field, outputs, state updates), plan (buffers with their offset terms, steps with their scratch, memory
 //    summary, scratch area and chains), kernel table (kernels, then each
 //    step's choices), module (arch, CUBIN, PTX, NVRTC version, cache flag,
 //    compile time), CUDA source. Then it prepends the header: magic, format version,
@@ -138,6 +138,10 @@ void write_plan(Writer& w, const plan::Plan& p) {
     w.u8(static_cast<uint8_t>(b.region));
     w.u64(b.offset);
     w.u64(b.bytes);
+    w.vec(b.terms, [&](const plan::OffsetTerm& t) {
+      w.u64(t.coef);
+      w.vec(t.dims, [&](int d) { w.i32(d); });
+    });
   });
   auto ids = [&](const std::vector<ir::ValueId>& v) { w.vec(v, [&](ir::ValueId id) { w.i32(id); }); };
   w.vec(p.steps, [&](const plan::Step& s) {
@@ -384,7 +388,7 @@ std::vector<ir::ValueId> read_ids(Reader& r, size_t value_count, const std::stri
 
 void read_plan(Reader& r, plan::Plan& p) {
   size_t values = p.graph.nodes.size();
-  p.buffers.resize(r.count(17, "buffer"));
+  p.buffers.resize(r.count(21, "buffer"));
   if (!r.failed() && p.buffers.size() != values)
     r.fail(std::to_string(p.buffers.size()) + " buffers for " + std::to_string(values) + " values");
   for (plan::Buffer& b : p.buffers) {
@@ -392,6 +396,18 @@ void read_plan(Reader& r, plan::Plan& p) {
     b.region = r.enumeration(plan::Region::kNone, "region");
     b.offset = r.u64();
     b.bytes = r.u64();
+    // Offset terms: each names run-time dims (verify_plan proves the rest:
+    // no overflow at the upper bounds, the view where its elements are).
+    b.terms.resize(r.count(12, "offset term"));
+    for (plan::OffsetTerm& t : b.terms) {
+      t.coef = r.u64();
+      t.dims.resize(r.count(4, "offset term dim"));
+      for (int& d : t.dims) {
+        d = r.i32();
+        if (!r.failed() && (d < 0 || static_cast<size_t>(d) >= p.graph.dims.size()))
+          r.fail("an offset term names run-time dim " + std::to_string(d) + ", which does not exist");
+      }
+    }
   }
   p.steps.resize(r.count(48, "step"));
   for (size_t s = 0; s < p.steps.size() && !r.failed(); ++s) {

@@ -21,8 +21,9 @@ namespace gdl {
 // 9: a kernel table of alternatives per step (multi-step kernels, tensor
 // maps), the dims' padding blockers, a chain's scratch range. 10: states.
 // 11: take_along_axis and paged_attention among the structured ops (the
-// opcodes after them moved).
-inline constexpr uint32_t kArtifactVersion = 11;
+// opcodes after them moved). 12: a buffer's offset terms (a view behind a
+// run-time axis).
+inline constexpr uint32_t kArtifactVersion = 12;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes

@@ -7,17 +7,21 @@
 // 0. enough structure that nothing below indexes out of bounds;
 // 1. every buffer in the region its role needs, aligned (a view to its
 //    element size, everything else to kAlignment), large enough, inside the
-//    region, clear of the valid-dims block;
+//    region, clear of the valid-dims block; a view whose offset has
+//    run-time terms at every binding (its terms name existing dims, the
+//    offset fits at their upper bounds), every other buffer without terms;
 // 2. every non-leaf value written by at most one step (the step's result;
 //    other steps may recompute it in registers), and otherwise computed in
 //    registers by some step (then it has no buffer), or a view: a reshape
 //    sharing its argument's buffer or a contiguous slice at its place inside
-//    it; every read written before it is read;
+//    it (the same static part and terms that contiguous_slice_offset derives
+//    from the graph); every read written before it is read;
 // 3. liveness per storage owner in times (0 = binding, s + 1 = step s, last
 //    = reading outputs; inputs, outputs and params span all of them): no two
 //    owners live at the same time share a byte;
 // 4. every RAW/WAR/WAW conflict between two steps is ordered by the
-//    transitive closure of the deps;
+//    transitive closure of the deps (a view with terms counted over every
+//    place it takes, access_of);
 // 5. every step's scratch aligned and inside the scratch area; tickets share
 //    no byte with any other scratch; partial tiles share bytes only between
 //    steps the deps order;
@@ -66,12 +70,6 @@ std::optional<uint64_t> value_bytes(const ir::Graph& g, const ir::Node& n) {
   return count * size;
 }
 
-// Where a slice's elements lie inside its argument's buffer, in bytes, when
-// they are one contiguous row-major run at the same offset for every binding
-// of the run-time dims: leading axes with ranges of one element, then one
-// axis with any range, then whole axes; and every axis with a non-zero start
-// has only constant extents after it. nullopt otherwise (also for an empty
-// slice, and for bounds a hostile artifact could hold).
 bool is_view_node(const ir::Graph& g, const ir::Node& n) {
   return (n.op == Op::kReshape && n.args.size() == 1) || contiguous_slice_offset(g, n).has_value();
 }
@@ -145,7 +143,14 @@ std::vector<ValueId> overwritten_readers(const ir::Graph& g, ValueId writer, con
   return readers;
 }
 
-std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n) {
+// Where a slice's elements lie inside its argument's buffer, in bytes, when
+// they are one contiguous row-major run for every binding of the run-time
+// dims: leading axes with ranges of one element, then one axis with any
+// range, then whole axes (a run-time axis is whole only as [0, end)). A
+// start behind a run-time axis moves with that axis's layout extent: a term.
+// nullopt otherwise (also for an empty slice, and for bounds a hostile
+// artifact could hold).
+std::optional<SliceOffset> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n) {
   if (n.op != Op::kSlice || n.args.size() != 1) return std::nullopt;
   const Shape& xs = g.node(n.args[0]).type.shape;
   const std::vector<int64_t>& bounds = n.attrs.ints;
@@ -156,6 +161,9 @@ std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::No
     bool fits = start(axis) >= 0 && (stop(axis) == -1 || start(axis) <= stop(axis)) &&
                 (xs[axis].is_runtime() || std::max(start(axis), stop(axis)) <= xs[axis].extent);
     if (!fits) return std::nullopt;
+    if (xs[axis].is_runtime() && (static_cast<size_t>(xs[axis].symbol) >= g.dims.size() ||
+                                  g.dims[static_cast<size_t>(xs[axis].symbol)].hi < 1))
+      return std::nullopt;
   }
   auto whole = [&](size_t axis) {
     return start(axis) == 0 && (stop(axis) == -1 || (!xs[axis].is_runtime() && stop(axis) == xs[axis].extent));
@@ -166,36 +174,97 @@ std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::No
       partial = axis;
       break;
     }
-  if (partial == xs.size()) return 0;
+  if (partial == xs.size()) return SliceOffset{};
   for (size_t axis = 0; axis < partial; ++axis) {
     int64_t length = stop(axis) != -1 ? stop(axis) - start(axis)
                      : xs[axis].is_runtime() ? -1 : xs[axis].extent - start(axis);
     if (length != 1) return std::nullopt;
   }
+  // In elements: each start times its axis's stride, the product of the
+  // extents after it; the run-time ones among them make it a term. Bounded
+  // at the dims' upper bounds (every term is at most its value there, as
+  // every upper bound is at least 1), so that nothing below overflows.
   constexpr uint64_t kLimit = uint64_t{1} << 62;
-  uint64_t offset = 0, stride = 1;  // in elements; stride of the axis being visited
-  bool constant_after = true;       // every extent after that axis is constant
+  SliceOffset out;
+  uint64_t high = 0;                     // the offset at the upper bounds
+  uint64_t stride = 1, stride_high = 1;  // the stride's constant factor; the stride at the upper bounds
+  std::vector<int> stride_dims;          // the stride's run-time factors
   for (size_t axis = xs.size(); axis-- > 0;) {
     if (axis <= partial && start(axis) != 0) {
-      if (!constant_after) return std::nullopt;
       auto first = static_cast<uint64_t>(start(axis));
-      if (stride != 0 && first > (kLimit - offset) / stride) return std::nullopt;
-      offset += first * stride;
+      if (first > (kLimit - high) / stride_high) return std::nullopt;
+      high += first * stride_high;
+      if (stride_dims.empty()) out.offset += first * stride;
+      else out.terms = add_offset_terms(std::move(out.terms), {OffsetTerm{first * stride, stride_dims}});
     }
-    if (xs[axis].is_runtime()) {
-      constant_after = false;
-      continue;
+    const bool runtime = xs[axis].is_runtime();
+    auto extent = static_cast<uint64_t>(runtime ? g.dims[static_cast<size_t>(xs[axis].symbol)].hi : xs[axis].extent);
+    if (extent != 0 && stride_high > kLimit / extent) return std::nullopt;
+    stride_high *= extent;
+    if (runtime) {
+      stride_dims.insert(std::upper_bound(stride_dims.begin(), stride_dims.end(), xs[axis].symbol), xs[axis].symbol);
+    } else {
+      stride *= extent;
     }
-    auto extent = static_cast<uint64_t>(xs[axis].extent);
-    if (extent != 0 && stride > kLimit / extent) return std::nullopt;
-    stride *= extent;
+    if (stride_high == 0) break;  // an empty axis: every start before it adds nothing
   }
   uint64_t size = dtype_size(n.type.dtype);
-  if (offset > kLimit / size) return std::nullopt;
-  return offset * size;
+  if (high > kLimit / size) return std::nullopt;
+  out.offset *= size;
+  for (OffsetTerm& t : out.terms) t.coef *= size;
+  return out;
 }
 
-Access access_of(const Buffer& b) { return {b.region, b.offset, b.offset + b.bytes}; }
+uint64_t offset_at(const Buffer& b, const std::vector<int64_t>& layout) {
+  uint64_t offset = b.offset;
+  for (const OffsetTerm& t : b.terms) {
+    uint64_t term = t.coef;
+    for (int d : t.dims) term *= static_cast<uint64_t>(layout.at(static_cast<size_t>(d)));
+    offset += term;
+  }
+  return offset;
+}
+
+std::optional<OffsetRange> offset_range(const Buffer& b, const std::vector<DimInfo>& dims) {
+  constexpr uint64_t kLimit = uint64_t{1} << 62;
+  if (b.offset > kLimit) return std::nullopt;
+  OffsetRange r{b.offset, b.offset};
+  for (const OffsetTerm& t : b.terms) {
+    if (t.coef > kLimit) return std::nullopt;
+    uint64_t low = t.coef, high = t.coef;
+    for (int d : t.dims) {
+      if (d < 0 || static_cast<size_t>(d) >= dims.size()) return std::nullopt;
+      const DimInfo& info = dims[static_cast<size_t>(d)];
+      const auto hi = static_cast<uint64_t>(std::max<int64_t>(info.hi, 0));
+      const auto lo = std::min(static_cast<uint64_t>(std::max<int64_t>(info.lo, 0)), hi);
+      if (hi != 0 && high > kLimit / hi) return std::nullopt;
+      high *= hi;
+      low *= lo;
+    }
+    r.low += low;
+    r.high += high;
+    if (r.high > kLimit) return std::nullopt;
+  }
+  return r;
+}
+
+std::vector<OffsetTerm> add_offset_terms(std::vector<OffsetTerm> a, const std::vector<OffsetTerm>& b) {
+  for (const OffsetTerm& t : b) {
+    auto same = std::find_if(a.begin(), a.end(), [&](const OffsetTerm& x) { return x.dims == t.dims; });
+    if (same != a.end()) same->coef += t.coef;
+    else a.push_back(t);
+  }
+  std::erase_if(a, [](const OffsetTerm& t) { return t.coef == 0; });
+  std::sort(a.begin(), a.end(), [](const OffsetTerm& x, const OffsetTerm& y) { return x.dims < y.dims; });
+  return a;
+}
+
+Access access_of(const Buffer& b, const std::vector<DimInfo>& dims) {
+  constexpr uint64_t kEnd = std::numeric_limits<uint64_t>::max();
+  std::optional<OffsetRange> r = offset_range(b, dims);
+  if (!r) return {b.region, 0, kEnd};  // no range (verify_plan refuses it): all of the region
+  return {b.region, r->low, r->high > kEnd - b.bytes ? kEnd : r->high + b.bytes};
+}
 
 bool overlaps(const Access& a, const Access& b) {
   return a.region == b.region && a.region != Region::kNone && a.begin < b.end && b.begin < a.end;
@@ -213,12 +282,12 @@ const char* conflict_name(Conflict c) {
 
 // Whether the later step must wait for the earlier one, and why.
 Conflict conflict_between(const Plan& p, const Step& earlier, const Step& later) {
-  Access earlier_write = access_of(p.buffers[static_cast<size_t>(earlier.result)]);
-  Access later_write = access_of(p.buffers[static_cast<size_t>(later.result)]);
+  auto access = [&](ValueId v) { return access_of(p.buffers[static_cast<size_t>(v)], p.graph.dims); };
+  Access earlier_write = access(earlier.result), later_write = access(later.result);
   for (ValueId r : later.reads)
-    if (overlaps(earlier_write, access_of(p.buffers[static_cast<size_t>(r)]))) return Conflict::kReadAfterWrite;
+    if (overlaps(earlier_write, access(r))) return Conflict::kReadAfterWrite;
   for (ValueId r : earlier.reads)
-    if (overlaps(access_of(p.buffers[static_cast<size_t>(r)]), later_write)) return Conflict::kWriteAfterRead;
+    if (overlaps(access(r), later_write)) return Conflict::kWriteAfterRead;
   if (overlaps(earlier_write, later_write)) return Conflict::kWriteAfterWrite;
   return Conflict::kNone;
 }
@@ -234,8 +303,14 @@ std::vector<StepSet> reachability(const std::vector<Step>& steps) {
 }
 
 uint64_t buffer_alignment(const Buffer& b) {
+  auto divides = [&](uint64_t alignment) {
+    if (b.offset % alignment != 0) return false;
+    for (const OffsetTerm& t : b.terms)
+      if (t.coef % alignment != 0) return false;
+    return true;
+  };
   uint64_t alignment = kAlignment;
-  while (alignment > 1 && b.offset % alignment != 0) alignment /= 2;
+  while (alignment > 1 && !divides(alignment)) alignment /= 2;
   return alignment;
 }
 
@@ -280,21 +355,30 @@ std::string verify_plan(const Plan& p) {
       return std::string(ir::op_name(n.op)) + " " + ref(id) + " has no arena buffer";
     if (ir::has_no_storage(n.op) && b.region != Region::kNone)
       return ref(id) + " has a buffer, but kernels take constants and scalars by value";
-    if (b.region == Region::kNone) continue;
-    // In-place writes share their base's buffer, which may be a view.
-    uint64_t alignment = (ir::is_leaf(n.op) || written[v]) && !ir::writes_in_place(n.op) ? kAlignment : dtype_size(n.type.dtype);
-    if (b.offset % alignment != 0)
-      return ref(id) + " at offset " + std::to_string(b.offset) + " is not aligned to " + std::to_string(alignment);
+    if (b.region == Region::kNone) {
+      if (!b.terms.empty()) return ref(id) + " has no buffer but an offset with run-time terms";
+      continue;
+    }
+    // In-place writes share their base's buffer, which may be a view; only
+    // a view's offset moves with the run-time dims.
+    const bool owns = (ir::is_leaf(n.op) || written[v]) && !ir::writes_in_place(n.op);
+    if (owns && !b.terms.empty()) return ref(id) + " owns its buffer, but its offset has run-time terms";
+    std::optional<OffsetRange> at = offset_range(b, g.dims);
+    if (!at) return ref(id) + ": its offset names a dim that does not exist or is too large at the dims' upper bounds";
+    uint64_t alignment = owns ? kAlignment : dtype_size(n.type.dtype);
+    if (buffer_alignment(b) < alignment)
+      return ref(id) + " at offset " + std::to_string(b.offset) + (b.terms.empty() ? "" : " (with run-time terms)") +
+             " is not aligned to " + std::to_string(alignment);
     std::optional<uint64_t> need = value_bytes(g, n);
     if (!need) return ref(id) + " is too large to plan";
     if (b.bytes < *need)
       return ref(id) + " needs " + std::to_string(*need) + " bytes but its buffer holds " + std::to_string(b.bytes);
     uint64_t limit = b.region == Region::kArena ? p.arena_bytes : p.params_bytes;
-    if (b.bytes > limit || b.offset > limit - b.bytes)
-      return ref(id) + " at [" + std::to_string(b.offset) + ", +" + std::to_string(b.bytes) + ") lies outside its region of " +
-             std::to_string(limit) + " bytes";
-    if (!g.dims.empty() && b.region == Region::kArena && b.bytes > 0 && b.offset < kValidDimsOffset + kValidDimsBytes &&
-        kValidDimsOffset < b.offset + b.bytes)
+    if (b.bytes > limit || at->high > limit - b.bytes)
+      return ref(id) + " at [" + std::to_string(at->high) + ", +" + std::to_string(b.bytes) +
+             ") (its highest offset) lies outside its region of " + std::to_string(limit) + " bytes";
+    if (!g.dims.empty() && b.region == Region::kArena && b.bytes > 0 && at->low < kValidDimsOffset + kValidDimsBytes &&
+        kValidDimsOffset < at->high + b.bytes)
       return ref(id) + " overlaps the valid-dims block [" + std::to_string(kValidDimsOffset) + ", +" +
              std::to_string(kValidDimsBytes) + ")";
   }
@@ -346,8 +430,7 @@ std::string verify_plan(const Plan& p) {
     owner[v] = id;
     if (n.op == Op::kInput || n.op == Op::kParam || n.op == Op::kState) ready[v] = 0;
     if (ir::writes_in_place(n.op) && written_by[v] != kNoStep) {  // written over its base's buffer
-      const Buffer &b = p.buffers[v], &ab = p.buffers[static_cast<size_t>(n.args.at(0))];
-      if (b.region != ab.region || b.offset != ab.offset || b.bytes != ab.bytes)
+      if (p.buffers[v] != p.buffers[static_cast<size_t>(n.args.at(0))])
         return "the in-place write " + ref(id) + " does not share the buffer of " + value_ref(n.args[0]);
       owner[v] = owner[static_cast<size_t>(n.args[0])];
       continue;
@@ -357,17 +440,21 @@ std::string verify_plan(const Plan& p) {
       if (p.buffers[v].region != Region::kNone) return ref(id) + " has a buffer, but no step writes it";
       continue;
     }
-    std::optional<uint64_t> slice_offset = contiguous_slice_offset(g, n);
+    std::optional<SliceOffset> slice = contiguous_slice_offset(g, n);
     const bool update_view = update_is_view(g, n);
-    if (!(n.op == Op::kReshape && n.args.size() == 1) && !slice_offset && !update_view)
+    if (!(n.op == Op::kReshape && n.args.size() == 1) && !slice && !update_view)
       return ref(id) + " is computed by no step";
     auto arg = static_cast<size_t>(n.args[0]);
     const Buffer &b = p.buffers[v], &ab = p.buffers[arg];
     if (ab.region == Region::kNone) return "view " + ref(id) + " aliases " + value_ref(n.args[0]) + ", which has no buffer";
-    if ((n.op == Op::kReshape || update_view) && (b.region != ab.region || b.offset != ab.offset || b.bytes != ab.bytes))
+    if ((n.op == Op::kReshape || update_view) && b != ab)
       return "view " + ref(id) + " does not share the buffer of " + value_ref(n.args[0]);
-    if (slice_offset && (b.region != ab.region || ab.offset > std::numeric_limits<uint64_t>::max() - *slice_offset ||
-                         b.offset != ab.offset + *slice_offset || b.bytes > ab.bytes || b.offset - ab.offset > ab.bytes - b.bytes))
+    // A slice lies at its argument's offset plus its own at every binding
+    // (both proved in range in 1, so the sums cannot overflow), and so
+    // inside it; at the upper bounds both end where their largest sizes do.
+    if (slice && (b.region != ab.region || b.offset != ab.offset + slice->offset ||
+                  b.terms != add_offset_terms(ab.terms, slice->terms) || b.bytes > ab.bytes ||
+                  access_of(b, g.dims).end > access_of(ab, g.dims).end))
       return "view " + ref(id) + " does not lie where its elements are in the buffer of " + value_ref(n.args[0]);
     is_view[v] = true;
     owner[v] = owner[arg];

@@ -35,24 +35,56 @@ enum class Region : uint8_t {
   kNone,    // a value with no storage of its own (a leaf the program never reads)
 };
 
+// One run-time part of a view's byte offset: `coef` times the layout extent
+// of each run-time dim in `dims` (symbols, ascending, a symbol repeated for
+// its square). The layout extent is what kernels read as gdl_args.dims: the
+// bucket's capacity under buckets, the actual value under node updates.
+struct OffsetTerm {
+  uint64_t coef = 0;
+  std::vector<int> dims;
+  bool operator==(const OffsetTerm&) const = default;
+};
+
 // Where one IR value lives. Sized for every run-time dim at its upper bound;
-// for a smaller binding the value is stored row-major with the actual extents
-// from the start of the buffer.
+// for a smaller binding the value is stored row-major with the layout
+// extents from the start of the buffer.
 //
 // A view (a reshape, or a slice whose region is contiguous in row-major
 // order) has no storage of its own: its buffer lies inside its argument's,
 // at an offset that is a multiple of its element size but not necessarily
-// of kAlignment. A value fused into a step (computed in registers, never
-// stored) has Region::kNone.
+// of kAlignment. A slice behind a run-time axis (`x[1]` of `x : f32[3, T, 8]`
+// starts T * 32 bytes in) lies at `offset` plus its `terms` at the run's
+// layout extents, and so do the views of it and an in-place write into it;
+// a buffer that owns its storage never has terms. A value fused into a step
+// (computed in registers, never stored) has Region::kNone.
 struct Buffer {
   Region region = Region::kNone;
-  uint64_t offset = 0;  // bytes from the region's base: a multiple of kAlignment, except for views
+  uint64_t offset = 0;  // bytes from the region's base (the static part): a multiple of kAlignment, except for views
   uint64_t bytes = 0;   // the value's largest size
+  std::vector<OffsetTerm> terms;  // the run-time part of a view's offset, canonical (add_offset_terms)
+  bool operator==(const Buffer&) const = default;
 };
 
+// The buffer's offset in bytes at the layout extents `layout` (indexed by
+// dim symbol). The plan was verified: no term overflows within the bounds.
+uint64_t offset_at(const Buffer& b, const std::vector<int64_t>& layout);
+
+// The lowest and highest offset of a buffer over every binding (each dim's
+// layout extent in [lo, hi]); nullopt when a term names a dim that does not
+// exist or the highest does not fit in 62 bits (a hostile artifact).
+struct OffsetRange {
+  uint64_t low = 0, high = 0;
+};
+std::optional<OffsetRange> offset_range(const Buffer& b, const std::vector<DimInfo>& dims);
+
+// `a` + `b` in canonical form: terms with the same dims summed, ordered by
+// their dims, none with a zero coefficient.
+std::vector<OffsetTerm> add_offset_terms(std::vector<OffsetTerm> a, const std::vector<OffsetTerm>& b);
+
 // The alignment in bytes that a kernel may assume for the address of a
-// buffer (the regions' bases are kAlignment-aligned): the largest power of
-// two dividing its offset, at most kAlignment.
+// buffer at every binding (the regions' bases are kAlignment-aligned): the
+// largest power of two dividing its offset and every term's coefficient,
+// at most kAlignment.
 uint64_t buffer_alignment(const Buffer& b);
 
 // One kernel node of the graph. Without fusion it computes one IR value; with
@@ -115,10 +147,15 @@ struct Plan {
 std::optional<uint64_t> value_bytes(const ir::Graph& g, const ir::Node& n);
 
 // Where a slice's elements lie inside its argument's buffer, in bytes, when
-// they are one contiguous row-major run at the same offset for every binding
-// of the run-time dims (then the slice is a view: `W[l]`, `bias[l]`);
-// nullopt otherwise.
-std::optional<uint64_t> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n);
+// they are one contiguous row-major run for every binding of the run-time
+// dims (then the slice is a view: `W[l]`, `bias[l]`, `x[1]` of
+// x : f32[3, T, 8]): a static part and terms in the layout extents of the
+// run-time axes it starts behind; nullopt otherwise.
+struct SliceOffset {
+  uint64_t offset = 0;
+  std::vector<OffsetTerm> terms;
+};
+std::optional<SliceOffset> contiguous_slice_offset(const ir::Graph& g, const ir::Node& n);
 
 // ------------------------------------------------------- in-place writes
 //
@@ -164,12 +201,14 @@ std::string step_ops(const Plan& p, const Step& s);
 
 // ------------------------------------------------ conflicts between steps
 
-// A byte range one step touches.
+// The bytes one step may touch in a buffer: for a view with terms, every
+// place it takes over the bindings (from its lowest offset to its highest
+// plus its largest size), so conflicts hold for every binding.
 struct Access {
   Region region;
   uint64_t begin, end;
 };
-Access access_of(const Buffer& b);
+Access access_of(const Buffer& b, const std::vector<DimInfo>& dims);
 bool overlaps(const Access& a, const Access& b);
 
 enum class Conflict { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite };

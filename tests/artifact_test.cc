@@ -5,11 +5,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <unistd.h>
 
 #include "artifact.h"
+#include "codegen/codegen.h"
+#include "cpu_program.h"
 #include "ir_builder.h"
 #include "passes/ir_print.h"
 #include "passes/ir_verify.h"
@@ -172,6 +175,7 @@ void check_same_artifact(const Artifact& x, const Artifact& y) {
     CHECK(x.plan.buffers[i].region == y.plan.buffers[i].region);
     CHECK(x.plan.buffers[i].offset == y.plan.buffers[i].offset);
     CHECK(x.plan.buffers[i].bytes == y.plan.buffers[i].bytes);
+    CHECK(x.plan.buffers[i].terms == y.plan.buffers[i].terms);
   }
   REQUIRE(x.plan.steps.size() == y.plan.steps.size());
   for (size_t i = 0; i < x.plan.steps.size(); ++i) {
@@ -253,6 +257,29 @@ std::string refusal(const std::vector<uint8_t>& file) {
   if (a.ok()) return "";
   CHECK(a.status().code() == StatusCode::kDataLoss);
   return a.status().message();
+}
+
+// The plan of a program whose slices are views behind a run-time axis
+// (x[1] at 32 * T bytes into x, x[2] at 64 * T), its real kernel table and
+// a stand-in module image (never loaded).
+Artifact dynamic_view_artifact() {
+  Artifact a;
+  a.plan = plan_program(test_programs::compile_text(
+      "program dv;\ndim T in [1, 64];\ninput x : f32[3, T, 8];\ninput w : f32[8, 8];\noutput y : f32[T, 8];\n"
+      "y = x[1] @ w + x[2];\n"));
+  REQUIRE(plan::check_plan(a.plan) == "");
+  a.kernels = generate_cuda(a.plan).kernels;
+  a.module.arch = "sm_90";
+  a.module.ptx = "// not real PTX: never loaded\n";
+  return a;
+}
+
+// The value whose buffer has offset terms, first in value order.
+size_t first_moving_view(const Artifact& a) {
+  for (size_t v = 0; v < a.plan.buffers.size(); ++v)
+    if (!a.plan.buffers[v].terms.empty()) return v;
+  FAIL("the plan has no view with offset terms");
+  return 0;
 }
 
 TEST_CASE("artifact: serialize then deserialize gives back everything") {
@@ -394,6 +421,40 @@ TEST_CASE("artifact: hostile payloads with a valid checksum are refused, never c
     std::string why = refusal(part);
     CHECK(!why.empty());
   }
+}
+
+TEST_CASE("artifact: a view's offset terms round trip; a corrupt term is refused") {
+  const Artifact a = dynamic_view_artifact();
+  const size_t view = first_moving_view(a);
+  CHECK(a.plan.buffers[view].terms == std::vector<plan::OffsetTerm>{{32, {0}}});
+  Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
+  REQUIRE_MESSAGE(back.ok(), back.status().message());
+  for (size_t v = 0; v < a.plan.buffers.size(); ++v) CHECK(back->plan.buffers[v] == a.plan.buffers[v]);
+
+  auto refused_because = [&](const std::function<void(Artifact&)>& edit) {
+    Artifact bad = a;
+    edit(bad);
+    return refusal(serialize_artifact(bad));
+  };
+  auto term = [&](Artifact& b) -> plan::OffsetTerm& { return b.plan.buffers[view].terms[0]; };
+  CHECK(refused_because([&](Artifact& b) { term(b).dims = {1}; }) ==
+        "artifact payload is malformed: an offset term names run-time dim 1, which does not exist");
+  CHECK(refused_because([&](Artifact& b) { term(b).dims = {-1}; }).find("names run-time dim -1") != std::string::npos);
+  CHECK(refused_because([&](Artifact& b) { term(b).coef = 64; })
+            .find("does not lie where its elements are in the buffer of") != std::string::npos);
+  CHECK(refused_because([&](Artifact& b) { term(b).coef = 34; }).find("is not aligned to 4") != std::string::npos);
+  CHECK(refused_because([&](Artifact& b) { term(b).coef = uint64_t{1} << 62; })
+            .find("too large at the dims' upper bounds") != std::string::npos);
+  CHECK(refused_because([&](Artifact& b) { term(b).coef = ~uint64_t{0}; })
+            .find("too large at the dims' upper bounds") != std::string::npos);
+  CHECK(refused_because([&](Artifact& b) { term(b).dims = {0, 0}; })  // 32 * T * T: past the arena at T = 64
+            .find("(its highest offset) lies outside its region") != std::string::npos);
+  CHECK(refused_because([&](Artifact& b) { b.plan.buffers[view].terms.clear(); })
+            .find("does not lie where its elements are") != std::string::npos);
+  CHECK(refused_because([&](Artifact& b) {
+          const ir::ValueId x = b.plan.graph.leaves(Op::kInput).at(0);
+          b.plan.buffers[static_cast<size_t>(x)].terms = {{256, {0}}};
+        }).find("owns its buffer, but its offset has run-time terms") != std::string::npos);
 }
 
 TEST_CASE("artifact: an invalid graph, an unsound plan or a kernel table that does not fit is refused") {

@@ -48,8 +48,8 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
     const plan::Step& step = p.steps[static_cast<size_t>(s)];
     const ir::Node& matmul = g.node(step.values[matmul_prologue(g, step.values) == ir::kNoValue ? 0 : 1]);
     const plan::Buffer& b = p.buffers.at(static_cast<size_t>(matmul.args[1]));
-    GDL_INTERNAL_ASSERT(matmul.op == ir::Op::kMatMul && b.region == plan::Region::kParams,
-                        "chain step " + std::to_string(s) + " is not a matmul with a param b");
+    GDL_INTERNAL_ASSERT(matmul.op == ir::Op::kMatMul && b.region == plan::Region::kParams && b.terms.empty(),
+                        "chain step " + std::to_string(s) + " is not a matmul with a param b at a fixed offset");
     dtype = matmul.type.dtype;
     rows = sub_shape(matmul.type.shape, 0, matmul.type.shape.size() - 1);
     weights.push_back(b.offset);

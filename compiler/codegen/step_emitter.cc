@@ -10,7 +10,8 @@
 //    (OpDef::element).
 // 2. Inside the kernel's braces, before the body: the run-time dims and
 //    scalars it reads (from args), the typed pointers of its buffers (arena
-//    or params + the planned offset), then gdl::allow_dependents and
+//    or params + the planned offset, for a view behind a run-time axis at
+//    the launch's layout extents), then gdl::allow_dependents and
 //    gdl::wait_for_producers (launch overlap, gdl_abi.cuh) unless the body
 //    makes them itself (a prefetching matmul, the streamed attention over a
 //    param KV cache).
@@ -209,11 +210,9 @@ std::string StepEmitter::pointer(ValueId v) {
                       "step " + std::to_string(index) + " reads %" + std::to_string(v) + ", which has no buffer");
   std::string name = "v" + std::to_string(v);
   std::string type = storage_type(n.type.dtype);
-  const char* base = b.region == plan::Region::kArena ? "arena" : "params";
   std::string what = std::string(ir::op_name(n.op)) + (n.name.empty() ? "" : " \"" + one_line(n.name) + "\"");
-  pointer_lines_.push_back("const " + type + "* " + name + " = reinterpret_cast<const " + type + "*>(" + base + " + " +
-                           std::to_string(b.offset) + "ull);  // %" + std::to_string(v) + " " + what + " : " +
-                           type_to_string(n.type, g.dims));
+  pointer_lines_.push_back("const " + type + "* " + name + " = reinterpret_cast<const " + type + "*>(" + address(b) +
+                           ");  // %" + std::to_string(v) + " " + what + " : " + type_to_string(n.type, g.dims));
   pointer_names_[v] = name;
   if (b.region == plan::Region::kParams) param_pointers.emplace_back(name, b.bytes);
   return name;
@@ -224,9 +223,24 @@ std::string StepEmitter::result_pointer() {
   const Node& n = g.node(step.result);
   GDL_INTERNAL_ASSERT(b.region == plan::Region::kArena, "step " + std::to_string(index) + " writes outside the arena");
   std::string type = storage_type(n.type.dtype);
-  pointer_lines_.push_back(type + "* out = reinterpret_cast<" + type + "*>(arena + " + std::to_string(b.offset) +
-                           "ull);  // %" + std::to_string(step.result) + " : " + type_to_string(n.type, g.dims));
+  pointer_lines_.push_back(type + "* out = reinterpret_cast<" + type + "*>(" + address(b) + ");  // %" +
+                           std::to_string(step.result) + " : " + type_to_string(n.type, g.dims));
   return "out";
+}
+
+// `arena + 256ull`, or for a view behind a run-time axis its offset at this
+// launch's layout extents: `arena + (256ull + 32ull * (unsigned long long)dim0)`.
+// Reading the dims makes the kernel depend on them (its node is updated
+// when they change).
+std::string StepEmitter::address(const plan::Buffer& b) {
+  const std::string base = b.region == plan::Region::kArena ? "arena" : "params";
+  std::string offset = std::to_string(b.offset) + "ull";
+  if (b.terms.empty()) return base + " + " + offset;
+  for (const plan::OffsetTerm& t : b.terms) {
+    offset += " + " + std::to_string(t.coef) + "ull";
+    for (int d : t.dims) offset += " * (unsigned long long)" + dim(Dim::runtime(d));
+  }
+  return base + " + (" + offset + ")";
 }
 
 bool StepEmitter::is_inline_leaf(ValueId v) const {

@@ -115,6 +115,7 @@ class StepEmitter {
   std::string kernel_inside(const std::string& body) const;
   void choose_index_type();
   std::string dim_name(int symbol) const;
+  std::string address(const plan::Buffer& b);
   ir::ValueId scalar_leaf(int slot) const;
   std::string scalar_local(ir::ValueId v);
   std::string launch_text(const LaunchRule& r) const;

@@ -187,8 +187,7 @@ std::string emit_scatter(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const auto a = static_cast<size_t>(n.attrs.axis);
   const bool counted = is.size() == a + 1;
   const std::string out = e.result_pointer();
-  GDL_INTERNAL_ASSERT(e.p.buffers.at(static_cast<size_t>(n.args[0])).offset ==
-                          e.p.buffers.at(static_cast<size_t>(e.step.result)).offset,
+  GDL_INTERNAL_ASSERT(e.p.buffers.at(static_cast<size_t>(n.args[0])) == e.p.buffers.at(static_cast<size_t>(e.step.result)),
                       "scatter step " + std::to_string(e.index) + " does not write over its base");
   std::string body;
   body += e.local("lead", e.product(bs, 0, a));
@@ -248,8 +247,7 @@ std::string emit_update_slice(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const ValueId value = n.args.at(1);
   const Shape& vs = e.g.node(value).type.shape;
   const std::string out = e.result_pointer();
-  GDL_INTERNAL_ASSERT(e.p.buffers.at(static_cast<size_t>(n.args[0])).offset ==
-                          e.p.buffers.at(static_cast<size_t>(e.step.result)).offset,
+  GDL_INTERNAL_ASSERT(e.p.buffers.at(static_cast<size_t>(n.args[0])) == e.p.buffers.at(static_cast<size_t>(e.step.result)),
                       "update_slice step " + std::to_string(e.index) + " does not write over its base");
   const std::string& I = e.idx;
   const Shape& bs = n.type.shape;

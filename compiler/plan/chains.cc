@@ -1,8 +1,9 @@
 // find_matmul_chains (chains.h), the chains pass:
 // 1. For each step in schedule order, whether the chain kernel can compute
-//    it (chain_step_k: a square f16/bf16 matmul over a param with K in
-//    range, the rows kernel serving its smallest bindings, any norm
-//    prologue and epilogue) and which value it reads as a.
+//    it (chain_step_k: a square f16/bf16 matmul over a param at a fixed
+//    offset with K in range, the rows kernel serving its smallest
+//    bindings, any norm prologue and epilogue) and which value it reads
+//    as a.
 // 2. A step with the run's K that reads the step before it extends the
 //    open run; its row groups are the fewest any step of the run allows.
 // 3. Any other step closes the run (kept when it has two steps or more,
@@ -36,8 +37,9 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
   if ((t != DType::kF16 && t != DType::kBF16) || a.type.dtype != t || b.type.dtype != t) return 0;
   if (g.node(step.result).type.dtype != t) return 0;
   if (norm != ir::kNoValue && g.node(g.node(norm).args[0]).type.dtype != t) return 0;
-  if (b.type.shape.size() != 2 || p.buffers.at(static_cast<size_t>(matmul.args[1])).region != plan::Region::kParams)
-    return 0;
+  // The runtime encodes b's tensor maps once per session: b lies at a fixed address.
+  const plan::Buffer& b_buffer = p.buffers.at(static_cast<size_t>(matmul.args[1]));
+  if (b.type.shape.size() != 2 || b_buffer.region != plan::Region::kParams || !b_buffer.terms.empty()) return 0;
   const Dim &bk = b.type.shape[0], &bn = b.type.shape[1], &ak = a.type.shape.back();
   if (bk.is_runtime() || bn.is_runtime() || ak.is_runtime() || bk.extent != bn.extent || ak.extent != bk.extent)
     return 0;

@@ -33,7 +33,8 @@
 //    between them (the arena can exceed live_lower_bound).
 //    Every size is rounded up to kAlignment, so every owner's offset is
 //    aligned; a slice view lies at its owner's offset plus its own, which
-//    is a multiple of its element size only.
+//    is a multiple of its element size only, and which may move with the
+//    layout extents of run-time dims (Buffer::terms).
 // 5. Memory summary: arena_bytes = highest end rounded up to kAlignment;
 //    naive_bytes = sum of the aligned sizes of the arena owners (views
 //    need no storage even without reuse); live_lower_bound = most aligned
@@ -185,7 +186,11 @@ void plan_memory(Plan& p) {
     const ir::Node& n = g.nodes[v];
     const Buffer& arg = p.buffers[static_cast<size_t>(n.args[0])];
     if (n.op == Op::kReshape || ir::writes_in_place(n.op)) p.buffers[v] = arg;
-    else p.buffers[v] = Buffer{arg.region, arg.offset + contiguous_slice_offset(g, n).value(), value_bytes(g, n).value()};
+    else {
+      const SliceOffset slice = contiguous_slice_offset(g, n).value();
+      p.buffers[v] = Buffer{arg.region, arg.offset + slice.offset, value_bytes(g, n).value(),
+                            add_offset_terms(arg.terms, slice.terms)};
+    }
   }
 
   // 5. Memory summary.

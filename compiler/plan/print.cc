@@ -47,13 +47,16 @@ std::string step_summary(const Plan& p, const Step& s) {
          " values)";
 }
 
-std::string region_text(const Buffer& b) {
-  switch (b.region) {
-    case Region::kArena: return "arena @" + std::to_string(b.offset) + " (" + human_bytes(b.bytes) + ")";
-    case Region::kParams: return "params @" + std::to_string(b.offset) + " (" + human_bytes(b.bytes) + ")";
-    case Region::kNone: break;
+// "arena @256 (1.0 KiB)"; a view behind run-time axes adds its terms in the
+// dims' layout extents: "arena @256 + 32*T (1.0 KiB)".
+std::string region_text(const Buffer& b, const std::vector<DimInfo>& dims) {
+  if (b.region == Region::kNone) return "by value";
+  std::string out = (b.region == Region::kArena ? "arena @" : "params @") + std::to_string(b.offset);
+  for (const OffsetTerm& t : b.terms) {
+    out += " + " + std::to_string(t.coef);
+    for (int d : t.dims) out += "*" + (static_cast<size_t>(d) < dims.size() ? dims[static_cast<size_t>(d)].name : "?");
   }
-  return "by value";
+  return out + " (" + human_bytes(b.bytes) + ")";
 }
 
 std::string dot_escape(const std::string& s) {
@@ -117,7 +120,7 @@ std::string print_plan(const Plan& p) {
   std::string out = "plan " + g.program_name + ": " + std::to_string(p.steps.size()) + " steps\n";
   // Before plan_memory (a dump after an earlier pass) nothing has a buffer yet.
   const bool placed = p.buffers.size() == g.nodes.size();
-  auto where = [&](ValueId v) { return placed ? region_text(p.buffers[static_cast<size_t>(v)]) : std::string("(not placed yet)"); };
+  auto where = [&](ValueId v) { return placed ? region_text(p.buffers[static_cast<size_t>(v)], g.dims) : std::string("(not placed yet)"); };
   std::vector<bool> written(g.nodes.size(), false);
   for (const Step& st : p.steps) written.at(static_cast<size_t>(st.result)) = true;
   for (size_t v = 0; v < g.nodes.size(); ++v) {

@@ -29,10 +29,11 @@ Expected<std::map<std::string, HostTensor>> run_planned(const Plan& p, const Bin
 
   constexpr unsigned char kPoison = 0xFF;  // NaN in every float dtype: a read of unwritten bytes shows
   std::vector<unsigned char> arena(p.arena_bytes, kPoison), params(p.params_bytes, kPoison);
-  // The bytes of value v for the current dims; check_plan proved they fit.
+  // The bytes of value v at the current dims (the layout extents, which move
+  // a view behind a run-time axis); check_plan proved they fit.
   auto storage = [&](ValueId v) -> unsigned char* {
     const Buffer& buf = p.buffers[static_cast<size_t>(v)];
-    return (buf.region == Region::kArena ? arena.data() : params.data()) + buf.offset;
+    return (buf.region == Region::kArena ? arena.data() : params.data()) + offset_at(buf, b.dims);
   };
   auto decode = [&](ValueId v) {
     const ir::Node& n = g.node(v);

@@ -6,8 +6,9 @@
 // 2. The graph's topological order (ValueId order) is the schedule. Every
 //    non-leaf node becomes one Step, except a view, which runs nothing: a
 //    kReshape shares its argument's buffer; a kSlice whose elements are one
-//    contiguous row-major run at an offset that no run-time dim changes
-//    (contiguous_slice_offset: `W[l]`, `bias[l]`) is the part of its
+//    contiguous row-major run for every binding of the run-time dims
+//    (contiguous_slice_offset: `W[l]`, `bias[l]`, `x[1]` of
+//    x : f32[3, T, 8], whose offset moves with T) is the part of its
 //    argument's buffer that holds them. A view still gets a step when its
 //    argument has no storage (a constant or scalar) or when it is an output
 //    whose storage would otherwise be an input or a param (an output owns

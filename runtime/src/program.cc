@@ -34,9 +34,9 @@ TensorInfo describe(const ir::Node& n, const std::string& name, const ir::Graph&
   return t;
 }
 
-bool overlaps(const plan::Buffer& a, const plan::Buffer& b) {
-  return a.region == b.region && a.region != plan::Region::kNone && a.bytes > 0 && b.bytes > 0 &&
-         a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+// Over every place a buffer takes at any binding (a view behind a run-time axis moves).
+bool overlaps(const plan::Buffer& a, const plan::Buffer& b, const std::vector<DimInfo>& dims) {
+  return a.bytes > 0 && b.bytes > 0 && plan::overlaps(plan::access_of(a, dims), plan::access_of(b, dims));
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact) {
   }
   for (ir::ValueId in : impl->input_values) {
     bool clobbered = false;
-    for (const plan::Step& s : impl->plan().steps) clobbered |= overlaps(impl->buffer_of(in), impl->buffer_of(s.result));
+    for (const plan::Step& s : impl->plan().steps) clobbered |= overlaps(impl->buffer_of(in), impl->buffer_of(s.result), g.dims);
     impl->input_clobbered_by_run.push_back(clobbered);
   }
   return impl;

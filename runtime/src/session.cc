@@ -87,8 +87,9 @@ static float scalar_as_bits(DType dtype, double value) {
 }
 
 // The run-time dims and scalars that each step's kernel node depends on:
-// every run-time dim in the shapes it computes or reads, in the work shapes
-// and rows of its kernels, every scalar they read.
+// every run-time dim in the shapes it computes or reads and in the offsets
+// of their buffers, in the work shapes and rows of its kernels, every
+// scalar they read.
 static void step_dependencies(const Program::Impl& prog, std::vector<uint32_t>& dims_out,
                               std::vector<uint32_t>& scalars_out) {
   const plan::Plan& p = prog.plan();
@@ -99,9 +100,17 @@ static void step_dependencies(const Program::Impl& prog, std::vector<uint32_t>& 
   };
   for (size_t i = 0; i < p.steps.size(); ++i) {
     uint32_t dims_mask = 0, scalars_mask = 0;
+    auto add_offset = [&](ir::ValueId v) {  // a view behind a run-time axis moves with its dims
+      for (const plan::OffsetTerm& t : p.buffers.at(static_cast<size_t>(v)).terms)
+        for (int d : t.dims) dims_mask |= 1u << d;
+    };
     for (ir::ValueId v : p.steps[i].values) {
       add_shape(dims_mask, g.node(v).type.shape);
-      for (ir::ValueId a : g.node(v).args) add_shape(dims_mask, g.node(a).type.shape);
+      add_offset(v);
+      for (ir::ValueId a : g.node(v).args) {
+        add_shape(dims_mask, g.node(a).type.shape);
+        add_offset(a);
+      }
     }
     bool depends_on_dims = false;
     for (int c : prog.kernels().step_choices[i]) {
@@ -541,7 +550,9 @@ Status Session::Impl::read(const std::string& name, void* host, size_t bytes) {
     return Status::Ok();
   }
   const plan::Buffer& buffer = prog.buffer_of(value);
-  const unsigned char* source = (buffer.region == plan::Region::kParams ? params->base() : arena) + buffer.offset;
+  // An output may be a view behind a run-time axis: its place moves with the run's layout.
+  const unsigned char* source =
+      (buffer.region == plan::Region::kParams ? params->base() : arena) + plan::offset_at(buffer, last_run_layout);
   const std::vector<int64_t> padded = extents(info, last_run_layout);
   if (padded == shape) {
     GDL_CUDA_TRY(cudaMemcpyAsync(host, source, bytes, cudaMemcpyDeviceToHost, stream), "copying output '" + name + "' out");

@@ -170,7 +170,7 @@ Status Session::Impl::run_fallback() {
     const plan::Buffer& from = fp.buffer_of(fp.output_values[o]);
     fallback_outputs[o].resize(count_of(extents(info, dims)) * element_size(info.dtype));
     const unsigned char* base = from.region == plan::Region::kParams ? params_base : temp_arena.bytes;
-    GDL_CUDA_TRY(cudaMemcpyAsync(fallback_outputs[o].data(), base + from.offset, fallback_outputs[o].size(),
+    GDL_CUDA_TRY(cudaMemcpyAsync(fallback_outputs[o].data(), base + plan::offset_at(from, dims), fallback_outputs[o].size(),
                                  cudaMemcpyDeviceToHost, stream),
                  "copying output '" + info.name + "' of the fallback");
   }
