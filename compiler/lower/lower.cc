@@ -501,6 +501,13 @@ Value Lowerer::assign_region(const Value& base, const Value& value, const ast::A
     if (ops::runtime_length_symbol(slice->attrs.ints[k]) >= 0)
       return fail(target.loc, "a region of run-time length cannot be assigned",
                   "write its rows with scatter(base, arange(T), values, axis = ...)", 1);
+  // A run-time axis has no fixed position to write at (update_slice keeps it whole).
+  for (size_t axis = 0; axis < whole.shape.size() && 2 * axis + 1 < slice->attrs.ints.size(); ++axis)
+    if (whole.shape[axis].is_runtime() && (slice->attrs.ints[2 * axis] != 0 || slice->attrs.ints[2 * axis + 1] != -1))
+      return fail(target.loc, "an assigned region takes a run-time axis whole",
+                  "write rows at positions along it with scatter(base, index, values, axis = " + std::to_string(axis) +
+                      ")",
+                  1);
   ir::Attrs attrs;
   attrs.ints = slice->attrs.ints;
   if (type_of(v) != slice_type) v = emit(ir::Op::kReshape, {v.id}, slice_type, target.loc, 1);

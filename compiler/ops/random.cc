@@ -140,12 +140,14 @@ TypeResult infer_rng_advance(TypeQuery& q) {
 
 std::string counters_attr(const ir::Attrs& a) { return "counters=" + ints_text(a.ints); }
 
-// Element i of the result inside the elementwise loop.
+// Element i of the result inside the elementwise loop, rounded to the
+// draw's dtype as every value is: a fused consumer of an f16 or bf16 draw
+// must see the value the CPU reference rounds to, not the float it came from.
 std::string element_random(StepEmitter& e, ir::ValueId v) {
   const Node& n = e.g.node(v);
   const char* draw = n.op == Op::kRandUniform ? "gdl::random_uniform" : "gdl::random_normal";
-  return "    const float r" + std::to_string(v) + " = " + draw + "(" + e.pointer(n.args.at(0)) + ", " +
-         std::to_string(n.attrs.ints.at(0)) + "ull, (unsigned long long)i);\n";
+  return "    const float r" + std::to_string(v) + " = gdl::fit<" + storage_type(n.type.dtype) + ">(" + draw + "(" +
+         e.pointer(n.args.at(0)) + ", " + std::to_string(n.attrs.ints.at(0)) + "ull, (unsigned long long)i));\n";
 }
 
 std::string emit_rng_advance(StepEmitter& e, const Node& n, LaunchRule& rule) {

@@ -9,6 +9,7 @@
 // Every program in tests/fuzz/regressions/ runs the same way first.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -123,6 +124,11 @@ TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU
     std::string failure = !program.ok() ? "compile: " + program.status().message()
                           : cpu_only    ? ""
                                         : check_gpu(*program, seed);
+    if ((i + 1) % 25 == 0) {  // progress, for a run cut by a time limit
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::printf("fuzz: %zu programs checked, %d failed, %.0f s\n", i + 1, failures + (failure.empty() ? 0 : 1), s);
+      std::fflush(stdout);
+    }
     if (failure.empty()) {
       ++passed;
       continue;
@@ -130,7 +136,7 @@ TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU
     ++failures;
     const fuzz::Shrunk small = fuzz::shrink(programs[i], failure, [&](const fuzz::GenProgram& p) {
       return cpu_only ? std::string(try_compile_text(p.text()).ok() ? "" : "compile: ") : check_text(p.text(), seed);
-    }, 150);
+    }, 60);
     if (out_dir) {
       std::ofstream out(std::filesystem::path(out_dir) / ("seed" + std::to_string(seed) + ".gdl"));
       out << "# " << small.failure << "\n" << small.program.text();
