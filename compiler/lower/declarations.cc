@@ -17,6 +17,9 @@ void Lowerer::lower_dims() {
     info.name = d.name;
     int symbol = static_cast<int>(graph_.dims.size());
     dims_.emplace(d.name, symbol);
+    // Named before its bounds are read, so a bound or bucket that names the
+    // dim itself is reported as a run-time dim like any other.
+    graph_.dims.emplace_back().name = d.name;
     bool ok = true;
     auto bound = [&](const ast::Expr& e, const char* what) -> int64_t {
       Value v = eval(e);
@@ -86,14 +89,14 @@ void Lowerer::lower_dims() {
       diags_.error(d.policy_loc, message, "write policy(buckets) or policy(update)",
                    static_cast<uint32_t>(d.policy.size()));
     }
-    if (graph_.dims.size() == static_cast<size_t>(kMaxRuntimeDims))
+    if (symbol == kMaxRuntimeDims)
       diags_.error(d.name_loc,
                    "dim '" + d.name + "' is run-time dim number " + std::to_string(kMaxRuntimeDims + 1) +
                        "; a program has at most " + std::to_string(kMaxRuntimeDims) +
                        " (the kernels receive them in a fixed block)",
                    "make some of them compile-time consts, or reuse one dim for tensors that always agree",
                    static_cast<uint32_t>(d.name.size()));
-    graph_.dims.push_back(std::move(info));
+    graph_.dims[static_cast<size_t>(symbol)] = std::move(info);
   }
 }
 

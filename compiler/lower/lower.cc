@@ -40,9 +40,10 @@ namespace lowering {
 std::optional<ir::Graph> Lowerer::run() {
   int errors_before = diags_.error_count();
   graph_.program_name = m_.program_name;
-  lower_dims();
+  // Consts first: a dim's bounds may name them (they are evaluated on first use).
   for (const ast::ConstDecl& c : m_.consts)
     if (!consts_.count(c.name)) consts_[c.name].decl = &c;  // a duplicate: check_module reports it
+  lower_dims();
   for (const ast::ConstDecl& c : m_.consts) const_value(c.name);
   lower_leaves();
   for (const ast::FnDecl& f : m_.fns) resolve_signature(f);
