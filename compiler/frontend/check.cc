@@ -279,7 +279,8 @@ class Checker {
           for (auto p = start; p != path.end(); ++p) cycle += *p + " -> ";
           diags_.error(ref->loc, "const '" + ref->name + "' depends on itself: " + cycle + ref->name,
                        "give the const a value that does not use itself", static_cast<uint32_t>(ref->name.size()));
-        } else if (state[ref->name] == 0 && path.size() < 4096) {
+        } else if (state[ref->name] == 0 && path.size() < static_cast<size_t>(kMaxConstDepth)) {
+          // Deeper chains are lowering's error (kMaxConstDepth); stopping here keeps the stack bounded.
           visit(*it->second);
         }
       }

@@ -104,12 +104,27 @@ Value Lowerer::const_value(const std::string& name) {
   ConstInfo& c = consts_.at(name);
   if (c.state == 2) return c.value;
   if (c.state == 1) return Value::error();  // a cycle: check_module reports it
+  // A chain of consts recurses here once per link; the outermost reports it.
+  if (const_chain_.size() >= static_cast<size_t>(kMaxConstDepth)) {
+    const_chain_too_deep_ = true;
+    return Value::error();
+  }
   c.state = 1;
+  const_chain_.push_back(name);
   // A const sees globals only, whoever asks for it.
   std::vector<Frame> saved = std::move(frames_);
   frames_.clear();
   Value v = eval(*c.decl->value);
   frames_ = std::move(saved);
+  const_chain_.pop_back();
+  if (const_chain_.empty() && const_chain_too_deep_) {
+    const_chain_too_deep_ = false;
+    fail(c.decl->name_loc,
+         "const '" + name + "' is defined through a chain of more than " + std::to_string(kMaxConstDepth) +
+             " consts, each using the next",
+         "compute it from fewer consts, or write the value", static_cast<uint32_t>(name.size()));
+    v = Value::error();
+  }
   if (v.ok() && !v.is_static()) {
     fail(start_of(*c.decl->value),
          "const '" + name + "' must be a compile-time integer, float or bool, got " + describe(v),

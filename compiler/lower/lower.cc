@@ -511,7 +511,15 @@ Value Lowerer::assign_region(const Value& base, const Value& value, const ast::A
 
 Value Lowerer::eval(const ast::Expr& e) {
   if (aborted_) return Value::error();
+  if (eval_depth_ >= kMaxEvalDepth) {
+    abort(start_of(e),
+          "expressions nest more than " + std::to_string(kMaxEvalDepth) + " deep through fn calls and consts",
+          "name intermediate results with let, and inline fewer fns inside one another");
+    return Value::error();
+  }
+  ++eval_depth_;
   Value v = eval_inner(e);
+  --eval_depth_;
   if (v.ok() && !v.loc.valid()) {
     v.loc = start_of(e);
     v.length = e.length;

@@ -320,6 +320,9 @@ class Lowerer {
   std::vector<Frame> frames_;
   SourceLoc top_statement_;  // the statement of the program body being run
   int64_t steps_ = 0;
+  int eval_depth_ = 0;
+  std::vector<std::string> const_chain_;  // the consts being evaluated, outermost first
+  bool const_chain_too_deep_ = false;
   int scalar_count_ = 0;
   bool aborted_ = false;
   bool unassigned_unreliable_ = false;  // an `if` was not folded: outputs may be missing for that reason
