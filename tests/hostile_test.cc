@@ -72,6 +72,21 @@ TEST_CASE("hostile: expressions nested through fns multiply the parser's depth l
                       " deep through fn calls and consts") != std::string::npos);
 }
 
+TEST_CASE("hostile: a fn that calls itself twice is reported, not inlined exponentially") {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string rendered = diagnostics_of(R"(program p;
+input x : f32[4];
+output y : f32[4];
+fn f(v: f32[4]) -> f32[4] {
+  return f(v) + f(v) * f(v);
+}
+y = f(x);
+)");
+  CHECK(rendered.find("recursive call: f -> f") != std::string::npos);
+  CHECK(rendered.find("steps to unroll") == std::string::npos);
+  CHECK(seconds_since(start) < 10);  // it took minutes when each call was inlined to the depth limit
+}
+
 
 }  // namespace
 }  // namespace gdl

@@ -396,6 +396,17 @@ std::optional<std::vector<const ast::Arg*>> Lowerer::bind_args(const ast::CallEx
 
 Value Lowerer::inline_fn(const FnInfo& fn, const ast::CallExpr& c) {
   const ast::FnDecl& decl = *fn.decl;
+  // A call of a fn that is being inlined would never end; with two such
+  // calls in a body, inlining up to the depth limit takes exponential time.
+  for (size_t k = 0; k < frames_.size(); ++k) {
+    if (frames_[k].fn != &decl) continue;
+    std::string cycle;
+    for (size_t j = k; j < frames_.size(); ++j) cycle += frames_[j].fn->name + " -> ";
+    return fail(c.loc, "recursive call: " + cycle + decl.name,
+                "fns are inlined at every call, so recursion would never end; "
+                "repeat work with a for loop over a compile-time range",
+                static_cast<uint32_t>(c.callee.size()));
+  }
   std::vector<std::string> names;
   for (const ast::FnParam& p : decl.params) names.push_back(p.name);
   auto slots = bind_args(c, names, names.size(), "fn ");
