@@ -87,6 +87,78 @@ y = f(x);
   CHECK(seconds_since(start) < 10);  // it took minutes when each call was inlined to the depth limit
 }
 
+// ------------------------------------------------------------- "did you mean"
+
+// The distance the suggestion search used before it was bounded: full
+// optimal string alignment.
+size_t full_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+std::optional<std::string> full_closest(const std::string& name, const std::vector<std::string>& candidates) {
+  const size_t limit = name.size() <= 3 ? 1 : 2;
+  std::optional<std::string> best;
+  size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    if (c == name) continue;
+    const size_t dist = full_distance(name, c);
+    if (dist < best_distance && dist < name.size()) best_distance = dist, best = c;
+  }
+  return best;
+}
+
+TEST_CASE("hostile: the bounded suggestion search suggests what the full distance does") {
+  std::mt19937 rng(7);
+  auto word = [&](size_t length) {
+    std::string s;
+    for (size_t i = 0; i < length; ++i) s += static_cast<char>('a' + rng() % 3);  // few letters: many near misses
+    return s;
+  };
+  for (int round = 0; round < 3000; ++round) {
+    const std::string name = word(1 + rng() % 7);
+    std::vector<std::string> candidates;
+    for (int k = 0; k < 6; ++k) candidates.push_back(word(1 + rng() % 8));
+    INFO(name);
+    CHECK(closest_spelling(name, candidates) == full_closest(name, candidates));
+  }
+}
+
+TEST_CASE("hostile: a 30000-character unknown name near a declared one is suggested in linear time") {
+  const std::string declared(30000, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(closest_spelling(declared + "b", {declared, "x"}) == declared);
+  CHECK(closest_spelling(declared + "bcd", {declared}) == std::nullopt);
+  const std::string rendered = diagnostics_of("program p;\ninput " + declared + " : f32[4];\noutput y : f32[4];\ny = " +
+                                              declared + "b;\n");
+  CHECK(rendered.find("did you mean") != std::string::npos);
+  CHECK(seconds_since(start) < 10);  // 14.6 s and 3.9 GB with the full matrix
+}
+
+TEST_CASE("hostile: many misspelt names among many declarations: the first 100 get a suggestion") {
+  std::string text = "program p;\ninput x : f32[4];\noutput y : f32[4];\n";
+  for (int i = 0; i < 2000; ++i) text += "const longname_number_" + std::to_string(i) + " = " + std::to_string(i) + ";\n";
+  text += "let s = x;\n";
+  for (int i = 0; i < 200; ++i) text += "s = s + longname_numbr_" + std::to_string(i * 10) + ";\n";
+  text += "y = s;\n";
+  const auto start = std::chrono::steady_clock::now();
+  const std::string rendered = diagnostics_of(text);
+  size_t unknown = 0, suggested = 0;
+  for (size_t at = 0; (at = rendered.find("error: unknown name", at)) != std::string::npos; ++at) ++unknown;
+  for (size_t at = 0; (at = rendered.find("did you mean", at)) != std::string::npos; ++at) ++suggested;
+  CHECK(unknown == 200);
+  CHECK(suggested == 100);
+  CHECK(rendered.find("did you mean 'longname_number_0'?") != std::string::npos);
+  CHECK(seconds_since(start) < 10);
+}
+
 
 }  // namespace
 }  // namespace gdl
