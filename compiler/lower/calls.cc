@@ -306,8 +306,9 @@ Value Lowerer::fold_call(const ops::OpDef& def, const std::string& name, const s
     if (!r) return fail(loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", length);
     return Value::integer(*r);
   }
-  return Value::real(operands.size() == 1 ? def.unary(operands[0].number(), DType::kF32)
-                                          : def.binary(operands[0].number(), operands[1].number(), DType::kF32));
+  return finite(operands.size() == 1 ? def.unary(operands[0].number(), DType::kF32)
+                                     : def.binary(operands[0].number(), operands[1].number(), DType::kF32),
+                loc, length);
 }
 
 // ---------------------------------------------------------------- operators

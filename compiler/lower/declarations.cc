@@ -2,6 +2,7 @@
 // buckets, policy), consts (evaluated on first use), the leaves (inputs,
 // params, scalars) with their declared types, and fn signatures.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "frontend/check.h"
@@ -245,6 +246,17 @@ void Lowerer::lower_leaves() {
         continue;
       }
       leaf.attrs.value = round_to_dtype(init.number(), info.type->dtype);
+      // A default outside the dtype's range would be saturated or become inf.
+      const bool i32 = info.type->dtype == DType::kI32;
+      if (i32 ? init.i < std::numeric_limits<int32_t>::min() || init.i > std::numeric_limits<int32_t>::max()
+              : !std::isfinite(leaf.attrs.value)) {
+        fail(start_of(*t.init),
+             "the default of scalar '" + t.name + "', " + (i32 ? std::to_string(init.i) : number_text(init.number())) +
+                 ", does not fit in " + dtype_name(info.type->dtype),
+             i32 ? "i32 holds -2147483648..2147483647" : "f32 holds magnitudes up to about 3.4e38", t.init->length);
+        info.type.reset();
+        continue;
+      }
     }
     if (leaf.op == ir::Op::kScalar && ++scalar_count_ == kMaxScalars + 1)
       fail(t.name_loc,

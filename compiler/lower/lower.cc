@@ -29,6 +29,7 @@
 // Hostile input is bounded: loop iterations, IR nodes, statements run, and
 // inlining depth all have limits (lower.h).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "frontend/check.h"
@@ -666,12 +667,20 @@ Value Lowerer::fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc 
   }
   double x = a.number(), y = b.number();
   switch (op) {
-    case ast::BinaryOp::kAdd: return Value::real(x + y);
-    case ast::BinaryOp::kSub: return Value::real(x - y);
-    case ast::BinaryOp::kMul: return Value::real(x * y);
-    case ast::BinaryOp::kDiv: return Value::real(x / y);
+    case ast::BinaryOp::kAdd: return finite(x + y, loc, 1);
+    case ast::BinaryOp::kSub: return finite(x - y, loc, 1);
+    case ast::BinaryOp::kMul: return finite(x * y, loc, 1);
+    case ast::BinaryOp::kDiv: return finite(x / y, loc, 1);
     default: return Value::error();
   }
+}
+
+Value Lowerer::finite(double v, SourceLoc loc, uint32_t length) {
+  // A literal cannot be inf or NaN either: a const holds what a literal can.
+  if (!std::isfinite(v))
+    return fail(loc, std::string("compile-time float arithmetic gives ") + (std::isnan(v) ? "NaN" : number_text(v)),
+                "keep compile-time floats finite: check the consts this expression uses", length);
+  return Value::real(v);
 }
 
 }  // namespace lowering

@@ -253,6 +253,8 @@ class Lowerer {
   Value lookup(const ast::NameExpr& n);
   // Arithmetic on two compile-time values.
   Value fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc loc);
+  // A compile-time float result; inf and NaN are reported.
+  Value finite(double v, SourceLoc loc, uint32_t length);
 
   // ----------------------------------------------------------- calls.cc
   Value unary(const ast::UnaryExpr& u);
