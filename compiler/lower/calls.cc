@@ -113,6 +113,16 @@ class CallQuery final : public ops::TypeQuery {
     return true;
   }
 
+  std::optional<int64_t> static_integer(size_t slot) override {
+    if (!given(slot)) return std::nullopt;
+    const Value& v = operand(slot);
+    if (v.kind == Value::Kind::kInt) return v.i;
+    if (!v.is_tensor()) return std::nullopt;
+    const ir::Node& n = l_.graph_.node(v.id);
+    if (n.op != ir::Op::kConstant || n.type.dtype != DType::kI32) return std::nullopt;
+    return static_cast<int64_t>(n.attrs.value);
+  }
+
   bool integer(size_t slot, const std::string& what, int64_t* out) override {
     return accept(l_.static_int(operand(slot), what), out);
   }
