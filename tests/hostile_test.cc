@@ -159,6 +159,76 @@ TEST_CASE("hostile: many misspelt names among many declarations: the first 100 g
   CHECK(seconds_since(start) < 10);
 }
 
+// ---------------------------------------------------------------- the tools
+
+struct ToolRun {
+  int exit_code = -1;
+  std::string err;  // stderr
+};
+
+class Tools {
+ public:
+  Tools() : dir_(fs::path(GDL_BINARY_DIR) / ("hostile_tools_" + std::to_string(::getpid()))) {
+    fs::create_directories(dir_);
+  }
+  ~Tools() { fs::remove_all(dir_); }
+  fs::path path(const std::string& name) const { return dir_ / name; }
+  fs::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary) << text;
+    return path(name);
+  }
+  // Runs a shell command line with at most 1.5 GB of address space, so a
+  // tool that reads or allocates what it should have refused fails here.
+  ToolRun run(const std::string& command) const {
+    const fs::path err = path("stderr.txt");
+    const std::string line = "ulimit -v 1500000; " + command + " >/dev/null 2>'" + err.string() + "'";
+    const int status = std::system(line.c_str());
+    ToolRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::ifstream in(err);
+    std::stringstream text;
+    text << in.rdbuf();
+    r.err = text.str();
+    return r;
+  }
+
+ private:
+  fs::path dir_;
+};
+
+// One line `TOOL: error: ...` containing `what`, and a non-zero exit.
+void check_error(const ToolRun& r, const std::string& tool, const std::string& what, int exit_code) {
+  INFO(r.err);
+  CHECK(r.exit_code == exit_code);
+  CHECK(r.err.rfind(tool + ": error: ", 0) == 0);
+  CHECK(r.err.find(what) != std::string::npos);
+  CHECK(r.err.find("internal") == std::string::npos);
+  CHECK(r.err.find("INTERNAL") == std::string::npos);
+}
+
+const std::string kGdlc = GDLC_PATH, kGdlrun = GDLRUN_PATH;
+
+const char* kRuntimeDimProgram = R"(program p;
+dim B in [1, 64];
+input x : f32[B, 1024];
+scalar b : f32 = 1.0;
+scalar n : i32 = 2;
+input kv_len : i32;
+output y : f32[B, 1024];
+y = x * b + cast(n + kv_len, f32);
+)";
+
+TEST_CASE("hostile tools: gdlc -o refuses a device or a link instead of replacing it") {
+  Tools t;
+  const fs::path program = t.write("p.gdl", kRuntimeDimProgram);
+  check_error(t.run(kGdlc + " " + program.string() + " -o /dev/null"), "gdlc", "not a regular file", 2);
+  CHECK(fs::is_character_file("/dev/null"));
+  const fs::path target = t.write("target.txt", "keep"), link = t.path("link.gdlx");
+  fs::create_symlink(target, link);
+  check_error(t.run(kGdlc + " " + program.string() + " -o " + link.string()), "gdlc", "not a regular file", 2);
+  CHECK(fs::is_symlink(link));
+}
+
 
 }  // namespace
 }  // namespace gdl

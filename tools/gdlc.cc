@@ -5,12 +5,18 @@
 //   gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR]
 //   gdlc FILE.gdl --stop-after=PASS [--dump-after=PASS[,PASS...]]
 //   gdlc --list-passes
+// -o writes FILE.gdlx.tmp and renames it over FILE.gdlx, so a reader never
+// sees half a file; a FILE.gdlx (or .tmp) that exists and is not a regular
+// file (a device such as /dev/null, a directory, a symbolic link) is
+// refused, not replaced.
 // Options: --no-opt (no constant folding, CSE, DCE), --no-fuse (one kernel
 // per IR value), --dump-after=PASS (the program after that pass on stdout:
 // AST, IR, plan, CUDA or the module's summary; "all" for every pass).
 // Every stage runs through the pipeline (compiler/pipeline.cc).
 //
 // Exit codes: 0 ok, 1 the program is wrong, 2 usage or internal error.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -35,7 +41,8 @@ const char* kUsage =
     "       gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph [--no-opt] [--no-fuse] [--arch=sm_90]\n"
     "       gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR] [--no-opt] [--no-fuse]\n"
     "       gdlc FILE.gdl [--stop-after=PASS] [--dump-after=PASS[,PASS...]|all] [-o FILE.gdlx] ...\n"
-    "       gdlc --list-passes\n";
+    "       gdlc --list-passes\n"
+    "-o refuses a FILE.gdlx that exists and is not a regular file (a device, directory or symbolic link)\n";
 
 struct Args {
   bool check_only = false;
@@ -132,6 +139,12 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
     *error = "--no-fuse applies to --emit=plan, cuda and graph and to --dump-after only";
     return std::nullopt;
   }
+  if (struct stat info; !args.output.empty() && ::lstat(args.output.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    // Refused before compiling; write_artifact refuses it too.
+    *error = "-o " + args.output + ": it exists and is not a regular file (a device, directory or symbolic link), "
+             "which the artifact's rename would replace; give another path";
+    return std::nullopt;
+  }
   if (!args.emit.empty() && !args.pipeline.stop_after.empty()) {
     *error = "--emit and --stop-after both say where to stop; give one";
     return std::nullopt;
@@ -193,7 +206,7 @@ int run(Args& args) {
   artifact.module = std::move(*c->module);
   gdl::Status written = gdl::write_artifact(args.output, artifact);
   if (!written.ok()) {
-    std::fprintf(stderr, "gdlc: %s\n", written.ToString().c_str());
+    std::fprintf(stderr, "gdlc: error: %s\n", written.message().c_str());
     return kExitUsage;
   }
   const gdl::plan::Plan& plan = artifact.plan;
