@@ -229,6 +229,17 @@ TEST_CASE("hostile tools: gdlc -o refuses a device or a link instead of replacin
   CHECK(fs::is_symlink(link));
 }
 
+TEST_CASE("hostile tools: gdlc --arch that NVRTC cannot target is a usage error") {
+  Tools t;
+  const fs::path program = t.write("p.gdl", kRuntimeDimProgram);
+  for (const char* arch : {"sm_10", "sm_", "compute_90", "sm_99999"})
+    check_error(t.run(kGdlc + " " + program.string() + " --emit=cuda --arch=" + arch), "gdlc", arch, 2);
+  // An arch NVRTC knows, but the program's f16 matmul kernels use clusters: refused before NVRTC runs.
+  check_error(t.run(kGdlc + " " GDL_SOURCE_DIR "/examples/mlp.gdl --arch=sm_80 --cache-dir=- -o " +
+                    t.path("mlp.gdlx").string()),
+              "gdlc", "thread-block clusters, which need sm_90", 2);
+}
+
 
 }  // namespace
 }  // namespace gdl

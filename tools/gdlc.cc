@@ -23,6 +23,7 @@
 #include <string>
 
 #include "artifact.h"
+#include "codegen/nvrtc_compile.h"
 #include "frontend/ast_print.h"
 #include "frontend/source_loader.h"
 #include "internal_error.h"
@@ -103,6 +104,10 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
       args.output = argv[i];
     } else if (a.rfind("--arch=", 0) == 0) {
       args.pipeline.codegen.arch = a.substr(7);
+      if (gdl::Status arch = gdl::check_arch(args.pipeline.codegen.arch); !arch.ok()) {
+        *error = arch.message();
+        return std::nullopt;
+      }
     } else if (a.rfind("--cache-dir=", 0) == 0) {
       args.pipeline.codegen.cache_dir = a.substr(12);
     } else if (a.rfind("--stop-after=", 0) == 0) {
@@ -181,7 +186,10 @@ int run(Args& args) {
   gdl::Expected<gdl::Compilation> c = gdl::run_pipeline(*file, diags, args.pipeline);
   std::fputs(diags.render(*file).c_str(), stderr);
   if (!c.ok()) {
-    std::fprintf(stderr, "gdlc: %s\n", c.status().ToString().c_str());
+    if (c.status().code() == gdl::StatusCode::kInternal)
+      std::fprintf(stderr, "gdlc: %s\n", c.status().ToString().c_str());
+    else
+      std::fprintf(stderr, "gdlc: error: %s\n", c.status().message().c_str());
     return kExitUsage;
   }
   const int program_status = diags.has_errors() ? kExitProgramError : kExitOk;
