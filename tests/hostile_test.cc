@@ -159,6 +159,19 @@ TEST_CASE("hostile: many misspelt names among many declarations: the first 100 g
   CHECK(seconds_since(start) < 10);
 }
 
+// ---------------------------------------------------------- the CPU reference
+
+TEST_CASE("hostile: a value too large for the CPU reference is refused before anything is allocated") {
+  ir::Graph g = test_programs::compile_text(R"(program p;
+input x : f32[1073741824];
+output y : f32[1073741824];
+y = x + 1.0;
+)");
+  Expected<std::map<std::string, HostTensor>> out = interpret(g, Bindings{});
+  CHECK(out.status().code() == StatusCode::kOutOfRange);
+  CHECK(out.status().message().find("more than 2^28 elements") != std::string::npos);
+}
+
 // ---------------------------------------------------------------- the tools
 
 struct ToolRun {
@@ -240,6 +253,57 @@ TEST_CASE("hostile tools: gdlc --arch that NVRTC cannot target is a usage error"
               "gdlc", "thread-block clusters, which need sm_90", 2);
 }
 
+TEST_CASE("hostile tools: gdlrun checks an input file's kind and size before reading it") {
+  Tools t;
+  const std::string run = kGdlrun + " " + t.write("p.gdl", kRuntimeDimProgram).string() + " --cpu --dim B=2 ";
+  check_error(t.run(run + "--input x=/dev/zero"), "gdlrun", "'/dev/zero' is not a regular file", 1);
+  check_error(t.run(run + "--input x=" + t.path("").string()), "gdlrun", "is not a regular file", 1);
+  const fs::path big = t.write("big.bin", "");
+  fs::resize_file(big, uint64_t{1} << 30);  // sparse: 1 GiB that must not be read
+  check_error(t.run(run + "--input x=" + big.string()), "gdlrun", "holds 1073741824 bytes; x needs 8192", 1);
+  const fs::path zero_artifact = t.path("zero.gdlx");
+  fs::create_symlink("/dev/zero", zero_artifact);
+  check_error(t.run(kGdlrun + " " + zero_artifact.string() + " --cpu"), "gdlrun", "not a regular file", 2);
+}
+
+TEST_CASE("hostile tools: gdlrun checks --dim against the bounds before allocating anything") {
+  Tools t;
+  const std::string run = kGdlrun + " " + t.write("p.gdl", kRuntimeDimProgram).string() + " --cpu ";
+  check_error(t.run(run + "--dim B=-1"), "gdlrun", "--dim B=-1 is outside [1, 64]", 1);
+  check_error(t.run(run + "--dim B=300000"), "gdlrun", "--dim B=300000 is outside [1, 64]", 1);
+  check_error(t.run(run + "--dim B=0"), "gdlrun", "outside [1, 64]", 1);
+  check_error(t.run(run + "--fallback --dim B=3000000000"), "gdlrun", "outside [1, 64]", 1);
+}
+
+TEST_CASE("hostile tools: gdlrun reads numbers whole and strictly") {
+  Tools t;
+  const std::string run = kGdlrun + " " + t.write("p.gdl", kRuntimeDimProgram).string() + " --cpu ";
+  check_error(t.run(run + "--dim B=1e3"), "gdlrun", "'1e3' is not an integer", 2);
+  check_error(t.run(run + "--dim B=8x"), "gdlrun", "'8x' is not an integer", 2);
+  check_error(t.run(run + "--dim B="), "gdlrun", "is not an integer", 2);
+  check_error(t.run(run + "--dim B=99999999999999999999"), "gdlrun", "is not an integer", 2);
+  check_error(t.run(run + "--set kv_len=nan"), "gdlrun", "'nan' is not a finite number", 2);
+  check_error(t.run(run + "--set kv_len=inf"), "gdlrun", "'inf' is not a finite number", 2);
+  check_error(t.run(run + "--set kv_len=2.5"), "gdlrun", "is i32, and 2.5 is no i32 value", 1);
+  check_error(t.run(run + "--scalar b=0.5x"), "gdlrun", "'0.5x' is not a finite number", 2);
+  check_error(t.run(run + "--scalar n=0.5"), "gdlrun", "the scalar is i32, and 0.5 is no i32 value", 1);
+  check_error(t.run(run + "--scalar n=3000000000"), "gdlrun", "no i32 value", 1);
+  check_error(t.run(run + "--seed -1"), "gdlrun", "'-1' is not an integer", 2);
+  check_error(t.run(run + "--print 1x"), "gdlrun", "'1x' is not a count", 2);
+  const ToolRun ok = t.run(run + "--dim B=3 --set kv_len=5 --scalar b=0.5 --scalar n=-2 --seed 9");
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+}
+
+TEST_CASE("hostile tools: gdlrun refuses a tensor too large for the host before allocating it") {
+  Tools t;
+  const fs::path program = t.write("big.gdl", R"(program p;
+input x : f32[1073741824];
+output y : f32[1073741824];
+y = x + 1.0;
+)");
+  check_error(t.run(kGdlrun + " " + program.string() + " --cpu"), "gdlrun", "more than 2^28 elements", 1);
+}
 
 }  // namespace
 }  // namespace gdl
