@@ -159,6 +159,92 @@ TEST_CASE("hostile: many misspelt names among many declarations: the first 100 g
   CHECK(seconds_since(start) < 10);
 }
 
+// ------------------------------------------------------------------ planning
+
+// Every step's deps as the planner found them before: each earlier step
+// tested, the latest first, a conflicting one kept unless already reachable.
+std::vector<std::vector<int>> quadratic_deps(const plan::Plan& p) {
+  std::vector<plan::StepSet> reach;
+  std::vector<std::vector<int>> deps(p.steps.size());
+  for (size_t j = 0; j < p.steps.size(); ++j) {
+    reach.emplace_back(p.steps.size());
+    for (size_t i = j; i-- > 0;) {
+      if (reach[j].contains(i) || plan::conflict_between(p, p.steps[i], p.steps[j]) == plan::Conflict::kNone) continue;
+      deps[j].push_back(static_cast<int>(i));
+      reach[j].merge(reach[i]);
+      reach[j].insert(i);
+    }
+    std::sort(deps[j].begin(), deps[j].end());
+  }
+  return deps;
+}
+
+void check_deps_as_before(const plan::Plan& p) {
+  const std::vector<std::vector<int>> want = quadratic_deps(p);
+  for (size_t j = 0; j < p.steps.size(); ++j) {
+    INFO("step " << j);
+    CHECK(p.steps[j].deps == want[j]);
+  }
+}
+
+// Whether every conflicting pair is ordered, by testing every pair.
+bool every_conflict_ordered(const plan::Plan& p) {
+  const std::vector<plan::StepSet> reach = plan::reachability(p.steps);
+  for (size_t j = 0; j < p.steps.size(); ++j)
+    for (size_t i = 0; i < j; ++i)
+      if (!reach[j].contains(i) && plan::conflict_between(p, p.steps[i], p.steps[j]) != plan::Conflict::kNone)
+        return false;
+  return true;
+}
+
+// verify_plan finds an unordered conflict exactly when testing every pair does:
+// each dep of each step dropped in turn.
+void check_verify_as_before(plan::Plan p) {
+  for (size_t j = 0; j < p.steps.size(); ++j)
+    for (size_t d = 0; d < p.steps[j].deps.size(); ++d) {
+      const std::vector<int> deps = p.steps[j].deps;
+      p.steps[j].deps.erase(p.steps[j].deps.begin() + static_cast<std::ptrdiff_t>(d));
+      const std::string problem = plan::verify_plan(p);
+      INFO("step " << j << " without dep " << deps[d] << ": " << problem);
+      CHECK((problem.find("does not wait for") == std::string::npos) == every_conflict_ordered(p));
+      p.steps[j].deps = deps;
+    }
+}
+
+TEST_CASE("hostile: dependencies from byte segments equal the test of every pair, on every example") {
+  for (const auto& entry : fs::directory_iterator(GDL_SOURCE_DIR "/examples")) {
+    if (entry.path().extension() != ".gdl") continue;
+    INFO(entry.path().string());
+    DiagnosticSink diags;
+    std::string fatal;
+    std::optional<SourceFile> file = load_source(entry.path().string(), diags, &fatal);
+    REQUIRE(file.has_value());
+    std::optional<ir::Graph> g = compile_to_ir(*file, diags);
+    REQUIRE(g.has_value());
+    for (bool fuse : {true, false}) {
+      plan::PlanOptions options;
+      options.fuse_elementwise = options.fuse_epilogues = options.fuse_prologues = fuse;
+      plan::Plan p = plan_program(*g, options);
+      check_deps_as_before(p);
+      check_verify_as_before(std::move(p));
+    }
+  }
+}
+
+TEST_CASE("hostile: a long loop of independent branches plans in time, with the same dependencies") {
+  // Each iteration's softmax reads only x: thousands of parallel branches
+  // whose buffers cannot share space, joined by one chain of additions.
+  auto program = [](int n) {
+    return "program p;\ninput x : f32[4, 16];\noutput y : f32[4, 16];\nlet h = x;\nfor i in 0.." + std::to_string(n) +
+           " {\n  h = h + softmax(x * i);\n}\ny = h;\n";
+  };
+  check_deps_as_before(plan_program(test_programs::compile_text(program(300))));
+  const auto start = std::chrono::steady_clock::now();
+  plan::Plan p = plan_program(test_programs::compile_text(program(4000)));
+  CHECK(p.steps.size() >= 4000);
+  MESSAGE("4000 iterations planned in " << seconds_since(start) << " s");
+}
+
 // ---------------------------------------------------------- the CPU reference
 
 TEST_CASE("hostile: a value too large for the CPU reference is refused before anything is allocated") {
