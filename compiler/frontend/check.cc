@@ -130,12 +130,20 @@ bool FnTypeParams::mentioned_in(const ast::TypeExpr& t) const {
   return std::any_of(names.begin(), names.end(), [&](const ast::NameExpr* n) { return is_dim(n->name); });
 }
 
-FnTypeParams fn_type_params(const ast::Module& module, const ast::FnDecl& fn) {
+std::set<std::string> global_names(const ast::Module& module) {
   std::set<std::string> globals;
   for (const ast::DimDecl& d : module.dims) globals.insert(d.name);
   for (const ast::ConstDecl& c : module.consts) globals.insert(c.name);
   for (const ast::TensorDecl& t : module.tensors) globals.insert(t.name);
   for (const ast::FnDecl& f : module.fns) globals.insert(f.name);
+  return globals;
+}
+
+FnTypeParams fn_type_params(const ast::Module& module, const ast::FnDecl& fn) {
+  return fn_type_params(global_names(module), fn);
+}
+
+FnTypeParams fn_type_params(const std::set<std::string>& globals, const ast::FnDecl& fn) {
   FnTypeParams out;
   for (const ast::FnParam& p : fn.params) {
     const std::string& name = p.type.dtype;
@@ -361,7 +369,7 @@ class Checker {
   // that; the result type sees every one. Dtype parameters are known from
   // the start (no dim may use one).
   void signature(const ast::FnDecl& fn) {
-    const FnTypeParams generics = fn_type_params(m_, fn);
+    const FnTypeParams generics = fn_type_params(global_names_, fn);
     for (const ast::FnParam& p : fn.params)
       if (generics.is_dtype(p.type.dtype) && !find_local(p.type.dtype))
         body_->scopes.back().emplace(p.type.dtype, Local{LocalKind::kDtypeParam, p.type.dtype_loc});
@@ -906,6 +914,7 @@ class Checker {
   // "Did you mean" searches left: each scans every declared name, so a file
   // of many unknown names among many declarations gets the first ones only.
   int suggestions_left_ = 100;
+  const std::set<std::string> global_names_ = global_names(m_);  // computed once, not per fn
   // While a fn's signature is walked: the fn, its type parameters, and the
   // parameter whose type is being read (null for the result type).
   struct Signature {

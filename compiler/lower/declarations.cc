@@ -284,7 +284,8 @@ void Lowerer::resolve_signature(const ast::FnDecl& f) {
   if (fns_.count(f.name)) return;
   FnInfo info;
   info.decl = &f;
-  info.generics = fn_type_params(m_, f);
+  if (global_names_.empty()) global_names_ = global_names(m_);  // once, not per fn
+  info.generics = fn_type_params(global_names_, f);
   // A type that names a type parameter is resolved at each call; here only
   // its dtype (unless a parameter) is checked, once.
   auto resolve = [&](const ast::TypeExpr& t, std::optional<TensorType>& out) {

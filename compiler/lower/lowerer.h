@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -319,6 +320,7 @@ class Lowerer {
   std::map<std::string, ConstInfo> consts_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, FnInfo> fns_;
+  std::set<std::string> global_names_;  // for the fns' type parameters
   std::vector<Frame> frames_;
   SourceLoc top_statement_;  // the statement of the program body being run
   int64_t steps_ = 0;
