@@ -55,6 +55,7 @@ TEST_CASE("hostile: a chain of 10000 consts, each from the next, is an error, no
   const std::string rendered = diagnostics_of(text);
   CHECK(rendered.find("hostile.gdl:2:7: error: const 'c0' is defined through a chain of more than " +
                       std::to_string(kMaxConstDepth) + " consts") != std::string::npos);
+  CHECK(rendered.find("error:") == rendered.rfind("error:"));  // one report, not one per 256 consts
 }
 
 TEST_CASE("hostile: expressions nested through fns multiply the parser's depth limits, and are bounded") {

@@ -119,11 +119,14 @@ Value Lowerer::const_value(const std::string& name) {
   frames_ = std::move(saved);
   const_chain_.pop_back();
   if (const_chain_.empty() && const_chain_too_deep_) {
+    // Once per program: the consts past the limit head chains of their own.
     const_chain_too_deep_ = false;
-    fail(c.decl->name_loc,
-         "const '" + name + "' is defined through a chain of more than " + std::to_string(kMaxConstDepth) +
-             " consts, each using the next",
-         "compute it from fewer consts, or write the value", static_cast<uint32_t>(name.size()));
+    if (!const_chain_reported_)
+      fail(c.decl->name_loc,
+           "const '" + name + "' is defined through a chain of more than " + std::to_string(kMaxConstDepth) +
+               " consts, each using the next",
+           "compute it from fewer consts, or write the value", static_cast<uint32_t>(name.size()));
+    const_chain_reported_ = true;
     v = Value::error();
   }
   if (v.ok() && !v.is_static()) {

@@ -327,6 +327,7 @@ class Lowerer {
   int eval_depth_ = 0;
   std::vector<std::string> const_chain_;  // the consts being evaluated, outermost first
   bool const_chain_too_deep_ = false;
+  bool const_chain_reported_ = false;
   int scalar_count_ = 0;
   bool aborted_ = false;
   bool unassigned_unreliable_ = false;  // an `if` was not folded: outputs may be missing for that reason
