@@ -10,6 +10,9 @@
 //    payload size, FNV-1a 64 checksum of the payload.
 // 2. deserialize_artifact checks the header in the order that gives the
 //    most useful message: magic, version, payload size, checksum.
+//    read_artifact checks all but the checksum from the file's first bytes
+//    and its size, and that it is a regular file of at most 4 GiB, before
+//    it reads the payload.
 // 3. It then decodes the payload with a reader that never trusts a byte:
 //    every read is bounds-checked (failure sticks, later reads yield 0),
 //    every count is capped by the bytes left divided by the smallest
@@ -27,6 +30,10 @@
 // of them (the same choices before it); a module image when there are steps.
 #include "artifact.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -40,6 +47,9 @@ namespace {
 
 constexpr uint8_t kMagic[8] = {'G', 'D', 'L', 'X', '\r', '\n', 0x1a, '\n'};
 constexpr size_t kHeaderBytes = sizeof kMagic + 4 + 8 + 8;
+// Artifacts hold no weights (params are bound at run time), so this bounds
+// only what a hostile file can make a reader allocate.
+constexpr uint64_t kMaxArtifactBytes = uint64_t{4} << 30;
 // Bounds that keep every later size computation inside int64.
 constexpr int64_t kMaxExtent = int64_t{1} << 32;
 constexpr uint64_t kMaxElements = uint64_t{1} << 48;
@@ -627,27 +637,40 @@ std::vector<uint8_t> serialize_artifact(const Artifact& a) {
   return std::move(out);
 }
 
-Expected<Artifact> deserialize_artifact(std::span<const uint8_t> bytes) {
-  // 2. Header.
-  if (bytes.empty()) return Status::DataLoss("artifact is truncated: the file is empty");
-  size_t magic_seen = std::min(bytes.size(), sizeof kMagic);
-  if (std::memcmp(bytes.data(), kMagic, magic_seen) != 0) return Status::DataLoss("not a gdl artifact (bad magic)");
-  if (bytes.size() < kHeaderBytes)
-    return Status::DataLoss("artifact is truncated: " + std::to_string(bytes.size()) + " bytes, the header alone is " +
+namespace {
+
+// The header's checks, from its first min(file_size, kHeaderBytes) bytes and
+// the whole file's size, so a reader can refuse a file before reading it.
+Status check_header(std::span<const uint8_t> head, uint64_t file_size) {
+  if (file_size == 0) return Status::DataLoss("artifact is truncated: the file is empty");
+  size_t magic_seen = std::min(head.size(), sizeof kMagic);
+  if (std::memcmp(head.data(), kMagic, magic_seen) != 0) return Status::DataLoss("not a gdl artifact (bad magic)");
+  if (file_size < kHeaderBytes)
+    return Status::DataLoss("artifact is truncated: " + std::to_string(file_size) + " bytes, the header alone is " +
                             std::to_string(kHeaderBytes));
-  auto version = static_cast<uint32_t>(read_le(bytes.data() + 8, 4));
+  auto version = static_cast<uint32_t>(read_le(head.data() + 8, 4));
   if (version != kArtifactVersion)
     return Status::DataLoss("artifact format version " + std::to_string(version) + ", this gdl reads version " +
                             std::to_string(kArtifactVersion) + ": recompile the program with this gdlc");
-  uint64_t payload_size = read_le(bytes.data() + 12, 8);
+  uint64_t payload_size = read_le(head.data() + 12, 8);
+  uint64_t payload_have = file_size - kHeaderBytes;
+  if (payload_have < payload_size)
+    return Status::DataLoss("artifact is truncated: " + std::to_string(payload_have) + " of " +
+                            std::to_string(payload_size) + " payload bytes");
+  if (payload_have > payload_size)
+    return Status::DataLoss("artifact has " + std::to_string(payload_have - payload_size) +
+                            " bytes after its payload: the file is corrupt");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<Artifact> deserialize_artifact(std::span<const uint8_t> bytes) {
+  // 2. Header.
+  if (Status header = check_header(bytes.first(std::min(bytes.size(), kHeaderBytes)), bytes.size()); !header.ok())
+    return header;
   uint64_t checksum = read_le(bytes.data() + 20, 8);
   std::span<const uint8_t> payload = bytes.subspan(kHeaderBytes);
-  if (payload.size() < payload_size)
-    return Status::DataLoss("artifact is truncated: " + std::to_string(payload.size()) + " of " +
-                            std::to_string(payload_size) + " payload bytes");
-  if (payload.size() > payload_size)
-    return Status::DataLoss("artifact has " + std::to_string(payload.size() - payload_size) +
-                            " bytes after its payload: the file is corrupt");
   if (fnv1a64(payload) != checksum) return Status::DataLoss("artifact checksum mismatch: the file is corrupt");
 
   // 3. Payload.
@@ -666,11 +689,47 @@ Expected<Artifact> deserialize_artifact(std::span<const uint8_t> bytes) {
   return a;
 }
 
+namespace {
+
+// Closes a file descriptor when it goes out of scope.
+struct FileDescriptor {
+  int fd = -1;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads exactly `size` bytes at the file's current offset.
+bool read_exactly(int fd, uint8_t* out, size_t size) {
+  while (size > 0) {
+    ssize_t got = ::read(fd, out, std::min<size_t>(size, size_t{1} << 30));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    out += got;
+    size -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+}  // namespace
+
 Status write_artifact(const std::string& path, const Artifact& a) {
-  std::vector<uint8_t> bytes = serialize_artifact(a);
   // Write beside the target and rename, so a reader never sees half a file.
-  std::string temp = path + ".tmp";
-  std::FILE* f = std::fopen(temp.c_str(), "wb");
+  // The rename would replace whatever the path names, so a device (/dev/null),
+  // a directory or a symbolic link there is refused rather than replaced.
+  const std::string temp = path + ".tmp";
+  for (const std::string* p : {&path, &temp}) {
+    struct stat info;
+    if (::lstat(p->c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+      return Status::InvalidArgument("cannot write artifact '" + path + "': '" + *p +
+                                     "' exists and is not a regular file (a device, directory or link)");
+  }
+  std::vector<uint8_t> bytes = serialize_artifact(a);
+  std::FILE* f = nullptr;
+  if (int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666); fd >= 0) {
+    f = ::fdopen(fd, "wb");
+    if (!f) ::close(fd);
+  }
   if (!f) return Status::InvalidArgument("cannot write artifact '" + path + "': " + std::strerror(errno));
   bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   bool closed = std::fclose(f) == 0;
@@ -688,19 +747,30 @@ Status write_artifact(const std::string& path, const Artifact& a) {
 }
 
 Expected<Artifact> read_artifact(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
+  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) {
     int err = errno;
     std::string why = "cannot open artifact '" + path + "': " + std::strerror(err);
     return err == ENOENT ? Status::NotFound(why) : Status::InvalidArgument(why);
   }
-  std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
-  bool read_error = std::ferror(f) != 0;
-  std::fclose(f);
-  if (read_error) return Status::InvalidArgument("cannot read artifact '" + path + "'");
+  // The size and the header before the rest, so a device (/dev/zero), a
+  // directory or a large file that is no artifact is never read whole.
+  struct stat info;
+  if (::fstat(file.fd, &info) != 0)
+    return Status::InvalidArgument("cannot read artifact '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) return Status::InvalidArgument("'" + path + "' is not a regular file, so not an artifact");
+  const auto size = static_cast<uint64_t>(info.st_size);
+  std::vector<uint8_t> bytes(std::min<uint64_t>(size, kHeaderBytes));
+  if (!read_exactly(file.fd, bytes.data(), bytes.size()))
+    return Status::InvalidArgument("cannot read artifact '" + path + "'");
+  if (Status header = check_header(bytes, size); !header.ok())
+    return Status(header.code(), "'" + path + "': " + header.message());
+  if (size > kMaxArtifactBytes)
+    return Status::InvalidArgument("'" + path + "' holds " + std::to_string(size) + " bytes; an artifact holds at most " +
+                                   std::to_string(kMaxArtifactBytes >> 30) + " GiB");
+  bytes.resize(size);
+  if (!read_exactly(file.fd, bytes.data() + kHeaderBytes, size - kHeaderBytes))
+    return Status::InvalidArgument("cannot read artifact '" + path + "'");
   Expected<Artifact> a = deserialize_artifact(bytes);
   if (!a.ok()) return Status(a.status().code(), "'" + path + "': " + a.status().message());
   return a;

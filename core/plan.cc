@@ -29,6 +29,8 @@
 //    own bytes of the scratch area.
 #include "plan.h"
 
+#include "plan_conflicts.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -538,15 +540,22 @@ std::string verify_plan(const Plan& p) {
     }
   }
 
-  // 4. Every conflict between two steps is ordered by the deps' transitive closure.
+  // 4. Every conflict between two steps is ordered by the deps' transitive
+  //    closure. Checking each step's candidates suffices: at the first step
+  //    with an unordered conflict, some candidate is unordered too.
   std::vector<StepSet> reach = reachability(p.steps);
-  for (size_t j = 0; j < steps; ++j)
-    for (size_t i = 0; i < j; ++i) {
-      Conflict c = conflict_between(p, p.steps[i], p.steps[j]);
-      if (c != Conflict::kNone && !reach[j].contains(i))
-        return "step " + std::to_string(j) + " (" + step_ops(p, p.steps[j]) + ") does not wait for step " +
-               std::to_string(i) + " (" + step_ops(p, p.steps[i]) + ") despite a " + conflict_name(c) + " conflict";
+  std::string unordered;
+  visit_conflict_candidates(p, [&](size_t j, const std::vector<size_t>& candidates) {
+    for (auto i = candidates.rbegin(); i != candidates.rend(); ++i) {  // the earliest first
+      if (reach[j].contains(*i)) continue;
+      const Conflict c = conflict_between(p, p.steps[*i], p.steps[j]);
+      unordered = "step " + std::to_string(j) + " (" + step_ops(p, p.steps[j]) + ") does not wait for step " +
+                  std::to_string(*i) + " (" + step_ops(p, p.steps[*i]) + ") despite a " + conflict_name(c) + " conflict";
+      return false;
     }
+    return true;
+  });
+  if (!unordered.empty()) return unordered;
 
   // 5. Scratch: aligned, inside the area; tickets never shared; partial
   //    tiles shared only by steps the deps order.

@@ -328,6 +328,46 @@ TEST_CASE("artifact: a file that does not exist is refused") {
   CHECK(write_artifact("/nonexistent/dir/model.gdlx", sample_artifact()).code() == StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("artifact: a path that is not a regular file is refused, never replaced or read whole") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gdl_artifact_paths_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const Artifact a = sample_artifact();
+
+  // Writing: the rename would replace a device or a link with a regular file.
+  Status to_null = write_artifact("/dev/null", a);
+  CHECK(to_null.code() == StatusCode::kInvalidArgument);
+  CHECK(to_null.message().find("not a regular file") != std::string::npos);
+  CHECK(fs::is_character_file("/dev/null"));
+  const fs::path target = dir / "target.gdlx", link = dir / "link.gdlx";
+  { std::ofstream(target) << "keep"; }
+  fs::create_symlink(target, link);
+  CHECK(write_artifact(link.string(), a).code() == StatusCode::kInvalidArgument);
+  CHECK(fs::is_symlink(link));
+  fs::create_symlink(target, dir / "out.gdlx.tmp");  // a link in the temporary file's place
+  CHECK(write_artifact((dir / "out.gdlx").string(), a).code() == StatusCode::kInvalidArgument);
+  std::ifstream kept(target);
+  std::string text;
+  kept >> text;
+  CHECK(text == "keep");
+  CHECK(write_artifact(dir.string(), a).code() == StatusCode::kInvalidArgument);  // a directory
+
+  // Reading: checked by its kind, size and magic before the payload is read.
+  for (const char* device : {"/dev/zero", "/dev/null"}) {
+    Expected<Artifact> r = read_artifact(device);
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message().find("not a regular file") != std::string::npos);
+  }
+  CHECK(read_artifact(dir.string()).status().code() != StatusCode::kOk);
+  const fs::path big = dir / "big.gdlx";  // 1 GiB of zeros, sparse: only its first bytes are read
+  { std::ofstream(big) << "not an artifact"; }
+  fs::resize_file(big, uint64_t{1} << 30);
+  Expected<Artifact> r = read_artifact(big.string());
+  CHECK(r.status().code() == StatusCode::kDataLoss);
+  CHECK(r.status().message().find("bad magic") != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("artifact: a corrupt byte anywhere in the payload fails the checksum") {
   const std::vector<uint8_t> file = serialize_artifact(sample_artifact());
   size_t refused = 0;

@@ -5,18 +5,25 @@
 //   gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR]
 //   gdlc FILE.gdl --stop-after=PASS [--dump-after=PASS[,PASS...]]
 //   gdlc --list-passes
+// -o writes FILE.gdlx.tmp and renames it over FILE.gdlx, so a reader never
+// sees half a file; a FILE.gdlx (or .tmp) that exists and is not a regular
+// file (a device such as /dev/null, a directory, a symbolic link) is
+// refused, not replaced.
 // Options: --no-opt (no constant folding, CSE, DCE), --no-fuse (one kernel
 // per IR value), --dump-after=PASS (the program after that pass on stdout:
 // AST, IR, plan, CUDA or the module's summary; "all" for every pass).
 // Every stage runs through the pipeline (compiler/pipeline.cc).
 //
 // Exit codes: 0 ok, 1 the program is wrong, 2 usage or internal error.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
 
 #include "artifact.h"
+#include "codegen/nvrtc_compile.h"
 #include "frontend/ast_print.h"
 #include "frontend/source_loader.h"
 #include "internal_error.h"
@@ -35,7 +42,8 @@ const char* kUsage =
     "       gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph [--no-opt] [--no-fuse] [--arch=sm_90]\n"
     "       gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR] [--no-opt] [--no-fuse]\n"
     "       gdlc FILE.gdl [--stop-after=PASS] [--dump-after=PASS[,PASS...]|all] [-o FILE.gdlx] ...\n"
-    "       gdlc --list-passes\n";
+    "       gdlc --list-passes\n"
+    "-o refuses a FILE.gdlx that exists and is not a regular file (a device, directory or symbolic link)\n";
 
 struct Args {
   bool check_only = false;
@@ -96,6 +104,10 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
       args.output = argv[i];
     } else if (a.rfind("--arch=", 0) == 0) {
       args.pipeline.codegen.arch = a.substr(7);
+      if (gdl::Status arch = gdl::check_arch(args.pipeline.codegen.arch); !arch.ok()) {
+        *error = arch.message();
+        return std::nullopt;
+      }
     } else if (a.rfind("--cache-dir=", 0) == 0) {
       args.pipeline.codegen.cache_dir = a.substr(12);
     } else if (a.rfind("--stop-after=", 0) == 0) {
@@ -130,6 +142,12 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
   if (args.input.empty()) { *error = "no input file"; return std::nullopt; }
   if (no_fuse && args.emit != "plan" && args.emit != "cuda" && args.emit != "graph" && args.pipeline.dump_after.empty()) {
     *error = "--no-fuse applies to --emit=plan, cuda and graph and to --dump-after only";
+    return std::nullopt;
+  }
+  if (struct stat info; !args.output.empty() && ::lstat(args.output.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    // Refused before compiling; write_artifact refuses it too.
+    *error = "-o " + args.output + ": it exists and is not a regular file (a device, directory or symbolic link), "
+             "which the artifact's rename would replace; give another path";
     return std::nullopt;
   }
   if (!args.emit.empty() && !args.pipeline.stop_after.empty()) {
@@ -168,7 +186,10 @@ int run(Args& args) {
   gdl::Expected<gdl::Compilation> c = gdl::run_pipeline(*file, diags, args.pipeline);
   std::fputs(diags.render(*file).c_str(), stderr);
   if (!c.ok()) {
-    std::fprintf(stderr, "gdlc: %s\n", c.status().ToString().c_str());
+    if (c.status().code() == gdl::StatusCode::kInternal)
+      std::fprintf(stderr, "gdlc: %s\n", c.status().ToString().c_str());
+    else
+      std::fprintf(stderr, "gdlc: error: %s\n", c.status().message().c_str());
     return kExitUsage;
   }
   const int program_status = diags.has_errors() ? kExitProgramError : kExitOk;
@@ -193,7 +214,7 @@ int run(Args& args) {
   artifact.module = std::move(*c->module);
   gdl::Status written = gdl::write_artifact(args.output, artifact);
   if (!written.ok()) {
-    std::fprintf(stderr, "gdlc: %s\n", written.ToString().c_str());
+    std::fprintf(stderr, "gdlc: error: %s\n", written.message().c_str());
     return kExitUsage;
   }
   const gdl::plan::Plan& plan = artifact.plan;

@@ -15,13 +15,26 @@
 // re-instantiations, fallbacks, arena). Both need the GPU.
 //
 // FILE holds the raw little-endian elements of the tensor's dtype (f16/bf16
-// as their 16-bit patterns), row-major. --set fills a tensor with one value
-// (e.g. a KV length). Exit codes: 0 ok, 1 bad program or inputs, 2 usage or
-// internal error, 3 --check found a GPU result that differs from the CPU one.
+// as their 16-bit patterns), row-major: a regular file of exactly the
+// tensor's size, checked before it is read. --set fills a tensor with one
+// value (e.g. a KV length). Numbers are read whole and strictly: --dim takes
+// an integer inside the dim's bounds (above them only with --fallback),
+// --set and --scalar a finite number (an integer for an i32 tensor or
+// scalar). Every input and param is held as doubles, at most 2^28 elements
+// each (the CPU reference's limit for every value). Exit codes: 0 ok, 1 bad
+// program or inputs, 2 usage or internal error, 3 --check found a GPU
+// result that differs from the CPU one.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -60,6 +73,29 @@ bool split_assignment(const std::string& text, std::string* name, std::string* v
   return true;
 }
 
+// The whole text as a number: "8x", "1e3" (for an integer), "" and
+// out-of-range values are refused, as are inf and nan.
+template <typename T>
+std::optional<T> parse_number(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [stop, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || stop != end) return std::nullopt;
+  if constexpr (std::is_floating_point_v<T>)
+    if (!std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::string number_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+bool is_i32(double v) {
+  return v == std::trunc(v) && v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+}
+
 std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
   Args args;
   for (int i = 1; i < argc; ++i) {
@@ -69,24 +105,39 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
       return std::string(argv[++i]);
     };
     std::string name, value;
-    try {
+    auto bad_number = [&](const std::string& text, const char* want) {
+      *error = a + " " + text + ": '" + (name.empty() ? text : value) + "' is not " + want;
+      return std::nullopt;
+    };
+    {
       if (a == "--dim" || a == "--input" || a == "--param" || a == "--set" || a == "--scalar") {
         auto v = value_of(a.c_str());
         if (!v) return std::nullopt;
         if (!split_assignment(*v, &name, &value)) { *error = a + " expects NAME=VALUE, got '" + *v + "'"; return std::nullopt; }
-        if (a == "--dim") args.dims[name] = std::stoll(value);
-        else if (a == "--set") args.fills[name] = std::stod(value);
-        else if (a == "--scalar") args.scalars[name] = std::stod(value);
-        else args.input_files[name] = value;
+        if (a == "--dim") {
+          auto n = parse_number<int64_t>(value);
+          if (!n) return bad_number(*v, "an integer");
+          args.dims[name] = *n;
+        } else if (a == "--set" || a == "--scalar") {
+          auto x = parse_number<double>(value);
+          if (!x) return bad_number(*v, "a finite number");
+          (a == "--set" ? args.fills : args.scalars)[name] = *x;
+        } else {
+          args.input_files[name] = value;
+        }
       } else if (a == "--seed") {
         auto v = value_of("--seed"); if (!v) return std::nullopt;
-        args.seed = std::stoull(*v);
+        auto n = parse_number<uint64_t>(*v);
+        if (!n) return bad_number(*v, "an integer from 0 to 2^64-1");
+        args.seed = *n;
       } else if (a == "--out") {
         auto v = value_of("--out"); if (!v) return std::nullopt;
         args.out_dir = *v;
       } else if (a == "--print") {
         auto v = value_of("--print"); if (!v) return std::nullopt;
-        args.print_count = std::stoi(*v);
+        auto n = parse_number<int>(*v);
+        if (!n || *n < 0) return bad_number(*v, "a count of elements");
+        args.print_count = *n;
       } else if (a == "--cpu") {
         args.device = Args::Device::kCpu;
       } else if (a == "--gpu") {
@@ -113,9 +164,6 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
         *error = "more than one program given";
         return std::nullopt;
       }
-    } catch (const std::exception&) {
-      *error = "bad number in '" + a + " " + value + "'";
-      return std::nullopt;
     }
   }
   if (args.program.empty()) { *error = "no program given"; return std::nullopt; }
@@ -140,11 +188,19 @@ gdl::Expected<gdl::ir::Graph> load_graph(const std::string& path) {
   return std::move(*graph);
 }
 
+// Checked before anything is allocated at these dims.
 std::vector<int64_t> bind_dims(const gdl::ir::Graph& g, const Args& args, std::string* error) {
   std::vector<int64_t> values;
   for (const gdl::DimInfo& d : g.dims) {
     auto it = args.dims.find(d.name);
-    values.push_back(it != args.dims.end() ? it->second : d.hi);
+    const int64_t v = it != args.dims.end() ? it->second : d.hi;
+    // Above the bound only the GPU's eager fallback can run it (a dim is 32-bit).
+    const int64_t hi = args.gpu.eager_fallback ? std::numeric_limits<int32_t>::max() : d.hi;
+    if ((v < d.lo || v > hi) && error->empty())
+      *error = "--dim " + d.name + "=" + std::to_string(v) + " is outside [" + std::to_string(d.lo) + ", " +
+               std::to_string(d.hi) + "], the dim's bounds" +
+               (args.gpu.eager_fallback ? "" : " (--fallback runs a value above them on the GPU)");
+    values.push_back(v);
   }
   for (const auto& [name, v] : args.dims) {
     bool known = false;
@@ -176,20 +232,36 @@ gdl::HostTensor random_tensor(const gdl::ir::Node& leaf, const std::vector<int64
   return t;
 }
 
+// The file's size is checked (a regular file of exactly the tensor's bytes)
+// before anything is read or allocated.
 gdl::Expected<gdl::HostTensor> tensor_from_file(const gdl::ir::Node& leaf, const std::vector<int64_t>& dims,
                                                 const std::string& path) {
   gdl::HostTensor t;
   t.dtype = leaf.type.dtype;
   t.shape = gdl::concrete_shape(leaf.type.shape, dims);
   size_t n = 1;
-  for (int64_t e : t.shape) n *= static_cast<size_t>(e);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return gdl::Status::NotFound("cannot read '" + path + "' for " + leaf.name);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t want = n * gdl::dtype_size(t.dtype);
-  if (bytes.size() != want)
-    return gdl::Status::InvalidArgument("'" + path + "' holds " + std::to_string(bytes.size()) + " bytes; " +
-                                        leaf.name + " needs " + std::to_string(want));
+  for (int64_t e : t.shape) n *= static_cast<size_t>(e);  // within kMaxReferenceElements: make_bindings checked
+  const size_t want = n * gdl::dtype_size(t.dtype);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return gdl::Status::NotFound("cannot read '" + path + "' for " + leaf.name + ": " + std::strerror(errno));
+  struct stat info;
+  std::string problem;
+  if (::fstat(fd, &info) != 0)
+    problem = "cannot read '" + path + "' for " + leaf.name + ": " + std::strerror(errno);
+  else if (!S_ISREG(info.st_mode))
+    problem = "'" + path + "' is not a regular file; " + leaf.name + " needs a file of " + std::to_string(want) + " bytes";
+  else if (static_cast<uint64_t>(info.st_size) != want)
+    problem = "'" + path + "' holds " + std::to_string(info.st_size) + " bytes; " + leaf.name + " needs " +
+              std::to_string(want);
+  std::vector<char> bytes(problem.empty() ? want : 0);
+  for (size_t got = 0; problem.empty() && got < want;) {
+    const ssize_t r = ::read(fd, bytes.data() + got, want - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) problem = "cannot read '" + path + "' for " + leaf.name + ": it changed while being read";
+    else got += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  if (!problem.empty()) return gdl::Status::InvalidArgument(problem);
   t.data.resize(n);
   for (size_t i = 0; i < n; ++i) t.data[i] = gdl::load_element(bytes.data(), t.dtype, i);
   return t;
@@ -205,11 +277,22 @@ gdl::Expected<gdl::Bindings> make_bindings(const gdl::ir::Graph& g, const Args& 
   for (const gdl::ir::Node& n : g.nodes) {
     if (n.op == gdl::ir::Op::kScalar) {
       auto it = args.scalars.find(n.name);
-      b.scalars[n.name] = it != args.scalars.end() ? it->second : n.attrs.value;
+      const double v = it != args.scalars.end() ? it->second : n.attrs.value;
+      if (n.type.dtype == gdl::DType::kI32 && !is_i32(v))
+        return gdl::Status::InvalidArgument("--scalar " + n.name + ": the scalar is i32, and " + number_text(v) +
+                                            " is no i32 value");
+      b.scalars[n.name] = v;
       used[n.name] = it != args.scalars.end();
       continue;
     }
     if (n.op != gdl::ir::Op::kInput && n.op != gdl::ir::Op::kParam) continue;
+    if (!gdl::reference_elements(n.type.shape, b.dims))
+      return gdl::Status::OutOfRange("'" + n.name + "' : " + gdl::type_to_string(n.type, g.dims) +
+                                     " holds more than 2^28 elements at these dims, the most gdlrun holds (as doubles, "
+                                     "8 bytes each)");
+    if (auto f = args.fills.find(n.name); f != args.fills.end() && n.type.dtype == gdl::DType::kI32 && !is_i32(f->second))
+      return gdl::Status::InvalidArgument("--set " + n.name + ": '" + n.name + "' is i32, and " +
+                                          number_text(f->second) + " is no i32 value");
     gdl::HostTensor t = random_tensor(n, b.dims, rng);  // drawn always, so one input's file keeps the others' values
     if (auto f = args.input_files.find(n.name); f != args.input_files.end()) {
       gdl::Expected<gdl::HostTensor> loaded = tensor_from_file(n, b.dims, f->second);
@@ -265,7 +348,10 @@ double relative_error(const gdl::HostTensor& got, const gdl::HostTensor& want) {
 int run(const Args& args) {
   gdl::Expected<gdl::ir::Graph> graph = load_graph(args.program);
   if (!graph.ok()) {
-    std::fprintf(stderr, "gdlrun: %s\n", graph.status().message().c_str());
+    // A source that cannot be read says so as "FILE: error: ...".
+    const std::string& message = graph.status().message();
+    const bool located = message.rfind(args.program + ": error: ", 0) == 0;
+    std::fprintf(stderr, "gdlrun: %s%s\n", located ? "" : "error: ", message.c_str());
     return graph.status().code() == gdl::StatusCode::kCompileError ? kExitBadInput : kExitUsage;
   }
   gdl::Expected<gdl::Bindings> bindings = make_bindings(*graph, args);
@@ -342,6 +428,9 @@ int main(int argc, char** argv) {
   }
   try {
     return run(*args);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "gdlrun: error: out of host memory (the CPU reference holds every element as a double)\n");
+    return kExitBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gdlrun: internal error: %s\n", e.what());
     return kExitUsage;

@@ -34,31 +34,52 @@
 
 namespace gdl {
 
-std::optional<std::string> closest_spelling(std::string_view name, const std::vector<std::string>& candidates) {
-  // Optimal string alignment distance: insertions, deletions, substitutions
-  // and swaps of two neighbours each cost 1.
-  auto distance = [](std::string_view a, std::string_view b) {
-    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-    for (size_t i = 1; i <= a.size(); ++i)
-      for (size_t j = 1; j <= b.size(); ++j) {
-        size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+namespace {
+
+// Optimal string alignment distance (insertions, deletions, substitutions
+// and swaps of two neighbours each cost 1), computed only as far as `limit`:
+// limit + 1 when it is larger. Only the diagonal band |i - j| <= limit can
+// hold a distance within the limit, so a row costs O(limit) and three rows
+// (the swap looks two back) are kept: linear time and memory in the length.
+size_t bounded_distance(std::string_view a, std::string_view b, size_t limit) {
+  const size_t over = limit + 1;
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return over;
+  std::vector<size_t> before(b.size() + 1, over), previous(b.size() + 1, over), row(b.size() + 1, over);
+  for (size_t j = 0; j <= std::min(b.size(), limit); ++j) previous[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    const size_t lo = i > limit ? i - limit : 0, hi = std::min(b.size(), i + limit);
+    if (lo > 0) row[lo - 1] = over;  // left of the band
+    size_t best = over;
+    for (size_t j = lo; j <= hi; ++j) {
+      size_t d = j == 0 ? i : over;
+      if (j > 0) {
+        d = std::min({previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d = std::min(d, before[j - 2] + 1);
       }
-    return d[a.size()][b.size()];
-  };
-  size_t limit = name.size() <= 3 ? 1 : 2;
+      row[j] = std::min(d, over);
+      best = std::min(best, row[j]);
+    }
+    if (hi < b.size()) row[hi + 1] = over;  // right of the band
+    if (best > limit) return over;  // every path from here costs more
+    std::swap(before, previous);
+    std::swap(previous, row);
+  }
+  return previous[b.size()];
+}
+
+}  // namespace
+
+std::optional<std::string> closest_spelling(std::string_view name, const std::vector<std::string>& candidates) {
+  const size_t limit = name.size() <= 3 ? 1 : 2;
   std::optional<std::string> best;
   size_t best_distance = limit + 1;
   for (const std::string& c : candidates) {
-    if (c == name || c.size() > name.size() + limit + 1 || name.size() > c.size() + limit + 1) continue;
-    size_t dist = distance(name, c);
+    if (c == name) continue;
+    const size_t dist = bounded_distance(name, c, best_distance - 1);
     if (dist < best_distance && dist < name.size()) {
       best_distance = dist;
       best = c;
+      if (dist == 1) break;  // nothing but an exact match is closer
     }
   }
   return best;
@@ -109,12 +130,20 @@ bool FnTypeParams::mentioned_in(const ast::TypeExpr& t) const {
   return std::any_of(names.begin(), names.end(), [&](const ast::NameExpr* n) { return is_dim(n->name); });
 }
 
-FnTypeParams fn_type_params(const ast::Module& module, const ast::FnDecl& fn) {
+std::set<std::string> global_names(const ast::Module& module) {
   std::set<std::string> globals;
   for (const ast::DimDecl& d : module.dims) globals.insert(d.name);
   for (const ast::ConstDecl& c : module.consts) globals.insert(c.name);
   for (const ast::TensorDecl& t : module.tensors) globals.insert(t.name);
   for (const ast::FnDecl& f : module.fns) globals.insert(f.name);
+  return globals;
+}
+
+FnTypeParams fn_type_params(const ast::Module& module, const ast::FnDecl& fn) {
+  return fn_type_params(global_names(module), fn);
+}
+
+FnTypeParams fn_type_params(const std::set<std::string>& globals, const ast::FnDecl& fn) {
   FnTypeParams out;
   for (const ast::FnParam& p : fn.params) {
     const std::string& name = p.type.dtype;
@@ -279,7 +308,8 @@ class Checker {
           for (auto p = start; p != path.end(); ++p) cycle += *p + " -> ";
           diags_.error(ref->loc, "const '" + ref->name + "' depends on itself: " + cycle + ref->name,
                        "give the const a value that does not use itself", static_cast<uint32_t>(ref->name.size()));
-        } else if (state[ref->name] == 0 && path.size() < 4096) {
+        } else if (state[ref->name] == 0 && path.size() < static_cast<size_t>(kMaxConstDepth)) {
+          // Deeper chains are lowering's error (kMaxConstDepth); stopping here keeps the stack bounded.
           visit(*it->second);
         }
       }
@@ -339,7 +369,7 @@ class Checker {
   // that; the result type sees every one. Dtype parameters are known from
   // the start (no dim may use one).
   void signature(const ast::FnDecl& fn) {
-    const FnTypeParams generics = fn_type_params(m_, fn);
+    const FnTypeParams generics = fn_type_params(global_names_, fn);
     for (const ast::FnParam& p : fn.params)
       if (generics.is_dtype(p.type.dtype) && !find_local(p.type.dtype))
         body_->scopes.back().emplace(p.type.dtype, Local{LocalKind::kDtypeParam, p.type.dtype_loc});
@@ -732,13 +762,16 @@ class Checker {
                    "pass it to the fn as an argument", len);
       return;
     }
-    std::vector<std::string> candidates;
-    for (const auto& scope : body_->scopes)
-      for (const auto& [local_name, local] : scope) candidates.push_back(local_name);
-    for (const auto& [global_name, global] : globals_)
-      if (global.kind != GlobalKind::kFn) candidates.push_back(global_name);
     std::string message = (assigning ? "assignment to undeclared name '" : "unknown name '") + name + "'";
-    if (auto near = closest_spelling(name, candidates)) message += "; did you mean '" + *near + "'?";
+    if (suggestions_left_ > 0) {
+      --suggestions_left_;
+      std::vector<std::string> candidates;
+      for (const auto& scope : body_->scopes)
+        for (const auto& [local_name, local] : scope) candidates.push_back(local_name);
+      for (const auto& [global_name, global] : globals_)
+        if (global.kind != GlobalKind::kFn) candidates.push_back(global_name);
+      if (auto near = closest_spelling(name, candidates)) message += "; did you mean '" + *near + "'?";
+    }
     std::string hint = assigning ? "declare it first: let " + name + " = ...;"
                                  : "declare it with let, const, input, param or scalar before using it";
     if (signature_.param)
@@ -766,11 +799,14 @@ class Checker {
       diags_.error(c.loc, c.callee + "(...) is a host side effect that a CUDA graph replay cannot perform",
                    "make the value an output and read it after the run", len);
     } else {
-      std::vector<std::string> candidates = ops::callable_names();
-      for (const auto& [name, global] : globals_)
-        if (global.kind == GlobalKind::kFn) candidates.push_back(name);
       std::string message = "unknown function '" + c.callee + "'";
-      if (auto near = closest_spelling(c.callee, candidates)) message += "; did you mean '" + *near + "'?";
+      if (suggestions_left_ > 0) {
+        --suggestions_left_;
+        std::vector<std::string> candidates = ops::callable_names();
+        for (const auto& [name, global] : globals_)
+          if (global.kind == GlobalKind::kFn) candidates.push_back(name);
+        if (auto near = closest_spelling(c.callee, candidates)) message += "; did you mean '" + *near + "'?";
+      }
       diags_.error(c.loc, message, "declare it with fn, or use a standard op from docs/language.md", len);
     }
     for (size_t i = 0; i < c.args.size(); ++i) {
@@ -875,6 +911,10 @@ class Checker {
   std::vector<Unused> unused_;
   Body* body_ = nullptr;
   bool misplaced_return_ = false;
+  // "Did you mean" searches left: each scans every declared name, so a file
+  // of many unknown names among many declarations gets the first ones only.
+  int suggestions_left_ = 100;
+  const std::set<std::string> global_names_ = global_names(m_);  // computed once, not per fn
   // While a fn's signature is walked: the fn, its type parameters, and the
   // parameter whose type is being read (null for the result type).
   struct Signature {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,10 @@ struct FnTypeParams {
   bool mentioned_in(const ast::TypeExpr& t) const;
 };
 FnTypeParams fn_type_params(const ast::Module& module, const ast::FnDecl& fn);
+// The same with the module's global names (global_names) computed once, for
+// a caller that asks for every fn of a large module.
+FnTypeParams fn_type_params(const std::set<std::string>& globals, const ast::FnDecl& fn);
+std::set<std::string> global_names(const ast::Module& module);
 // A dtype position's name that is no type but close to one: reported as an
 // unknown type, never taken as a dtype parameter.
 bool near_dtype_name(const std::string& name);

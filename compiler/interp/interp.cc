@@ -127,6 +127,15 @@ HostTensor valid_part(const HostTensor& padded, const Shape& s, const std::vecto
   return copy_block(padded, shape, shape, 0.0);
 }
 
+std::optional<int64_t> reference_elements(const Shape& s, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (const Dim& d : s) {
+    const int64_t e = extent_of(d, dims);
+    if (e < 0 || __builtin_mul_overflow(n, e, &n) || n > kMaxReferenceElements) return std::nullopt;
+  }
+  return n;
+}
+
 Status validate_bindings(const ir::Graph& g, const Bindings& b) {
   if (b.dims.size() != g.dims.size())
     return Status::InvalidArgument("expected " + std::to_string(g.dims.size()) + " run-time dim value(s), got " +
@@ -151,6 +160,14 @@ Status validate_bindings(const ir::Graph& g, const Bindings& b) {
         return Status::FailedPrecondition("dim " + d.name + " cannot be padded: " + blockers[i]);
     }
   }
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!reference_elements(g.nodes[i].type.shape, b.dims)) {
+      const ir::Node& n = g.nodes[i];
+      return Status::OutOfRange(
+          (n.name.empty() ? "value %" + std::to_string(i) + " (" + ir::op_name(n.op) + ")" : "'" + n.name + "'") +
+          " : " + type_to_string(n.type, g.dims) + " holds more than 2^28 elements at these dims, the most the CPU "
+          "reference holds (8 bytes each)");
+    }
   for (const ir::Node& n : g.nodes) {
     if (!is_bound_leaf(n.op)) continue;
     std::string what = std::string(role_name(n.op)) + " '" + n.name + "'";

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,10 +51,20 @@ HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> ar
 HostTensor pad_to_capacity(const HostTensor& valid, const Shape& s, const std::vector<int64_t>& capacity, double fill);
 HostTensor valid_part(const HostTensor& padded, const Shape& s, const std::vector<int64_t>& valid);
 
+// Values are doubles here, 8 bytes an element whatever the dtype: a value
+// of more elements than this is refused before anything is computed, since
+// host memory would run out first.
+inline constexpr int64_t kMaxReferenceElements = int64_t{1} << 28;
+
+// The element count of shape `s` at `dims` when it is at most
+// kMaxReferenceElements; nullopt when larger.
+std::optional<int64_t> reference_elements(const Shape& s, const std::vector<int64_t>& dims);
+
 // Checks bindings against the graph (every input and param present, dtype and
-// shape equal, dims inside their bounds; in capacity mode valid dims inside
-// [lo, capacity] and no padded dim that padding_blockers names)
-// and returns a Status error naming the first mismatch.
+// shape equal, dims inside their bounds, every value within
+// kMaxReferenceElements; in capacity mode valid dims inside [lo, capacity]
+// and no padded dim that padding_blockers names) and returns a Status error
+// naming the first mismatch.
 Status validate_bindings(const ir::Graph& g, const Bindings& b);
 
 // Runs the whole graph; returns every output, and every state's value at

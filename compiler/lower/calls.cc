@@ -113,6 +113,16 @@ class CallQuery final : public ops::TypeQuery {
     return true;
   }
 
+  std::optional<int64_t> static_integer(size_t slot) override {
+    if (!given(slot)) return std::nullopt;
+    const Value& v = operand(slot);
+    if (v.kind == Value::Kind::kInt) return v.i;
+    if (!v.is_tensor()) return std::nullopt;
+    const ir::Node& n = l_.graph_.node(v.id);
+    if (n.op != ir::Op::kConstant || n.type.dtype != DType::kI32) return std::nullopt;
+    return static_cast<int64_t>(n.attrs.value);
+  }
+
   bool integer(size_t slot, const std::string& what, int64_t* out) override {
     return accept(l_.static_int(operand(slot), what), out);
   }
@@ -306,8 +316,9 @@ Value Lowerer::fold_call(const ops::OpDef& def, const std::string& name, const s
     if (!r) return fail(loc, "integer overflow in compile-time arithmetic", "compile-time integers are 64-bit", length);
     return Value::integer(*r);
   }
-  return Value::real(operands.size() == 1 ? def.unary(operands[0].number(), DType::kF32)
-                                          : def.binary(operands[0].number(), operands[1].number(), DType::kF32));
+  return finite(operands.size() == 1 ? def.unary(operands[0].number(), DType::kF32)
+                                     : def.binary(operands[0].number(), operands[1].number(), DType::kF32),
+                loc, length);
 }
 
 // ---------------------------------------------------------------- operators
@@ -396,6 +407,17 @@ std::optional<std::vector<const ast::Arg*>> Lowerer::bind_args(const ast::CallEx
 
 Value Lowerer::inline_fn(const FnInfo& fn, const ast::CallExpr& c) {
   const ast::FnDecl& decl = *fn.decl;
+  // A call of a fn that is being inlined would never end; with two such
+  // calls in a body, inlining up to the depth limit takes exponential time.
+  for (size_t k = 0; k < frames_.size(); ++k) {
+    if (frames_[k].fn != &decl) continue;
+    std::string cycle;
+    for (size_t j = k; j < frames_.size(); ++j) cycle += frames_[j].fn->name + " -> ";
+    return fail(c.loc, "recursive call: " + cycle + decl.name,
+                "fns are inlined at every call, so recursion would never end; "
+                "repeat work with a for loop over a compile-time range",
+                static_cast<uint32_t>(c.callee.size()));
+  }
   std::vector<std::string> names;
   for (const ast::FnParam& p : decl.params) names.push_back(p.name);
   auto slots = bind_args(c, names, names.size(), "fn ");

@@ -2,6 +2,7 @@
 // buckets, policy), consts (evaluated on first use), the leaves (inputs,
 // params, scalars) with their declared types, and fn signatures.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "frontend/check.h"
@@ -17,6 +18,9 @@ void Lowerer::lower_dims() {
     info.name = d.name;
     int symbol = static_cast<int>(graph_.dims.size());
     dims_.emplace(d.name, symbol);
+    // Named before its bounds are read, so a bound or bucket that names the
+    // dim itself is reported as a run-time dim like any other.
+    graph_.dims.emplace_back().name = d.name;
     bool ok = true;
     auto bound = [&](const ast::Expr& e, const char* what) -> int64_t {
       Value v = eval(e);
@@ -86,14 +90,14 @@ void Lowerer::lower_dims() {
       diags_.error(d.policy_loc, message, "write policy(buckets) or policy(update)",
                    static_cast<uint32_t>(d.policy.size()));
     }
-    if (graph_.dims.size() == static_cast<size_t>(kMaxRuntimeDims))
+    if (symbol == kMaxRuntimeDims)
       diags_.error(d.name_loc,
                    "dim '" + d.name + "' is run-time dim number " + std::to_string(kMaxRuntimeDims + 1) +
                        "; a program has at most " + std::to_string(kMaxRuntimeDims) +
                        " (the kernels receive them in a fixed block)",
                    "make some of them compile-time consts, or reuse one dim for tensors that always agree",
                    static_cast<uint32_t>(d.name.size()));
-    graph_.dims.push_back(std::move(info));
+    graph_.dims[static_cast<size_t>(symbol)] = std::move(info);
   }
 }
 
@@ -101,12 +105,30 @@ Value Lowerer::const_value(const std::string& name) {
   ConstInfo& c = consts_.at(name);
   if (c.state == 2) return c.value;
   if (c.state == 1) return Value::error();  // a cycle: check_module reports it
+  // A chain of consts recurses here once per link; the outermost reports it.
+  if (const_chain_.size() >= static_cast<size_t>(kMaxConstDepth)) {
+    const_chain_too_deep_ = true;
+    return Value::error();
+  }
   c.state = 1;
+  const_chain_.push_back(name);
   // A const sees globals only, whoever asks for it.
   std::vector<Frame> saved = std::move(frames_);
   frames_.clear();
   Value v = eval(*c.decl->value);
   frames_ = std::move(saved);
+  const_chain_.pop_back();
+  if (const_chain_.empty() && const_chain_too_deep_) {
+    // Once per program: the consts past the limit head chains of their own.
+    const_chain_too_deep_ = false;
+    if (!const_chain_reported_)
+      fail(c.decl->name_loc,
+           "const '" + name + "' is defined through a chain of more than " + std::to_string(kMaxConstDepth) +
+               " consts, each using the next",
+           "compute it from fewer consts, or write the value", static_cast<uint32_t>(name.size()));
+    const_chain_reported_ = true;
+    v = Value::error();
+  }
   if (v.ok() && !v.is_static()) {
     fail(start_of(*c.decl->value),
          "const '" + name + "' must be a compile-time integer, float or bool, got " + describe(v),
@@ -227,6 +249,17 @@ void Lowerer::lower_leaves() {
         continue;
       }
       leaf.attrs.value = round_to_dtype(init.number(), info.type->dtype);
+      // A default outside the dtype's range would be saturated or become inf.
+      const bool i32 = info.type->dtype == DType::kI32;
+      if (i32 ? init.i < std::numeric_limits<int32_t>::min() || init.i > std::numeric_limits<int32_t>::max()
+              : !std::isfinite(leaf.attrs.value)) {
+        fail(start_of(*t.init),
+             "the default of scalar '" + t.name + "', " + (i32 ? std::to_string(init.i) : number_text(init.number())) +
+                 ", does not fit in " + dtype_name(info.type->dtype),
+             i32 ? "i32 holds -2147483648..2147483647" : "f32 holds magnitudes up to about 3.4e38", t.init->length);
+        info.type.reset();
+        continue;
+      }
     }
     if (leaf.op == ir::Op::kScalar && ++scalar_count_ == kMaxScalars + 1)
       fail(t.name_loc,
@@ -266,7 +299,8 @@ void Lowerer::resolve_signature(const ast::FnDecl& f) {
   if (fns_.count(f.name)) return;
   FnInfo info;
   info.decl = &f;
-  info.generics = fn_type_params(m_, f);
+  if (global_names_.empty()) global_names_ = global_names(m_);  // once, not per fn
+  info.generics = fn_type_params(global_names_, f);
   // A type that names a type parameter is resolved at each call; here only
   // its dtype (unless a parameter) is checked, once.
   auto resolve = [&](const ast::TypeExpr& t, std::optional<TensorType>& out) {

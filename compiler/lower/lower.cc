@@ -29,6 +29,7 @@
 // Hostile input is bounded: loop iterations, IR nodes, statements run, and
 // inlining depth all have limits (lower.h).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "frontend/check.h"
@@ -40,9 +41,10 @@ namespace lowering {
 std::optional<ir::Graph> Lowerer::run() {
   int errors_before = diags_.error_count();
   graph_.program_name = m_.program_name;
-  lower_dims();
+  // Consts first: a dim's bounds may name them (they are evaluated on first use).
   for (const ast::ConstDecl& c : m_.consts)
     if (!consts_.count(c.name)) consts_[c.name].decl = &c;  // a duplicate: check_module reports it
+  lower_dims();
   for (const ast::ConstDecl& c : m_.consts) const_value(c.name);
   lower_leaves();
   for (const ast::FnDecl& f : m_.fns) resolve_signature(f);
@@ -517,7 +519,15 @@ Value Lowerer::assign_region(const Value& base, const Value& value, const ast::A
 
 Value Lowerer::eval(const ast::Expr& e) {
   if (aborted_) return Value::error();
+  if (eval_depth_ >= kMaxEvalDepth) {
+    abort(start_of(e),
+          "expressions nest more than " + std::to_string(kMaxEvalDepth) + " deep through fn calls and consts",
+          "name intermediate results with let, and inline fewer fns inside one another");
+    return Value::error();
+  }
+  ++eval_depth_;
   Value v = eval_inner(e);
+  --eval_depth_;
   if (v.ok() && !v.loc.valid()) {
     v.loc = start_of(e);
     v.length = e.length;
@@ -664,12 +674,20 @@ Value Lowerer::fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc 
   }
   double x = a.number(), y = b.number();
   switch (op) {
-    case ast::BinaryOp::kAdd: return Value::real(x + y);
-    case ast::BinaryOp::kSub: return Value::real(x - y);
-    case ast::BinaryOp::kMul: return Value::real(x * y);
-    case ast::BinaryOp::kDiv: return Value::real(x / y);
+    case ast::BinaryOp::kAdd: return finite(x + y, loc, 1);
+    case ast::BinaryOp::kSub: return finite(x - y, loc, 1);
+    case ast::BinaryOp::kMul: return finite(x * y, loc, 1);
+    case ast::BinaryOp::kDiv: return finite(x / y, loc, 1);
     default: return Value::error();
   }
+}
+
+Value Lowerer::finite(double v, SourceLoc loc, uint32_t length) {
+  // A literal cannot be inf or NaN either: a const holds what a literal can.
+  if (!std::isfinite(v))
+    return fail(loc, std::string("compile-time float arithmetic gives ") + (std::isnan(v) ? "NaN" : number_text(v)),
+                "keep compile-time floats finite: check the consts this expression uses", length);
+  return Value::real(v);
 }
 
 }  // namespace lowering

@@ -23,5 +23,10 @@ inline constexpr int64_t kMaxLoopIterations = 65536;         // one `for`
 inline constexpr size_t kMaxIrNodes = 1'000'000;             // the whole graph
 inline constexpr int64_t kMaxElaborationSteps = 20'000'000;  // statements run + fns inlined
 inline constexpr int kMaxInlineDepth = 256;                  // nested fn calls
+inline constexpr int kMaxConstDepth = 256;                   // consts defined through other consts
+// Expressions evaluated inside one another, through fn bodies and consts:
+// each of those may nest up to the parser's limit, so their product is
+// bounded here, where it turns into stack.
+inline constexpr int kMaxEvalDepth = 1024;
 
 }  // namespace gdl

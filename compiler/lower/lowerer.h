@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,8 @@ class Lowerer {
   Value lookup(const ast::NameExpr& n);
   // Arithmetic on two compile-time values.
   Value fold(ast::BinaryOp op, const Value& a, const Value& b, SourceLoc loc);
+  // A compile-time float result; inf and NaN are reported.
+  Value finite(double v, SourceLoc loc, uint32_t length);
 
   // ----------------------------------------------------------- calls.cc
   Value unary(const ast::UnaryExpr& u);
@@ -317,9 +320,14 @@ class Lowerer {
   std::map<std::string, ConstInfo> consts_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, FnInfo> fns_;
+  std::set<std::string> global_names_;  // for the fns' type parameters
   std::vector<Frame> frames_;
   SourceLoc top_statement_;  // the statement of the program body being run
   int64_t steps_ = 0;
+  int eval_depth_ = 0;
+  std::vector<std::string> const_chain_;  // the consts being evaluated, outermost first
+  bool const_chain_too_deep_ = false;
+  bool const_chain_reported_ = false;
   int scalar_count_ = 0;
   bool aborted_ = false;
   bool unassigned_unreliable_ = false;  // an `if` was not folded: outputs may be missing for that reason

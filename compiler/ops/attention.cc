@@ -83,6 +83,7 @@ TypeResult infer_attention(TypeQuery& q) {
   const bool cache_fits = kPaged || Shape(tk->shape.begin(), tk->shape.end() - 3) == sequences;
   if (!cache_fits || !grouped || k_positions != v_positions || !(tq->shape.back() == tk->shape.back()))
     return q.error(kAtOp, name + " shapes do not fit: " + all, layout);
+  int64_t paged_positions = 0;  // MAX_BLOCKS * BS
   if constexpr (kPaged) {
     const Dim& block = tk->shape[2];
     if (block.is_runtime())
@@ -97,6 +98,7 @@ TypeResult infer_attention(TypeQuery& q) {
                      "the block table must be i32[" + (sequences.empty() ? std::string() : inner(q.text(sequences)) + ", ") +
                          "MAX_BLOCKS] (one row of block ids per sequence, MAX_BLOCKS static), got " + q.text(*table),
                      "declare it as input blocks : i32[B, MAX_BLOCKS];");
+    paged_positions = want.back().extent * block.extent;
   }
   // len, and start: rank 0 or one per sequence.
   auto per_sequence = [&](size_t slot, const std::string& role, const std::string& hint) -> std::optional<TypeResult> {
@@ -111,6 +113,26 @@ TypeResult infer_attention(TypeQuery& q) {
                    hint);
   };
   if (auto bad = per_sequence(S::len, "len", "declare it as input len : i32; or input len : i32[B];")) return *bad;
+  // A run-time len is clamped to [0, T]; a compile-time one outside it is a mistake seen now.
+  if (std::optional<int64_t> len = q.static_integer(S::len)) {
+    int64_t positions = 0;
+    std::string t_text;
+    if constexpr (kPaged) {
+      positions = paged_positions;
+      t_text = "MAX_BLOCKS * BS = " + std::to_string(positions);
+    } else {
+      const Dim& t = tk->shape[tk->rank() - 2];
+      positions = t.is_runtime() ? q.dims()[static_cast<size_t>(t.symbol)].hi : t.extent;
+      t_text = t.is_runtime() ? "the upper bound " + std::to_string(positions) + " of T = " +
+                                    q.dims()[static_cast<size_t>(t.symbol)].name
+                              : "T = " + std::to_string(positions);
+    }
+    if (*len < 0 || *len > positions)
+      return q.error(S::len,
+                     name + " len is " + std::to_string(*len) + ", outside [0, T] for the cache's " + t_text +
+                         " positions",
+                     "give a length between 0 and T; a run-time len (an i32 input) is clamped to [0, T]");
+  }
   if (causal)
     if (auto bad = per_sequence(S::start, "start", "give the position of each sequence's first query, e.g. start = 0"))
       return *bad;

@@ -20,6 +20,7 @@
 //  - one_hot: ids outside [0, n) give an all-zero row.
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
@@ -70,20 +71,42 @@ TypeResult infer_transpose(TypeQuery& q) {
   return TensorType{x->dtype, s};
 }
 
+// The exact product of extents >= 1 as decimal text: a shape as written
+// may hold more than 2^64 elements.
+std::string product_text(const std::vector<int64_t>& extents) {
+  constexpr uint32_t kBase = 1'000'000'000;
+  std::vector<uint32_t> limbs{1};  // base 10^9, least significant first
+  for (int64_t e : extents) {
+    unsigned __int128 carry = 0;
+    for (uint32_t& limb : limbs) {
+      const unsigned __int128 v = static_cast<unsigned __int128>(limb) * static_cast<uint64_t>(e) + carry;
+      limb = static_cast<uint32_t>(v % kBase);
+      carry = v / kBase;
+    }
+    for (; carry != 0; carry /= kBase) limbs.push_back(static_cast<uint32_t>(carry % kBase));
+  }
+  std::string out = std::to_string(limbs.back());
+  for (size_t i = limbs.size() - 1; i-- > 0;) {
+    const std::string part = std::to_string(limbs[i]);
+    out += std::string(9 - part.size(), '0') + part;
+  }
+  return out;
+}
+
 // "B*4096", the element count of a shape for messages.
 std::string count_text(const TypeQuery& q, const Shape& s) {
-  int64_t constant = 1;
+  std::vector<int64_t> constants;
   std::vector<std::string> names;
   for (const Dim& d : s) {
     if (d.is_runtime())
       names.push_back(q.dims()[static_cast<size_t>(d.symbol)].name);
     else
-      constant *= d.extent;
+      constants.push_back(d.extent);
   }
   std::sort(names.begin(), names.end());
   std::string out;
   for (const std::string& n : names) out += n + "*";
-  return out + std::to_string(constant);
+  return out + product_text(constants);
 }
 
 // Same count for every binding: equal constant products and the same
@@ -92,14 +115,21 @@ TypeResult infer_reshape(TypeQuery& q) {
   const TensorType* x = q.tensor(0, "reshape");
   Shape s;
   if (!x || !q.shape(1, &s)) return TypeResult::failed();
+  // The constant product, or nullopt past 2^62: x's own is at most 2^48
+  // (the element bound), so a larger one can never match it.
   auto split = [](const Shape& sh) {
-    __int128 constant = 1;
+    std::optional<int64_t> constant = 1;
     std::vector<int> symbols;
     for (const Dim& d : sh) {
-      if (d.is_runtime())
+      if (d.is_runtime()) {
         symbols.push_back(d.symbol);
-      else if (d.extent != -1)
-        constant *= d.extent;
+      } else if (d.extent != -1 && constant) {
+        int64_t product = 0;
+        if (__builtin_mul_overflow(*constant, d.extent, &product) || product > (int64_t{1} << 62))
+          constant.reset();
+        else
+          constant = product;
+      }
     }
     std::sort(symbols.begin(), symbols.end());
     return std::make_pair(constant, symbols);
@@ -109,14 +139,16 @@ TypeResult infer_reshape(TypeQuery& q) {
   if (inferred != s.end()) {
     const auto [have, have_symbols] = split(x->shape);
     const auto [rest, rest_symbols] = split(s);
-    if (have_symbols != rest_symbols || rest == 0 || have % rest != 0)
+    if (have_symbols != rest_symbols || !have || !rest || *have % *rest != 0)
       return q.error(kAtOp,
                      "reshape cannot work out the -1 in " + q.text(s) + ": " + q.text(*x) + " holds " +
                          count_text(q, x->shape) + " elements",
                      "the other dims must divide the element count and keep every run-time dim");
-    *inferred = Dim::constant(static_cast<int64_t>(have / rest));
+    *inferred = Dim::constant(*have / *rest);
   }
-  if (split(s) != split(x->shape))
+  const auto [want, want_symbols] = split(s);
+  const auto [have, have_symbols] = split(x->shape);
+  if (!want || !have || *want != *have || want_symbols != have_symbols)
     return q.error(kAtOp,
                    "reshape changes the element count: " + q.text(*x) + " holds " + count_text(q, x->shape) +
                        " elements, " + q.text(s) + " holds " + count_text(q, s),

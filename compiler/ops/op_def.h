@@ -123,6 +123,10 @@ class TypeQuery {
   // Per axis of a slice, how the source wrote it; empty where the query
   // does not know (ir::verify).
   virtual std::vector<SubscriptForm> subscript_forms() const { return {}; }
+  // An operand's value where the call wrote a compile-time integer (after
+  // `value` made it a constant too); nullopt otherwise and where the query
+  // does not know (ir::verify), so rules check such values at the call only.
+  virtual std::optional<int64_t> static_integer(size_t) { return std::nullopt; }
 
   TypeError error(int slot, std::string message, std::string hint = {}) const {
     return TypeError{slot, false, false, std::move(message), std::move(hint)};

@@ -8,26 +8,33 @@
 //    chosen so far is implied and dropped. Independent branches stay
 //    parallel in the CUDA graph.
 // 3. Each step's deps ascend.
+// The conflicts come from visit_conflict_candidates (plan_conflicts.h),
+// which finds the few that matter without testing every earlier step
+// (quadratic in the steps); their reduction is that of all the conflicts.
 #include "plan/deps.h"
 
 #include <algorithm>
+
+#include "plan_conflicts.h"
 
 namespace gdl::plan {
 
 void add_step_dependencies(Plan& p) {
   std::vector<StepSet> reach;
   reach.reserve(p.steps.size());
-  for (size_t j = 0; j < p.steps.size(); ++j) {
+  visit_conflict_candidates(p, [&](size_t j, const std::vector<size_t>& candidates) {
     reach.emplace_back(p.steps.size());
-    p.steps[j].deps.clear();
-    for (size_t i = j; i-- > 0;) {
-      if (reach[j].contains(i) || conflict_between(p, p.steps[i], p.steps[j]) == Conflict::kNone) continue;
-      p.steps[j].deps.push_back(static_cast<int>(i));
+    std::vector<int>& deps = p.steps[j].deps;
+    deps.clear();
+    for (size_t i : candidates) {  // the latest first
+      if (reach[j].contains(i)) continue;
+      deps.push_back(static_cast<int>(i));
       reach[j].merge(reach[i]);
       reach[j].insert(i);
     }
-    std::sort(p.steps[j].deps.begin(), p.steps[j].deps.end());
-  }
+    std::sort(deps.begin(), deps.end());
+    return true;
+  });
 }
 
 }  // namespace gdl::plan

@@ -83,14 +83,15 @@ void assign_offsets(std::vector<Interval>& intervals, uint64_t base, const std::
     if (x.start != y.start) return x.start < y.start;
     return x.owner < y.owner;
   });
+  // Placed intervals by offset, so that the blocking ones come in offset
+  // order without a sort per interval.
   std::vector<const Interval*> placed, blocking;
+  auto by_offset = [](const Interval* a, const Interval* b) { return a->offset < b->offset; };
   for (size_t index : order) {
     Interval& iv = intervals[index];
     blocking.clear();
     for (const Interval* q : placed)
       if (!may_follow(*q, iv, ancestors) && !may_follow(iv, *q, ancestors)) blocking.push_back(q);
-    std::sort(blocking.begin(), blocking.end(),
-              [](const Interval* a, const Interval* b) { return a->offset < b->offset; });
     uint64_t cursor = base, best = 0, best_gap = std::numeric_limits<uint64_t>::max();
     bool found = false;
     for (const Interval* q : blocking) {
@@ -101,7 +102,7 @@ void assign_offsets(std::vector<Interval>& intervals, uint64_t base, const std::
       cursor = std::max(cursor, q->offset + q->size);
     }
     iv.offset = found ? best : cursor;
-    placed.push_back(&iv);
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), &iv, by_offset), &iv);
   }
 }
 
@@ -202,11 +203,14 @@ void plan_memory(Plan& p) {
     p.naive_bytes += size[v];
   }
   p.arena_bytes = align_up(top);
+  // The bytes live at each step, from where intervals start and end (a
+  // sweep, not every interval at every step).
+  std::vector<uint64_t> starting(p.steps.size() + 1, 0), ending(p.steps.size() + 1, 0);
+  for (const Interval& iv : intervals) starting[iv.start] += iv.size, ending[iv.end + 1] += iv.size;
   p.live_lower_bound = fixed_end;
+  uint64_t live = fixed_end;
   for (size_t s = 0; s < p.steps.size(); ++s) {
-    uint64_t live = fixed_end;
-    for (const Interval& iv : intervals)
-      if (iv.start <= s && s <= iv.end) live += iv.size;
+    live = live + starting[s] - ending[s];
     p.live_lower_bound = std::max(p.live_lower_bound, live);
   }
 }
