@@ -94,7 +94,7 @@ void visit_conflict_candidates(const Plan& p, const std::function<bool(size_t, c
   std::map<Region, History> regions;
   // An empty range overlaps nothing (overlaps, plan.h), and neither does a value without storage.
   auto access = [&](ir::ValueId v, Access* out) {
-    *out = access_of(p.buffers.at(static_cast<size_t>(v)));
+    *out = access_of(p.buffers.at(static_cast<size_t>(v)), p.graph.dims);
     return out->region != Region::kNone && out->begin < out->end;
   };
   std::vector<size_t> candidates;
