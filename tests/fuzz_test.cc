@@ -83,7 +83,7 @@ TEST_CASE("fuzz: saved regressions compile and run the same through their plan")
 }
 
 TEST_CASE("fuzz: random programs compile, run the same through their plan, and keep their values when optimized") {
-  const uint64_t first = fuzz::env_count("GDL_FUZZ_FIRST_SEED", 1), count = fuzz::env_count("GDL_FUZZ_COUNT", 150);
+  const uint64_t first = fuzz::env_count("GDL_FUZZ_FIRST_SEED", 1), count = fuzz::env_count("GDL_FUZZ_COUNT", 2000);
   int failures = 0, passed = 0;
   size_t statements = 0;
   // Every kind of statement the generator makes shows up across the run.

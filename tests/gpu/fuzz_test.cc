@@ -5,7 +5,8 @@
 // and the CPU reference must agree within the dtype's tolerance. A failure
 // is shrunk to a small program (fuzz/shrink.h), printed, and with
 // GDL_FUZZ_OUT=DIR written there for tests/fuzz/regressions/.
-// GDL_FUZZ_FIRST_SEED, GDL_FUZZ_GPU_COUNT (default 24) choose the programs.
+// GDL_FUZZ_FIRST_SEED, GDL_FUZZ_GPU_COUNT (default 24) choose the programs;
+// GDL_FUZZ_TRACE=1 prints each seed before its check.
 // Every program in tests/fuzz/regressions/ runs the same way first.
 #include <algorithm>
 #include <chrono>
@@ -104,6 +105,7 @@ TEST_CASE("fuzz: saved regressions run on the GPU as on the CPU reference") {
 TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU reference") {
   const uint64_t first = fuzz::env_count("GDL_FUZZ_FIRST_SEED", 1), count = fuzz::env_count("GDL_FUZZ_GPU_COUNT", 24);
   const char* out_dir = std::getenv("GDL_FUZZ_OUT");
+  const bool trace = fuzz::env_count("GDL_FUZZ_TRACE", 0) != 0;
   const auto started = std::chrono::steady_clock::now();
   // Compile ahead on every core; check one by one as they come.
   const size_t jobs = std::max<size_t>(1, std::thread::hardware_concurrency());
@@ -121,6 +123,10 @@ TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU
     Expected<Program> program = compiled[i].get();
     if (launched < count) launch();
     const uint64_t seed = first + i;
+    if (trace) {  // which program a run that stops making progress is in
+      std::printf("fuzz: checking seed %llu\n", static_cast<unsigned long long>(seed));
+      std::fflush(stdout);
+    }
     std::string failure = !program.ok() ? "compile: " + program.status().message()
                           : cpu_only    ? ""
                                         : check_gpu(*program, seed);
@@ -148,7 +154,7 @@ TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU
     if (failures >= 20) break;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  MESSAGE(passed << " of " << count << " random programs passed on " << (cpu_only ? "the CPU only" : "the GPU")
+  MESSAGE(passed << " of " << count << " random programs passed on " << std::string(cpu_only ? "the CPU only" : "the GPU")
                  << " in " << seconds << " s");
   CHECK(passed + failures > 0);
 }
