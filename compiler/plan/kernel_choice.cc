@@ -190,10 +190,14 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   GDL_INTERNAL_ASSERT(as.size() >= 2 && bs.size() >= 2 && rs.size() >= 2, "matmul operands of rank < 2");
   MatmulChoice c;
   // 1. rows
-  c.fold_batch = std::all_of(bs.begin(), bs.end() - 2, [](const Dim& d) { return !d.is_runtime() && d.extent == 1; });
+  // The batch folds into the rows when b is shared by every batch entry and
+  // a's rows follow one another in memory (a transposed a holds a batch
+  // entry's rows as columns: folded, row r of entry e is not row e * M + r).
   const size_t batch_rank = rs.size() - 2;
-  const Dim& m = rs[batch_rank];
   const int64_t batch_max = product_at(rs, 0, batch_rank, g, true);
+  c.fold_batch = std::all_of(bs.begin(), bs.end() - 2, [](const Dim& d) { return !d.is_runtime() && d.extent == 1; }) &&
+                 (batch_max == 1 || !ops::matmul_layout(n).transpose_a);
+  const Dim& m = rs[batch_rank];
   c.rows_min = extent_at(m, g, false) * (c.fold_batch ? product_at(rs, 0, batch_rank, g, false) : 1);
   c.rows_max = extent_at(m, g, true) * (c.fold_batch ? batch_max : 1);
   const int64_t n_max = extent_at(rs.back(), g, true);
