@@ -20,6 +20,7 @@
 #include "pipeline.h"
 #include "plan.h"
 #include "frontend/source_loader.h"
+#include "gdl/testing.h"
 #include "passes/ir_print.h"
 #include "passes/ir_verify.h"
 #include "plan/check.h"
@@ -848,6 +849,28 @@ TEST_CASE("compile_cuda: a second compile comes from the cache and a corrupted e
   auto after_truncation = compile_cuda(code.source, options_in(dir.path.string()));
   REQUIRE(after_truncation.ok());
   CHECK(!after_truncation->from_cache);
+}
+
+TEST_CASE("compile_cuda: NVRTC running out of memory is ResourceExhausted, caches nothing, and the next compile works") {
+  TempDir dir;
+  GeneratedCode code = generate_cuda(fused_plan());
+  // Both programs (CUBIN and PTX) compile through nvrtcCompileProgram: fail each in turn.
+  for (int64_t n = 0; n < 2; ++n) {
+    REQUIRE(testing::fail_call("nvrtcCompileProgram", n).ok());
+    auto failed = compile_cuda(code.source, options_in(dir.path.string()));
+    CHECK_FALSE(testing::call_failure_pending("nvrtcCompileProgram"));
+    testing::clear_call_failures();
+    REQUIRE_FALSE(failed.ok());
+    CHECK(failed.status().code() == StatusCode::kResourceExhausted);
+    CHECK(failed.status().message().find("NVRTC ran out of memory") != std::string::npos);
+    CHECK(std::filesystem::is_empty(dir.path));  // neither an entry nor a temporary file
+  }
+  auto compiled = compile_cuda(code.source, options_in(dir.path.string()));
+  INFO(compiled.status().message());
+  REQUIRE(compiled.ok());
+  CHECK_FALSE(compiled->from_cache);
+  CHECK_FALSE(compiled->cubin.empty());
+  CHECK(testing::fail_call("nvrtcLinkProgram").code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("compile_cuda: a broken source is a bug in gdl: Internal, with the NVRTC log; a bad arch is refused") {

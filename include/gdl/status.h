@@ -18,6 +18,7 @@ enum class StatusCode {
   kFailedPrecondition,// the call is not valid in the current state (e.g. read before run)
   kDataLoss,          // a corrupt, truncated or mismatched artifact
   kUnavailable,       // no GPU, no driver
+  kResourceExhausted, // the device or the host ran out of memory (or another resource)
   kCompileError,      // the program was rejected; message holds the diagnostics
   kInternal,          // a bug in gdl or an unexpected CUDA / NVRTC failure
 };
@@ -34,6 +35,7 @@ class Status {
   static Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
   static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+  static Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
   static Status CompileError(std::string m) { return {StatusCode::kCompileError, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 

@@ -27,4 +27,24 @@ Status poison_padding(Session& session, bool on = true);
 Status arm_failpoint(const std::string& site);
 void disarm_failpoints();
 
+// Fault injection: the `nth` call (0 = the next one) that gdl makes to
+// `call` from now on fails as the device or NVRTC would refuse it (out of
+// memory; for cudaLibraryLoadData PTX too new for the driver), once; the calls
+// before and after it run normally. The calls: "cudaMalloc",
+// "cudaMallocHost", "cudaStreamCreate", "cudaEventCreate",
+// "cudaLibraryLoadData", "cudaGraphInstantiate", "nvrtcCompileProgram".
+// NotFound for any other name. Process-wide, any thread.
+Status fail_call(const std::string& call, int64_t nth = 0);
+// How many times gdl has made `call` in this process (-1: no such call), so
+// a test can count the calls of one operation and fail each in turn.
+int64_t call_count(const std::string& call);
+// Whether a failure armed by fail_call(call) has not been taken yet.
+bool call_failure_pending(const std::string& call);
+void clear_call_failures();
+
+// Makes the runtime treat every device as allowing at most `bytes` of
+// shared memory per block (0: the device's own limit), as a smaller GPU
+// would: a kernel that needs more is refused when a session loads it.
+void limit_shared_memory(int bytes);
+
 }  // namespace gdl::testing

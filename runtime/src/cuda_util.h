@@ -8,20 +8,48 @@
 #include <chrono>
 #include <string>
 
+#include "fault_injection.h"
 #include "gdl/status.h"
 #include "internal_error.h"
 
 namespace gdl::rt {
 
 // "what: cudaErrorX (description)". No driver or no device is Unavailable:
-// the caller cannot fix it by passing something else. Clears the last-error
+// the caller cannot fix it by passing something else; out of memory is
+// ResourceExhausted: a smaller program or fewer sessions may fit; PTX the
+// driver cannot read is FailedPrecondition. Clears the last-error
 // slot so that one failure is not reported again by an unrelated call.
 inline Status cuda_error(cudaError_t e, const std::string& what) {
   std::string text = what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
   (void)cudaGetLastError();
   if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorDevicesUnavailable)
     return Status::Unavailable("no usable GPU: " + text);
+  if (e == cudaErrorMemoryAllocation) return Status::ResourceExhausted(text);
+  if (e == cudaErrorUnsupportedPtxVersion)  // PTX from a newer toolkit than the driver
+    return Status::FailedPrecondition(text + ": update the driver, or compile for this device's arch so its CUBIN is used");
   return Status::Internal(text);
+}
+
+// The CUDA calls that tests can make fail (gdl/testing.h fail_call): each
+// asks its fault site first and returns what the device would on refusal.
+inline cudaError_t device_malloc(void** p, size_t bytes) {
+  return fault_injected(FaultSite::kDeviceMalloc) ? cudaErrorMemoryAllocation : cudaMalloc(p, bytes);
+}
+inline cudaError_t host_malloc(void** p, size_t bytes) {
+  return fault_injected(FaultSite::kHostMalloc) ? cudaErrorMemoryAllocation : cudaMallocHost(p, bytes);
+}
+inline cudaError_t stream_create(cudaStream_t* s) {
+  return fault_injected(FaultSite::kStreamCreate) ? cudaErrorMemoryAllocation : cudaStreamCreate(s);
+}
+inline cudaError_t event_create(cudaEvent_t* e, unsigned flags = cudaEventDefault) {
+  return fault_injected(FaultSite::kEventCreate) ? cudaErrorMemoryAllocation : cudaEventCreateWithFlags(e, flags);
+}
+inline cudaError_t graph_instantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
+  return fault_injected(FaultSite::kGraphInstantiate) ? cudaErrorMemoryAllocation : cudaGraphInstantiate(exec, graph, 0);
+}
+inline cudaError_t library_load(cudaLibrary_t* library, const void* code) {
+  if (fault_injected(FaultSite::kLibraryLoad)) return cudaErrorUnsupportedPtxVersion;
+  return cudaLibraryLoadData(library, code, nullptr, nullptr, 0, nullptr, nullptr, 0);
 }
 
 // Evaluates `what` (a std::string expression) only when the call failed.

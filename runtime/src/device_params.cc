@@ -37,7 +37,7 @@ Expected<std::shared_ptr<DeviceParams>> acquire_device_params(const Program::Imp
   unsigned char* base = nullptr;
   uint64_t bytes = program.plan().params_bytes;
   if (bytes > 0) {
-    GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&base), bytes),
+    GDL_CUDA_TRY(rt::device_malloc(reinterpret_cast<void**>(&base), bytes),
                  "allocating the params region (" + std::to_string(bytes) + " bytes) on device " + std::to_string(device));
   }
   auto params = std::make_shared<DeviceParams>(device, base, program.params.size());

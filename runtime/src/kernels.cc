@@ -20,11 +20,16 @@
 // those are off).
 #include "kernels.h"
 
+#include <atomic>
 #include <map>
 
 #include "cuda_util.h"
+#include "gdl/testing.h"
 
 namespace gdl::rt {
+namespace {
+std::atomic<int> shared_memory_cap{0};  // testing::limit_shared_memory; 0: the device's own
+}  // namespace
 
 Expected<LaunchDims> launch_dims(const LaunchRule& rule, const std::vector<int64_t>& dims) {
   int64_t work = element_count(rule.work, dims);
@@ -61,13 +66,14 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     return Status::FailedPrecondition("the artifact holds a CUBIN for " + a.module.arch + " only and no PTX; device " +
                                       std::to_string(device) + " is " + device_arch + ": recompile for " + device_arch);
   }
-  GDL_CUDA_TRY(cudaLibraryLoadData(&library_, code, nullptr, nullptr, 0, nullptr, nullptr, 0),
+  GDL_CUDA_TRY(library_load(&library_, code),
                "loading the kernel module (" + image_ + ")");
   GDL_CUDA_TRY(cudaLibraryGetKernel(&input_copy_, library_, kInputCopySymbol), "finding the input copy kernel");
 
   int smem_optin = 0, sms = 0, cooperative_launch = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                "reading the shared memory limit");
+  if (const int cap = shared_memory_cap.load(std::memory_order_relaxed); cap > 0) smem_optin = std::min(smem_optin, cap);
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "reading the multiprocessor count");
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&cooperative_launch, cudaDevAttrCooperativeLaunch, device),
                "reading cooperative launch support");
@@ -111,6 +117,12 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
   }
   return Status::Ok();
 }
+
+}  // namespace gdl::rt
+
+void gdl::testing::limit_shared_memory(int bytes) { rt::shared_memory_cap.store(std::max(bytes, 0)); }
+
+namespace gdl::rt {
 
 int KernelLibrary::choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step) const {
   const std::vector<int>& choices = t.step_choices.at(step);

@@ -144,10 +144,10 @@ Status Session::Impl::init() {
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "reading the compute capability");
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
   device_arch = "sm_" + std::to_string(major * 10 + minor);
-  GDL_CUDA_TRY(cudaStreamCreate(&stream), "creating the session stream");
+  GDL_CUDA_TRY(rt::stream_create(&stream), "creating the session stream");
 
   uint64_t arena_bytes = rt::arena_allocation_bytes(prog.plan());  // the arena and the kernels' scratch behind it
-  GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&arena), arena_bytes),
+  GDL_CUDA_TRY(rt::device_malloc(reinterpret_cast<void**>(&arena), arena_bytes),
                "allocating the arena (" + std::to_string(arena_bytes) + " bytes)");
   GDL_RETURN_IF_ERROR(rt::zero_scratch(arena, prog.plan(), stream));
   GDL_RETURN_IF_ERROR(zero_states(""));  // a state is zero until the host or a run writes it
@@ -166,25 +166,25 @@ Status Session::Impl::init() {
   for (size_t i = 0; i < inputs.size(); ++i) {
     inputs[i].bound_dims.assign(prog.dims.size(), -1);
     if (prog.buffer_of(prog.input_values[i]).region == plan::Region::kNone) continue;
-    GDL_CUDA_TRY(cudaMallocHost(&inputs[i].staging, std::max<size_t>(prog.inputs[i].max_bytes, 1)),
+    GDL_CUDA_TRY(rt::host_malloc(&inputs[i].staging, std::max<size_t>(prog.inputs[i].max_bytes, 1)),
                  "allocating the staging buffer of input '" + prog.inputs[i].name + "'");
     void* on_device = nullptr;  // pinned memory is mapped: the input copy kernel reads it there
     GDL_CUDA_TRY(cudaHostGetDevicePointer(&on_device, inputs[i].staging, 0),
                  "mapping the staging buffer of input '" + prog.inputs[i].name + "'");
     inputs[i].staging_on_device = on_device;
-    GDL_CUDA_TRY(cudaEventCreateWithFlags(&inputs[i].uploaded, cudaEventDisableTiming), "creating an event");
+    GDL_CUDA_TRY(rt::event_create(&inputs[i].uploaded, cudaEventDisableTiming), "creating an event");
   }
-  GDL_CUDA_TRY(cudaEventCreateWithFlags(&graph_copies_done, cudaEventDisableTiming), "creating an event");
+  GDL_CUDA_TRY(rt::event_create(&graph_copies_done, cudaEventDisableTiming), "creating an event");
   if (options.record_device_time) {
-    GDL_CUDA_TRY(cudaEventCreate(&run_start), "creating an event");
-    GDL_CUDA_TRY(cudaEventCreate(&run_end), "creating an event");
+    GDL_CUDA_TRY(rt::event_create(&run_start), "creating an event");
+    GDL_CUDA_TRY(rt::event_create(&run_end), "creating an event");
   }
   valid_on_device.fill(-1);
   if (!prog.dims.empty()) {
-    GDL_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&valid_staging), sizeof(int32_t) * kMaxRuntimeDims * kValidRing),
+    GDL_CUDA_TRY(rt::host_malloc(reinterpret_cast<void**>(&valid_staging), sizeof(int32_t) * kMaxRuntimeDims * kValidRing),
                  "allocating the staging of the valid-dims block");
     for (cudaEvent_t& e : valid_copied)
-      GDL_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+      GDL_CUDA_TRY(rt::event_create(&e, cudaEventDisableTiming), "creating an event");
   }
 
   for (const DimServing& d : *serving) {

@@ -103,7 +103,7 @@ Status Session::Impl::run_fallback() {
   for (size_t i = 0; i < prog.params.size() && same_params; ++i)
     same_params = fp.buffer_of(fp.param_values[i]).offset == prog.buffer_of(prog.param_values[i]).offset;
   if (!same_params) {
-    GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&temp_params.bytes), std::max<uint64_t>(fp.plan().params_bytes, 1)),
+    GDL_CUDA_TRY(rt::device_malloc(reinterpret_cast<void**>(&temp_params.bytes), std::max<uint64_t>(fp.plan().params_bytes, 1)),
                  "allocating the fallback's params region");
     for (size_t i = 0; i < prog.params.size(); ++i) {
       const plan::Buffer &from = prog.buffer_of(prog.param_values[i]), &to = fp.buffer_of(fp.param_values[i]);
@@ -117,7 +117,7 @@ Status Session::Impl::run_fallback() {
 
   // 3. The arena, the valid dims and the inputs.
   Temporary temp_arena(stream);
-  GDL_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&temp_arena.bytes), rt::arena_allocation_bytes(fp.plan())),
+  GDL_CUDA_TRY(rt::device_malloc(reinterpret_cast<void**>(&temp_arena.bytes), rt::arena_allocation_bytes(fp.plan())),
                "allocating the fallback's arena (" + std::to_string(fp.plan().arena_bytes) + " bytes)");
   GDL_RETURN_IF_ERROR(rt::zero_scratch(temp_arena.bytes, fp.plan(), stream));
   GDL_RETURN_IF_ERROR(rt::write_tensor_maps(fp, temp_arena.bytes, params_base, stream));

@@ -281,7 +281,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
   double build_us = build_time.elapsed_us();
 
   Stopwatch instantiate_time;
-  GDL_CUDA_TRY(cudaGraphInstantiate(&g.exec, g.graph, 0), "instantiating the graph");
+  GDL_CUDA_TRY(rt::graph_instantiate(&g.exec, g.graph), "instantiating the graph");
   double instantiate_us = instantiate_time.elapsed_us();
   if (++times_instantiated[g.key] > 1) stats.reinstantiations += 1;
   Stopwatch upload_time;
@@ -529,7 +529,7 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
   }
   EventSet events;
   events.events.assign(2 * n, nullptr);
-  for (cudaEvent_t& e : events.events) GDL_CUDA_TRY(cudaEventCreate(&e), "creating an event");
+  for (cudaEvent_t& e : events.events) GDL_CUDA_TRY(rt::event_create(&e), "creating an event");
   GDL_RETURN_IF_ERROR(write_valid_block());
   unsigned char* arena_arg = arena;
   const unsigned char* params_arg = params->base();
@@ -607,7 +607,7 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   for (int r = 0; r < repeats; ++r) {
     cudaGraphExec_t copy = nullptr;
     Stopwatch instantiate_time;
-    GDL_CUDA_TRY(cudaGraphInstantiate(&copy, g.graph, 0), "instantiating the graph again");
+    GDL_CUDA_TRY(rt::graph_instantiate(&copy, g.graph), "instantiating the graph again");
     instantiate_total += instantiate_time.elapsed_us();
     (void)cudaGraphExecDestroy(copy);
   }
