@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | fuzz | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | fuzz | soak | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -11,8 +11,14 @@
 # 1. tests:     build-release/tests/gdl_gpu_tests -s (every assertion logged)
 # 1b. fuzz:     random programs (tests/gpu/fuzz_test.cc): GDL_FUZZ_GPU_COUNT
 #               of them (default 500) from GDL_FUZZ_FIRST_SEED (default 1),
-#               each under both dim policies against the CPU reference; the
-#               shrunk failures land in $OUT/fuzz/; not part of `all`
+#               in GDL_FUZZ_PROCS processes (default 4) for at most
+#               GDL_FUZZ_SECONDS (570), each under both dim policies against
+#               the CPU reference; the shrunk failures land in $OUT/fuzz/,
+#               stacks of a stalled process in $OUT/fuzz_N.stacks; not part
+#               of `all`
+# 1c. soak:     tests/gpu/soak_test.cc at length (10^6 replays, 8 threads
+#               for 60 s, 10^4 sessions) and tests/gpu/faults_test.cc; not
+#               part of `all`
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}, and
 #               hello_host and load_and_run on artifacts/*.gdlx
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
@@ -104,9 +110,53 @@ if [[ $what == all || $what == tests ]]; then
 fi
 
 if [[ $what == fuzz ]]; then
+  # GDL_FUZZ_PROCS processes (default 4) side by side, each over its share
+  # of the seeds and compiling on its share of the cores. A process whose
+  # log stops moving for 60 s gets its threads' stacks dumped (gdb or
+  # cuda-gdb) into $OUT/fuzz_N.stacks before the time limit ends it.
   mkdir -p "$OUT/fuzz"
-  GDL_FUZZ_OUT="$OUT/fuzz" GDL_FUZZ_GPU_COUNT=${GDL_FUZZ_GPU_COUNT:-500} \
-    step fuzz 570 "$BUILD/tests/gdl_gpu_tests" -tc='fuzz:*'
+  procs=${GDL_FUZZ_PROCS:-4} count=${GDL_FUZZ_GPU_COUNT:-500} first=${GDL_FUZZ_FIRST_SEED:-1}
+  limit=${GDL_FUZZ_SECONDS:-570}
+  per=$(((count + procs - 1) / procs))
+  jobs=$(($(nproc) / procs > 0 ? $(nproc) / procs : 1))
+  DEBUGGER=$(command -v gdb || command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
+  start=$(date +%s)
+  pids=()
+  for p in $(seq 0 $((procs - 1))); do
+    GDL_FUZZ_OUT="$OUT/fuzz" GDL_FUZZ_FIRST_SEED=$((first + p * per)) GDL_FUZZ_GPU_COUNT=$per GDL_FUZZ_TRACE=1 \
+      GDL_FUZZ_JOBS=$jobs timeout --kill-after=10 "$limit" "$BUILD/tests/gdl_gpu_tests" -tc='fuzz:*' \
+      >"$OUT/fuzz_$p.log" 2>&1 &
+    pids+=($!)
+  done
+  declare -A last_size=() still=()
+  while :; do
+    running=0
+    for p in "${!pids[@]}"; do
+      kill -0 "${pids[$p]}" 2>/dev/null || continue
+      running=1
+      size=$(stat -c %s "$OUT/fuzz_$p.log")
+      if [ "$size" = "${last_size[$p]:-}" ]; then still[$p]=$((${still[$p]:-0} + 5)); else still[$p]=0; fi
+      last_size[$p]=$size
+      if [ "${still[$p]}" -eq 60 ]; then  # once per stall
+        child=$(pgrep -P "${pids[$p]}" gdl_gpu_tests || echo "${pids[$p]}")
+        { echo "no progress for 60 s after: $(tail -1 "$OUT/fuzz_$p.log")"
+          for t in /proc/"$child"/task/*; do echo "$t $(cut -d' ' -f3,14,15 "$t/stat") $(cat "$t/wchan" 2>/dev/null)"; done
+          timeout 60 "$DEBUGGER" -p "$child" -batch -ex "thread apply all bt 30" 2>&1 | tail -400
+        } >"$OUT/fuzz_$p.stacks" 2>&1
+      fi
+    done
+    [ "$running" -eq 0 ] && break
+    sleep 5
+  done
+  rcs=""
+  for p in "${!pids[@]}"; do wait "${pids[$p]}"; rc=$?; rcs+=" $rc"; [ "$rc" -ne 0 ] && failed=1; done
+  summary+=("$(printf '%-34s rc=%-3s %4ss' "fuzz ($procs processes)" "${rcs# }" "$(($(date +%s) - start))")")
+fi
+
+if [[ $what == soak ]]; then
+  # The long soak (tests/gpu/soak_test.cc) and the injected faults.
+  GDL_SOAK_REPLAYS=${GDL_SOAK_REPLAYS:-1000000} GDL_SOAK_SECONDS=${GDL_SOAK_SECONDS:-60} \
+    GDL_SOAK_SESSIONS=${GDL_SOAK_SESSIONS:-10000} step soak 570 "$BUILD/tests/gdl_gpu_tests" -tc='soak:*,faults:*' -s
 fi
 
 if [[ $what == all || $what == examples ]]; then
@@ -285,6 +335,11 @@ PY
       grep -E "^(cp.async|tma|256 MiB)" "$log" | sed "s/^/$name: /" ;;
     persistent_mlp)
       grep -E "^(mma|split|stream|str-nx|mma-nx|sstrm|load|grid|plain)" "$log" | sed "s/^/$name: /" ;;
+    fuzz_*)
+      grep -E "programs checked|random programs passed|ERROR|seed [0-9]+:|test cases:" "$log" | tail -8 | sed "s/^/$name: /" ;;
+    soak)
+      grep -E "replays in|threads,|sessions created|each failed in turn|after every fault|ERROR|test cases:|assertions:" "$log" |
+        sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;

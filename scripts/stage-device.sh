@@ -43,7 +43,7 @@ done
 # the device tool carries at most 64 MiB, the pack about a third of that.
 # On the GPU machine, from the repo root: tar xzf build-pack/device.tgz
 rm -f "$stage/gdlc" "$stage/bench/gdl_dynamic_bench"
-strip "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage/bench/gdl_bench" "$stage/gdlrun"
+strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage/bench/gdl_bench" "$stage/gdlrun"
 mkdir -p build-pack
 tar czf build-pack/device.tgz .device
 du -sh .device build-pack/device.tgz

@@ -64,13 +64,22 @@ std::map<std::string, TensorData> read_outputs(Session& s);
 // The same, returning the first error instead of failing the test case.
 Status try_bind_all(Session& s, const std::map<std::string, TensorData>& tensors);
 Expected<std::map<std::string, TensorData>> try_run_and_read(Session& s, bool eager);
+Expected<std::map<std::string, TensorData>> try_read_outputs(Session& s);
+
+// What the process holds: device memory in use on the current device (all
+// processes: cudaMemGetInfo) and host resident memory (/proc/self/statm).
+struct MemoryUse {
+  int64_t device_bytes = 0, host_bytes = 0;
+};
+MemoryUse memory_use();
 
 std::map<std::string, TensorData> reference(const Program& program, const std::map<std::string, TensorData>& tensors,
                                             const std::map<std::string, double>& scalars = {});
 
-// ||got - want|| / ||want|| (floats; NaN anywhere gives +inf), or the number of
-// differing elements (i32, bool).
-double relative_error(const TensorData& got, const TensorData& want);
+// ||got - want|| / max(||want||, norm_floor) (floats; NaN anywhere gives
+// +inf), or the number of differing elements (i32, bool). A floor measures
+// an output whose terms cancel to near zero against their own magnitude.
+double relative_error(const TensorData& got, const TensorData& want, double norm_floor = 0);
 double tolerance(ElementType t);  // f32 1e-5, f16 2e-3, bf16 1e-2, i32/bool 0
 
 // CHECKs every output of `got` against `want` within the dtype's tolerance;

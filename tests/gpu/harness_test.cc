@@ -1,5 +1,6 @@
 // The GPU test harness (gpu_test_util.h) and tests of the harness itself:
 // a comparison that could not fail, or all-zero data, would hide bugs.
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -166,6 +167,16 @@ Expected<std::map<std::string, TensorData>> try_read_outputs(Session& s) {
   return out;
 }
 
+MemoryUse memory_use() {
+  MemoryUse m;
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) m.device_bytes = static_cast<int64_t>(total - free);
+  int64_t size_pages = 0, resident_pages = 0;
+  std::ifstream("/proc/self/statm") >> size_pages >> resident_pages;
+  m.host_bytes = resident_pages * sysconf(_SC_PAGESIZE);
+  return m;
+}
+
 std::map<std::string, TensorData> read_outputs(Session& s) {
   Expected<std::map<std::string, TensorData>> out = try_read_outputs(s);
   INFO("read: " << out.status().message());
@@ -203,7 +214,7 @@ double tolerance(ElementType t) {
   }
 }
 
-double relative_error(const TensorData& got, const TensorData& want) {
+double relative_error(const TensorData& got, const TensorData& want, double norm_floor) {
   const double inf = std::numeric_limits<double>::infinity();
   if (got.dtype != want.dtype || got.shape != want.shape || got.bytes.size() != want.bytes.size()) return inf;
   size_t count = want.bytes.size() / element_size(want.dtype);
@@ -225,6 +236,7 @@ double relative_error(const TensorData& got, const TensorData& want) {
     diff += (g[i] - w[i]) * (g[i] - w[i]);
     norm += w[i] * w[i];
   }
+  norm = std::max(norm, norm_floor * norm_floor);
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
