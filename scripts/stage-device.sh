@@ -26,7 +26,7 @@ echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . && echo '' || echo ' wit
 [ -x "$BUILD/bench/gdl_dynamic_bench" ] && cp "$BUILD/bench/gdl_dynamic_bench" "$stage/bench/"
 # Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program.
 GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \
-  "$stage/tests/gdl_gpu_tests" -tc="ops:*,reduce ops:*,state:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*" >/dev/null || true
+  "$stage/tests/gdl_gpu_tests" -tc="ops:*,reduce ops:*,state:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*,soak:*,faults:*,fuzz: saved*" >/dev/null || true
 # The benchmark's programs into their own cache (GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache).
 mkdir -p .device/bench-cache
 for program in bench/workloads/*.gdl bench/l2_flush.gdl; do
