@@ -118,7 +118,15 @@ class Generator {
       if (i == 0 && runtime_ok && !p_.dims.empty() && chance(0.6)) d = GenDim{1, one_of(p_.dims).name};
       t.shape.push_back(d);
     }
-    while (elements(t) > (int64_t{1} << 16)) t.shape.back().extent = std::max<int64_t>(1, t.shape.back().extent / 4);
+    // At most 2^16 elements: quarter the largest static axis (the last one
+    // alone can reach 1 while the others still hold too many).
+    while (elements(t) > (int64_t{1} << 16)) {
+      GenDim* largest = nullptr;
+      for (GenDim& d : t.shape)
+        if (d.runtime.empty() && (!largest || d.extent > largest->extent)) largest = &d;
+      if (!largest || largest->extent == 1) break;  // run-time dims alone: their bounds are small
+      largest->extent = std::max<int64_t>(1, largest->extent / 4);
+    }
     return t;
   }
 
