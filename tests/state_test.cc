@@ -170,6 +170,23 @@ y = old * s;
   run_both(g, b);
 }
 
+TEST_CASE("a scatter that reads its own target as the updates writes into a copy") {
+  // On the GPU, in place, the rotation read rows it had already overwritten.
+  ir::Graph g = compile_text(R"(program rotate;
+state s : f32[11, 4];
+output y : f32[11, 4];
+s = scatter(s, (arange(11) + 4) % 11, s, axis = 0);
+y = s * 2.0;
+)");
+  plan::Plan p = plan_program(g);
+  CHECK(count_steps_with(p, Op::kCopy) >= 1);
+  CHECK(plan::print_plan(p).find("it reads the value it overwrites") != std::string::npos);
+  std::mt19937 rng(5);
+  Bindings b;
+  b.tensors["s"] = random_tensor(rng, DType::kF32, {11, 4});
+  run_both(g, b);
+}
+
 TEST_CASE("a state given a new whole value gets it copied in, after every read of the old one") {
   ir::Graph g = compile_text(R"(program m;
 state m : f32[8];

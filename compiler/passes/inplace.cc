@@ -120,6 +120,12 @@ class Placer {
     return false;
   }
 
+  // The value whose storage `v` lies in: through views and in-place writes.
+  ValueId storage_root(ValueId v) const {
+    while (plan::is_view_node(g_, g_.node(v)) || ir::writes_in_place(g_.node(v).op)) v = g_.node(v).args.at(0);
+    return v;
+  }
+
   // Why `writer` may not overwrite its target, or "" when it may.
   std::string refusal(ValueId writer, const std::vector<std::vector<ValueId>>& consumers) {
     const plan::WriteTarget t = plan::write_target(g_, writer);
@@ -142,6 +148,12 @@ class Placer {
       return "it is an output or a state's final value";
     }
     if (claimed_.count(t.whole)) return "another write already changes it in place";
+    // A write that also reads its target through another argument (a
+    // scatter of a state into itself, permuted) would read rows it has
+    // already overwritten.
+    const ir::Node& w = g_.node(writer);
+    for (size_t a = 1; a < w.args.size(); ++a)
+      if (storage_root(w.args[a]) == t.whole) return "it reads the value it overwrites";
     for (ValueId r : plan::overwritten_readers(g_, writer, consumers))
       if (reaches(writer, r, consumers))
         return (g_.node(r).name.empty() ? "%" + std::to_string(r) : "'" + g_.node(r).name + "'") +

@@ -12,7 +12,8 @@ namespace gdl {
 //  - a write may overwrite its target (plan::write_target) only when that is
 //    a state leaf whose final value the write leads to, or a computed value
 //    that is no output and no state's final value; only one write per
-//    target; and no reader of the old value may depend on the write.
+//    target; the write reads the target through no other argument; and no
+//    reader of the old value may depend on the write.
 //    Otherwise the write gets a copy of its base (a `copy` node named for
 //    the reason, which --emit=plan shows).
 //  - a state whose final value does not lead back to its leaf through

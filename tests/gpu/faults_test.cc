@@ -134,7 +134,7 @@ TEST_CASE("faults: a device with less shared memory than a kernel needs") {
   Expected<std::unique_ptr<Session>> refused = Session::create(*attention);
   // The chain kernel is cooperative: refused, its steps run on their own
   // kernels instead (SessionStats::kernel_refusals says why).
-  Expected<Program> chain = jit::compile(source_dir() + "/examples/chain.gdl");
+  Expected<Program> chain = jit::compile(source_dir() + "/bench/probes/p11_chain_h1024.gdl");
   REQUIRE(chain.ok());
   Expected<std::unique_ptr<Session>> without_chain = Session::create(*chain);
   testing::limit_shared_memory(0);
