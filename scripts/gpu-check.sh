@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | fuzz | soak | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | fuzz | soak | sanitizers | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -55,6 +55,11 @@
 # 4. sanitizer: compute-sanitizer memcheck on the examples (quick mode) and on
 #               a subset of the GPU tests; racecheck on the examples and on
 #               the norm prologue and softmax tests
+# 4a. sanitizers: memcheck, initcheck, racecheck and synccheck
+#               (SANITIZER_TOOLS) over every example binary and the GPU
+#               tests (SANITIZER_TEST_SECONDS each, default 400); more than
+#               one 10-minute command: run one tool per command; not part
+#               of `all`
 # 4b. sanitizer-chain: memcheck on the chain kernel's GPU tests, racecheck on
 #               the small chains of probes p11, p12 (row groups) and p13
 #               (K = 2048: the grid barrier between steps); not part
@@ -264,6 +269,31 @@ if [[ $what == all || $what == sanitizer || $what == sanitizer-tests ]]; then
     "$BUILD/tests/gdl_gpu_tests" "--test-case=ops: softmax*,kernels: a norm fused*"
 fi
 
+if [[ $what == sanitizers ]]; then
+  # compute-sanitizer's tools (SANITIZER_TOOLS, default all four) over every
+  # example binary and the GPU test binary. memcheck and initcheck take the
+  # tests of every op family and runtime path; racecheck and synccheck
+  # (shared memory and barriers) those of the kernels that use them. Left
+  # out: the soak, fuzz, timing and 10,000-replay cases, which repeat these
+  # kernels at length.
+  broad="semantics:*,ops:*,reduce ops:*,state:*,runtime values*,dynamic:*,random:*,kernels:*,matmul layouts*,chain:*,attention*,paged_attention*,faults:*,fuzz: saved*"
+  shared="ops: softmax*,ops: reductions,reduce ops:*,kernels: a norm*,kernels: attention*,kernels: matmul, tiled*,chain: kernels before*,attention*"
+  exclude="*000 replays*,kernels: device time*,dynamic: per-node*,chain: 200 replays*"
+  for tool in ${SANITIZER_TOOLS:-memcheck initcheck racecheck synccheck}; do
+    for ex in chain mlp attention; do
+      step "${tool}_example_$ex" 180 env GDL_EXAMPLE_QUICK=1 "$SANITIZER" --tool "$tool" --error-exitcode 99 "$BUILD/examples/run_$ex"
+    done
+    if [ -d "$BUILD/artifacts" ]; then
+      step "${tool}_hello_host" 60 "$SANITIZER" --tool "$tool" --error-exitcode 99 "$BUILD/examples/hello_host" "$BUILD/artifacts/chain.gdlx"
+      step "${tool}_load_and_run" 60 "$SANITIZER" --tool "$tool" --error-exitcode 99 "$BUILD/examples/load_and_run" "$BUILD/artifacts/mlp.gdlx"
+    fi
+    cases=$broad
+    [[ $tool == racecheck || $tool == synccheck ]] && cases=$shared
+    step "${tool}_gpu_tests" "${SANITIZER_TEST_SECONDS:-400}" "$SANITIZER" --tool "$tool" --error-exitcode 99 \
+      "$BUILD/tests/gdl_gpu_tests" "--test-case=$cases" "--test-case-exclude=$exclude"
+  done
+fi
+
 if [[ $what == sanitizer-chain ]]; then
   # The chain kernel (gdl_chain.cuh): memcheck on the GPU tests around and
   # over many replays of chains; racecheck on the small chains of the probes
@@ -340,7 +370,7 @@ PY
     soak)
       grep -E "replays in|threads,|sessions created|each failed in turn|after every fault|ERROR|test cases:|assertions:" "$log" |
         sed "s/^/$name: /" ;;
-    memcheck_*|racecheck_*)
+    memcheck_*|racecheck_*|initcheck_*|synccheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;
   esac
