@@ -368,6 +368,19 @@ TEST_CASE("hostile tools: gdlrun checks an input file's kind and size before rea
   check_error(t.run(kGdlrun + " " + zero_artifact.string() + " --cpu"), "gdlrun", "not a regular file", 2);
 }
 
+TEST_CASE("hostile tools: gdlrun refuses a truncated weights file for a param, naming both sizes") {
+  Tools t;
+  const fs::path program = t.write("w.gdl", R"(program w;
+param w : f32[256];
+input x : f32[256];
+output y : f32[256];
+y = x * w;
+)");
+  const fs::path truncated = t.write("w.bin", std::string(1000, '\x01'));  // 1,024 bytes wanted
+  check_error(t.run(kGdlrun + " " + program.string() + " --cpu --param w=" + truncated.string()), "gdlrun",
+              "holds 1000 bytes; w needs 1024", 1);
+}
+
 TEST_CASE("hostile tools: gdlrun checks --dim against the bounds before allocating anything") {
   Tools t;
   const std::string run = kGdlrun + " " + t.write("p.gdl", kRuntimeDimProgram).string() + " --cpu ";

@@ -36,15 +36,8 @@ namespace {
 // output is measured against elements of magnitude 1 at least.
 std::string compare(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
                     const std::string& what) {
-  for (const auto& [name, w] : want) {
-    auto it = got.find(name);
-    if (it == got.end()) return what + ": no output " + name;
-    const double elements = static_cast<double>(w.bytes.size() / std::max<size_t>(1, element_size(w.dtype)));
-    const double error = relative_error(it->second, w, std::sqrt(elements));
-    if (!(error <= tolerance(w.dtype)))
-      return what + ": " + name + " error " + std::to_string(error) + " (" + element_type_name(w.dtype) + ")";
-  }
-  return "";
+  const std::string mismatch = first_mismatch(got, want, true);
+  return mismatch.empty() ? "" : what + ": " + mismatch;
 }
 
 // The GPU check of one compiled program: "" or "kind: details".
@@ -126,8 +119,14 @@ TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU
   };
   while (launched < std::min<size_t>(count, jobs)) launch();
   int passed = 0, failures = 0;
+  double waited_s = 0;  // for compiles: where the time goes, compiling or checking
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   for (size_t i = 0; i < count; ++i) {
+    const auto wait_start = std::chrono::steady_clock::now();
     Expected<Program> program = compiled[i].get();
+    waited_s += since(wait_start);
     if (launched < count) launch();
     const uint64_t seed = first + i;
     if (trace) {  // which program a run that stops making progress is in
@@ -138,8 +137,8 @@ TEST_CASE("fuzz: random programs agree on the GPU, graph and eager, with the CPU
                           : cpu_only    ? ""
                                         : check_gpu(*program, seed);
     if ((i + 1) % 25 == 0) {  // progress, for a run cut by a time limit
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      std::printf("fuzz: %zu programs checked, %d failed, %.0f s\n", i + 1, failures + (failure.empty() ? 0 : 1), s);
+      std::printf("fuzz: %zu programs checked, %d failed, %.0f s (%.0f s of it waiting for compiles)\n", i + 1,
+                  failures + (failure.empty() ? 0 : 1), since(started), waited_s);
       std::fflush(stdout);
     }
     if (failure.empty()) {

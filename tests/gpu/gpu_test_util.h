@@ -95,6 +95,13 @@ bool check_program(const Program& program, uint64_t seed, const std::vector<int6
                    const RangeFor& range = {}, const std::map<std::string, double>& scalars = {},
                    const Adjust& adjust = {});
 
+// Without asserting (threads, shrinking): "" when every output of `want` is
+// in `got` within the dtype's tolerance, else the first that is not, its
+// error and its largest difference. `unit_floor`: an output is measured
+// against elements of magnitude 1 at least (relative_error's norm_floor).
+std::string first_mismatch(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
+                           bool unit_floor = false);
+
 std::vector<int64_t> upper_dims(const Program& program);
 
 // Set by main when GDL_GPU_TESTS_CPU_ONLY=1 and there is no GPU: check_program

@@ -272,6 +272,20 @@ bool expect_match(const std::map<std::string, TensorData>& got, const std::map<s
   return all;
 }
 
+std::string first_mismatch(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
+                           bool unit_floor) {
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) return "no output " + name;
+    const double elements = static_cast<double>(w.bytes.size() / std::max<size_t>(1, element_size(w.dtype)));
+    const double error = relative_error(it->second, w, unit_floor ? std::sqrt(elements) : 0.0);
+    if (!(error <= tolerance(w.dtype)))
+      return name + " error " + std::to_string(error) + " (" + element_type_name(w.dtype) + "); " +
+             first_difference(it->second, w);
+  }
+  return "";
+}
+
 std::vector<int64_t> upper_dims(const Program& program) {
   std::vector<int64_t> dims;
   for (const RuntimeDimInfo& d : program.dims()) dims.push_back(d.hi);

@@ -99,13 +99,7 @@ Status bind_case(Session& s, const Case& c) {
 std::string outputs_match(Session& s, const Case& c) {
   Expected<std::map<std::string, TensorData>> got = try_read_outputs(s);
   if (!got.ok()) return "read: " + got.status().message();
-  for (const auto& [name, want] : c.want) {
-    const auto it = got->find(name);
-    if (it == got->end()) return "no output " + name;
-    const double error = relative_error(it->second, want);
-    if (!(error <= tolerance(want.dtype))) return name + ": error " + std::to_string(error);
-  }
-  return "";
+  return first_mismatch(*got, c.want);
 }
 
 std::string mib(int64_t bytes) { return std::to_string(static_cast<double>(bytes) / kMiB) + " MiB"; }
