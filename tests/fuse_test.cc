@@ -89,7 +89,9 @@ void expect_exact(const Plan& p, const Bindings& b) {
   auto got = plan::run_planned(p, b);
   REQUIRE_MESSAGE(got.ok(), got.status().message());
   REQUIRE(got->size() == want->size());
-  for (const auto& [name, expected] : *want) {
+  for (const auto& output : *want) {
+    const std::string& name = output.first;
+    const HostTensor& expected = output.second;
     INFO("output " << name);
     const HostTensor& have = got->at(name);
     REQUIRE(have.data.size() == expected.data.size());
