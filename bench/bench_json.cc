@@ -85,8 +85,8 @@ class JsonReader {
         skip();
         if (pos_ >= s_.size() || s_[pos_] != ':') return fail("expected ':'");
         ++pos_;
-        v.members.emplace_back(std::move(key), Json{});
-        if (!value(v.members.back().second, depth + 1)) return false;
+        v.members.push_back({std::move(key), Json{}});
+        if (!value(v.members.back().value, depth + 1)) return false;
         skip();
         if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
         if (pos_ < s_.size() && s_[pos_] == '}') return ++pos_, true;

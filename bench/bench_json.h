@@ -19,17 +19,28 @@ struct Json {
   double number = 0;
   std::string text;
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
+  // Not std::pair<std::string, Json>: clang with libstdc++ instantiates that
+  // pair while Json is still incomplete and rejects it. A vector of a type
+  // defined later is fine.
+  struct Member;
+  std::vector<Member> members;
 
-  const Json& operator[](const std::string& key) const {
-    static const Json null;
-    for (const auto& [k, v] : members)
-      if (k == key) return v;
-    return null;
-  }
+  const Json& operator[](const std::string& key) const;
   bool is_null() const { return kind == Kind::kNull; }
   int64_t as_int() const { return static_cast<int64_t>(std::llround(number)); }
 };
+
+struct Json::Member {
+  std::string key;
+  Json value;
+};
+
+inline const Json& Json::operator[](const std::string& key) const {
+  static const Json null;
+  for (const Member& m : members)
+    if (m.key == key) return m.value;
+  return null;
+}
 
 // The whole text as one value; on failure, `error` says where and why.
 std::optional<Json> parse_json(const std::string& text, std::string& error);

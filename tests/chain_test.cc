@@ -341,7 +341,9 @@ TEST_CASE("chain: a step's epilogue takes its residual from the rows the chain s
   std::string from_x = w2;
   const std::string layer = "h = h + gelu(";
   from_x.replace(from_x.find(layer), layer.size(), "h = x + gelu(");
-  for (const auto& [text, staged] : {std::pair{w2, 3u}, std::pair{from_x, 1u}}) {
+  for (const auto& variant : {std::pair{w2, 3u}, std::pair{from_x, 1u}}) {
+    const std::string& text = variant.first;
+    const unsigned staged = variant.second;
     INFO(text);
     const GeneratedCode code = generate_cuda(plan_program(graph_of(text)));
     REQUIRE(multi_step_kernels(code).size() == 2);

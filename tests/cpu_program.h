@@ -75,7 +75,9 @@ inline std::map<std::string, HostTensor> run_both(const ir::Graph& g, const Bind
   plan::Plan p = plan_program(g, options);
   Expected<std::map<std::string, HostTensor>> planned = plan::run_planned(p, b);
   REQUIRE_MESSAGE(planned.ok(), planned.status().message());
-  for (const auto& [name, value] : *reference) {
+  for (const auto& output : *reference) {
+    const std::string& name = output.first;
+    const HostTensor& value = output.second;
     INFO(name);
     REQUIRE(planned->count(name) == 1);
     CHECK(planned->at(name).data == value.data);

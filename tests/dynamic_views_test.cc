@@ -203,11 +203,14 @@ TEST_CASE("dynamic views: an offset over two run-time dims, and a static part wi
   CHECK(zs.terms == std::vector<OffsetTerm>{{320, {1}}});    // 2 * T * 5 * 8 elements
   CHECK(plan::buffer_alignment(zs) == 32);
   CHECK(plan::print_plan(p).find(" + 32*B*T (") != std::string::npos);
-  for (auto [b, t] : {std::pair<int64_t, int64_t>{1, 4}, {3, 5}, {4, 16}, {2, 11}})
-    for (auto [cb, ct] : {std::pair<int64_t, int64_t>{4, 16}, {b, t}}) {
+  for (const std::pair<int64_t, int64_t> dims : {std::pair<int64_t, int64_t>{1, 4}, {3, 5}, {4, 16}, {2, 11}}) {
+    const int64_t b = dims.first, t = dims.second;
+    for (const std::pair<int64_t, int64_t> capacity : {std::pair<int64_t, int64_t>{4, 16}, {b, t}}) {
+      const int64_t cb = capacity.first, ct = capacity.second;
       INFO("B = " << b << ", T = " << t << ", capacity " << cb << " x " << ct);
       expect_plan_matches(p, {b, t}, {cb, ct}, static_cast<uint32_t>(b * 1000 + t * 10 + cb));
     }
+  }
 }
 
 TEST_CASE("dynamic views: under a leading run-time axis, x[:, 1] stays a copy and x[2] is a fixed view") {

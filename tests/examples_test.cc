@@ -84,7 +84,9 @@ TEST_CASE("examples: the plan is sound and the planned interpreter equals the pl
       auto planned = gdl::plan::run_planned(plan, b);
       REQUIRE(plain.ok());
       REQUIRE(planned.ok());
-      for (const auto& [name, want] : *plain) {
+      for (const auto& output : *plain) {
+        const std::string& name = output.first;
+        const gdl::HostTensor& want = output.second;
         CAPTURE(name);
         const gdl::HostTensor& got = planned->at(name);
         REQUIRE(got.data.size() == want.data.size());

@@ -89,7 +89,9 @@ void expect_exact(const Plan& p, const Bindings& b) {
   auto got = plan::run_planned(p, b);
   REQUIRE_MESSAGE(got.ok(), got.status().message());
   REQUIRE(got->size() == want->size());
-  for (const auto& [name, expected] : *want) {
+  for (const auto& output : *want) {
+    const std::string& name = output.first;
+    const HostTensor& expected = output.second;
     INFO("output " << name);
     const HostTensor& have = got->at(name);
     REQUIRE(have.data.size() == expected.data.size());
@@ -154,6 +156,32 @@ TEST_CASE("fuse: chain.gdl and w1_chain.gdl (100 times h = h times a plus b) are
     CHECK(unfused.arena_bytes > p.arena_bytes);
     expect_exact(p, random_bindings(p.graph, {}, 5));
   }
+}
+
+// Placing the cheap values of a group (rank 0, made from scalars) walks
+// their arguments with a stack of its own: such a chain can be as long as
+// the program, too deep to recurse through.
+TEST_CASE("fuse: a chain of 40000 cheap values is recomputed in order inside its consumer's step") {
+  DiagnosticSink diags;
+  const SourceFile file = source_from_string("cheap_chain.gdl", R"(program cheap_chain;
+input x : f32[64];
+scalar a : f32 = 1.0;
+output y : f32[64];
+let s = a;
+for i in 0..20000 {
+  s = s * 0.99995 + 0.5;
+}
+y = x * s;
+)");
+  std::optional<ir::Graph> g = compile_to_ir(file, diags);
+  REQUIRE_MESSAGE(g, diags.render(file));
+  Plan p = plan_program(*g);
+  REQUIRE(p.steps.size() == 1);
+  const plan::Step& s = p.steps[0];
+  CHECK(s.values.size() > 40000);
+  CHECK(std::is_sorted(s.values.begin(), s.values.end()));  // every argument before its user
+  CHECK(s.values.back() == p.graph.outputs.at(0).value);
+  expect_exact(p, random_bindings(p.graph, {}, 9));
 }
 
 TEST_CASE("fuse: mlp.gdl is one step per layer: layernorm, matmul and epilogue, with no slice copies") {

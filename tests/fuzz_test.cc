@@ -76,7 +76,9 @@ TEST_CASE("fuzz: saved regressions compile and run the same through their plan")
   const auto saved = fuzz::saved_regressions(GDL_SOURCE_DIR);
   CHECK_FALSE(saved.empty());
   uint64_t seed = 0;
-  for (const auto& [name, text] : saved) {
+  for (const auto& regression : saved) {
+    const std::string& name = regression.first;
+    const std::string& text = regression.second;
     INFO(name);
     CHECK(check_text(text, ++seed) == "");
   }

@@ -276,6 +276,22 @@ y = x + 1.0;
 
 // ---------------------------------------------------------------- the tools
 
+// What caps a tool's memory at 1.5 GB, as the start of a shell command line:
+// its address space (ulimit -v). A build with AddressSanitizer reserves
+// terabytes of address space for its shadow memory at start-up and cannot
+// run under that limit, so there ASan's own limits stand in: no allocation
+// and no resident set above 1.5 GB (the tools are built alike).
+std::string memory_limit() {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  const char* options = std::getenv("ASAN_OPTIONS");
+  return std::string("ASAN_OPTIONS='") + (options && *options ? std::string(options) + ":" : "") +
+         "max_allocation_size_mb=1500:hard_rss_limit_mb=1500' ";
+#endif
+#endif
+  return "ulimit -v 1500000; ";
+}
+
 struct ToolRun {
   int exit_code = -1;
   std::string err;  // stderr
@@ -292,11 +308,11 @@ class Tools {
     std::ofstream(path(name), std::ios::binary) << text;
     return path(name);
   }
-  // Runs a shell command line with at most 1.5 GB of address space, so a
-  // tool that reads or allocates what it should have refused fails here.
+  // Runs a shell command line with at most 1.5 GB of memory, so a tool that
+  // reads or allocates what it should have refused fails here.
   ToolRun run(const std::string& command) const {
     const fs::path err = path("stderr.txt");
-    const std::string line = "ulimit -v 1500000; " + command + " >/dev/null 2>'" + err.string() + "'";
+    const std::string line = memory_limit() + command + " >/dev/null 2>'" + err.string() + "'";
     const int status = std::system(line.c_str());
     ToolRun r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

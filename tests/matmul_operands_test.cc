@@ -90,7 +90,9 @@ TEST_CASE("matmul operands: transposes and column slices are read in place, with
     const std::map<std::string, HostTensor> got = run_both(folded, bind);
     Expected<std::map<std::string, HostTensor>> want = interpret(compile_unoptimized(text), bind);
     REQUIRE(want.ok());
-    for (const auto& [name, value] : *want) {
+    for (const auto& output : *want) {
+      const std::string& name = output.first;
+      const HostTensor& value = output.second;
       INFO(name << " at B = " << b);
       CHECK(got.at(name).shape == value.shape);
       CHECK(got.at(name).data == value.data);

@@ -29,7 +29,9 @@ size_t count_op(const ir::Graph& g, Op op) {
 void check_same_outputs(const std::map<std::string, HostTensor>& before,
                         const std::map<std::string, HostTensor>& after) {
   REQUIRE(before.size() == after.size());
-  for (const auto& [name, t] : before) {
+  for (const auto& output : before) {
+    const std::string& name = output.first;
+    const HostTensor& t = output.second;
     CAPTURE(name);
     const HostTensor& u = after.at(name);
     CHECK(t.dtype == u.dtype);

@@ -54,7 +54,8 @@ TEST_CASE("pipeline: --dump-after gives the program after each pass, in order, i
   CHECK(c->last_pass == "nvrtc");
   REQUIRE(dumps.size() == pass_names().size());
   for (size_t i = 0; i < dumps.size(); ++i) {
-    const auto& [pass, text] = dumps[i];
+    const std::string& pass = dumps[i].first;
+    const std::string& text = dumps[i].second;
     INFO(pass);
     CHECK(pass == pass_names()[i]);
     const std::string first_line = text.substr(0, text.find('\n'));

@@ -74,7 +74,9 @@ void expect_planned_equals_interpreted(const Plan& p, const Bindings& b) {
   auto got = plan::run_planned(p, b);
   REQUIRE_MESSAGE(got.ok(), got.status().message());
   REQUIRE(got->size() == expected->size());
-  for (const auto& [name, want] : *expected) {
+  for (const auto& output : *expected) {
+    const std::string& name = output.first;
+    const HostTensor& want = output.second;
     INFO("output " << name);
     REQUIRE(got->count(name) == 1);
     const HostTensor& have = got->at(name);

@@ -67,12 +67,12 @@ TypeResult infer_attention(TypeQuery& q) {
   if (!is_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype)
     return q.error(kAtOp, name + " q, k and v must share one float dtype: " + all, "convert them with cast");
   const bool causal = q.given(S::start);
-  const size_t q_tail = causal ? 3 : 2;  // [Q,] NH, D
+  const int q_tail = causal ? 3 : 2;  // [Q,] NH, D
   const std::string q_layout = causal ? "q is [..., Q, NH, D] (with start)" : "q is [..., NH, D]";
   const std::string layout = q_layout + (kPaged ? ", k_pool and v_pool are [NB, KVH, BS, D]"
                                                 : ", k and v are [..., KVH, T, D]") +
                              " with KVH dividing NH";
-  const size_t k_rank = kPaged ? 4 : tq->rank() - q_tail + 3;
+  const int k_rank = kPaged ? 4 : tq->rank() - q_tail + 3;
   if (tq->rank() < q_tail || tk->rank() != k_rank || tv->rank() != tk->rank())
     return q.error(kAtOp, name + " ranks do not fit: " + all, layout);
   const Shape sequences(tq->shape.begin(), tq->shape.end() - static_cast<std::ptrdiff_t>(q_tail));
@@ -92,7 +92,7 @@ TypeResult infer_attention(TypeQuery& q) {
     if (!table) return TypeResult::failed();
     Shape want = sequences;
     want.push_back(table->rank() > 0 ? table->shape.back() : Dim::constant(1));
-    if (table->dtype != DType::kI32 || table->rank() != sequences.size() + 1 || table->shape != want ||
+    if (table->dtype != DType::kI32 || table->rank() != static_cast<int>(sequences.size()) + 1 || table->shape != want ||
         want.back().is_runtime())
       return q.error(S::blocks,
                      "the block table must be i32[" + (sequences.empty() ? std::string() : inner(q.text(sequences)) + ", ") +

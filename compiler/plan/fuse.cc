@@ -61,6 +61,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_set>
+#include <utility>
 
 #include "internal_error.h"
 #include "ops/op_def.h"
@@ -274,29 +276,60 @@ class Fuser {
       if (rank(a) != rank(b)) return rank(a) < rank(b);
       return a < b;
     });
+    // A group can hold a whole unrolled chain, so membership is a binary
+    // search and the reads seen a set: linear searches made this quadratic
+    // (a 300,000-op chain took more than ten minutes).
+    Members members(group.values);
     Step step;
     for (ValueId v : group.values)
-      if (!cheap_[static_cast<size_t>(v)] || v == group.result) place_after_cheap_args(v, group.values, step.values);
+      if (!cheap_[static_cast<size_t>(v)] || v == group.result) place_after_cheap_args(v, members, step.values);
     GDL_INTERNAL_ASSERT(step.values.size() == group.values.size() && step.values.back() == group.result,
                         "a fused group's values do not all lead to its result");
     step.result = group.result;
+    std::unordered_set<ValueId> read;
     for (ValueId v : group.values)
       for (ValueId a : g_.node(v).args) {
-        bool inside = std::find(group.values.begin(), group.values.end(), a) != group.values.end();
-        if (inside || ir::has_no_storage(g_.node(a).op)) continue;
-        if (std::find(step.reads.begin(), step.reads.end(), a) == step.reads.end()) step.reads.push_back(a);
+        if (members.position(a) != Members::kNone || ir::has_no_storage(g_.node(a).op)) continue;
+        if (read.insert(a).second) step.reads.push_back(a);
       }
     return step;
   }
 
-  // Appends v to `order`, after those of its cheap arguments in `members`
-  // that are not there yet.
-  void place_after_cheap_args(ValueId v, const std::vector<ValueId>& members, std::vector<ValueId>& order) const {
-    if (std::find(order.begin(), order.end(), v) != order.end()) return;
-    for (ValueId a : g_.node(v).args)
-      if (cheap_[static_cast<size_t>(a)] && std::find(members.begin(), members.end(), a) != members.end())
-        place_after_cheap_args(a, members, order);
-    order.push_back(v);
+  // A group's values, and which of them are placed in its step yet.
+  struct Members {
+    static constexpr size_t kNone = std::numeric_limits<size_t>::max();
+    explicit Members(std::vector<ValueId> values) : sorted(std::move(values)), placed(sorted.size(), false) {
+      std::sort(sorted.begin(), sorted.end());
+    }
+    size_t position(ValueId v) const {
+      auto it = std::lower_bound(sorted.begin(), sorted.end(), v);
+      return it != sorted.end() && *it == v ? static_cast<size_t>(it - sorted.begin()) : kNone;
+    }
+    std::vector<ValueId> sorted;
+    std::vector<bool> placed;
+  };
+
+  // Appends v to `order`, after those of its cheap arguments in the group
+  // that are not there yet (depth first, with a stack of its own: a chain
+  // of cheap values can be as long as the program).
+  void place_after_cheap_args(ValueId v, Members& members, std::vector<ValueId>& order) const {
+    if (members.placed[members.position(v)]) return;
+    std::vector<std::pair<ValueId, size_t>> pending{{v, 0}};  // a value, and its next argument to look at
+    while (!pending.empty()) {
+      const ValueId top = pending.back().first;
+      const std::vector<ValueId>& args = g_.node(top).args;
+      if (size_t& next = pending.back().second; next < args.size()) {
+        const ValueId a = args[next++];
+        const size_t at = cheap_[static_cast<size_t>(a)] ? members.position(a) : Members::kNone;
+        if (at != Members::kNone && !members.placed[at]) pending.push_back({a, 0});
+        continue;
+      }
+      pending.pop_back();
+      if (size_t at = members.position(top); !members.placed[at]) {
+        members.placed[at] = true;
+        order.push_back(top);
+      }
+    }
   }
 
   const ir::Graph& g_;

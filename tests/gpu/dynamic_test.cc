@@ -238,7 +238,9 @@ o = attention(q, k, v, len);
 )");
   SessionOptions options;
   std::unique_ptr<Session> st = make_session(padded_t, options, /*poison_padding=*/true);
-  for (auto [t, len] : {std::pair<int64_t, int32_t>{40, 40}, {40, 64}, {60, 10}, {300, 300}, {300, 512}, {64, 64}}) {
+  for (const std::pair<int64_t, int32_t> run : {std::pair<int64_t, int32_t>{40, 40}, {40, 64}, {60, 10}, {300, 300}, {300, 512}, {64, 64}}) {
+    const int64_t t = run.first;
+    const int32_t len = run.second;
     INFO("T = " << t << ", len = " << len);
     std::map<std::string, TensorData> tt = random_bindings(padded_t, {t}, rng);
     tt["len"].bytes = encode_elements(ElementType::kI32, std::vector<double>{static_cast<double>(len)});

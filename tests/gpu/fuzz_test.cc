@@ -94,7 +94,9 @@ fuzz::GenOptions options_for(uint64_t seed) {
 TEST_CASE("fuzz: saved regressions run on the GPU as on the CPU reference") {
   const auto saved = fuzz::saved_regressions(source_dir());
   CHECK_FALSE(saved.empty());
-  for (const auto& [name, text] : saved) {
+  for (const auto& regression : saved) {
+    const std::string& name = regression.first;
+    const std::string& text = regression.second;
     INFO(name);
     if (cpu_only) CHECK(try_compile_text(text).ok());
     else CHECK(check_text(text, seed_for(name)) == "");

@@ -259,7 +259,9 @@ static std::string first_difference(const TensorData& got, const TensorData& wan
 bool expect_match(const std::map<std::string, TensorData>& got, const std::map<std::string, TensorData>& want,
                   const std::string& what) {
   bool all = true;
-  for (const auto& [name, w] : want) {
+  for (const auto& output : want) {
+    const std::string& name = output.first;
+    const TensorData& w = output.second;
     auto it = got.find(name);
     INFO(what << ": output '" << name << "'");
     REQUIRE(it != got.end());

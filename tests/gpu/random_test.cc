@@ -170,13 +170,17 @@ TEST_CASE("random: the dropout_topk example draws a new mask and noise each repl
   CHECK(second.at("sampled").bytes != first.at("sampled").bytes);        // other noise
   GDL_REQUIRE_OK(s->seed_rng(11));
   std::map<std::string, TensorData> replayed = run_and_read(*s, false);
-  for (const auto& [name, t] : first) {
+  for (const auto& output : first) {
+    const std::string& name = output.first;
+    const TensorData& t = output.second;
     INFO("output " << name);
     CHECK(replayed.at(name).bytes == t.bytes);  // bit for bit
   }
   GDL_REQUIRE_OK(s->seed_rng(11));
   std::map<std::string, TensorData> eager = run_and_read(*s, true);
-  for (const auto& [name, t] : first) {
+  for (const auto& output : first) {
+    const std::string& name = output.first;
+    const TensorData& t = output.second;
     INFO("output " << name << ", eager");
     CHECK(eager.at(name).bytes == t.bytes);
   }
