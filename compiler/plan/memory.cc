@@ -17,7 +17,13 @@
 // 3. Liveness of the other owners, in step indices: from the step that
 //    writes the owner to the last step that reads it or any of its views.
 //    Also the dataflow ancestors of every step (steps whose results it
-//    reads, transitively).
+//    reads, transitively), kept from below in linear space (Ancestors): a
+//    prefix of the schedule, all of whose steps are ancestors, plus bits
+//    for the 1024 steps before. That is exact for the first 1025 steps, for
+//    chains, and wherever branches merge within 1024 steps; otherwise it
+//    misses some ancestors (two chains interleaved step by step for longer
+//    than that), which only forgoes reuse: steps x steps bits made planning
+//    quadratic in time and memory.
 // 4. Offsets for those owners (after the fixed slots), greedy by size with
 //    best fit: sort by aligned size, largest first (ties: earlier start,
 //    then smaller id); place each at the smallest gap that fits among the
@@ -31,6 +37,15 @@
 //    Then reuse never adds a WAR/WAW edge that the data did not already
 //    imply, and parallel branches stay parallel, at the cost of no reuse
 //    between them (the arena can exceed live_lower_bound).
+//    The blocking owners are found without testing every placed one
+//    (assign_offsets): those whose span [first step after the writer's
+//    ancestor prefix, last reader] meets the new one's, or, when every
+//    placed owner blocks (the branches of a wide program), the holes of
+//    their union, kept by size. Each owner costs about the number of
+//    placed owners whose spans meet its own, or log n when all block it:
+//    n log n for chains, layers and wide programs; an owner that many
+//    placed owners block and many others do not (a wide part feeding a
+//    long chain) still costs that many.
 //    Every size is rounded up to kAlignment, so every owner's offset is
 //    aligned; a slice view lies at its owner's offset plus its own, which
 //    is a multiple of its element size only, and which may move with the
@@ -43,7 +58,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <set>
 
 namespace gdl::plan {
 namespace {
@@ -55,6 +72,79 @@ constexpr size_t kNoStep = std::numeric_limits<size_t>::max();
 
 uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
+// The dataflow ancestors of each step, from below: every step up to
+// prefix[s], and those of the kWindow steps before s whose bits are set.
+// Built in step order from each step's direct ancestors (the writers of the
+// owners it reads): the prefix is the longest run from step 0 that the
+// direct ancestors' prefixes and the window cover, the window is the direct
+// ancestors' windows shifted, plus the direct ancestors. Exact for the
+// first kWindow + 1 steps and whenever the ancestors older than kWindow
+// steps form a prefix (a chain, a program whose branches merge within
+// kWindow steps); otherwise it misses ancestors, never invents one, so the
+// planner only forgoes reuse. Linear: kWindow bits per step.
+class Ancestors {
+ public:
+  static constexpr size_t kWindow = 1024;
+
+  explicit Ancestors(size_t steps) : prefix_(steps, -1), window_(steps * kWords, 0) {}
+
+  // Step s reads what step w (< s) wrote. Add every direct ancestor of s
+  // before close(s), after close(w).
+  void add_direct(size_t w, size_t s) {
+    // Every step before w is w's ancestor: so is w, with them, s's.
+    const int64_t through_w = prefix_[w] + 1 == static_cast<int64_t>(w) ? prefix_[w] + 1 : prefix_[w];
+    prefix_[s] = std::max(prefix_[s], through_w);
+    const size_t d = s - w;  // step w is bit d - 1 of s's window
+    if (d > kWindow) return;
+    uint64_t* to = word(s);
+    to[(d - 1) / 64] |= uint64_t{1} << ((d - 1) % 64);
+    // Bit i of w's window (step w - 1 - i) is bit i + d of s's.
+    const uint64_t* from = word(w);
+    const size_t words = d / 64, bits = d % 64;
+    for (size_t i = kWords; i-- > words;) {
+      uint64_t v = from[i - words] << bits;
+      if (bits != 0 && i > words) v |= from[i - words - 1] >> (64 - bits);
+      to[i] |= v;
+    }
+  }
+
+  // Extends s's prefix over the steps right after it that the window holds.
+  void close(size_t s) {
+    int64_t f = prefix_[s];
+    while (static_cast<size_t>(f + 1) < s && s - static_cast<size_t>(f + 1) <= kWindow &&
+           bit(s, s - 1 - static_cast<size_t>(f + 1)))
+      ++f;
+    prefix_[s] = f;
+  }
+
+  // Whether step a is known to be an ancestor of step s.
+  bool contains(size_t s, size_t a) const {
+    if (a >= s) return false;
+    if (static_cast<int64_t>(a) <= prefix_[s]) return true;
+    return s - a <= kWindow && bit(s, s - 1 - a);
+  }
+
+  // The last step of s's prefix, -1 when step 0 is no known ancestor.
+  int64_t prefix(size_t s) const { return prefix_[s]; }
+
+  // Calls f(a) for each known ancestor a of s after its prefix.
+  template <typename F>
+  void for_each_after_prefix(size_t s, F&& f) const {
+    const size_t first = static_cast<size_t>(std::max<int64_t>(prefix_[s] + 1, static_cast<int64_t>(s) - static_cast<int64_t>(kWindow)));
+    for (size_t a = first; a < s; ++a)
+      if (bit(s, s - 1 - a)) f(a);
+  }
+
+ private:
+  static constexpr size_t kWords = kWindow / 64;
+  uint64_t* word(size_t s) { return &window_[s * kWords]; }
+  const uint64_t* word(size_t s) const { return &window_[s * kWords]; }
+  bool bit(size_t s, size_t i) const { return (word(s)[i / 64] >> (i % 64)) & 1; }
+
+  std::vector<int64_t> prefix_;
+  std::vector<uint64_t> window_;
+};
+
 // An owner with its live interval in steps.
 struct Interval {
   ValueId owner;
@@ -62,19 +152,137 @@ struct Interval {
   uint64_t size;      // aligned
   std::vector<size_t> accessors;  // the writer and every step that reads the owner or a view of it
   uint64_t offset = 0;
+  size_t lo = 0;  // the first step after start's ancestor prefix: [lo, end] is its span (below)
 };
 
 // Whether `later` may take the space of `earlier`: every step that touches
 // `earlier` must be a dataflow ancestor of the step that writes `later`, so
 // the reuse adds no edge that the data did not already impose.
-bool may_follow(const Interval& earlier, const Interval& later, const std::vector<StepSet>& ancestors) {
+bool may_follow(const Interval& earlier, const Interval& later, const Ancestors& ancestors) {
   if (earlier.end >= later.start) return false;
+  if (static_cast<int64_t>(earlier.end) <= ancestors.prefix(later.start)) return true;
   for (size_t a : earlier.accessors)
-    if (!ancestors[later.start].contains(a)) return false;
+    if (!ancestors.contains(later.start, a)) return false;
   return true;
 }
 
-void assign_offsets(std::vector<Interval>& intervals, uint64_t base, const std::vector<StepSet>& ancestors) {
+// The placed intervals by their spans [lo, end], for the ones whose span
+// meets a given one: those that contain its lo (a segment tree that keeps
+// each span at the O(log steps) nodes covering it) and those whose lo lies
+// in (lo, end] (a segment tree that keeps each at the nodes above its lo).
+class SpanIndex {
+ public:
+  explicit SpanIndex(size_t steps) {
+    while (size_ < std::max<size_t>(steps, 1)) size_ *= 2;
+    covering_.resize(2 * size_);
+    starting_.resize(2 * size_);
+  }
+
+  void insert(const Interval* iv) {
+    for (size_t n = iv->lo + size_; n >= 1; n /= 2) starting_[n].push_back(iv);
+    for (size_t l = iv->lo + size_, r = iv->end + size_ + 1; l < r; l /= 2, r /= 2) {
+      if (l & 1) covering_[l++].push_back(iv);
+      if (r & 1) covering_[--r].push_back(iv);
+    }
+  }
+
+  // Appends every inserted interval whose span meets [lo, end], once.
+  void meeting(size_t lo, size_t end, std::vector<const Interval*>& out) const {
+    for (size_t n = lo + size_; n >= 1; n /= 2) out.insert(out.end(), covering_[n].begin(), covering_[n].end());
+    for (size_t l = lo + 1 + size_, r = end + size_ + 1; l < r; l /= 2, r /= 2) {
+      if (l & 1) out.insert(out.end(), starting_[l].begin(), starting_[l].end()), ++l;
+      if (r & 1) --r, out.insert(out.end(), starting_[r].begin(), starting_[r].end());
+    }
+  }
+
+ private:
+  size_t size_ = 1;
+  std::vector<std::vector<const Interval*>> covering_, starting_;
+};
+
+// Counts of marked positions in [0, n), by prefix sums (a Fenwick tree).
+class Counts {
+ public:
+  explicit Counts(size_t n) : tree_(n + 1, 0) {}
+  void mark(size_t i) {
+    for (++i; i < tree_.size(); i += i & (~i + 1)) ++tree_[i];
+  }
+  // Marks in [begin, end).
+  size_t in(size_t begin, size_t end) const {
+    end = std::min(end, tree_.size() - 1);
+    return begin >= end ? 0 : below(end) - below(begin);
+  }
+
+ private:
+  size_t below(size_t i) const {
+    size_t n = 0;
+    for (; i > 0; i -= i & (~i + 1)) n += tree_[i];
+    return n;
+  }
+  std::vector<size_t> tree_;
+};
+
+// The union of the placed intervals' byte ranges and the holes it leaves
+// above base, by size: where best fit puts an interval that every placed
+// one blocks.
+class Occupied {
+ public:
+  explicit Occupied(uint64_t base) : base_(base) {}
+
+  void add(uint64_t begin, uint64_t end) {
+    auto first = ranges_.upper_bound(begin);
+    if (first != ranges_.begin() && std::prev(first)->second >= begin) --first;
+    auto last = first;
+    while (last != ranges_.end() && last->first <= end) {
+      begin = std::min(begin, last->first), end = std::max(end, last->second);
+      forget_hole_before(last++);
+    }
+    if (last != ranges_.end()) forget_hole_before(last);
+    ranges_.erase(first, last);
+    auto it = ranges_.emplace(begin, end).first;
+    note_hole_before(it);
+    if (std::next(it) != ranges_.end()) note_hole_before(std::next(it));
+  }
+
+  // The smallest hole that fits size (the lowest of equal ones), else the top.
+  uint64_t best_fit(uint64_t size) const {
+    auto hole = holes_.lower_bound({size, 0});
+    if (hole != holes_.end()) return hole->second;
+    return ranges_.empty() ? base_ : ranges_.rbegin()->second;
+  }
+
+ private:
+  using Ranges = std::map<uint64_t, uint64_t>;  // begin -> end, disjoint and not touching
+  std::pair<uint64_t, uint64_t> hole_before(Ranges::const_iterator it) const {
+    const uint64_t from = it == ranges_.begin() ? base_ : std::prev(it)->second;
+    return {it->first - from, from};
+  }
+  void forget_hole_before(Ranges::const_iterator it) { holes_.erase(hole_before(it)); }
+  void note_hole_before(Ranges::const_iterator it) {
+    if (auto hole = hole_before(it); hole.first > 0) holes_.insert(hole);
+  }
+
+  uint64_t base_;
+  Ranges ranges_;
+  std::set<std::pair<uint64_t, uint64_t>> holes_;  // (size, begin)
+};
+
+// Best fit among the placed intervals that block the new one. An interval
+// may share space with a placed one only when one may follow the other; it
+// may follow whenever the earlier one's end lies in the later one's start's
+// ancestor prefix. So with span [prefix(start) + 1, end], two intervals
+// whose spans do not meet never block each other, and two whose spans meet
+// block each other unless the windows say otherwise, which can only be
+// when the earlier one ends in the window of the later one's start. Two
+// ways to the blocking ones, each in time about their number:
+// - every placed interval blocks (none ends before the span, none's span
+//   starts after it, and the windows allow no sharing): the gaps between
+//   them are the holes of the placed union (Occupied);
+// - otherwise the placed intervals whose spans meet the new one's
+//   (SpanIndex), tested one by one and sorted by offset.
+// The first serves the parallel branches of a wide program (each blocks all
+// the others), the second chains and layers (few intervals meet).
+void assign_offsets(std::vector<Interval>& intervals, uint64_t base, const Ancestors& ancestors, size_t steps) {
   std::vector<size_t> order(intervals.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -83,26 +291,55 @@ void assign_offsets(std::vector<Interval>& intervals, uint64_t base, const std::
     if (x.start != y.start) return x.start < y.start;
     return x.owner < y.owner;
   });
-  // Placed intervals by offset, so that the blocking ones come in offset
-  // order without a sort per interval.
-  std::vector<const Interval*> placed, blocking;
+  for (Interval& iv : intervals) iv.lo = static_cast<size_t>(ancestors.prefix(iv.start) + 1);
+  SpanIndex placed(steps);
+  Occupied occupied(base);
+  Counts ends(steps), los(steps), starts(steps);
+  std::vector<std::vector<const Interval*>> ending(steps), starting(steps);
+  std::vector<const Interval*> candidates, blocking;
   auto by_offset = [](const Interval* a, const Interval* b) { return a->offset < b->offset; };
+  auto blocks = [&](const Interval* q, const Interval& iv) {
+    return !may_follow(*q, iv, ancestors) && !may_follow(iv, *q, ancestors);
+  };
+  // Whether every placed interval blocks iv.
+  auto all_block = [&](const Interval& iv) {
+    if (ends.in(0, iv.lo) > 0 || los.in(iv.end + 1, steps) > 0) return false;
+    bool all = true;
+    ancestors.for_each_after_prefix(iv.start, [&](size_t a) {
+      for (const Interval* q : ending[a]) all = all && blocks(q, iv);
+    });
+    const size_t after = iv.end + 1, until = iv.end + 1 + Ancestors::kWindow;
+    if (all && starts.in(after, until) > 0)
+      for (size_t s = after; s < std::min(until, steps) && all; ++s)
+        for (const Interval* q : starting[s]) all = all && blocks(q, iv);
+    return all;
+  };
   for (size_t index : order) {
     Interval& iv = intervals[index];
-    blocking.clear();
-    for (const Interval* q : placed)
-      if (!may_follow(*q, iv, ancestors) && !may_follow(iv, *q, ancestors)) blocking.push_back(q);
-    uint64_t cursor = base, best = 0, best_gap = std::numeric_limits<uint64_t>::max();
-    bool found = false;
-    for (const Interval* q : blocking) {
-      if (q->offset > cursor) {
-        uint64_t gap = q->offset - cursor;
-        if (gap >= iv.size && gap < best_gap) best = cursor, best_gap = gap, found = true;
+    if (all_block(iv)) {
+      iv.offset = occupied.best_fit(iv.size);
+    } else {
+      candidates.clear();
+      placed.meeting(iv.lo, iv.end, candidates);
+      blocking.clear();
+      for (const Interval* q : candidates)
+        if (blocks(q, iv)) blocking.push_back(q);
+      std::sort(blocking.begin(), blocking.end(), by_offset);
+      uint64_t cursor = base, best = 0, best_gap = std::numeric_limits<uint64_t>::max();
+      bool found = false;
+      for (const Interval* q : blocking) {
+        if (q->offset > cursor) {
+          uint64_t gap = q->offset - cursor;
+          if (gap >= iv.size && gap < best_gap) best = cursor, best_gap = gap, found = true;
+        }
+        cursor = std::max(cursor, q->offset + q->size);
       }
-      cursor = std::max(cursor, q->offset + q->size);
+      iv.offset = found ? best : cursor;
     }
-    iv.offset = found ? best : cursor;
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), &iv, by_offset), &iv);
+    placed.insert(&iv);
+    occupied.add(iv.offset, iv.offset + iv.size);
+    ends.mark(iv.end), los.mark(iv.lo), starts.mark(iv.start);
+    ending[iv.end].push_back(&iv), starting[iv.start].push_back(&iv);
   }
 }
 
@@ -161,16 +398,15 @@ void plan_memory(Plan& p) {
 
   // 3. Liveness of the reusable owners, and the dataflow ancestors of each step.
   std::vector<std::vector<size_t>> readers(count);
-  std::vector<StepSet> ancestors(p.steps.size(), StepSet(p.steps.size()));
-  for (size_t s = 0; s < p.steps.size(); ++s)
+  Ancestors ancestors(p.steps.size());
+  for (size_t s = 0; s < p.steps.size(); ++s) {
     for (ValueId r : p.steps[s].reads) {
       auto o = static_cast<size_t>(owner[static_cast<size_t>(r)]);
       readers[o].push_back(s);
-      if (size_t w = step_of[o]; w != kNoStep) {
-        ancestors[s].merge(ancestors[w]);
-        ancestors[s].insert(w);
-      }
+      if (size_t w = step_of[o]; w < s) ancestors.add_direct(w, s);
     }
+    ancestors.close(s);
+  }
   std::vector<Interval> intervals;
   for (size_t v = 0; v < count; ++v) {
     if (pinned[v] || step_of[v] == kNoStep || p.buffers[v].region != Region::kArena) continue;
@@ -180,7 +416,7 @@ void plan_memory(Plan& p) {
   }
 
   // 4. Offsets.
-  assign_offsets(intervals, fixed_end, ancestors);
+  assign_offsets(intervals, fixed_end, ancestors, p.steps.size());
   for (const Interval& iv : intervals) p.buffers[static_cast<size_t>(iv.owner)].offset = iv.offset;
   for (size_t v = 0; v < count; ++v) {  // views and in-place writes, after their arguments
     if (owner[v] == static_cast<ValueId>(v)) continue;
