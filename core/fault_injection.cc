@@ -2,6 +2,8 @@
 
 #include <array>
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 
 #include "gdl/testing.h"
 
@@ -14,6 +16,19 @@ constexpr size_t kSites = static_cast<size_t>(FaultSite::kCount);
 // threads count at once.
 std::array<std::atomic<int64_t>, kSites> calls_made{};
 std::array<std::atomic<int64_t>, kSites> fail_at_plus_one{};
+
+// The live allocations by address: their site and size. Allocations happen
+// at session creation and in the eager fallback, never per replay, so a
+// mutex is cheap enough.
+struct Allocation {
+  FaultSite site;
+  size_t bytes;
+};
+std::mutex ledger_mutex;
+std::unordered_map<const void*, Allocation>& ledger() {
+  static auto* live = new std::unordered_map<const void*, Allocation>();  // outlives static destructors
+  return *live;
+}
 
 int site_index(const std::string& call) {
   for (size_t i = 0; i < kSites; ++i)
@@ -37,7 +52,29 @@ bool fault_injected(FaultSite site) {
   return armed == n + 1 && fail_at_plus_one[i].compare_exchange_strong(armed, 0, std::memory_order_relaxed);
 }
 
+void note_allocation(FaultSite site, const void* p, size_t bytes) {
+  if (!p) return;
+  std::lock_guard lock(ledger_mutex);
+  ledger()[p] = {site, bytes};
+}
+
+void note_release(const void* p) {
+  if (!p) return;
+  std::lock_guard lock(ledger_mutex);
+  ledger().erase(p);
+}
+
 namespace testing {
+
+LiveAllocations live_allocations() {
+  std::lock_guard lock(ledger_mutex);
+  LiveAllocations out;
+  for (const auto& [p, a] : ledger()) {
+    (a.site == FaultSite::kDeviceMalloc ? out.device_bytes : out.host_bytes) += static_cast<int64_t>(a.bytes);
+    ++out.count;
+  }
+  return out;
+}
 
 Status fail_call(const std::string& call, int64_t nth) {
   const int i = site_index(call);

@@ -29,4 +29,10 @@ static_assert(sizeof kFaultSiteNames / sizeof kFaultSiteNames[0] == static_cast<
 // caller then reports the failure the real call would have returned).
 bool fault_injected(FaultSite site);
 
+// The ledger of the memory gdl holds (gdl/testing.h live_allocations):
+// every successful cudaMalloc (site kDeviceMalloc) or cudaMallocHost
+// (kHostMalloc) is noted with its size, every free of it released.
+void note_allocation(FaultSite site, const void* p, size_t bytes);
+void note_release(const void* p);
+
 }  // namespace gdl

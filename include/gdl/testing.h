@@ -42,6 +42,17 @@ int64_t call_count(const std::string& call);
 bool call_failure_pending(const std::string& call);
 void clear_call_failures();
 
+// The device memory (cudaMalloc) and pinned host memory (cudaMallocHost)
+// that gdl holds now in this process, and in how many blocks: exact, where
+// cudaMemGetInfo counts every process on the device and the driver's own
+// memory, so a test can show that nothing leaked while the GPU is shared.
+struct LiveAllocations {
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+  int64_t count = 0;
+};
+LiveAllocations live_allocations();
+
 // Makes the runtime treat every device as allowing at most `bytes` of
 // shared memory per block (0: the device's own limit), as a smaller GPU
 // would: a kernel that needs more is refused when a session loads it.

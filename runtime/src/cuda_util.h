@@ -32,11 +32,27 @@ inline Status cuda_error(cudaError_t e, const std::string& what) {
 
 // The CUDA calls that tests can make fail (gdl/testing.h fail_call): each
 // asks its fault site first and returns what the device would on refusal.
+// The allocations are noted in the ledger (testing::live_allocations) and
+// freed through device_free and host_free, which release them there.
 inline cudaError_t device_malloc(void** p, size_t bytes) {
-  return fault_injected(FaultSite::kDeviceMalloc) ? cudaErrorMemoryAllocation : cudaMalloc(p, bytes);
+  if (fault_injected(FaultSite::kDeviceMalloc)) return cudaErrorMemoryAllocation;
+  const cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaSuccess) note_allocation(FaultSite::kDeviceMalloc, *p, bytes);
+  return e;
 }
 inline cudaError_t host_malloc(void** p, size_t bytes) {
-  return fault_injected(FaultSite::kHostMalloc) ? cudaErrorMemoryAllocation : cudaMallocHost(p, bytes);
+  if (fault_injected(FaultSite::kHostMalloc)) return cudaErrorMemoryAllocation;
+  const cudaError_t e = cudaMallocHost(p, bytes);
+  if (e == cudaSuccess) note_allocation(FaultSite::kHostMalloc, *p, bytes);
+  return e;
+}
+inline cudaError_t device_free(void* p) {
+  note_release(p);
+  return cudaFree(p);
+}
+inline cudaError_t host_free(void* p) {
+  note_release(p);
+  return cudaFreeHost(p);
 }
 inline cudaError_t stream_create(cudaStream_t* s) {
   return fault_injected(FaultSite::kStreamCreate) ? cudaErrorMemoryAllocation : cudaStreamCreate(s);

@@ -14,7 +14,7 @@ DeviceParams::~DeviceParams() {
   int current = -1;
   (void)cudaGetDevice(&current);
   (void)cudaSetDevice(device_);
-  (void)cudaFree(base_);
+  (void)rt::device_free(base_);
   if (current >= 0) (void)cudaSetDevice(current);
 }
 

@@ -59,15 +59,15 @@ Session::Impl::~Impl() {
   }
   for (InputSlot& in : inputs) {
     if (in.uploaded) (void)cudaEventDestroy(in.uploaded);
-    if (in.staging) (void)cudaFreeHost(in.staging);
+    if (in.staging) (void)rt::host_free(in.staging);
   }
   if (graph_copies_done) (void)cudaEventDestroy(graph_copies_done);
   for (cudaEvent_t e : valid_copied)
     if (e) (void)cudaEventDestroy(e);
-  if (valid_staging) (void)cudaFreeHost(valid_staging);
+  if (valid_staging) (void)rt::host_free(valid_staging);
   if (run_start) (void)cudaEventDestroy(run_start);
   if (run_end) (void)cudaEventDestroy(run_end);
-  if (arena) (void)cudaFree(arena);
+  if (arena) (void)rt::device_free(arena);
   if (stream) (void)cudaStreamDestroy(stream);
   (void)cudaGetLastError();
   // library and params release themselves (params only with the last session).
@@ -149,7 +149,7 @@ Status Session::Impl::init() {
   uint64_t arena_bytes = rt::arena_allocation_bytes(prog.plan());  // the arena and the kernels' scratch behind it
   GDL_CUDA_TRY(rt::device_malloc(reinterpret_cast<void**>(&arena), arena_bytes),
                "allocating the arena (" + std::to_string(arena_bytes) + " bytes)");
-  GDL_RETURN_IF_ERROR(rt::zero_scratch(arena, prog.plan(), stream));
+  GDL_RETURN_IF_ERROR(rt::zero_arena(arena, prog.plan(), stream));
   GDL_RETURN_IF_ERROR(zero_states(""));  // a state is zero until the host or a run writes it
   Expected<std::shared_ptr<rt::DeviceParams>> shared = rt::acquire_device_params(prog, device);
   if (!shared) return shared.status();

@@ -61,7 +61,7 @@ struct Temporary {
   ~Temporary() {
     if (!bytes) return;
     (void)cudaStreamSynchronize(stream);
-    (void)cudaFree(bytes);
+    (void)rt::device_free(bytes);
   }
 };
 
@@ -119,7 +119,7 @@ Status Session::Impl::run_fallback() {
   Temporary temp_arena(stream);
   GDL_CUDA_TRY(rt::device_malloc(reinterpret_cast<void**>(&temp_arena.bytes), rt::arena_allocation_bytes(fp.plan())),
                "allocating the fallback's arena (" + std::to_string(fp.plan().arena_bytes) + " bytes)");
-  GDL_RETURN_IF_ERROR(rt::zero_scratch(temp_arena.bytes, fp.plan(), stream));
+  GDL_RETURN_IF_ERROR(rt::zero_arena(temp_arena.bytes, fp.plan(), stream));
   GDL_RETURN_IF_ERROR(rt::write_tensor_maps(fp, temp_arena.bytes, params_base, stream));
   if (!dims.empty()) {
     fallback_valid.fill(0);

@@ -6,6 +6,7 @@
 // CPU tests (codegen_test.cc), corrupt and wrong-version artifacts too
 // (artifact_test.cc).
 #include <algorithm>
+#include <cstdlib>
 
 #include "gpu_test_util.h"
 
@@ -98,7 +99,15 @@ TEST_CASE("faults: each refusable CUDA call of Session::create fails in turn; a 
                                                      << " MiB more, host resident "
                                                      << (after.host_bytes - before.host_bytes) / double(kMiB)
                                                      << " MiB more (the arena is ~48 MiB, each staging buffer 16 MiB)");
-  CHECK(after.device_bytes - before.device_bytes < 4 * kMiB);
+  // Exactly the blocks gdl held before. The device-wide figure (where a
+  // leaked arena would show, and the driver's graphs and modules) also
+  // moves with other processes on the GPU and a sanitizer's own pools: it
+  // is checked only where the GPU is this process's alone (gpu-check.sh
+  // sets GDL_GPU_SHARED under compute-sanitizer).
+  CHECK(after.gdl.count == before.gdl.count);
+  CHECK(after.gdl.device_bytes == before.gdl.device_bytes);
+  CHECK(after.gdl.host_bytes == before.gdl.host_bytes);
+  if (!std::getenv("GDL_GPU_SHARED")) CHECK(after.device_bytes - before.device_bytes < 16 * kMiB);
   CHECK(after.host_bytes - before.host_bytes < 12 * kMiB);
   CHECK(bystander.still_right());
   CHECK(check_program(program, rng(), {4096}));  // and the program itself still runs

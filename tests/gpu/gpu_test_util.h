@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "gdl/gdl.h"
+#include "gdl/testing.h"
 #include "gdl/jit.h"
 #include "gdl/profile.h"
-#include "gdl/testing.h"
 
 namespace gdl::gpu_test {
 
@@ -67,9 +67,12 @@ Expected<std::map<std::string, TensorData>> try_run_and_read(Session& s, bool ea
 Expected<std::map<std::string, TensorData>> try_read_outputs(Session& s);
 
 // What the process holds: device memory in use on the current device (all
-// processes: cudaMemGetInfo) and host resident memory (/proc/self/statm).
+// processes: cudaMemGetInfo), host resident memory (/proc/self/statm), and
+// exactly what gdl holds of each (testing::live_allocations), which other
+// processes on the GPU cannot disturb.
 struct MemoryUse {
   int64_t device_bytes = 0, host_bytes = 0;
+  testing::LiveAllocations gdl;
 };
 MemoryUse memory_use();
 

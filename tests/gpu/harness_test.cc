@@ -174,6 +174,7 @@ MemoryUse memory_use() {
   int64_t size_pages = 0, resident_pages = 0;
   std::ifstream("/proc/self/statm") >> size_pages >> resident_pages;
   m.host_bytes = resident_pages * sysconf(_SC_PAGESIZE);
+  m.gdl = testing::live_allocations();
   return m;
 }
 

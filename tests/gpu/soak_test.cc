@@ -266,6 +266,9 @@ TEST_CASE("soak: sessions created and destroyed many times leak no device or hos
                    << " more (at most " << mib(worst_host) << ")");
   INFO(failure);
   CHECK(failure.empty());
+  CHECK(end.gdl.count == start.gdl.count);  // every block gdl allocated was freed
+  CHECK(end.gdl.device_bytes == start.gdl.device_bytes);
+  CHECK(end.gdl.host_bytes == start.gdl.host_bytes);
   CHECK(end.device_bytes - start.device_bytes <= 2 * kMiB);
   CHECK(worst_host <= 16 * kMiB);
 }
