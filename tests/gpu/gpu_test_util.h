@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "gdl/gdl.h"
-#include "gdl/testing.h"
 #include "gdl/jit.h"
 #include "gdl/profile.h"
+#include "gdl/testing.h"
 
 namespace gdl::gpu_test {
 
