@@ -1,5 +1,6 @@
 // The passes in order (their names are what --dump-after and --stop-after take):
 //   parse           the byte checks, then text -> AST (only parse.cc and syntax_errors.cc see ANTLR)
+//   consts          `-D NAME=VALUE` settings, dtype consts resolved to their dtype
 //   check           names, static control flow, recursion, outputs, side effects
 //   lower           inline, unroll, fold `if`, type and shape check -> IR
 //   fold-constants  evaluate what needs no run-time data       (not with optimize off)
@@ -24,6 +25,7 @@
 
 #include "frontend/ast_print.h"
 #include "frontend/check.h"
+#include "frontend/const_settings.h"
 #include "frontend/parse.h"
 #include "frontend/source_loader.h"
 #include "internal_error.h"
@@ -68,6 +70,11 @@ bool parse(Compilation& c, Context& x) {
   if (!validate_source_text(*x.file, x.diags)) return false;
   c.ast = parse_module(*x.file, x.diags);
   return c.ast != nullptr;
+}
+
+bool consts(Compilation& c, Context& x) {
+  apply_const_settings(*c.ast, x.options.const_settings, x.diags);
+  return !x.diags.has_errors();
 }
 
 bool check(Compilation& c, Context& x) {
@@ -168,6 +175,7 @@ struct Pass {
 const std::vector<Pass>& passes() {
   static const std::vector<Pass> kPasses = {
       {"parse", parse},
+      {"consts", consts},
       {"check", check},
       {"lower", lower},
       {"fold-constants", optimize<fold_constants>},

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,9 @@ struct PipelineOptions {
   CompileOptions codegen;       // NVRTC: arch, cache
   plan::PlanOptions plan;       // fusion and chains
   bool optimize = true;         // fold constants, CSE, DCE
+  // Values for the program's consts by name, as text (`gdlc -D H=2048`,
+  // `-D DT=bf16`): frontend/const_settings.h.
+  std::map<std::string, std::string> const_settings;
   std::string stop_after;       // a pass name; "" = every pass
   std::vector<std::string> dump_after;  // pass names whose result goes to `dump`
   std::function<void(const std::string& pass, const std::string& text)> dump;

@@ -78,6 +78,7 @@ Expected<Program> compile(const std::string& path, const CompileSettings& settin
     if (options.codegen.arch.empty()) options.codegen.arch = device_zero_arch();
     if (options.codegen.arch.empty()) options.codegen.arch = "sm_90";
     options.codegen.cache_dir = settings.cache_dir;
+    options.const_settings = settings.consts;
     Expected<Artifact> artifact = compile_program_file(path, options);
     if (!artifact) return artifact.status();
     return program_of(std::move(artifact).value(), "compiling " + path);

@@ -43,6 +43,7 @@ const char* kUsage =
     "       gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR] [--no-opt] [--no-fuse]\n"
     "       gdlc FILE.gdl [--stop-after=PASS] [--dump-after=PASS[,PASS...]|all] [-o FILE.gdlx] ...\n"
     "       gdlc --list-passes\n"
+    "-D NAME=VALUE (or -DNAME=VALUE) sets a const of the program: an integer, a float, true/false or a dtype\n"
     "-o refuses a FILE.gdlx that exists and is not a regular file (a device, directory or symbolic link)\n";
 
 struct Args {
@@ -99,6 +100,18 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
         *error = "unknown --emit stage '" + args.emit + "' (use ast, ir, plan, cuda or graph)";
         return std::nullopt;
       }
+    } else if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
+      std::string setting = a.size() > 2 ? a.substr(2) : "";
+      if (setting.empty()) {
+        if (++i >= argc) { *error = "-D needs NAME=VALUE"; return std::nullopt; }
+        setting = argv[i];
+      }
+      const size_t eq = setting.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == setting.size()) {
+        *error = "-D expects NAME=VALUE, got '" + setting + "'";
+        return std::nullopt;
+      }
+      args.pipeline.const_settings[setting.substr(0, eq)] = setting.substr(eq + 1);
     } else if (a == "-o") {
       if (++i >= argc) { *error = "-o needs a file name"; return std::nullopt; }
       args.output = argv[i];

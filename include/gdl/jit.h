@@ -19,6 +19,9 @@ namespace gdl::jit {
 struct CompileSettings {
   std::string arch;       // CUBIN target, e.g. "sm_90"; "" = device 0's arch when a GPU is usable, else sm_90
   std::string cache_dir;  // "" = $GDL_CACHE_DIR or ~/.cache/gdl; "-" = no cache
+  // Values of the program's consts by name (gdlc -D NAME=VALUE): integers,
+  // floats, true/false, or a dtype for a dtype const (`const DT = f32;`).
+  std::map<std::string, std::string> consts;
 };
 
 // Compiles a .gdl file (parse, check, lower, optimise, plan, codegen, NVRTC).
