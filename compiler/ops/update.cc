@@ -2,9 +2,11 @@
 // and the copy the inplace pass inserts when they may not:
 //  - scatter(base, index, values, axis): base with rows replaced. With
 //    base of shape [L..., E, R...] (L the dims before `axis`), index is
-//    i32 [L'..., Q] or [L'...] (each L' equal to its L or 1, broadcast) and
-//    values [L..., Q, R...] or [L..., R...]: values[l, q, r] goes to
-//    base[l, index[l, q], r]. Rows whose index is outside [0, E) are not
+//    i32 [L'..., Q...] (one or more count axes) or [L'...] (each L' equal
+//    to its L or 1, broadcast) and values [L..., Q..., R...] or
+//    [L..., R...]: values[l, q, r] goes to base[l, index[l, q], r], the
+//    count axes taken as one in row-major order (`[T, KVH]` rows per
+//    token and head). Only the first count axis may be a run-time dim. Rows whose index is outside [0, E) are not
 //    written (a padded or finished sequence can pass -1). Two rows aimed at
 //    one position: which one lands is unspecified. Over a run-time Q only
 //    the valid rows are written, so buckets never write padding.
@@ -49,18 +51,21 @@ TypeResult infer_scatter(TypeQuery& q) {
   if (q.given(3))
     if (std::optional<TypeResult> bad = axis_of(q, 3, base->rank(), &axis)) return *bad;
   const auto a = static_cast<size_t>(axis);
-  if (index->rank() != axis && index->rank() != axis + 1)
+  if (index->rank() < axis)
     return q.error(1,
                    "scatter along axis " + std::to_string(axis) + " needs an index of rank " + std::to_string(axis) +
-                       " (one row per position before the axis) or " + std::to_string(axis + 1) +
-                       " (a count of rows last), got " + q.text(*index));
+                       " (one row per position before the axis) or more (counts of rows last), got " + q.text(*index));
+  for (size_t k = a + 1; k < index->shape.size(); ++k)
+    if (index->shape[k].is_runtime())
+      return q.error(1, "scatter's index " + q.text(*index) + " has a run-time dim after its first count axis",
+                     "put the run-time count first: [T, KVH], not [KVH, T]");
   for (size_t k = 0; k < a; ++k)
     if (!(index->shape[k] == base->shape[k]) && !(index->shape[k] == Dim::constant(1)))
       return q.error(1, "scatter's index " + q.text(*index) + " does not fit the dims of " + q.text(*base) +
                             " before axis " + std::to_string(axis),
                      "each of its first " + std::to_string(axis) + " dims must equal the base's or be 1");
   Shape want(base->shape.begin(), base->shape.begin() + axis);
-  if (index->rank() == axis + 1) want.push_back(index->shape[a]);
+  want.insert(want.end(), index->shape.begin() + axis, index->shape.end());
   want.insert(want.end(), base->shape.begin() + axis + 1, base->shape.end());
   if (values->dtype != base->dtype || values->shape != want)
     return q.error(2, "scatter's values must be " + q.text(TensorType{base->dtype, want}) + ", got " + q.text(*values),
@@ -124,8 +129,8 @@ ScatterView scatter_view(const Node& n, const host::Extents& base, const host::E
   s.lead = host::product(base, 0, a);
   s.extent = base[a];
   s.inner = host::product(base, a + 1);
-  s.counted = index.size() == a + 1;
-  s.rows = s.counted ? index[a] : 1;
+  s.counted = index.size() > a;
+  s.rows = host::product(index, a);  // the count axes as one
   host::Extents strides = host::row_major_strides(index);
   s.index_strides.resize(a);
   for (size_t k = 0; k < a; ++k) s.index_strides[k] = index[k] == 1 && base[k] != 1 ? 0 : strides[k];
@@ -147,7 +152,9 @@ void eval_scatter(const Node& n, const EvalArgs& in, HostTensor& out) {
   const HostTensor &base = *in.values[0], &index = *in.values[1], &values = *in.values[2];
   out.data = base.data;
   const ScatterView s = scatter_view(n, base.shape, index.shape, values.shape);
-  const int64_t valid = s.counted ? in.valid(1, n.attrs.axis) : 1;  // a padded count writes its valid rows only
+  // A padded count writes its valid rows only: the valid part of the first
+  // count axis, times the (fixed) axes after it.
+  const int64_t valid = s.counted ? in.valid(1, n.attrs.axis) * (s.rows / index.shape[n.attrs.axis]) : 1;
   for (int64_t l = 0; l < s.lead; ++l)
     for (int64_t q = 0; q < valid; ++q) {
       const auto at = static_cast<int64_t>(index.data[static_cast<size_t>(index_lead_offset(s, l) + q)]);
@@ -185,7 +192,7 @@ std::string emit_scatter(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const Shape& bs = n.type.shape;
   const Shape& is = e.g.node(index).type.shape;
   const auto a = static_cast<size_t>(n.attrs.axis);
-  const bool counted = is.size() == a + 1;
+  const bool counted = is.size() > a;
   const std::string out = e.result_pointer();
   GDL_INTERNAL_ASSERT(e.p.buffers.at(static_cast<size_t>(n.args[0])) == e.p.buffers.at(static_cast<size_t>(e.step.result)),
                       "scatter step " + std::to_string(e.index) + " does not write over its base");
@@ -193,9 +200,9 @@ std::string emit_scatter(StepEmitter& e, const Node& n, LaunchRule& rule) {
   body += e.local("lead", e.product(bs, 0, a));
   body += e.local("extent", e.dim(bs[a]));
   body += e.local("inner", e.product(bs, a + 1, bs.size()));
-  body += e.local("rows", counted ? e.dim(is[a]) : "1");
+  body += e.local("rows", counted ? e.product(is, a, is.size()) : "1");
   const bool padded = counted && is[a].is_runtime();
-  body += e.local("valid", padded ? valid_count_expr(is[a].symbol) : "rows");
+  body += e.local("valid", padded ? "(" + valid_count_expr(is[a].symbol) + ") * " + e.product(is, a + 1, is.size()) : "rows");
   // The index's offset for lead position l, broadcast over its dims of extent 1.
   std::string lead_offset = "0";
   if (a > 0) {
@@ -234,7 +241,7 @@ std::string emit_scatter(StepEmitter& e, const Node& n, LaunchRule& rule) {
   body += "  });\n";
   rule = LaunchRule{};
   rule.work = sub_shape(bs, 0, a);
-  if (counted) rule.work.push_back(is[a]);
+  if (counted) rule.work.insert(rule.work.end(), is.begin() + static_cast<ptrdiff_t>(a), is.end());
   const Shape rest = sub_shape(bs, a + 1, bs.size());
   rule.work.insert(rule.work.end(), rest.begin(), rest.end());
   rule.items_per_block = kElementwiseBlock;
