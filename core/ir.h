@@ -49,7 +49,9 @@ inline constexpr ValueId kNoValue = -1;
   /* Writes into their first argument's storage (see writes_in_place). */                             \
   X(kScatter, "scatter") X(kUpdateSlice, "update_slice") X(kCopy, "copy")                               \
   /* Random numbers (compiler/ops/random.cc). */                                                       \
-  X(kRandUniform, "rand") X(kRandNormal, "randn") X(kRngAdvance, "rng_advance")
+  X(kRandUniform, "rand") X(kRandNormal, "randn") X(kRngAdvance, "rng_advance")                         \
+  /* Rotary position embedding (compiler/ops/rope.cc). */                                              \
+  X(kRope, "rope")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,

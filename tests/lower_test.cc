@@ -695,7 +695,7 @@ std::vector<double> counting(size_t n, double scale) {
 }
 
 constexpr const char* kGenericRope = R"(
-fn rope(x: T[N, H, D], c: T[N, 1, D / 2], s: T[N, 1, D / 2]) -> T[N, H, D] {
+fn rotate(x: T[N, H, D], c: T[N, 1, D / 2], s: T[N, 1, D / 2]) -> T[N, H, D] {
   let x1 = x[:, :, 0:D / 2];
   let x2 = x[:, :, D / 2:D];
   return concat(x1 * c - x2 * s, x2 * c + x1 * s, axis = 2);
@@ -719,9 +719,9 @@ output qr : f32[B, NH, HD];
 output kr : f32[B, KVH, HD];
 output khr : f16[B, KVH, 8];
 )") + kGenericRope + R"(
-qr = rope(q, cs, sn);
-kr = rope(k, cs, sn);
-khr = rope(kh, csh, snh);
+qr = rotate(q, cs, sn);
+kr = rotate(k, cs, sn);
+khr = rotate(kh, csh, snh);
 )");
   CHECK(count(g, ir::Op::kConcat) == 3);
   CHECK(output_node(g, "khr").type == TensorType{DType::kF16, {Dim::constant(2), Dim::constant(1), Dim::constant(8)}});
@@ -760,7 +760,7 @@ fn scaled(x: E[N, M]) -> E[N, M] {
   let n : E[N, M] = x * cast(M * N, E);
   return n;
 }
-y = rope(x, cs, sn);
+y = rotate(x, cs, sn);
 a = scaled(x[:, :, 0]);
 b = scaled(w);
 )");
@@ -824,15 +824,15 @@ TEST_CASE("lower: generic fns report bindings that disagree at the argument, nam
                             "input c : f32[4, 1, 32];\ninput h : f16[4, 1, 32];\ninput bad : f32[4, 1, 16];\n"
                             "input v : f32[B, 2, 64];\ninput cv : f32[B, 1, 32];\noutput y : f32[4, 8, 64];\n"
                             "output z : f32[B, 2, 64];\n" + kGenericRope;
-  CHECK(error_of(decls + "y = rope(x, c, bad);\nz = rope(v, cv, cv);\n")
-            .find("argument 's' of rope: dim D / 2 is 16 here, but D = 64 from argument 'x'") != std::string::npos);
-  CHECK(error_of(decls + "y = rope(x, c, h);\nz = rope(v, cv, cv);\n")
-            .find("argument 's' of rope: dtype T is f16 here, but T = f32 from argument 'x'") != std::string::npos);
-  CHECK(error_of(decls + "y = rope(x, cv, c);\nz = rope(v, cv, cv);\n")
-            .find("argument 'c' of rope: dim N is B here, but N = 4 from argument 'x'") != std::string::npos);
+  CHECK(error_of(decls + "y = rotate(x, c, bad);\nz = rotate(v, cv, cv);\n")
+            .find("argument 's' of rotate: dim D / 2 is 16 here, but D = 64 from argument 'x'") != std::string::npos);
+  CHECK(error_of(decls + "y = rotate(x, c, h);\nz = rotate(v, cv, cv);\n")
+            .find("argument 's' of rotate: dtype T is f16 here, but T = f32 from argument 'x'") != std::string::npos);
+  CHECK(error_of(decls + "y = rotate(x, cv, c);\nz = rotate(v, cv, cv);\n")
+            .find("argument 'c' of rotate: dim N is B here, but N = 4 from argument 'x'") != std::string::npos);
   // D / 2 of a run-time D is no shape.
   const std::string runtime_d = "program r;\ndim B in [2, 8];\ninput x : f32[1, 1, B];\ninput c : f32[1, 1, 1];\n"
-                                "output y : f32[1, 1, B];\n" + std::string(kGenericRope) + "y = rope(x, c, c);\n";
+                                "output y : f32[1, 1, B];\n" + std::string(kGenericRope) + "y = rotate(x, c, c);\n";
   CHECK(error_of(runtime_d).find("dim D / 2 needs D to be a compile-time extent, but D = B, a run-time dim") !=
         std::string::npos);
 }

@@ -28,6 +28,7 @@ const Table& table() {
     add_select_ops(defs);
     add_update_ops(defs);
     add_random_ops(defs);
+    add_rope_ops(defs);
     add_leaf_ops(defs);
     Table t;
     t.by_op.resize(ir::kOpCount);

@@ -382,3 +382,16 @@ TEST_CASE("ops: attention over a KV cache with a run-time length") {
                            "y = attention(q, k, v, len, scale = 0.05);\n", kFloats},
   });
 }
+
+TEST_CASE("ops: rope, with angles broadcast over heads, over a transposed x and over a run-time dim") {
+  run_cases({
+      {"rope per token", "program op;\ninput x : {T}[7, 4, 64];\ninput c : {T}[7, 1, 32];\ninput s : {T}[7, 1, 32];\n"
+                         "output y : {T}[7, 4, 64];\ny = rope(x, c, s);\n", kFloats},
+      {"rope full angles", "program op;\ninput x : {T}[3, 5, 16];\ninput c : {T}[3, 5, 8];\ninput s : {T}[1, 5, 8];\n"
+                           "output y : {T}[3, 5, 16];\ny = rope(x, c, s);\n", kFloats},
+      {"rope transposed x", "program op;\ninput x : {T}[4, 6, 32];\ninput c : {T}[6, 1, 16];\ninput s : {T}[6, 1, 16];\n"
+                            "output y : {T}[6, 4, 32];\ny = rope(transpose(x, perm = [1, 0, 2]), c, s) * 2.0;\n", kFloats},
+      {"rope run-time rows", "program op;\ndim T in [1, 40];\ninput x : {T}[T, 3, 8];\ninput c : {T}[T, 1, 4];\n"
+                             "input s : {T}[T, 1, 4];\noutput y : {T}[T, 3, 8];\ny = rope(x, c, s);\n", kFloats, {}, {}, {29}},
+  });
+}
