@@ -1,21 +1,21 @@
 // Compiling generated CUDA C++ with NVRTC, through an on-disk cache.
 //
-// 1. Options: --gpu-architecture=<arch> for the CUBIN and the matching
-//    compute_<N> for the PTX that other GPUs JIT-compile; -std=c++17,
+// 1. Options: --gpu-architecture=<arch> (the CUBIN, and the PTX that newer
+//    GPUs JIT-compile, from one run); -std=c++17,
 //    --include-path=<cuda>/include (cuda_fp16.h, cuda_bf16.h),
-//    -default-device. No --use_fast_math: the kernels keep IEEE division,
+//    -default-device, -split-compile=0 (optimise on every core). No --use_fast_math: the kernels keep IEEE division,
 //    square root and denormals so they agree with the CPU interpreter.
 //    The device library (stdlib-kernels/*.cuh, embedded at build time) is
 //    passed as in-memory headers, so nothing is read from disk.
-// 2. Cache key: FNV-1a 64 over the NVRTC version, both option lists, every
+// 2. Cache key: FNV-1a 64 over the NVRTC version, the options, every
 //    embedded header and the source (each length-prefixed). The entry is
 //    <cache_dir>/<key as 16 hex digits>.nvrtc; cache_dir is options.cache_dir,
 //    else $GDL_CACHE_DIR, else $HOME/.cache/gdl; "-" turns the cache off.
 // 3. A readable entry whose magic, key, version, sizes and checksum all hold
 //    is returned with from_cache = true. Anything else (missing, truncated,
 //    corrupted) is ignored and rebuilt.
-// 4. Otherwise NVRTC compiles the CUBIN and the PTX (two programs, the PTX
-//    one on a second thread). A failed compile is a bug in the generated
+// 4. Otherwise NVRTC compiles the source once, giving the CUBIN and the
+//    PTX. A failed compile is a bug in the generated
 //    code (the user's program was accepted): kInternal with NVRTC's whole
 //    program log, as is any other NVRTC failure except running out of
 //    memory (ResourceExhausted).
@@ -33,7 +33,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <future>
 #include <string>
 #include <vector>
 
@@ -126,7 +125,7 @@ std::string virtual_arch(const std::string& arch) {
 }
 
 std::vector<std::string> nvrtc_options(const std::string& arch, const std::string& include) {
-  return {"--gpu-architecture=" + arch, "-std=c++17", "--include-path=" + include, "-default-device"};
+  return {"--gpu-architecture=" + arch, "-std=c++17", "--include-path=" + include, "-default-device", "-split-compile=0"};
 }
 
 // ------------------------------------------------------------------ NVRTC
@@ -139,8 +138,9 @@ struct NvrtcOutput {
 
 std::string nvrtc_error(nvrtcResult r) { return nvrtcGetErrorString(r); }
 
-// Compiles `source` once; wants_cubin picks what is fetched afterwards.
-NvrtcOutput run_nvrtc(const std::string& source, const std::vector<std::string>& options, bool wants_cubin) {
+// Compiles `source` once for a real arch and fetches both outputs: the
+// CUBIN, and the PTX NVRTC made on the way (a device of a newer arch JITs it).
+NvrtcOutput run_nvrtc(const std::string& source, const std::vector<std::string>& options) {
   NvrtcOutput out;
   const std::string& arch_option = options.front();
   nvrtcProgram program = nullptr;
@@ -171,7 +171,7 @@ NvrtcOutput run_nvrtc(const std::string& source, const std::vector<std::string>&
   } else if (compiled != NVRTC_SUCCESS) {
     out.status = Status::Internal("NVRTC could not compile " + std::string(kProgramName) + " (" + arch_option + ", " +
                                   nvrtc_error(compiled) + "; a bug in gdl's generated code):\n" + log);
-  } else if (wants_cubin) {
+  } else {
     size_t size = 0;
     r = nvrtcGetCUBINSize(program, &size);
     if (r == NVRTC_SUCCESS) {
@@ -179,9 +179,8 @@ NvrtcOutput run_nvrtc(const std::string& source, const std::vector<std::string>&
       r = nvrtcGetCUBIN(program, reinterpret_cast<char*>(out.cubin.data()));
     }
     if (r != NVRTC_SUCCESS) out.status = Status::Internal("nvrtcGetCUBIN failed: " + nvrtc_error(r));
-  } else {
-    size_t size = 0;
-    r = nvrtcGetPTXSize(program, &size);
+    size = 0;
+    if (r == NVRTC_SUCCESS) r = nvrtcGetPTXSize(program, &size);
     if (r == NVRTC_SUCCESS) {
       out.ptx.resize(size);
       r = nvrtcGetPTX(program, out.ptx.data());
@@ -337,7 +336,6 @@ Expected<CompiledModule> compile_cuda(const std::string& source, const CompileOp
 
   // 1. Options.
   if (Status arch = check_arch(options.arch); !arch.ok()) return arch;
-  std::string compute = virtual_arch(options.arch);
   // The f16/bf16 matmul kernels split K over a thread-block cluster, which
   // only sm_90 and newer have: the program, not the generated code, cannot
   // target this arch.
@@ -346,20 +344,17 @@ Expected<CompiledModule> compile_cuda(const std::string& source, const CompileOp
                                    "sm_90 or newer, not " + options.arch + ": compile it for sm_90");
   std::string include = include_dir(options);
   std::vector<std::string> cubin_options = nvrtc_options(options.arch, include);
-  std::vector<std::string> ptx_options = nvrtc_options(compute, include);
   int major = 0, minor = 0;
   if (nvrtcResult r = nvrtcVersion(&major, &minor); r != NVRTC_SUCCESS)
     return Status::Internal("nvrtcVersion failed: " + nvrtc_error(r));
 
   // 2. Cache key.
   Fnv1a key_hash;
-  key_hash.text("gdl nvrtc cache 1");
+  key_hash.text("gdl nvrtc cache 2");
   key_hash.u64(static_cast<uint64_t>(major));
   key_hash.u64(static_cast<uint64_t>(minor));
-  for (const auto* list : {&cubin_options, &ptx_options}) {
-    key_hash.u64(list->size());
-    for (const std::string& o : *list) key_hash.text(o);
-  }
+  key_hash.u64(cubin_options.size());
+  for (const std::string& o : cubin_options) key_hash.text(o);
   key_hash.u64(static_cast<uint64_t>(embedded::kStdlibFileCount));
   for (int i = 0; i < embedded::kStdlibFileCount; ++i) {
     key_hash.text(embedded::kStdlibFileNames[i]);
@@ -381,18 +376,15 @@ Expected<CompiledModule> compile_cuda(const std::string& source, const CompileOp
     }
   }
 
-  // 4. Compile: PTX on a second thread while this one builds the CUBIN.
-  std::future<NvrtcOutput> ptx_job =
-      std::async(std::launch::async, [&] { return run_nvrtc(source, ptx_options, /*wants_cubin=*/false); });
-  NvrtcOutput cubin = run_nvrtc(source, cubin_options, /*wants_cubin=*/true);
-  NvrtcOutput ptx = ptx_job.get();
-  if (!cubin.status.ok()) return cubin.status;
-  if (!ptx.status.ok()) return ptx.status;
+  // 4. Compile: one NVRTC run gives the CUBIN and the PTX; it spreads its
+  // optimisation over the machine's cores (-split-compile=0).
+  NvrtcOutput compiled = run_nvrtc(source, cubin_options);
+  if (!compiled.status.ok()) return compiled.status;
 
   CompiledModule m;
   m.arch = options.arch;
-  m.cubin = std::move(cubin.cubin);
-  m.ptx = std::move(ptx.ptx);
+  m.cubin = std::move(compiled.cubin);
+  m.ptx = std::move(compiled.ptx);
   m.nvrtc_major = major;
   m.nvrtc_minor = minor;
   m.from_cache = false;
