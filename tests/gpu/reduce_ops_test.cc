@@ -119,6 +119,8 @@ TEST_CASE("reduce ops: topk values and indices, best first, with ties and NaNs")
       {"topk values axis 1", program("{T}[3, 37, 5]", "{T}[3, 7, 5]", "topk_values(a, 7, axis = 1)"), kNumbers,
        ties_and_nans},
       {"topk indices k 256", program("{T}[2, 3000]", "i32[2, 256]", "topk_indices(a, 256)"), kNumbers, ties},
+      {"topk vocabulary rows", program("{T}[3, 40000]", "i32[3, 64]", "topk_indices(a, 64)"), kNumbers, ties_and_nans},
+      {"topk vocabulary values", program("{T}[2, 40000]", "{T}[2, 50]", "topk_values(a, 50)"), kNumbers, ties},
   });
 }
 
