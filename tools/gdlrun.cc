@@ -48,10 +48,11 @@ using gdl::gdlrun::make_bindings;
 using gdl::gdlrun::parse_args;
 
 // The program's IR, from source (compiled to IR only) or from an artifact.
-gdl::Expected<gdl::ir::Graph> load_graph(const std::string& path) {
+gdl::Expected<gdl::ir::Graph> load_graph(const std::string& path, const std::map<std::string, std::string>& consts) {
   if (path.size() > 5 && path.substr(path.size() - 5) == ".gdlx") {
     gdl::Expected<gdl::Artifact> artifact = gdl::read_artifact(path);
     if (!artifact.ok()) return artifact.status();
+    if (!consts.empty()) return gdl::Status::InvalidArgument("-D sets consts of a .gdl source; " + path + " is compiled already");
     return std::move(artifact->plan.graph);
   }
   gdl::DiagnosticSink diags;
@@ -59,7 +60,9 @@ gdl::Expected<gdl::ir::Graph> load_graph(const std::string& path) {
   std::optional<gdl::SourceFile> file = gdl::load_source(path, diags, &fatal);
   if (!fatal.empty()) return gdl::Status::NotFound(fatal);
   if (!file) return gdl::Status::CompileError(diags.render(gdl::SourceFile(path, "")));
-  std::optional<gdl::ir::Graph> graph = gdl::compile_to_ir(*file, diags);
+  gdl::PipelineOptions options;
+  options.const_settings = consts;
+  std::optional<gdl::ir::Graph> graph = gdl::compile_to_ir(*file, diags, options);
   std::fputs(diags.render(*file).c_str(), stderr);
   if (!graph) return gdl::Status::CompileError("the program was rejected (diagnostics above)");
   return std::move(*graph);
@@ -96,7 +99,7 @@ double relative_error(const gdl::HostTensor& got, const gdl::HostTensor& want) {
 }
 
 int run(const Args& args) {
-  gdl::Expected<gdl::ir::Graph> graph = load_graph(args.program);
+  gdl::Expected<gdl::ir::Graph> graph = load_graph(args.program, args.consts);
   if (!graph.ok()) {
     // A source that cannot be read says so as "FILE: error: ...".
     const std::string& message = graph.status().message();
@@ -172,7 +175,7 @@ int main(int argc, char** argv) {
                  "gdlrun: error: %s\nusage: gdlrun PROGRAM.gdl|PROGRAM.gdlx [--dim NAME=N] [--seed N] "
                  "[--input NAME=FILE] [--param NAME=FILE] [--set NAME=VALUE] [--scalar NAME=VALUE] "
                  "[--out DIR] [--print N] [--cpu|--gpu] [--check] [--policy buckets|update] [--fallback] "
-                 "[--explain] [--stats]\n",
+                 "[--explain] [--stats] [-D NAME=VALUE] [--weights CHECKPOINT [--weight-map FILE|llama]]\n",
                  error.c_str());
     return kExitUsage;
   }

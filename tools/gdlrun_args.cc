@@ -1,6 +1,9 @@
 // gdlrun's option parsing and input binding (gdlrun_args.h).
 #include "gdlrun_args.h"
 
+#include "gdl/llama.h"
+#include "gdl/weights.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -80,6 +83,15 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
         } else {
           args.input_files[name] = value;
         }
+      } else if (a == "-D") {
+        auto v = value_of("-D");
+        if (!v) return std::nullopt;
+        if (!split_assignment(*v, &name, &value)) { *error = "-D expects NAME=VALUE, got '" + *v + "'"; return std::nullopt; }
+        args.consts[name] = value;
+      } else if (a == "--weights" || a == "--weight-map") {
+        auto v = value_of(a.c_str());
+        if (!v) return std::nullopt;
+        (a == "--weights" ? args.weights : args.weight_map) = *v;
       } else if (a == "--seed") {
         auto v = value_of("--seed"); if (!v) return std::nullopt;
         auto n = parse_number<uint64_t>(*v);
@@ -122,6 +134,7 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
     }
   }
   if (args.program.empty()) { *error = "no program given"; return std::nullopt; }
+  if (!args.weight_map.empty() && args.weights.empty()) { *error = "--weight-map needs --weights"; return std::nullopt; }
   return args;
 }
 
@@ -206,6 +219,33 @@ gdl::Expected<gdl::HostTensor> tensor_from_file(const gdl::ir::Node& leaf, const
   return t;
 }
 
+// The params --weights fills (none without it), by the mapping --weight-map names.
+gdl::Expected<std::map<std::string, gdl::TensorData>> checkpoint_params(const gdl::ir::Graph& g, const Args& args) {
+  if (args.weights.empty()) return std::map<std::string, gdl::TensorData>{};
+  gdl::Expected<gdl::Checkpoint> checkpoint = gdl::Checkpoint::open(args.weights);
+  if (!checkpoint) return checkpoint.status();
+  gdl::Expected<gdl::WeightMapping> mapping = args.weight_map.empty() || args.weight_map == "llama"
+                                                  ? gdl::Expected<gdl::WeightMapping>(gdl::llama_weight_mapping())
+                                                  : gdl::WeightMapping::read(args.weight_map);
+  if (!mapping) return mapping.status();
+  std::vector<gdl::TensorInfo> params;
+  for (const gdl::ir::Node& n : g.nodes) {
+    if (n.op != gdl::ir::Op::kParam) continue;
+    gdl::TensorInfo info;
+    info.name = n.name;
+    info.dtype = static_cast<gdl::ElementType>(static_cast<uint8_t>(n.type.dtype));
+    info.type_text = gdl::type_to_string(n.type, g.dims);
+    uint64_t count = 1;
+    for (const gdl::Dim& d : n.type.shape) {
+      info.shape.push_back({d.extent, -1});
+      count *= static_cast<uint64_t>(d.extent);
+    }
+    info.max_bytes = count * gdl::element_size(info.dtype);
+    params.push_back(std::move(info));
+  }
+  return gdl::assemble_params(*checkpoint, *mapping, params);
+}
+
 }  // namespace
 
 gdl::Expected<gdl::Bindings> make_bindings(const gdl::ir::Graph& g, const Args& args) {
@@ -215,6 +255,8 @@ gdl::Expected<gdl::Bindings> make_bindings(const gdl::ir::Graph& g, const Args& 
   if (!error.empty()) return gdl::Status::InvalidArgument(error);
   std::mt19937_64 rng(args.seed);
   std::map<std::string, bool> used;
+  gdl::Expected<std::map<std::string, gdl::TensorData>> weights = checkpoint_params(g, args);
+  if (!weights) return weights.status();
   for (const gdl::ir::Node& n : g.nodes) {
     if (n.op == gdl::ir::Op::kScalar) {
       auto it = args.scalars.find(n.name);
@@ -235,6 +277,10 @@ gdl::Expected<gdl::Bindings> make_bindings(const gdl::ir::Graph& g, const Args& 
       return gdl::Status::InvalidArgument("--set " + n.name + ": '" + n.name + "' is i32, and " +
                                           number_text(f->second) + " is no i32 value");
     gdl::HostTensor t = random_tensor(n, b.dims, rng);  // drawn always, so one input's file keeps the others' values
+    if (auto w = weights->find(n.name); w != weights->end()) {
+      std::vector<double> values = gdl::decode_elements(w->second.dtype, w->second.bytes.data(), t.data.size());
+      t.data = std::move(values);
+    }
     if (auto f = args.input_files.find(n.name); f != args.input_files.end()) {
       gdl::Expected<gdl::HostTensor> loaded = tensor_from_file(n, b.dims, f->second);
       if (!loaded.ok()) return loaded.status();

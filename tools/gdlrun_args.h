@@ -23,6 +23,9 @@ struct Args {
   std::map<std::string, std::string> input_files;  // inputs and params alike
   std::map<std::string, double> fills;
   std::map<std::string, double> scalars;
+  std::map<std::string, std::string> consts;  // -D NAME=VALUE (a .gdl source only)
+  std::string weights;     // --weights: a safetensors checkpoint (gdl/weights.h Checkpoint::open)
+  std::string weight_map;  // --weight-map: a mapping file, or "llama" for gdl/llama.h's (the default)
   std::string out_dir;
   int print_count = 8;
   enum class Device { kAuto, kCpu, kGpu } device = Device::kAuto;

@@ -102,6 +102,9 @@ enum class MemoryKind : uint8_t { kHost, kDevice };
 enum class DimPolicyChoice : uint8_t { kAsDeclared, kBuckets, kUpdate };
 
 class Program;
+class Checkpoint;
+struct WeightMapping;
+struct LoadReport;
 
 // Compiles a program again with raised upper bounds on its run-time dims,
 // for the eager fallback (SessionOptions::eager_fallback). The runtime
@@ -299,6 +302,16 @@ class Session {
   // seen by every session of this program on this device. Do not call while
   // another session of the program is running.
   Status set_param(const std::string& name, const void* data, size_t bytes);
+
+  // Fills the params `mapping` names from a safetensors checkpoint
+  // (gdl/weights.h): every rule is checked (the param exists, each source
+  // tensor is there with the param's dtype and fitting rows) before
+  // anything is copied, so a failed load changes nothing. The copies go
+  // from the mapped files through pinned staging; returns once they are
+  // done. Params no rule names are left for set_param (report->params_unset).
+  // `path`: what Checkpoint::open takes.
+  Status load_params(const Checkpoint& checkpoint, const WeightMapping& mapping, LoadReport* report = nullptr);
+  Status load_params(const std::string& path, const WeightMapping& mapping, LoadReport* report = nullptr);
 
   // Copies an input's contents into its fixed device buffer. Name, dtype,
   // shape (constant axes equal, run-time dims inside their bounds) and
