@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | fuzz | soak | sanitizers | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -16,6 +16,8 @@
 #               the CPU reference; the shrunk failures land in $OUT/fuzz/,
 #               stacks of a stalled process in $OUT/fuzz_N.stacks; not part
 #               of `all`
+# 1d. llama:    the Llama decoder against Hugging Face transformers (see the
+#               llama block below); not part of `all`
 # 1c. soak:     tests/gpu/soak_test.cc at length (10^6 replays, 8 threads
 #               for 60 s, 10^4 sessions) and tests/gpu/faults_test.cc; not
 #               part of `all`
@@ -112,6 +114,25 @@ step() {
 
 if [[ $what == all || $what == tests ]]; then
   step gpu_tests 540 "$BUILD/tests/gdl_gpu_tests" -s --duration=true
+fi
+
+if [[ $what == llama ]]; then
+  # The Llama decoder against transformers: tests/gpu/llama_reference.py
+  # builds an f32 and a bf16 model with random weights (init std
+  # LLAMA_INIT_STD, large enough that logits are peaked), saves them with
+  # save_pretrained and records transformers' logits and greedy tokens;
+  # the GPU test (tests/gpu/llama_test.cc) loads them through gdl's loader
+  # and compares; llama_generate serves the bf16 one with continuous
+  # batching and checks each sequence against its solo run. The models live
+  # outside $OUT.
+  models=${LLAMA_MODELS:-/tmp/gdl-llama-models}
+  std=${LLAMA_INIT_STD:-0.3}
+  step llama_reference_f32 300 python3 tests/gpu/llama_reference.py --out "$models/f32" --dtype f32 --init-std "$std"
+  step llama_reference_bf16 300 python3 tests/gpu/llama_reference.py --out "$models/bf16" --dtype bf16 --init-std "${LLAMA_BF16_INIT_STD:-0.03}" --tie
+  step llama_test 400 env GDL_LLAMA_REFERENCE="$models/f32,$models/bf16" "$BUILD/tests/gdl_gpu_tests" -s -tc='llama:*'
+  step llama_generate 200 "$BUILD/examples/llama_generate" --model "$models/bf16/model" --max-new 24 --max-seqs 4 \
+    --max-context 128 --max-tokens 64 --arrive-every 3 --solo-check --prompt "1 2 3 4 5" --prompt "17 300 42 9 11 800 3" \
+    --prompt "5 6 7" --prompt "900 901 902 903 904 905 906 907 908 909 910 911"
 fi
 
 if [[ $what == fuzz ]]; then

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-release}
-targets=(gdl_gpu_tests run_mlp run_chain run_attention hello_host load_and_run gdlc gdlrun gdl_bench)
+targets=(gdl_gpu_tests run_mlp run_chain run_attention hello_host load_and_run llama_generate gdlc gdlrun gdl_bench)
 [ -f bench/dynamic_bench.cc ] && targets+=(gdl_dynamic_bench)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j "${JOBS:-2}" --target "${targets[@]}"
@@ -17,7 +17,7 @@ stage=.device/build-release
 rm -rf "$stage"
 mkdir -p "$stage/tests" "$stage/examples" "$stage/bench" "$stage/artifacts" .device/cache
 cp "$BUILD/tests/gdl_gpu_tests" "$stage/tests/"
-cp "$BUILD"/examples/run_{mlp,chain,attention} "$BUILD"/examples/{hello_host,load_and_run} "$stage/examples/"
+cp "$BUILD"/examples/run_{mlp,chain,attention} "$BUILD"/examples/{hello_host,load_and_run,llama_generate} "$stage/examples/"
 cp "$BUILD/gdlc" "$BUILD/gdlrun" "$stage/"
 cp "$BUILD/bench/gdl_bench" "$stage/bench/"
 # What the binaries were built from (bench/run.sh copies it into env.txt).

@@ -316,6 +316,10 @@ def main(argv=None):
     print(f"model: {sum(p.numel() for p in model.parameters())} parameters, dtype {args.dtype}, attention {attn_impl}, "
           f"fp32 matmul rel err {tf32_err:.2e}; saved to {model_dir}: {', '.join(model_files)}")
 
+    model_f32 = None
+    if dtype != torch.float32:
+        import copy
+        model_f32 = copy.deepcopy(model).float()
     cases = []
     all_margins = []
     for c, plen in enumerate(args.prompt_lens):
@@ -332,6 +336,15 @@ def main(argv=None):
         forced_file = f"case{c}_forced_logits.f32"
         write_f32(os.path.join(args.out, forced_file), inc)
         forced_margins = margins(inc)
+        # Below f32, the same weights in f32 give the logits both bf16
+        # implementations approximate: how far transformers' own bf16 rows
+        # are from them says what agreement between two bf16 paths can be.
+        truth_file, truth_rel = None, None
+        if model_f32 is not None:
+            truth = incremental_logits(model_f32, prompt, forced[: args.steps - 1])
+            truth_file = f"case{c}_forced_logits_f32.f32"
+            write_f32(os.path.join(args.out, truth_file), truth)
+            truth_rel = max_rel_diff(inc, truth)
 
         greedy_source = "generate"
         try:
@@ -352,6 +365,8 @@ def main(argv=None):
             "prompt": prompt.tolist(),
             "forced": forced.tolist(),
             "forced_logits": forced_file,
+            "forced_logits_f32": truth_file,
+            "forced_vs_f32_max_rel": truth_rel,
             "greedy": greedy.tolist(),
             "greedy_logits": greedy_file,
             "greedy_margins": greedy_margins,
@@ -365,6 +380,7 @@ def main(argv=None):
         print(f"case {c}: prompt {plen:4d}, min greedy margin {min(greedy_margins):.4g}, "
               f"mean margin {sum(forced_margins + greedy_margins) / (2 * args.steps):.4g}, "
               f"incremental vs full {inc_vs_full:.3g}"
+              + ("" if truth_rel is None else f", {args.dtype} vs the same weights in f32 {truth_rel:.3g}")
               + ("" if not disagree else f", argmax differs from generate at steps {disagree}"))
 
     config_out = {k: v for k, v in vars(args).items() if k != "out"}
