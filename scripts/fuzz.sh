@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target of the sanitized build (docs/reliability.md):
 #
-#   scripts/fuzz.sh source|artifact|gdlrun_args SECONDS [libFuzzer options...]
+#   scripts/fuzz.sh source|artifact|gdlrun_args|weights SECONDS [libFuzzer options...]
 #
 # The target starts from its seed corpus, copied into a scratch directory,
 # so the repository is never written; what the run adds to the corpus is
@@ -15,12 +15,12 @@
 # BUILD_DIR defaults to build-asan; scripts/sanitize.sh --build-only makes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/fuzz.sh source|artifact|gdlrun_args SECONDS [libFuzzer options...]"
+usage="usage: scripts/fuzz.sh source|artifact|gdlrun_args|weights SECONDS [libFuzzer options...]"
 target=${1:?$usage}
 seconds=${2:?$usage}
 shift 2
 case "$target" in
-  source | artifact | gdlrun_args) ;;
+  source | artifact | gdlrun_args | weights) ;;
   *) echo "error: no fuzz target '$target'; $usage" >&2; exit 2 ;;
 esac
 BUILD_DIR=${BUILD_DIR:-build-asan}
@@ -73,6 +73,27 @@ case "$target" in
     seed file_i32 '\x08\0\x01\0\0\0\xff\xff\xff\xffp.gdl\0--dim\0B=2\0--input\0n=n.bin\0--gpu'
     seed file_param '\x24\0\0\0\x80\x3f\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x80\x3f\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x80\x3fp.gdl\0--param\0w=w.bin'
     seed fallback '\0\0p.gdl\0--dim\0B=20\0--fallback\0--explain\0--stats\0--check\0--out\0out'
+    dictionary=()
+    ;;
+  weights)
+    # Safetensors files (an 8-byte little-endian header length, the JSON
+    # header, the bytes), a config.json and a weight mapping.
+    python3 - "$corpus" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+def st(name, tensors, data):
+    h = json.dumps(tensors).encode()
+    open(f"{d}/{name}", "wb").write(struct.pack("<Q", len(h)) + h + data)
+st("one", {"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}}, bytes(range(24)))
+st("two", {"a": {"dtype": "F32", "shape": [1, 3], "data_offsets": [0, 12]},
+           "b": {"dtype": "F32", "shape": [1, 3], "data_offsets": [12, 24]}, "__metadata__": {"format": "pt"}}, bytes(24))
+st("bf16", {"w": {"dtype": "BF16", "shape": [3, 2], "data_offsets": [0, 12]}, "x": {"dtype": "I64", "shape": [], "data_offsets": [12, 20]}}, bytes(20))
+open(f"{d}/config", "w").write(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192}, "torch_dtype": "bfloat16", "eos_token_id": [1, 2]}))
+open(f"{d}/mapping", "w").write("w[l] a.{l}.q a.{l}.k|a.{l}.kk  # fused\nlm lm_head.weight|embed\n")
+PY
     dictionary=()
     ;;
 esac

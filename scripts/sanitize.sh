@@ -30,7 +30,7 @@ ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -E '^gdl_tests_all$
 echo "sanitize: CPU tests passed in $SECONDS s"
 
 SECONDS=0
-for target in source artifact gdlrun_args; do
+for target in source artifact gdlrun_args weights; do
   scripts/fuzz.sh "$target" "$FUZZ_SECONDS"
 done
 echo "sanitize: fuzzers ran in $SECONDS s without a finding"

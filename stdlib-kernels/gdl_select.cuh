@@ -208,7 +208,7 @@ GDL_DEV void topk_rows(const TX* x, TY* y, I rows, I len, I valid, int k) {
         const bool counted = in_row && (key & mask) == prefix;
         const unsigned digit = counted ? (key >> shift) & 255u : 256u;
         // Logits share their top bits: one atomic per distinct digit in the warp.
-        const unsigned same = __match_any_sync(__activemask(), digit);
+        const unsigned same = __match_any_sync(0xffffffffu, digit);  // for_each_key: every lane calls f
         if (counted && (__ffs(same) - 1) == (int)(threadIdx.x & 31u)) atomicAdd(&histogram[digit], (unsigned)__popc(same));
       });
       __syncthreads();

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -224,9 +225,19 @@ gdl::Expected<std::map<std::string, gdl::TensorData>> checkpoint_params(const gd
   if (args.weights.empty()) return std::map<std::string, gdl::TensorData>{};
   gdl::Expected<gdl::Checkpoint> checkpoint = gdl::Checkpoint::open(args.weights);
   if (!checkpoint) return checkpoint.status();
-  gdl::Expected<gdl::WeightMapping> mapping = args.weight_map.empty() || args.weight_map == "llama"
-                                                  ? gdl::Expected<gdl::WeightMapping>(gdl::llama_weight_mapping())
-                                                  : gdl::WeightMapping::read(args.weight_map);
+  gdl::Expected<gdl::WeightMapping> mapping = gdl::Status::NotFound("no mapping");
+  if (args.weight_map.empty() || args.weight_map == "llama") {
+    // The Llama mapping depends on config.json (a tied head), beside the weights.
+    std::filesystem::path dir = args.weights;
+    if (!std::filesystem::is_directory(dir)) dir = dir.parent_path();
+    gdl::Expected<gdl::LlamaConfig> config = gdl::LlamaConfig::read((dir / "config.json").string());
+    if (!config)
+      return gdl::Status(config.status().code(), "--weights with the llama mapping reads config.json beside the weights: " +
+                                                     config.status().message());
+    mapping = gdl::llama_weight_mapping(*config);
+  } else {
+    mapping = gdl::WeightMapping::read(args.weight_map);
+  }
   if (!mapping) return mapping.status();
   std::vector<gdl::TensorInfo> params;
   for (const gdl::ir::Node& n : g.nodes) {

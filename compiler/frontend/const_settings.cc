@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "types.h"
@@ -18,8 +19,10 @@ ast::ExprPtr literal_of(const std::string& text, SourceLoc loc) {
   const char* first = text.data();
   const char* last = text.data() + text.size();
   int64_t i = 0;
-  if (auto [end, ec] = std::from_chars(first, last, i); ec == std::errc() && end == last)
+  if (auto [end, ec] = std::from_chars(first, last, i); end == last && ec == std::errc())
     return std::make_unique<ast::IntLit>(loc, i);
+  else if (end == last && ec == std::errc::result_out_of_range)
+    return nullptr;  // an integer past 64 bits, not a float
   double d = 0;
   if (auto [end, ec] = std::from_chars(first, last, d); ec == std::errc() && end == last && std::isfinite(d))
     return std::make_unique<ast::FloatLit>(loc, d);
@@ -170,6 +173,29 @@ void apply_const_settings(ast::Module& module, const std::map<std::string, std::
     }
   }
   if (aliases.empty()) return;
+  // The alias replaces its name everywhere, so nothing may reuse the name.
+  std::function<void(const ast::Block&)> refuse_reuse = [&](const ast::Block& block) {
+    for (const ast::StmtPtr& st : block) {
+      std::string name;
+      SourceLoc at;
+      if (st->kind == ast::StmtKind::kLet) name = st->as<ast::LetStmt>().name, at = st->as<ast::LetStmt>().name_loc;
+      if (st->kind == ast::StmtKind::kFor) name = st->as<ast::ForStmt>().var, at = st->as<ast::ForStmt>().var_loc;
+      if (aliases.count(name))
+        diags.error(at, "'" + name + "' is a dtype const; it cannot also name a value", "give the value another name");
+      if (st->kind == ast::StmtKind::kFor) refuse_reuse(st->as<ast::ForStmt>().body);
+      if (st->kind == ast::StmtKind::kIf) {
+        refuse_reuse(st->as<ast::IfStmt>().then_body);
+        refuse_reuse(st->as<ast::IfStmt>().else_body);
+      }
+    }
+  };
+  refuse_reuse(module.body);
+  for (const ast::FnDecl& f : module.fns) {
+    for (const ast::FnParam& p : f.params)
+      if (aliases.count(p.name))
+        diags.error(p.loc, "'" + p.name + "' is a dtype const; it cannot also name a parameter", "give the parameter another name");
+    refuse_reuse(f.body);
+  }
   std::erase_if(module.consts, [&](const ast::ConstDecl& c) { return aliases.count(c.name) > 0; });
   AliasSubstitution(aliases).module(module);
 }

@@ -16,8 +16,9 @@ namespace gdl {
 // after `NAME=`), then substitutes every dtype const: its name in types,
 // type arguments and other consts becomes the dtype, and the const itself
 // leaves the module. A setting for a name the program does not declare as a
-// const, or a value of none of those forms, is an error at the program's
-// first line.
+// const is an error at the program's first line; a value of none of those
+// forms, at the const's value. A let, loop variable or fn parameter named
+// like a dtype const is an error (the name stands for the dtype everywhere).
 void apply_const_settings(ast::Module& module, const std::map<std::string, std::string>& settings,
                           DiagnosticSink& diags);
 

@@ -41,11 +41,21 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Program& program, const L
   const TensorInfo* embed = program.find_param("embed");
   if (!embed) return Status::InvalidArgument("program " + program.name() + " has no param 'embed': not llama.gdl");
   e->dtype_ = embed->dtype;
+  // The serving sizes must be the ones the program was compiled with: a
+  // block id past the pool would be skipped by the cache writes and reads.
+  const TensorInfo* pool = program.find_state("k_pool");
+  const TensorInfo* tables = program.find_input("tables");
+  if (!pool || !tables || pool->shape.size() != 4 || tables->shape.size() != 2)
+    return Status::InvalidArgument("program " + program.name() + " has no k_pool state or tables input: not llama.gdl");
+  if (pool->shape[0].extent != config.num_layers * serving.blocks || pool->shape[2].extent != serving.block_size ||
+      tables->shape[1].extent != e->max_blocks_)
+    return Status::InvalidArgument("program " + program.name() + " was compiled for another KV cache (k_pool " +
+                                   pool->type_text + ", tables " + tables->type_text + ") than these serving sizes");
   Expected<std::unique_ptr<Session>> session = Session::create(program, options);
   if (!session) return session.status();
   e->session_ = std::move(*session);
   const auto start = Clock::now();
-  ENGINE_TRY(e->session_->load_params(checkpoint, llama_weight_mapping(), &e->load_report_));
+  ENGINE_TRY(e->session_->load_params(checkpoint, llama_weight_mapping(config), &e->load_report_));
   std::vector<float> cos, sin;
   const int64_t positions = e->max_blocks_ * serving.block_size;
   llama_rope_tables(config, positions, &cos, &sin);
@@ -62,7 +72,8 @@ Expected<std::vector<Result>> Engine::generate(const std::vector<Request>& reque
   const int64_t bs = serving_.block_size, max_context = max_blocks_ * bs;
   for (size_t i = 0; i < requests.size(); ++i) {
     const Request& r = requests[i];
-    const int64_t length = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+    // Positions it writes into the cache: the last generated token never enters it.
+    const int64_t length = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
     if (r.prompt.empty() || r.max_new_tokens < 1)
       return Status::InvalidArgument("request " + std::to_string(i) + ": an empty prompt or no token to generate");
     if (length > max_context)
@@ -71,8 +82,11 @@ Expected<std::vector<Result>> Engine::generate(const std::vector<Request>& reque
     if ((length + bs - 1) / bs > serving_.blocks)
       return Status::InvalidArgument("request " + std::to_string(i) + " needs more KV blocks than the pool's " +
                                      std::to_string(serving_.blocks));
-    for (int32_t t : r.prompt)
-      if (t < 0 || t >= config_.vocab_size) return Status::InvalidArgument("request " + std::to_string(i) + ": token " + std::to_string(t) + " outside the vocabulary");
+    for (const std::vector<int32_t>* ids : {&r.prompt, &r.forced})
+      for (int32_t t : *ids)
+        if (t < 0 || t >= config_.vocab_size)
+          return Status::InvalidArgument("request " + std::to_string(i) + ": token " + std::to_string(t) +
+                                         " outside the vocabulary");
   }
   ENGINE_TRY(session_->seed_rng(seed));
   std::vector<Result> results(requests.size());
@@ -88,16 +102,19 @@ Expected<std::vector<Result>> Engine::generate(const std::vector<Request>& reque
   std::vector<uint8_t> logit_bytes;
 
   for (int step = 0; !waiting.empty() || !live.empty(); ++step) {
-    // 1. Join: in arrival order, while a slot and the blocks of the whole
-    // sequence are free (reserved up front: a sequence never waits mid-way).
+    // 1. Join: first come, first served among the requests that have
+    // arrived, while a slot and the blocks of the whole sequence are free
+    // (reserved up front: a sequence never waits mid-way). The first that
+    // does not fit waits, and those behind it wait for it.
     for (auto it = waiting.begin(); it != waiting.end();) {
       const Request& r = requests[*it];
-      const int64_t need = (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + bs - 1) / bs;
-      if (r.arrival_step > step || static_cast<int64_t>(live.size()) >= serving_.max_sequences ||
-          need > static_cast<int64_t>(free_blocks.size())) {
+      const int64_t need = (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1 + bs - 1) / bs;
+      if (r.arrival_step > step) {
         ++it;
         continue;
       }
+      if (static_cast<int64_t>(live.size()) >= serving_.max_sequences || need > static_cast<int64_t>(free_blocks.size()))
+        break;
       Live l;
       l.request = *it;
       l.tokens = r.prompt;

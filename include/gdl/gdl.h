@@ -306,10 +306,12 @@ class Session {
   // Fills the params `mapping` names from a safetensors checkpoint
   // (gdl/weights.h): every rule is checked (the param exists, each source
   // tensor is there with the param's dtype and fitting rows) before
-  // anything is copied, so a failed load changes nothing. The copies go
-  // from the mapped files through pinned staging; returns once they are
-  // done. Params no rule names are left for set_param (report->params_unset).
-  // `path`: what Checkpoint::open takes.
+  // anything is copied, so a mapping or checkpoint that does not fit
+  // changes nothing. The copies go from the mapped files through pinned
+  // staging; returns once they are done. A CUDA failure during the copies
+  // (the device out of memory for staging, a lost device) leaves the params
+  // it reached partly written: load again. Params no rule names are left for
+  // set_param (report->params_unset). `path`: what Checkpoint::open takes.
   Status load_params(const Checkpoint& checkpoint, const WeightMapping& mapping, LoadReport* report = nullptr);
   Status load_params(const std::string& path, const WeightMapping& mapping, LoadReport* report = nullptr);
 

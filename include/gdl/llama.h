@@ -49,8 +49,9 @@ struct LlamaServing {
 std::map<std::string, std::string> llama_const_settings(const LlamaConfig& config, const LlamaServing& serving);
 
 // Hugging Face tensor names to llama.gdl's params: q/k/v fused into wqkv,
-// gate/up into w_gate_up, layers stacked; a tied LM head reads the embedding.
-WeightMapping llama_weight_mapping();
+// gate/up into w_gate_up, layers stacked; the LM head is the embedding
+// where config.tie_word_embeddings says so, else lm_head.weight.
+WeightMapping llama_weight_mapping(const LlamaConfig& config);
 
 // cos and sin of position p times each rotary frequency, [positions,
 // head_dim / 2] row-major, as transformers computes them (f32 frequencies,

@@ -44,7 +44,9 @@ struct CheckpointTensor {
 // shared). Every header is checked when it is opened: the 8-byte length,
 // the JSON, each tensor's dtype, shape and data offsets (inside the file,
 // the size its dtype and shape give, no two overlapping); a file that fails
-// is DataLoss naming the file and the tensor.
+// is DataLoss naming the file and the tensor. The files are mapped, not
+// read: they must not be truncated or rewritten while a copy of the
+// Checkpoint lives (reading a truncated mapping faults).
 class Checkpoint {
  public:
   // `path`: a .safetensors file; a model.safetensors.index.json (its shards

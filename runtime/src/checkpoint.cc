@@ -88,8 +88,17 @@ Status read_header(const std::shared_ptr<MappedFile>& file, std::map<std::string
     return corrupt(path, "header length " + std::to_string(header_bytes) + " does not fit the file of " +
                              std::to_string(file->size) + " bytes");
   const char* text = reinterpret_cast<const char*>(file->base + 8);
-  json header = json::parse(text, text + header_bytes, nullptr, /*allow_exceptions=*/false);
+  // nlohmann keeps the last of two equal keys; a tensor named twice is refused instead.
+  std::set<std::string> top_keys;
+  std::string twice;
+  json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && !top_keys.insert(parsed.get<std::string>()).second)
+      twice = parsed.get<std::string>();
+    return true;
+  };
+  json header = json::parse(text, text + header_bytes, note_keys, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return corrupt(path, "the header is not a JSON object");
+  if (!twice.empty()) return corrupt(path, "tensor '" + twice + "' is named twice in the header");
   const uint64_t data_begin = 8 + header_bytes;
   const uint64_t data_bytes = file->size - data_begin;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
@@ -134,7 +143,6 @@ Status read_header(const std::shared_ptr<MappedFile>& file, std::map<std::string
     tensor.data = file->base + data_begin + begin;
     tensor.bytes = want;
     if (want > 0) ranges.emplace_back(begin, end);
-    if (out.count(name)) return bad("named twice in the checkpoint");
     out.emplace(name, std::move(tensor));
   }
   std::sort(ranges.begin(), ranges.end());

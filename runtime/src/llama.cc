@@ -23,7 +23,6 @@ mlp_norm[l] model.layers.{l}.post_attention_layernorm.weight
 w_gate_up[l] model.layers.{l}.mlp.gate_proj.weight model.layers.{l}.mlp.up_proj.weight
 w_down[l] model.layers.{l}.mlp.down_proj.weight
 final_norm model.norm.weight
-lm_head lm_head.weight|model.embed_tokens.weight
 )";
 
 std::string number_text(double v) {
@@ -72,9 +71,11 @@ Expected<LlamaConfig> LlamaConfig::parse(const std::string& text, const std::str
   GDL_RETURN_IF_ERROR(integer("vocab_size", &c.vocab_size, true));
   c.max_positions = 2048;
   GDL_RETURN_IF_ERROR(integer("max_position_embeddings", &c.max_positions, false));
-  if (c.hidden_size % c.num_heads != 0) return bad("hidden_size is not a multiple of num_attention_heads");
-  c.head_dim = c.hidden_size / c.num_heads;
   GDL_RETURN_IF_ERROR(integer("head_dim", &c.head_dim, false));
+  if (c.head_dim == 0) {  // transformers' default: the hidden size split over the heads
+    if (c.hidden_size % c.num_heads != 0) return bad("hidden_size is not a multiple of num_attention_heads (and no head_dim)");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
   if (c.head_dim % 2 != 0) return bad("head_dim is odd; rotary embeddings rotate pairs");
   if (c.num_heads % c.num_kv_heads != 0) return bad("num_attention_heads is not a multiple of num_key_value_heads");
   GDL_RETURN_IF_ERROR(number("rope_theta", &c.rope_theta));
@@ -165,8 +166,10 @@ std::map<std::string, std::string> llama_const_settings(const LlamaConfig& c, co
   };
 }
 
-WeightMapping llama_weight_mapping() {
-  Expected<WeightMapping> m = WeightMapping::parse(kLlamaMapping);
+WeightMapping llama_weight_mapping(const LlamaConfig& config) {
+  // A tied head is the embedding; an untied one must be in the checkpoint.
+  const std::string head = config.tie_word_embeddings ? "lm_head model.embed_tokens.weight\n" : "lm_head lm_head.weight\n";
+  Expected<WeightMapping> m = WeightMapping::parse(kLlamaMapping + head);
   return m ? *m : WeightMapping{};
 }
 
@@ -174,19 +177,22 @@ void llama_rope_tables(const LlamaConfig& c, int64_t positions, std::vector<floa
   const int64_t half = c.head_dim / 2;
   // transformers: inv_freq = 1 / theta^(2i / d) in f32, then the llama3
   // rescaling by wavelength, then angle = position * inv_freq in f32.
+  // All of it in f32, as transformers computes it.
   std::vector<float> inv(half);
+  const float factor = static_cast<float>(c.rope_factor), low = static_cast<float>(c.rope_low_freq_factor),
+              high = static_cast<float>(c.rope_high_freq_factor);
+  const float original = static_cast<float>(c.rope_original_max_positions);
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
     inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
     if (c.rope_type == "llama3") {
-      const double original = static_cast<double>(c.rope_original_max_positions);
-      const double low_wavelen = original / c.rope_low_freq_factor, high_wavelen = original / c.rope_high_freq_factor;
-      const double wavelen = 2 * M_PI / inv[i];
+      const float low_wavelen = original / low, high_wavelen = original / high;
+      const float wavelen = 2.0f * static_cast<float>(M_PI) / inv[i];
       if (wavelen > low_wavelen) {
-        inv[i] = static_cast<float>(inv[i] / c.rope_factor);
+        inv[i] = inv[i] / factor;
       } else if (wavelen >= high_wavelen) {
-        const double smooth = (original / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
-        inv[i] = static_cast<float>((1 - smooth) * inv[i] / c.rope_factor + smooth * inv[i]);
+        const float smooth = (original / wavelen - low) / (high - low);
+        inv[i] = (1.0f - smooth) * inv[i] / factor + smooth * inv[i];
       }
     }
   }

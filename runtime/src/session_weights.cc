@@ -74,6 +74,7 @@ Status Session::load_params(const Checkpoint& checkpoint, const WeightMapping& m
       GDL_CUDA_TRY(cudaStreamSynchronize(s.stream), "copying weights to the device");
       return Status::Ok();
     }();
+    if (!status.ok()) (void)cudaStreamSynchronize(s.stream);  // no copy still reads a staging buffer
     release();
     GDL_RETURN_IF_ERROR(status);
     for (size_t p : loaded) s.params->mark_set(p);

@@ -72,11 +72,8 @@ TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved w
     Expected<LlamaConfig> config = LlamaConfig::read(model);
     REQUIRE_MESSAGE(config.ok(), config.status().message());
     const nlohmann::json& cases = ref["cases"];
-    size_t longest = 0, steps = 0;
-    for (const auto& c : cases) {
-      longest = std::max(longest, c["prompt"].size() + c["forced"].size());
-      steps = c["forced"].size();
-    }
+    size_t longest = 0;
+    for (const auto& c : cases) longest = std::max(longest, c["prompt"].size() + c["forced"].size());
     LlamaServing serving;
     serving.max_tokens = 64;
     serving.max_sequences = static_cast<int64_t>(cases.size());
@@ -97,7 +94,7 @@ TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved w
       llama::Request r;
       r.prompt = ids(cases[i]["prompt"]);
       r.forced = ids(cases[i]["forced"]);
-      r.max_new_tokens = static_cast<int>(steps);
+      r.max_new_tokens = static_cast<int>(r.forced.size());
       r.keep_logits = true;
       r.arrival_step = static_cast<int>(3 * i);
       forced.push_back(std::move(r));
@@ -107,6 +104,7 @@ TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved w
     double worst = 0;
     int compared_tokens = 0, skipped_tokens = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
+      const size_t steps = cases[i]["forced"].size();
       const auto want = read_rows(dir + "/" + cases[i]["forced_logits"].get<std::string>(), steps, vocab);
       REQUIRE((*got)[i].logits.size() == steps);
       for (size_t s = 0; s < steps; ++s) {
@@ -134,6 +132,7 @@ TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved w
     if (!f32 && cases[0].contains("forced_logits_f32") && cases[0]["forced_logits_f32"].is_string()) {
       double gdl_vs_f32 = 0, theirs_vs_f32 = 0;
       for (size_t i = 0; i < cases.size(); ++i) {
+        const size_t steps = cases[i]["forced"].size();
         const auto truth = read_rows(dir + "/" + cases[i]["forced_logits_f32"].get<std::string>(), steps, vocab);
         const auto want = read_rows(dir + "/" + cases[i]["forced_logits"].get<std::string>(), steps, vocab);
         for (size_t s = 0; s < steps; ++s) {
