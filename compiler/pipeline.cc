@@ -85,6 +85,7 @@ bool check(Compilation& c, Context& x) {
 bool lower(Compilation& c, Context& x) {
   if (!x.diags.has_errors()) {
     c.graph = lower_module(*c.ast, x.diags);
+    if (c.graph) c.graph->target = x.options.target;
   } else {
     // Keep lowering's errors the checker could not see; drop its reports at
     // a line the checker already reported (the same problem seen twice) and

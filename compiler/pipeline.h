@@ -36,6 +36,9 @@ struct PipelineOptions {
   // Values for the program's consts by name, as text (`gdlc -D H=2048`,
   // `-D DT=bf16`): frontend/const_settings.h.
   std::map<std::string, std::string> const_settings;
+  // The GPU the kernel choices aim at (its multiprocessors and shared
+  // memory); kept in the IR and the artifact.
+  ir::Target target;
   std::string stop_after;       // a pass name; "" = every pass
   std::vector<std::string> dump_after;  // pass names whose result goes to `dump`
   std::function<void(const std::string& pass, const std::string& text)> dump;

@@ -2,7 +2,7 @@
 //
 // 1. serialize_artifact encodes the payload with a small little-endian
 //    writer: lengths as u32 before every string and vector, doubles by
-//    their bit pattern, enums as u8. Order: graph (name, dims, nodes with
+//    their bit pattern, enums as u8. Order: graph (name, target GPU, dims, nodes with
 //    every field, outputs, state updates), plan (buffers with their offset terms, steps with their scratch, memory
 //    summary, scratch area and chains), kernel table (kernels, then each
 //    step's choices), module (arch, CUBIN, PTX, NVRTC version, cache flag,
@@ -111,6 +111,8 @@ void write_shape(Writer& w, const Shape& s) {
 
 void write_graph(Writer& w, const ir::Graph& g) {
   w.str(g.program_name);
+  w.i64(g.target.multiprocessors);
+  w.i64(g.target.shared_bytes_per_sm);
   w.vec(g.dims, [&](const DimInfo& d) {
     w.str(d.name);
     w.i64(d.lo);
@@ -334,6 +336,11 @@ Shape read_shape(Reader& r, const std::vector<DimInfo>& dims, const std::string&
 ir::Graph read_graph(Reader& r) {
   ir::Graph g;
   g.program_name = r.str("program name");
+  g.target.multiprocessors = r.i64();
+  g.target.shared_bytes_per_sm = r.i64();
+  if (g.target.multiprocessors < 1 || g.target.multiprocessors > 4096 || g.target.shared_bytes_per_sm < 16 * 1024 ||
+      g.target.shared_bytes_per_sm > (int64_t{16} << 20))
+    r.fail("the target GPU's multiprocessors or shared memory are out of range");
   g.dims.resize(r.count(22, "dim"));
   for (DimInfo& d : g.dims) {
     if (r.failed()) break;

@@ -114,8 +114,18 @@ struct StateUpdate {
   SourceLoc loc;             // the last assignment
 };
 
+// The GPU a program's kernel choices aim at: K and position splits sized to
+// fill its multiprocessors, attention rings sized to its shared memory. Any
+// value gives correct results on any GPU; the right one is fast there.
+struct Target {
+  int64_t multiprocessors = 132;              // H100 / H200 SXM
+  int64_t shared_bytes_per_sm = 227 * 1024;   // usable by the blocks of one multiprocessor (sm_90)
+  bool operator==(const Target&) const = default;
+};
+
 struct Graph {
   std::string program_name;
+  Target target;
   std::vector<DimInfo> dims;     // run-time dims; Dim::symbol indexes this
   std::vector<Node> nodes;       // topological; ValueId == index
   std::vector<Output> outputs;   // declaration order

@@ -38,6 +38,22 @@ std::string device_zero_arch() {
   return "sm_" + std::to_string(major * 10 + minor);
 }
 
+// Device 0's multiprocessors and shared memory when a GPU is usable, else
+// the default target (an H100/H200).
+ir::Target device_zero_target() {
+  ir::Target t;
+  int count = 0, sms = 0, shared = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return t;
+  }
+  t.multiprocessors = sms;
+  t.shared_bytes_per_sm = shared - 1024;  // the 1 KiB the driver keeps per block
+  return t;
+}
+
 // The compiler just made this artifact: an inconsistency is a bug in gdl.
 Expected<Program> program_of(Artifact artifact, const std::string& what) {
   Expected<std::shared_ptr<Program::Impl>> impl = rt::make_program_impl(std::move(artifact));
@@ -79,6 +95,7 @@ Expected<Program> compile(const std::string& path, const CompileSettings& settin
     if (options.codegen.arch.empty()) options.codegen.arch = "sm_90";
     options.codegen.cache_dir = settings.cache_dir;
     options.const_settings = settings.consts;
+    options.target = device_zero_target();
     Expected<Artifact> artifact = compile_program_file(path, options);
     if (!artifact) return artifact.status();
     return program_of(std::move(artifact).value(), "compiling " + path);

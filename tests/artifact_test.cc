@@ -34,6 +34,7 @@ constexpr size_t kHeaderBytes = 28;  // magic 8, version 4, payload size 8, chec
 ir::Graph sample_graph() {
   GraphBuilder b;
   b.g.program_name = "sample";
+  b.g.target = {114, 200 * 1024};  // not the default: the round trip keeps it
   Dim batch = b.dim("B", 1, 16);
   b.g.dims[0].buckets = {1, 4, 16};
   b.g.dims[0].policy = DimPolicy::kUpdate;
@@ -140,6 +141,7 @@ Artifact sample_artifact() {
 
 void check_same_graph(const ir::Graph& x, const ir::Graph& y) {
   CHECK(x.program_name == y.program_name);
+  CHECK(x.target == y.target);
   REQUIRE(x.dims.size() == y.dims.size());
   for (size_t i = 0; i < x.dims.size(); ++i) {
     CHECK(x.dims[i].name == y.dims[i].name);

@@ -419,6 +419,26 @@ size_t step_writing(const plan::Plan& p, ValueId v) {
   return 0;
 }
 
+TEST_CASE("codegen: K and position splits follow the target GPU's multiprocessor count") {
+  GraphBuilder b;
+  b.g.program_name = "target";
+  ValueId w = b.param("w", {DType::kF16, dims({Dim::constant(4096), Dim::constant(4096)})});
+  ValueId x = b.input("x", {DType::kF16, dims({Dim::constant(1), Dim::constant(4096)})});
+  ValueId y = b.op(Op::kMatMul, {x, w}, {DType::kF16, dims({Dim::constant(1), Dim::constant(4096)})});
+  b.output("y", y);
+  plan::Plan p = plan_of(b.g);
+  std::map<int64_t, int> splits;
+  for (int64_t sms : {16, 66, 132}) {
+    p.graph.target.multiprocessors = sms;
+    splits[sms] = choose_matmul(p.graph, p.graph.node(y)).rows_splits;
+  }
+  // 64 strips of 64 columns: a GPU of 16 multiprocessors is full without a
+  // split; more multiprocessors want more blocks, so more K splits.
+  CHECK(splits[16] == 1);
+  CHECK(splits[66] > splits[16]);
+  CHECK(splits[132] > splits[66]);
+}
+
 TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the launch has a block per SM at most") {
   for (DType t : kFloats) {
     INFO(dtype_name(t));

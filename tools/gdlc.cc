@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -44,6 +45,7 @@ const char* kUsage =
     "       gdlc FILE.gdl [--stop-after=PASS] [--dump-after=PASS[,PASS...]|all] [-o FILE.gdlx] ...\n"
     "       gdlc --list-passes\n"
     "-D NAME=VALUE (or -DNAME=VALUE) sets a const of the program: an integer, a float, true/false or a dtype\n"
+    "--multiprocessors=N sizes K and position splits for a GPU of N multiprocessors (default 132: H100/H200 SXM)\n"
     "-o refuses a FILE.gdlx that exists and is not a regular file (a device, directory or symbolic link)\n";
 
 struct Args {
@@ -121,6 +123,15 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
         *error = arch.message();
         return std::nullopt;
       }
+    } else if (a.rfind("--multiprocessors=", 0) == 0) {
+      const std::string v = a.substr(18);
+      char* end = nullptr;
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != 0 || n < 1 || n > 4096) {
+        *error = "--multiprocessors takes the target GPU's multiprocessor count (1 to 4096), got '" + v + "'";
+        return std::nullopt;
+      }
+      args.pipeline.target.multiprocessors = n;
     } else if (a.rfind("--cache-dir=", 0) == 0) {
       args.pipeline.codegen.cache_dir = a.substr(12);
     } else if (a.rfind("--stop-after=", 0) == 0) {

@@ -11,7 +11,7 @@
 // 3. Splits: a kernel's output tiles (rows kernel: 128-byte column strips
 //    of b; tiled kernels: 64 x 128 tiles at the largest binding) are
 //    multiplied by a K split count so that the launch has about
-//    kTargetMultiprocessors * kMatmulBlocksPerSM blocks, at most
+//    g.target.multiprocessors * kMatmulBlocksPerSM blocks, at most
 //    kMaxSplits, and each split keeps at least kMinKPerSplit positions of
 //    K. Then the count drops until the partial tiles fit
 //    kMaxScratchBytes.
@@ -23,7 +23,7 @@
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
 // choose_attention: for the split kernel, positions split into about
-// kTargetMultiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
+// g.target.multiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
 // parts, at most kAttentionMaxSplits, each at least 64 positions long at the
 // largest T. The streamed kernel is possible for static head dims whose
 // rows are 8 to 32 whole 16-byte vectors; its ring (the layout of
@@ -155,8 +155,8 @@ int64_t attention_ring_bytes() {
 // (bf16), presumably because fewer clusters of 8 than that fit the GPCs at
 // once. A cluster's blocks are consecutive along grid.y, which then holds
 // every part (below 65535, so never folded into the work).
-bool split_as_cluster(int splits, int64_t units) {
-  return splits > 1 && splits <= kMaxClusterSplits && units * splits <= kTargetMultiprocessors;
+bool split_as_cluster(const ir::Graph& g, int splits, int64_t units) {
+  return splits > 1 && splits <= kMaxClusterSplits && units * splits <= g.target.multiprocessors;
 }
 
 // Splits of `tiles` output tiles: about the blocks that fill the GPU, at
@@ -216,7 +216,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   c.tiles = t == DType::kF32 ? MatmulKernel::kSimt : MatmulKernel::kMma;
 
   // 3. splits
-  const int64_t blocks_wanted = kTargetMultiprocessors * kMatmulBlocksPerSM;
+  const int64_t blocks_wanted = g.target.multiprocessors * kMatmulBlocksPerSM;
   const int64_t strip_cols = matmul_strip_columns(t);
   const int64_t strips = ceil_div(std::max<int64_t>(1, n_max), strip_cols);
   const int64_t rows_held = std::min(std::max<int64_t>(1, c.rows_max), kMatmulRowsLimit);
@@ -227,14 +227,14 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
     while (c.rows_splits > 1 &&
            static_cast<uint64_t>(c.rows_splits * strips * rows_held * strip_cols) * 4 > kMaxScratchBytes)
       --c.rows_splits;
-    c.rows_cluster = split_as_cluster(c.rows_splits, strips);
+    c.rows_cluster = split_as_cluster(g, c.rows_splits, strips);
   }
   if (c.use_tiles && c.tiles != MatmulKernel::kGeneral) {
     c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
     while (c.tile_splits > 1 &&
            static_cast<uint64_t>(c.tile_splits * tiles * kTileRows * kTileCols) * 4 > kMaxScratchBytes)
       --c.tile_splits;
-    c.tile_cluster = c.tiles == MatmulKernel::kMma && c.fold_batch && split_as_cluster(c.tile_splits, tiles);
+    c.tile_cluster = c.tiles == MatmulKernel::kMma && c.fold_batch && split_as_cluster(g, c.tile_splits, tiles);
   }
 
   // 4. scratch
@@ -267,7 +267,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
     return static_cast<int>(s);
   };
   AttentionChoice c;
-  c.splits = splits_for(kTargetMultiprocessors * kAttentionBlocksPerSM, kMinPositionsPerSplit);
+  c.splits = splits_for(g.target.multiprocessors * kAttentionBlocksPerSM, kMinPositionsPerSplit);
 
   const Dim& d = qs.back();
   const Dim& dv = vs.back();
@@ -295,13 +295,14 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       const int64_t stage = positions * (d.extent + dv.extent) * esize;
       c.stream_stages = static_cast<int>(std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12));
       // A large ring (the knob) leaves room for the block's static shared memory.
-      while (c.stream_stages > 2 && c.stream_stages * stage > kSharedBytesPerSM - 8 * 1024) --c.stream_stages;
+      const int64_t shared_per_sm = g.target.shared_bytes_per_sm;
+      while (c.stream_stages > 2 && c.stream_stages * stage > shared_per_sm - 8 * 1024) --c.stream_stages;
       c.stream_positions = static_cast<int>(positions);
       c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
-      const int64_t per_sm = std::max<int64_t>(1, kSharedBytesPerSM / (c.stream_shared_bytes + 1024));
+      const int64_t per_sm = std::max<int64_t>(1, shared_per_sm / (c.stream_shared_bytes + 1024));
       const int64_t wanted = attention_splits_wanted();
       if (contiguous)
-        c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : kTargetMultiprocessors * per_sm,
+        c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : g.target.multiprocessors * per_sm,
                                      std::max(kMinPositionsPerSplit, positions));
     }
   }

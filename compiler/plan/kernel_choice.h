@@ -11,9 +11,6 @@
 
 namespace gdl {
 
-// The GPU the split counts aim at: an H100/H200 (sm_90) has 132
-// multiprocessors. Any count is correct on any GPU; this one fills that one.
-inline constexpr int64_t kTargetMultiprocessors = 132;
 // Blocks of the matmul kernels (256 threads, about 128 registers) that
 // reside on one multiprocessor, and of the attention kernel.
 inline constexpr int64_t kMatmulBlocksPerSM = 2;
@@ -74,7 +71,6 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul);
 // The ring of gdl::attention_stream: about this many bytes of stages per
 // block (2 to 8 stages), so that several blocks share a multiprocessor.
 inline constexpr int64_t kAttentionStreamRingBytes = 96 * 1024;
-inline constexpr int64_t kSharedBytesPerSM = 227 * 1024;  // sm_90: usable by the blocks of one multiprocessor
 
 struct AttentionChoice {
   int splits = 1;  // gdl::attention_split: blocks per row of q, each taking a range of positions

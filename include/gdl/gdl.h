@@ -249,6 +249,10 @@ struct SessionStats {
   // blocks do not all fit at once): the steps' other kernels serve them.
   uint64_t multi_step_launches = 0;
   std::vector<std::string> kernel_refusals;
+  // Set when the program's kernel choices aim at a GPU with another count of
+  // multiprocessors than this one (gdlc --multiprocessors, gdl::jit::compile
+  // takes device 0's): correct, but the splits may not fill this GPU.
+  std::string target_note;
 
   // Run-time dims: how each is served, and rows computed against rows valid
   // over every run (graph and eager, not fallbacks). rows_computed -

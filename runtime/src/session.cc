@@ -161,6 +161,15 @@ Status Session::Impl::init() {
   stats.library_load_us = load_time.elapsed_us();
   stats.module_image = library.image();
   stats.kernel_refusals = library.refusals();
+  // Kernel choices made for another GPU run correctly here, maybe slower.
+  int sms = 0;
+  GDL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "reading the multiprocessor count");
+  const ir::Target& target = prog.graph().target;
+  if (sms != target.multiprocessors)
+    stats.target_note = "compiled for a GPU of " + std::to_string(target.multiprocessors) + " multiprocessors; device " +
+                        std::to_string(device) + " has " + std::to_string(sms) +
+                        ": splits may not fill it (compile with gdl::jit::compile on this device, or gdlc --multiprocessors=" +
+                        std::to_string(sms) + ")";
 
   inputs.resize(prog.inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

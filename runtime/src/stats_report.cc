@@ -42,6 +42,7 @@ std::string format_stats(const SessionStats& s) {
   out += "runs: " + count(s.runs) + " graph" + format(" (host submit mean %.2f us)", s.mean_submit_us) + ", " +
          count(s.eager_runs) + " eager" + format(" (host submit mean %.2f us)", s.mean_eager_submit_us) + "\n";
   if (s.last_device_us >= 0) out += format("last run on the device: %.2f us\n", s.last_device_us);
+  if (!s.target_note.empty()) out += "target: " + s.target_note + "\n";
   for (const SessionStats::DimStats& d : s.dims) {
     out += "dim " + d.name + ": " + (d.update ? "node updates" : "buckets");
     if (!d.why_update.empty()) out += " (buckets cannot serve it: " + d.why_update + ")";
