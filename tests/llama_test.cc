@@ -17,6 +17,7 @@
 #include "cpu_program.h"
 #include "gdl/llama.h"
 #include "gdl/weights.h"
+#include "program_impl.h"
 
 namespace gdl {
 namespace {
@@ -253,20 +254,7 @@ ir::Graph compile_llama(const LlamaConfig& config, const LlamaServing& serving) 
 
 std::vector<TensorInfo> param_infos(const ir::Graph& g) {
   std::vector<TensorInfo> out;
-  for (const ir::Node& n : g.nodes) {
-    if (n.op != ir::Op::kParam) continue;
-    TensorInfo info;
-    info.name = n.name;
-    info.dtype = static_cast<ElementType>(n.type.dtype);
-    uint64_t count = 1;
-    for (const Dim& d : n.type.shape) {
-      info.shape.push_back({d.extent, -1});
-      count *= static_cast<uint64_t>(d.extent);
-    }
-    info.max_bytes = count * element_size(info.dtype);
-    info.type_text = info.name;
-    out.push_back(std::move(info));
-  }
+  for (ir::ValueId v : g.leaves(ir::Op::kParam)) out.push_back(rt::describe_tensor(g.node(v), g.node(v).name, g));
   return out;
 }
 

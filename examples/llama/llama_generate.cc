@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -148,16 +149,13 @@ int run_bench(gdl::llama::Engine& engine, const std::string& spec, const std::st
 int check_logits(gdl::llama::Engine& engine, const std::string& dir, int64_t vocab) {
   std::ifstream meta(dir + "/check.json");
   if (!meta) return fail(dir + "/check.json: cannot be read");
-  std::stringstream text;
-  text << meta.rdbuf();
-  const std::string j = text.str();
-  // The prompt: the integers of the "prompt": [...] array.
-  const size_t key = j.find("\"prompt\"");
-  const size_t open = j.find('[', key), close = j.find(']', open);
-  if (key == std::string::npos || open == std::string::npos || close == std::string::npos) return fail("check.json has no prompt");
-  bool ok = true;
+  const nlohmann::json j = nlohmann::json::parse(meta, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains("prompt") || !j["prompt"].is_array()) return fail("check.json has no prompt array");
   gdl::llama::Request r;
-  r.prompt = parse_ids(j.substr(open + 1, close - open - 1), &ok);
+  for (const nlohmann::json& id : j["prompt"]) {
+    if (!id.is_number_integer()) return fail("check.json's prompt holds something other than token ids");
+    r.prompt.push_back(id.get<int32_t>());
+  }
   r.max_new_tokens = 1;
   r.keep_logits = true;
   gdl::Expected<std::vector<gdl::llama::Result>> got = engine.generate({r});

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "gdl/weights.h"
+#include "text_file.h"
 
 namespace gdl {
 namespace {
@@ -151,14 +152,6 @@ Status read_header(const std::shared_ptr<MappedFile>& file, std::map<std::string
   return Status::Ok();
 }
 
-Expected<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path + ": cannot be opened");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 struct Checkpoint::Impl {
@@ -200,7 +193,7 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
   // checked to hold exactly the tensors the index gives them.
   std::map<std::string, std::string> index_map;
   if (!index.empty()) {
-    Expected<std::string> text = read_text(index.string());
+    Expected<std::string> text = rt::read_text_file(index.string());
     if (!text) return text.status();
     json j = json::parse(*text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cuda_util.h"
+#include "text_file.h"
 
 namespace gdl {
 namespace {
@@ -138,11 +139,9 @@ Expected<LlamaConfig> LlamaConfig::read(const std::string& path) {
   std::filesystem::path file = path;
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) file /= "config.json";
-  std::ifstream in(file);
-  if (!in) return Status::NotFound(file.string() + ": cannot be opened");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return parse(s.str(), file.string());
+  Expected<std::string> text = rt::read_text_file(file.string());
+  if (!text) return text.status();
+  return parse(*text, file.string());
 }
 
 std::map<std::string, std::string> llama_const_settings(const LlamaConfig& c, const LlamaServing& s) {

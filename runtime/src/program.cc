@@ -20,9 +20,7 @@
 
 namespace gdl {
 namespace rt {
-namespace {
-
-TensorInfo describe(const ir::Node& n, const std::string& name, const ir::Graph& g) {
+TensorInfo describe_tensor(const ir::Node& n, const std::string& name, const ir::Graph& g) {
   TensorInfo t;
   t.name = name;
   t.dtype = to_public(n.type.dtype);
@@ -33,6 +31,8 @@ TensorInfo describe(const ir::Node& n, const std::string& name, const ir::Graph&
   t.type_text = type_to_string(n.type, g.dims);
   return t;
 }
+
+namespace {
 
 // Over every place a buffer takes at any binding (a view behind a run-time axis moves).
 bool overlaps(const plan::Buffer& a, const plan::Buffer& b, const std::vector<DimInfo>& dims) {
@@ -51,22 +51,22 @@ Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact) {
     impl->dims.push_back({d.name, d.lo, d.hi, d.buckets, d.policy == DimPolicy::kUpdate, d.padding_blocker});
   for (ir::ValueId v : g.leaves(ir::Op::kInput)) {
     impl->input_index[g.node(v).name] = impl->inputs.size();
-    impl->inputs.push_back(describe(g.node(v), g.node(v).name, g));
+    impl->inputs.push_back(describe_tensor(g.node(v), g.node(v).name, g));
     impl->input_values.push_back(v);
   }
   for (ir::ValueId v : g.leaves(ir::Op::kParam)) {
     impl->param_index[g.node(v).name] = impl->params.size();
-    impl->params.push_back(describe(g.node(v), g.node(v).name, g));
+    impl->params.push_back(describe_tensor(g.node(v), g.node(v).name, g));
     impl->param_values.push_back(v);
   }
   for (ir::ValueId v : g.leaves(ir::Op::kState)) {
     impl->state_index[g.node(v).name] = impl->states.size();
-    impl->states.push_back(describe(g.node(v), g.node(v).name, g));
+    impl->states.push_back(describe_tensor(g.node(v), g.node(v).name, g));
     impl->state_values.push_back(v);
   }
   for (const ir::Output& o : g.outputs) {
     impl->output_index[o.name] = impl->outputs.size();
-    impl->outputs.push_back(describe(g.node(o.value), o.name, g));
+    impl->outputs.push_back(describe_tensor(g.node(o.value), o.name, g));
     impl->output_values.push_back(o.value);
   }
   for (ir::ValueId v : g.leaves(ir::Op::kScalar)) {

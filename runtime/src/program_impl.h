@@ -54,6 +54,9 @@ namespace rt {
 // Any inconsistency is a DataLoss status naming it.
 Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact);
 
+// A leaf or output of the IR as the API declares it (TensorInfo), under `name`.
+TensorInfo describe_tensor(const ir::Node& n, const std::string& name, const ir::Graph& g);
+
 // How a session created with `options` serves each run-time dim
 // (Program::dim_serving). NotFound for an unknown dim name in the options.
 Expected<std::vector<DimServing>> resolve_dim_serving(const Program::Impl& program, const SessionOptions& options);

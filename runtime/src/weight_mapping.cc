@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "text_file.h"
 #include "weight_pieces.h"
 
 namespace gdl {
@@ -78,11 +79,9 @@ Expected<WeightMapping> WeightMapping::parse(const std::string& text) {
 }
 
 Expected<WeightMapping> WeightMapping::read(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("weight mapping " + path + ": cannot be opened");
-  std::ostringstream s;
-  s << in.rdbuf();
-  Expected<WeightMapping> m = parse(s.str());
+  Expected<std::string> text = rt::read_text_file(path);
+  if (!text) return Status(text.status().code(), "weight mapping " + text.status().message());
+  Expected<WeightMapping> m = parse(*text);
   if (!m) return Status(m.status().code(), path + ": " + m.status().message());
   return m;
 }
