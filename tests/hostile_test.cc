@@ -371,6 +371,32 @@ TEST_CASE("hostile tools: gdlc --arch that NVRTC cannot target is a usage error"
               "gdlc", "thread-block clusters, which need sm_90", 2);
 }
 
+TEST_CASE("tools: gdlrun runs a program with state from zero, as a new session, and gdlc -D sets its consts") {
+  Tools t;
+  const fs::path program = t.write("s.gdl", R"(program s;
+const N = 4;
+state acc : f32[N];
+input x : f32[N];
+output y : f32[N];
+acc = acc + x;
+y = acc * 2.0;
+)");
+  auto y_of = [&](const std::string& extra) {
+    const fs::path out = t.path("out");
+    fs::remove_all(out);
+    fs::create_directories(out);
+    const ToolRun r = t.run(kGdlrun + " " + program.string() + " --cpu --set x=1.5 --out " + out.string() + extra);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    std::vector<float> values(fs::file_size(out / "y.bin") / 4);
+    std::ifstream again(out / "y.bin", std::ios::binary);
+    again.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+    return values;
+  };
+  CHECK(y_of("") == std::vector<float>(4, 3.0f));             // (0 + 1.5) * 2
+  CHECK(y_of(" -D N=6") == std::vector<float>(6, 3.0f));
+}
+
 TEST_CASE("hostile tools: gdlrun checks an input file's kind and size before reading it") {
   Tools t;
   const std::string run = kGdlrun + " " + t.write("p.gdl", kRuntimeDimProgram).string() + " --cpu --dim B=2 ";

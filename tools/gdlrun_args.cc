@@ -3,6 +3,7 @@
 
 #include "gdl/llama.h"
 #include "gdl/weights.h"
+#include "program_impl.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -240,20 +241,7 @@ gdl::Expected<std::map<std::string, gdl::TensorData>> checkpoint_params(const gd
   }
   if (!mapping) return mapping.status();
   std::vector<gdl::TensorInfo> params;
-  for (const gdl::ir::Node& n : g.nodes) {
-    if (n.op != gdl::ir::Op::kParam) continue;
-    gdl::TensorInfo info;
-    info.name = n.name;
-    info.dtype = static_cast<gdl::ElementType>(static_cast<uint8_t>(n.type.dtype));
-    info.type_text = gdl::type_to_string(n.type, g.dims);
-    uint64_t count = 1;
-    for (const gdl::Dim& d : n.type.shape) {
-      info.shape.push_back({d.extent, -1});
-      count *= static_cast<uint64_t>(d.extent);
-    }
-    info.max_bytes = count * gdl::element_size(info.dtype);
-    params.push_back(std::move(info));
-  }
+  for (gdl::ir::ValueId v : g.leaves(gdl::ir::Op::kParam)) params.push_back(gdl::rt::describe_tensor(g.node(v), g.node(v).name, g));
   return gdl::assemble_params(*checkpoint, *mapping, params);
 }
 
@@ -277,6 +265,16 @@ gdl::Expected<gdl::Bindings> make_bindings(const gdl::ir::Graph& g, const Args& 
                                             " is no i32 value");
       b.scalars[n.name] = v;
       used[n.name] = it != args.scalars.end();
+      continue;
+    }
+    if (n.op == gdl::ir::Op::kState) {  // zero, as in a new session
+      gdl::HostTensor t;
+      t.dtype = n.type.dtype;
+      t.shape = gdl::concrete_shape(n.type.shape, b.dims);
+      int64_t count = 1;
+      for (int64_t e : t.shape) count *= e;
+      t.data.assign(static_cast<size_t>(count), 0.0);
+      b.tensors[n.name] = std::move(t);
       continue;
     }
     if (n.op != gdl::ir::Op::kInput && n.op != gdl::ir::Op::kParam) continue;

@@ -36,7 +36,8 @@ struct Args {
 // The options after argv[0]; nullopt with *error set on a usage error.
 std::optional<Args> parse_args(int argc, char** argv, std::string* error);
 
-// The dims, every input, param and scalar of g from args: given values
+// The dims, every input, param and scalar of g from args, and every state
+// at zero (as a new session starts): given values
 // checked against the program (dims within their bounds, files of exactly
 // the tensor's bytes, numbers that fit the dtype), the rest drawn from
 // args.seed. No tensor is allocated before its size is checked.

@@ -42,8 +42,9 @@ inline std::optional<std::map<std::string, HostTensor>> run_on_gpu(const std::st
   auto fail = [&](const Status& st) { *why_not = st.ToString(); return std::nullopt; };
   for (const auto& [name, tensor] : bindings.tensors) {
     std::vector<uint8_t> bytes = encode_elements(element_type(tensor.dtype), tensor.data);
-    Status st = program->find_param(name) ? s.set_param(name, bytes.data(), bytes.size())
-                                          : s.bind(name, bytes.data(), bytes.size(), element_type(tensor.dtype), tensor.shape);
+    Status st = program->find_param(name)   ? s.set_param(name, bytes.data(), bytes.size())
+                : program->find_state(name) ? s.set_state(name, bytes.data(), bytes.size())
+                                            : s.bind(name, bytes.data(), bytes.size(), element_type(tensor.dtype), tensor.shape);
     if (!st.ok()) return fail(st);
   }
   for (size_t i = 0; i < program->dims().size(); ++i) {
