@@ -42,16 +42,9 @@ constexpr int kRowLanes = 8;                      // threads over one 128-byte s
 constexpr int kKGroups = kThreads / kRowLanes;    // rows of b per load step
 constexpr int kUnroll = 4;                        // 16-byte loads per thread per step
 constexpr int kStageFloats = 8192;                // staged rows of a, then the cross-warp sums
-// matmul_mma
-constexpr int kMmaBM = 64, kMmaBN = 128, kMmaBK = 32;
-constexpr int kMmaLdA = kMmaBK + 8, kMmaLdB = kMmaBN + 8, kMmaLdC = kMmaBN + 4;  // padded against bank conflicts
-constexpr int kMmaStageA = kMmaBM * kMmaLdA, kMmaStageB = kMmaBK * kMmaLdB;       // elements per buffer
-// Operand stages in flight: copies for steps k + 1 .. k + kMmaStages - 1
-// land while the tensor cores work on step k. Three fit the static shared
-// memory limit (48 KiB) with the fold's tile.
-constexpr int kMmaStages = 3;
-constexpr int kMmaOperandBytes = kMmaStages * (kMmaStageA + kMmaStageB) * 2;
-constexpr int kMmaResultBytes = kMmaBM * kMmaLdC * 4;
+// matmul_mma: tiles of BM x 128 (BM = 16, 32 or 64, MmaTile), K in steps of 32
+constexpr int kMmaBN = 128, kMmaBK = 32;
+constexpr int kMmaLdC = kMmaBN + 4;  // padded against bank conflicts
 // matmul_simt
 constexpr int kSimtBM = 64, kSimtBN = 128, kSimtBK = 16;
 constexpr int kSimtLdA = kSimtBM + 4;  // a is stored transposed: [k][m]
@@ -64,8 +57,26 @@ template <typename A, typename B> struct Pick<false, A, B> { using type = B; };
 }  // namespace mm
 
 constexpr int kMatmulRowsSmem = mm::kStageFloats * 4;
-constexpr int kMatmulMmaSmem = mm::kMmaOperandBytes > mm::kMmaResultBytes ? mm::kMmaOperandBytes : mm::kMmaResultBytes;
 constexpr int kMatmulSimtSmem = (2 * mm::kSimtBK * mm::kSimtLdA + 2 * mm::kSimtBK * mm::kSimtBN) * 4;
+
+// matmul_mma's tile of BM rows: its warps (WM x WN, each FI x FJ wmma
+// tiles of 16 x 16) and its stage buffers (padded against bank conflicts;
+// a's buffer holds either layout, plain [BM][BK + 8] or transposed
+// [BK][BM + 8]), so that few rows do not pay for 64. The dynamic shared
+// memory of a launch with S stages is bytes(S, TB) (kernel_choice.cc
+// picks S from the multiprocessor's shared memory).
+template <int BM> struct MmaTile {
+  static_assert(BM == 16 || BM == 32 || BM == 64, "tile rows");
+  static constexpr int BN = mm::kMmaBN, BK = mm::kMmaBK;
+  static constexpr int WM = BM == 16 ? 1 : 2, WN = mm::kWarps / WM;  // warps along M and N
+  static constexpr int FI = BM / WM / 16, FJ = BN / WN / 16;          // 16 x 16 tiles per warp
+  static constexpr int kStageA = BM * (BK + 8) > BK * (BM + 8) ? BM * (BK + 8) : BK * (BM + 8);
+  static constexpr int stage_b(bool tb) { return tb ? BN * (BK + 8) : BK * (BN + 8); }
+  static constexpr int bytes(int stages, bool tb) {
+    const int operands = stages * (kStageA + stage_b(tb)) * 2, result = BM * mm::kMmaLdC * 4;
+    return operands > result ? operands : result;
+  }
+};
 
 template <typename T> struct RowsTile {
   static constexpr int V = Vec16<T>::n;            // columns per thread

@@ -1,9 +1,10 @@
 // matmul_mma (gdl_matmul.cuh; f16, bf16): tensor cores through
-// nvcuda::wmma 16x16x16 with f32 accumulators. Tiles of 64 x 128, K in
-// steps of 32, 8 warps of 32 x 32; operands staged in shared memory by
-// cp.async, kMmaStages steps in flight, zero-filled past every edge, so any
-// M, N, K is correct; results go through shared memory to the epilogue
-// (gdl_matmul_tiles.cuh), with K split across blocks or a cluster.
+// nvcuda::wmma 16x16x16 with f32 accumulators. Tiles of BM x 128 (BM 16,
+// 32 or 64: MmaTile), K in steps of 32, 8 warps; operands staged in
+// dynamic shared memory by cp.async, STAGES - 1 steps in flight,
+// zero-filled past every edge, so any M, N, K is correct; results go
+// through shared memory to the epilogue (gdl_matmul_tiles.cuh), with K
+// split across blocks or a cluster.
 #pragma once
 
 #include <mma.h>
@@ -32,35 +33,36 @@ template <typename T> GDL_DEV void stage16(T* dst, const T* src, int valid, bool
   else *reinterpret_cast<uint4*>(dst) = valid > 0 ? load16(src, valid, vector) : zero16();
 }
 
-// ClusterSplits > 1: launched in clusters of that many blocks along y, which
-// split K among them (cluster split, gdl_matmul_tiles.cuh; sk.splits must
-// be the same). TA, TB: a, b transposed (operand_index; lda, ldb their
-// stored row lengths): a transposed operand is staged as stored, contiguous
-// along M (a) or K (b), and read by the tensor cores as column-major; a
-// transposed b's stage is larger, so it keeps two steps in flight.
-template <int ClusterSplits = 0, bool TA = false, bool TB = false, typename T, typename I, typename TC, typename Epi,
-          typename Pro, int NB>
+// BM: the tile's rows; STAGES: stage buffers (`smem` holds
+// MmaTile<BM>::bytes(STAGES, TB)). ClusterSplits > 1: launched in clusters
+// of that many blocks along y, which split K among them (cluster split,
+// gdl_matmul_tiles.cuh; sk.splits must be the same). TA, TB: a, b
+// transposed (operand_index; lda, ldb their stored row lengths): a
+// transposed operand is staged as stored, contiguous along M (a) or K (b),
+// and read by the tensor cores as column-major.
+template <int BM, int STAGES, int ClusterSplits = 0, bool TA = false, bool TB = false, typename T, typename I,
+          typename TC, typename Epi, typename Pro, int NB>
 GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I lda, I ldb, I k_valid,
                         const BatchMap<NB, 2, I>& batches, SplitScratch sk, const Epi& epi, const Pro& pro,
                         unsigned char* smem) {
   using namespace nvcuda;
   static_assert(!((TA || TB) && Pro::active), "the norm prologue and its fold read a plain a and b");
-  constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN, BK = mm::kMmaBK;
-  constexpr int LDA = TA ? BM + 8 : mm::kMmaLdA, LDB = TB ? BK + 8 : mm::kMmaLdB, LDC = mm::kMmaLdC;
-  constexpr int STAGE_B = TB ? BN * LDB : mm::kMmaStageB;  // elements per b buffer
-  constexpr int STAGES = TB ? 2 : mm::kMmaStages;
-  static_assert(BK * LDA <= mm::kMmaStageA && STAGES * (mm::kMmaStageA + STAGE_B) * 2 <= kMatmulMmaSmem,
-                "the stages fit the shared buffer");
+  using Tile = MmaTile<BM>;
+  constexpr int BN = Tile::BN, BK = Tile::BK, FI = Tile::FI, FJ = Tile::FJ;
+  constexpr int LDA = TA ? BM + 8 : BK + 8, LDB = TB ? BK + 8 : BN + 8, LDC = mm::kMmaLdC;
+  constexpr int STAGE_A = Tile::kStageA, STAGE_B = Tile::stage_b(TB);  // elements per buffer
+  static_assert(STAGES >= 2 && (TA ? BK * LDA : BM * LDA) <= STAGE_A, "the stages fit their buffers");
   using LayoutA = typename mm::Pick<TA, wmma::col_major, wmma::row_major>::type;
   using LayoutB = typename mm::Pick<TB, wmma::col_major, wmma::row_major>::type;
   if (blockDim.x != mm::kThreads) __trap();
   T* As = reinterpret_cast<T*>(smem);          // [STAGES][BM][LDA], transposed [STAGES][BK][LDA]
-  T* Bs = As + STAGES * mm::kMmaStageA;        // [STAGES][BK][LDB], transposed [STAGES][BN][LDB]
+  T* Bs = As + STAGES * STAGE_A;               // [STAGES][BK][LDB], transposed [STAGES][BN][LDB]
   float* Cs = reinterpret_cast<float*>(smem);  // [BM][LDC], after the k loop
   __shared__ FoldTile<BM, BN> fold;  // norm prologue (unused without one)
   const int tid = threadIdx.x, warp = tid >> 5;
-  const int wm = warp / 4, wn = warp % 4;     // 2 x 4 warps of 32 x 32
+  const int wm = warp / Tile::WN, wn = warp % Tile::WN;  // this warp's FI x FJ tiles of 16 x 16
   const int a_row = tid / 4, a_col = (tid % 4) * 8;  // this thread's vector of the a stage
+  const bool stages_a = tid < BM * BK / 8;           // a stage has BM * BK / 8 vectors
   const bool vec_a = lda % 8 == 0 && aligned16(a), vec_b = ldb % 8 == 0 && aligned16(b);
   const int S = sk.splits;
   const I mt = ceil_div(M, (I)BM), nt = ceil_div(N, (I)BN);
@@ -89,14 +91,15 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I lda, I l
     const auto issue = [&](I kt) {
       const int buf = (int)(kt % STAGES);
       const I k0 = k_lo + kt * BK;
-      if constexpr (TA) {  // BK stored rows of BM positions: one vector each
+      if (!stages_a) {
+      } else if constexpr (TA) {  // BK stored rows of BM positions: one vector each
         const int row = tid / (BM / 8), col = (tid % (BM / 8)) * 8;
         const I ka = k0 + row, m = m0 + col;
-        stage16(As + buf * mm::kMmaStageA + row * LDA + col, ab + (ka < k_hi ? ka : (I)0) * lda + m,
+        stage16(As + buf * STAGE_A + row * LDA + col, ab + (ka < k_hi ? ka : (I)0) * lda + m,
                 ka < k_hi ? vec_valid<8>(m, M) : 0, vec_a);
       } else {
         const I m = m0 + a_row, ka = k0 + a_col;
-        stage16(As + buf * mm::kMmaStageA + a_row * LDA + a_col, ab + (m < M ? m : (I)0) * lda + ka,
+        stage16(As + buf * STAGE_A + a_row * LDA + a_col, ab + (m < M ? m : (I)0) * lda + ka,
                 m < M ? vec_valid<8>(ka, k_hi) : 0, vec_a);
       }
 #pragma unroll
@@ -116,11 +119,11 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I lda, I l
       }
     };
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FI][FJ];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < FI; ++i)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+      for (int j = 0; j < FJ; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 #pragma unroll
     for (int kt = 0; kt < STAGES - 1; ++kt) {  // one group per step, empty past the last
       if ((I)kt < ksteps) issue((I)kt);
@@ -136,38 +139,41 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I lda, I l
       const int buf = (int)(kt % STAGES);
       cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
       if constexpr (Pro::active && Pro::weighted) {  // the fold stages a as x * w: this thread's own vector
-        uint4* own = reinterpret_cast<uint4*>(As + buf * mm::kMmaStageA + a_row * LDA + a_col);
-        *own = scale16<T>(pro, *own, k_lo + kt * BK + a_col, k_hi);
+        if (stages_a) {
+          uint4* own = reinterpret_cast<uint4*>(As + buf * STAGE_A + a_row * LDA + a_col);
+          *own = scale16<T>(pro, *own, k_lo + kt * BK + a_col, k_hi);
+        }
       }
       __syncthreads();  // everyone's copies of step kt are visible; step kt - 1's readers are done
       if (kt + STAGES - 1 < ksteps) issue(kt + STAGES - 1);  // into step kt - 1's buffer
       cp_async_commit();
-      const T* at = As + buf * mm::kMmaStageA;
+      const T* at = As + buf * STAGE_A;
       const T* bt = Bs + buf * STAGE_B;
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LayoutA> fa[2];
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> fb[2];
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LayoutA> fa[FI];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> fb[FJ];
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
-          wmma::load_matrix_sync(fa[i], at + operand_index<TA>(wm * 32 + i * 16, kk, LDA), LDA);
+        for (int i = 0; i < FI; ++i)
+          wmma::load_matrix_sync(fa[i], at + operand_index<TA>(wm * FI * 16 + i * 16, kk, LDA), LDA);
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
-          wmma::load_matrix_sync(fb[j], bt + operand_index<TB>(kk, wn * 32 + j * 16, LDB), LDB);
+        for (int j = 0; j < FJ; ++j)
+          wmma::load_matrix_sync(fb[j], bt + operand_index<TB>(kk, wn * FJ * 16 + j * 16, LDB), LDB);
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < FI; ++i)
 #pragma unroll
-          for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+          for (int j = 0; j < FJ; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
       }
       fold_column_step<BK>(pro, bt, LDB, k_lo + kt * BK, k_hi, cs, bs);
     }
     cp_async_wait<0>();
     __syncthreads();  // Cs overlays the stage buffers
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < FI; ++i)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
-        wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
+      for (int j = 0; j < FJ; ++j)
+        wmma::store_matrix_sync(Cs + (wm * FI * 16 + i * 16) * LDC + wn * FJ * 16 + j * 16, acc[i][j], LDC,
+                                wmma::mem_row_major);
     // (its barriers also publish Cs; a cluster split's column sums stay here)
     fold_columns_done(pro, cs, bs, s, tiles, tile, ClusterSplits > 1 ? SplitScratch{nullptr, nullptr, 1} : sk, fold);
     __syncthreads();

@@ -78,13 +78,13 @@ GDL_DEV void matmul_rows_prefetch(const T* b, I N, I K, I ldb, int splits) {
   prefetch_b_part<TB>(b, N, ldb, k_lo, k_hi, (task % tiles) * BN, BN);
 }
 
-// The first task of this block in matmul_mma (BK = mm::kMmaBK) or
-// matmul_simt (BK = mm::kSimtBK) with b shared by every row (one batch);
-// ClusterSplits as in matmul_mma.
-template <int BK, int ClusterSplits = 0, bool TB = false, typename T, typename I>
+// The first task of this block in matmul_mma (BM its tile rows, BK =
+// mm::kMmaBK) or matmul_simt (mm::kSimtBM, mm::kSimtBK) with b shared by
+// every row (one batch); ClusterSplits as in matmul_mma.
+template <int BM, int BK, int ClusterSplits = 0, bool TB = false, typename T, typename I>
 GDL_DEV void matmul_tiles_prefetch(const T* b, I M, I N, I K, I ldb, int splits) {
-  constexpr int BM = mm::kMmaBM, BN = mm::kMmaBN;
-  static_assert(BM == mm::kSimtBM && BN == mm::kSimtBN, "one tiling for both tiled kernels");
+  constexpr int BN = mm::kMmaBN;
+  static_assert(BN == mm::kSimtBN, "one tile width for both tiled kernels");
   const I mt = ceil_div(M, (I)BM), tiles = mt * ceil_div(N, (I)BN);
   const I task = split_task_first<ClusterSplits>(tiles);
   if (task >= tiles * (I)splits) return;

@@ -319,10 +319,11 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
     }
     if (n.op == Op::kMatMul && n.type.rank() == 3 && !general) {
       // The same against a shared w: the batch folds into the rows (at
-      // least 32): the tiled kernel, a block per 64-row band over grid.x,
-      // one 128-column tile, K = 48 not split.
+      // least 32): the tiled kernel, a block per band of tile rows over
+      // grid.x (tensor cores: 32 rows while the rows are 32, the step's
+      // first kernel; FMA: 64), one 128-column tile, K = 48 not split.
       CHECK(r.work == dims({Dim::runtime(0), n.type.shape[1]}));
-      CHECK(r.items_per_block == 64);
+      CHECK(r.items_per_block == (n.type.dtype != DType::kF32 && n.type.shape[1].extent == 32 ? 32 : 64));
       CHECK(r.grid_y == 1);
       CHECK(r.block == 256);
       CHECK(p.steps[s].scratch_bytes == 0);
@@ -437,6 +438,52 @@ TEST_CASE("codegen: K and position splits follow the target GPU's multiprocessor
   CHECK(splits[16] == 1);
   CHECK(splits[66] > splits[16]);
   CHECK(splits[132] > splits[66]);
+}
+
+// The tensor-core kernel's tile holds the fewest of 16, 32 or 64 rows that
+// take a batch entry's rows, and as many stage buffers as two blocks' share
+// of the multiprocessor's shared memory holds (kernel_choice.cc); each
+// instantiation compiles, plain and with a transposed b.
+TEST_CASE("codegen: tensor-core tiles of 16, 32 or 64 rows by the rows, stages by the shared memory") {
+  for (bool transposed : {false, true}) {
+    INFO((transposed ? "b transposed" : "b as stored"));
+    GraphBuilder b;
+    b.g.program_name = "mma_tiles";
+    // b [96, 130], or stored [130, 96] and read transposed (ops/matmul.h: [transpose_a, transpose_b, window])
+    const ir::Attrs layout = transposed ? testing::ints_attrs({0, 1, 0, 0}) : ir::Attrs{};
+    std::map<int64_t, ValueId> by_rows;
+    for (int64_t rows : {20, 40, 200}) {  // folded rows above the rows kernel's 16
+      ValueId x = b.input("x" + std::to_string(rows), {DType::kBF16, dims({c(rows), c(96)})});
+      ValueId w = b.param("w" + std::to_string(rows), {DType::kBF16, dims({c(transposed ? 130 : 96), c(transposed ? 96 : 130)})});
+      by_rows[rows] = b.op(Op::kMatMul, {x, w}, {DType::kBF16, dims({c(rows), c(130)})}, layout);
+      b.output("y" + std::to_string(rows), by_rows[rows]);
+    }
+    // b batched: 9 rows per batch entry, no folding, tensor cores all the same
+    ValueId u = b.input("u", {DType::kBF16, dims({c(3), c(9), c(72)})});
+    ValueId uw = b.param("uw", {DType::kBF16, dims({c(3), c(72), c(40)})});
+    by_rows[9] = b.op(Op::kMatMul, {u, uw}, {DType::kBF16, dims({c(3), c(9), c(40)})});
+    b.output("batched", by_rows[9]);
+    plan::Plan p = plan_of(b.g);
+    REQUIRE(plan::check_plan(p) == "");
+    const std::map<int64_t, int> tile_m = {{9, 16}, {20, 32}, {40, 64}, {200, 64}};
+    for (const auto& [rows, value] : by_rows) {
+      INFO("rows " << rows);
+      const MatmulChoice choice = choose_matmul(p.graph, p.graph.node(value));
+      CHECK_FALSE(choice.use_rows);
+      CHECK(choice.tiles == MatmulKernel::kMma);
+      CHECK(choice.tile_m == tile_m.at(rows));
+      CHECK(choice.mma_stages == kMaxMmaStages);  // 227 KiB a multiprocessor: room for the most
+      const Kernel& k = own_kernel(generate_cuda(p), step_writing(p, value));
+      CHECK(k.launch.shared_bytes == choice.mma_shared_bytes);
+      CHECK(k.launch.shared_bytes > 48 * 1024);  // dynamic, past the static limit
+    }
+    require_compiles(generate_cuda(p));
+    // A multiprocessor of 100 KiB: two blocks' share holds fewer stages.
+    p.graph.target.shared_bytes_per_sm = 100 * 1024;
+    const MatmulChoice small = choose_matmul(p.graph, p.graph.node(by_rows[20]));
+    CHECK(small.mma_stages == (transposed ? 3 : 4));
+    CHECK(small.mma_shared_bytes <= 45 * 1024);
+  }
 }
 
 TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the launch has a block per SM at most") {
@@ -558,7 +605,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     GeneratedCode code = generate_cuda(p);
     const std::string& src = code.source;
     const bool f32 = t == DType::kF32;
-    const std::string tiled = f32 ? "gdl::matmul_simt(" : "gdl::matmul_mma(";
+    const std::string tiled = f32 ? "gdl::matmul_simt(" : "gdl::matmul_mma<";
     const int64_t strips = f32 ? 128 : 64;  // 128-byte column strips of a 4096-wide w
 
     // The kernels' text: rows calls, tiled calls, and no run-time choice
@@ -608,9 +655,11 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(src.find("reinterpret_cast<float*>(arena + " + std::to_string(p.steps[s].scratch_offset) + "ull)") !=
           std::string::npos);
 
-    // hybrid: 1..64 rows, the rows kernel up to 16 and the tiled one above,
-    // two kernels: the rows kernel's strips over grid.y, the tiled kernel's
-    // 64-row bands over grid.x and its tile columns and splits over grid.y.
+    // hybrid: 1..64 rows, the rows kernel up to 16 and tiled kernels above:
+    // the rows kernel's strips over grid.y, the tiled kernel's bands of tile
+    // rows over grid.x and its tile columns and splits over grid.y. Tensor
+    // cores: one kernel of 32-row tiles for 17 to 32 rows and one of 64 for
+    // more (matmul_tile_bands); FMA: one of 64 for all above 16.
     const MatmulChoice hybrid = choose_matmul(p.graph, p.graph.node(k.value["hybrid"]));
     CHECK(hybrid.use_rows);
     CHECK(hybrid.use_tiles);
@@ -619,25 +668,38 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     s = step_writing(p, k.value["hybrid"]);
     const Kernel& hk = own_kernel(code, s);
     REQUIRE(large_kernel(code, s) != nullptr);
-    const Kernel& large = *large_kernel(code, s);
+    const Kernel& large = *large_kernel(code, s);  // the lowest band's
+    CHECK(code.kernels.step_choices.at(s).size() == (f32 ? 2u : 3u));
     CHECK(hk.symbol == "gdl_s" + std::to_string(s) + "_matmul");
     CHECK(hk.launch.work.empty());
     CHECK(hk.launch.grid_y == strips * hybrid.rows_splits);
-    CHECK(large.symbol == hk.symbol + "_tiled");
+    CHECK(large.symbol == hk.symbol + "_tiled17");
     CHECK(large.launch.work == dims({Dim::runtime(1)}));
-    CHECK(large.launch.items_per_block == 64);
+    CHECK(large.launch.items_per_block == (f32 ? 64 : 32));
     CHECK(large.launch.grid_y == 32 * hybrid.tile_splits);
     CHECK(large.rows == dims({Dim::runtime(1)}));
     CHECK(large.min_rows == 17);
-    CHECK(large.max_rows == kAnyRows);
+    CHECK(large.max_rows == (f32 ? kAnyRows : 32));
     CHECK(hk.depends_on_dims);
     CHECK(src.find(" " + large.symbol + "(unsigned char* arena") != std::string::npos);
+    CHECK(src.find("// step " + std::to_string(s) + ", 17 " + (f32 ? "rows or more: " : "to 32 rows: ")) != std::string::npos);
+    CHECK(src.find("// step " + std::to_string(s) + ", 0 to 16 rows: ") != std::string::npos);
+    if (!f32) {
+      const Kernel& top = code.kernels.kernels.at(static_cast<size_t>(code.kernels.step_choices.at(s).front()));
+      CHECK(top.symbol == hk.symbol + "_tiled33");
+      CHECK(top.launch.items_per_block == 64);
+      CHECK(top.min_rows == 33);
+      CHECK(top.max_rows == kAnyRows);
+      CHECK(src.find("// step " + std::to_string(s) + ", 33 rows or more: ") != std::string::npos);
+      CHECK_FALSE(kernel_applies(top, {8, 32}));
+      CHECK(kernel_applies(top, {8, 33}));
+      CHECK(kernel_applies(large, {8, 32}));
+    }
     // 32 tiles x 8 parts: more blocks than multiprocessors, so no clusters
     // (kernel_choice.cc); the partial tiles are the larger scratch.
     CHECK_FALSE(hybrid.tile_cluster);
     CHECK(src.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) " + large.symbol + "(") == std::string::npos);
     CHECK(hybrid.scratch.partial_floats == 8 * 32 * 64 * 128);
-    CHECK(src.find("// step " + std::to_string(s) + ", more than 16 rows: ") != std::string::npos);
     // The runtime's pick: the rows at the run's dims (C is dim 1).
     CHECK_FALSE(kernel_applies(large, {8, 1}));
     CHECK_FALSE(kernel_applies(large, {8, 16}));
@@ -658,7 +720,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(tiles.tile_cluster == !f32);
     CHECK((src.find("__cluster_dims__(1, 4, 1) __launch_bounds__(256, 2) " + own_kernel(code, s).symbol + "(") !=
            std::string::npos) == !f32);
-    CHECK((src.find("gdl::matmul_mma<4>(") != std::string::npos) == !f32);
+    CHECK((src.find("gdl::matmul_mma<64, 6, 4>(") != std::string::npos) == !f32);  // 64-row tiles, 6 stages, clusters of 4
     CHECK(p.steps[s].scratch_bytes == (f32 ? tiles.scratch.partial_bytes() : 0));
 
     // batched b: not folded, one tile per batch entry.

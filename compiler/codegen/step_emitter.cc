@@ -48,6 +48,12 @@ StepEmitter::StepEmitter(const plan::Plan& plan, size_t step_index, const std::m
     : p(plan), g(plan.graph), index(step_index), step(plan.steps[step_index]), sm(sm), variant(variant),
       chain_step(chain_step), chain_publish_stats(chain_publish_stats), scalar_slot_(scalar_slot) {}
 
+StepEmitter::StepEmitter(const plan::Plan& plan, size_t step_index, const std::map<ValueId, int>& scalar_slot, int sm,
+                         RowsBand rows)
+    : StepEmitter(plan, step_index, scalar_slot, sm, Variant::kLarge) {
+  band = rows;
+}
+
 std::string StepEmitter::emit_chain_step() {
   LaunchRule unused;
   const std::string inside = kernel_inside(build_body(unused));
@@ -66,7 +72,7 @@ std::string StepEmitter::emit(Kernel& info) {
   const std::string body = build_body(rule);
   const Node& result = g.node(step.result);
   info.symbol = "gdl_s" + std::to_string(index) + "_" + ir::op_name((structured_ ? g.node(anchor) : result).op);
-  if (variant == Variant::kLarge) info.symbol += "_tiled";
+  if (variant == Variant::kLarge) info.symbol += "_tiled" + std::to_string(band.lo);
   info.launch = rule;
   info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
   info.depends_on_dims = !dims_used_.empty() || !all_constant(rule.work);
@@ -79,9 +85,11 @@ std::string StepEmitter::emit(Kernel& info) {
     for (size_t i = 0; i < step.deps.size(); ++i) out += (i ? ", " : "") + std::to_string(step.deps[i]);
     out += ")";
   }
-  if (two_kernels)
-    out += variant == Variant::kLarge ? ", more than " + std::to_string(kMatmulRowsLimit) + " rows"
-                                      : ", at most " + std::to_string(kMatmulRowsLimit) + " rows";
+  if (variant == Variant::kLarge || !large_bands.empty()) {
+    const RowsBand& b = variant == Variant::kLarge ? band : RowsBand{0, large_bands.front().lo - 1};
+    out += b.hi == RowsBand{}.hi ? ", " + std::to_string(b.lo) + " rows or more"
+                                 : ", " + std::to_string(b.lo) + " to " + std::to_string(b.hi) + " rows";
+  }
   out += ": " + launch_text(rule) + "\n";
   for (ValueId v : step.values) out += "//   " + describe_value(g, v) + "\n";
   std::string bounds = std::to_string(rule.block);

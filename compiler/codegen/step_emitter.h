@@ -22,15 +22,18 @@
 namespace gdl {
 
 // Which kernel of its step an emitter writes: the step's only (or first)
-// kernel, the large kernel of a matmul step that has two (for more rows
-// than the rows kernel serves), or the step as one block of its chain's
-// kernel (codegen/chain_kernel.cc).
+// kernel, a large kernel of a matmul step that has several (for the rows
+// of one band of matmul_tile_bands, above those its first kernel serves),
+// or the step as one block of its chain's kernel (codegen/chain_kernel.cc).
 enum class Variant { kFirst, kLarge, kChainStep };
 
 class StepEmitter {
  public:
   StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ir::ValueId, int>& scalar_slot, int sm,
               Variant variant = Variant::kFirst, int chain_step = 0, bool chain_publish_stats = false);
+  // Variant::kLarge: the rows of the kernel to emit.
+  StepEmitter(const plan::Plan& p, size_t step_index, const std::map<ir::ValueId, int>& scalar_slot, int sm,
+              RowsBand band);
 
   // The kernel: its source text, and its symbol, launch rule, scalars and
   // dims in `info`.
@@ -40,9 +43,10 @@ class StepEmitter {
   // then the chain's step call (gdl_chain.cuh).
   std::string emit_chain_step();
 
-  // After emit(): the step is a matmul with a rows and a large kernel, and
-  // the matmul's rows (its result's shape without the last axis).
-  bool has_large_kernel() const { return two_kernels; }
+  // After emit(): the row bands of the step's large kernels (a matmul with
+  // several kernels), each to emit with the band's constructor, and the
+  // matmul's rows (its result's shape without the last axis).
+  const std::vector<RowsBand>& large_kernel_bands() const { return large_bands; }
   const Shape& matmul_rows() const { return rows_of_matmul; }
   // After emit() or emit_chain_step(): the run-time scalars and whether any
   // run-time dim the kernel's code reads.
@@ -102,7 +106,8 @@ class StepEmitter {
   // What the kernel's emitter decided.
   int min_blocks = 0;           // blocks per multiprocessor the kernel's registers must allow (0: no bound)
   int cluster_y = 0;            // > 1: the kernel runs in clusters of that many blocks along grid.y
-  bool two_kernels = false;     // a matmul with a rows and a large kernel
+  RowsBand band;                // Variant::kLarge: its rows; else the first kernel's
+  std::vector<RowsBand> large_bands;  // a matmul with several kernels: those of its large ones
   Shape rows_of_matmul;
   bool waits_in_body = false;   // the body calls wait_for_producers itself, after its prefetch
   bool early_start = false;     // Kernel::early_start

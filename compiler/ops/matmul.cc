@@ -261,7 +261,8 @@ std::string weights_prefetch(StepEmitter& e, const Node& n, const MatmulChoice& 
                            std::to_string(choice.rows_splits) + ");";
   const std::string cluster =
       choice.tile_cluster || tb ? ", " + std::to_string(choice.tile_cluster ? choice.tile_splits : 0) : "";
-  const std::string tiles = "gdl::matmul_tiles_prefetch<" + bk + cluster + (tb ? ", true" : "") + ">(" + b +
+  const std::string tiles = "gdl::matmul_tiles_prefetch<" + std::to_string(choice.tile_m) + ", " + bk + cluster +
+                            (tb ? ", true" : "") + ">(" + b +
                             ", rows, N, K, ldb, " + std::to_string(choice.tile_splits) + ");";
   return "  // before the kernels this one depends on finish: its part of the weights into L2\n  " +
          (use_rows ? rows : tiles) + "\n  gdl::wait_for_producers();\n  gdl::matmul_allow_dependents(rows, N, K);\n";
@@ -283,7 +284,13 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
   const bool transposed = layout.transpose_a || layout.transpose_b;
   const size_t batch_rank = rs.size() - 2;
   const int nb = std::max<int>(1, static_cast<int>(batch_rank));
-  const MatmulChoice choice = choose_matmul(e.g, n);
+  // The kernel for this emitter's rows: the first kernel takes the rows
+  // kernel's bindings (or the first tile band's), a large one its band's.
+  const MatmulChoice full = choose_matmul(e.g, n);
+  const std::vector<RowsBand> bands = e.variant == Variant::kFirst ? matmul_tile_bands(e.g, n) : std::vector<RowsBand>{};
+  const MatmulChoice choice = e.variant == Variant::kLarge        ? choose_matmul(e.g, n, e.band)
+                              : full.use_rows || bands.size() < 2 ? full
+                                                                  : choose_matmul(e.g, n, bands.front());
   std::string body;
   auto local = [&](const std::string& name, const std::string& value) {
     body += "  const " + e.idx + " " + name + " = " + value + ";\n";
@@ -340,13 +347,13 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
   }
 
   e.min_blocks = static_cast<int>(kMatmulBlocksPerSM);  // at most 128 registers: two blocks per multiprocessor
-  // Both kernels may run (the rows known only at run time): this emitter
-  // writes one of them, generate_cuda the other.
-  bool use_rows = choice.use_rows, use_tiles = choice.use_tiles;
-  if (use_rows && use_tiles) {
-    e.two_kernels = true;
-    e.rows_of_matmul = row_dims;
-    (e.variant == Variant::kLarge ? use_rows : use_tiles) = false;
+  // Several kernels may run (the rows known only at run time): this
+  // emitter writes one of them, generate_cuda the others, one per band.
+  const bool use_rows = choice.use_rows && e.variant != Variant::kLarge;
+  const bool use_tiles = !use_rows;
+  if (e.variant == Variant::kFirst) {
+    e.large_bands.assign(bands.begin() + (full.use_rows || bands.empty() ? 0 : 1), bands.end());
+    if (!e.large_bands.empty()) e.rows_of_matmul = row_dims;
   }
   const std::string tiles_name = matmul_kernel_name(choice.tiles);
   body += "  // matmul kernel: " +
@@ -354,9 +361,17 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
                           (choice.rows_cluster ? ", one cluster per strip" : "") + ")"
                     : tiles_name + " (" + std::to_string(choice.tile_splits) + " K split(s)" +
                           (choice.tile_cluster ? ", one cluster per tile" : "") + ")") + "\n";
-  const std::string smem = use_rows ? "gdl::kMatmulRowsSmem"
-                           : choice.tiles == MatmulKernel::kMma ? "gdl::kMatmulMmaSmem" : "gdl::kMatmulSimtSmem";
-  body += "  __shared__ __align__(128) unsigned char smem[" + smem + "];\n";
+  const bool mma = !use_rows && choice.tiles == MatmulKernel::kMma;
+  if (mma) {  // stage buffers in dynamic shared memory, as many as kernel_choice.cc fits
+    const std::string bytes = std::to_string(choice.mma_shared_bytes);
+    body += "  extern __shared__ __align__(128) unsigned char smem[];\n";
+    body += "  static_assert(gdl::MmaTile<" + std::to_string(choice.tile_m) + ">::bytes(" +
+            std::to_string(choice.mma_stages) + ", " + tb + ") == " + bytes +
+            ", \"the shared memory gdlc asks the launch for\");\n";
+  } else {
+    body += "  __shared__ __align__(128) unsigned char smem[" +
+            std::string(use_rows ? "gdl::kMatmulRowsSmem" : "gdl::kMatmulSimtSmem") + "];\n";
+  }
 
   std::string rows_call, tiles_call;
   if (choice.fold_batch) {
@@ -381,10 +396,11 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
     std::string map = choice.fold_batch ? "single" : "batches";
     if (choice.tile_cluster) e.cluster_y = choice.tile_splits;  // the K splits of a tile: one cluster
     const std::string cluster = std::to_string(choice.tile_cluster ? choice.tile_splits : 0);
+    const std::string mma_args = std::to_string(choice.tile_m) + ", " + std::to_string(choice.mma_stages);
     const std::string targs = choice.tiles == MatmulKernel::kSimt ? (transposed ? "<" + ta + ", " + tb + ">" : "")
-                              : transposed         ? "<" + cluster + ", " + ta + ", " + tb + ">"
-                              : choice.tile_cluster ? "<" + cluster + ">"
-                                                    : "";
+                              : transposed         ? "<" + mma_args + ", " + cluster + ", " + ta + ", " + tb + ">"
+                              : choice.tile_cluster ? "<" + mma_args + ", " + cluster + ">"
+                                                    : "<" + mma_args + ">";
     tiles_call = "gdl::matmul_" + tiles_name + targs + "(" + args[0] + ", " + args[1] + ", " + out_ptr + ", " + m +
                  ", N, K, lda, ldb, k_valid, " + map + ", " +
                  e.split_scratch(choice.tile_splits, choice.tile_cluster, choice.scratch, body) + ", " + epi + ", " +
@@ -398,10 +414,11 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
   LaunchRule rows_rule = task_launch({{{rs.back()}, strip}, {{Dim::constant(choice.rows_splits)}, 1}}, kMatmulThreads);
   LaunchRule tiles_rule =
       choice.fold_batch
-          ? task_launch({{row_dims, kMatmulTileRows}, {{rs.back()}, kMatmulTileCols},
+          ? task_launch({{row_dims, choice.tile_m}, {{rs.back()}, kMatmulTileCols},
                          {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads)
-          : task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, kMatmulTileRows},
+          : task_launch({{sub_shape(rs, 0, batch_rank), 1}, {{rs[rs.size() - 2]}, choice.tile_m},
                          {{rs.back()}, kMatmulTileCols}, {{Dim::constant(choice.tile_splits)}, 1}}, kMatmulThreads);
+  if (choice.tiles == MatmulKernel::kMma) tiles_rule.shared_bytes = choice.mma_shared_bytes;
   rule = use_rows ? rows_rule : tiles_rule;
   return body;
 }

@@ -8,8 +8,15 @@
 //    rows kernel when b is shared and some binding has at most
 //    kMatmulRowsLimit rows, and the tiled kernel (tensor cores for f16 and
 //    bf16, FMA for f32) when some binding has more, or when b is batched.
-// 3. Splits: a kernel's output tiles (rows kernel: 128-byte column strips
-//    of b; tiled kernels: 64 x 128 tiles at the largest binding) are
+// 3. Tiles: the tensor-core kernel's tile has the fewest of 16, 32 or 64
+//    rows that hold a batch entry's rows at the largest binding (64 above
+//    that), so that 9 rows cost a 16-row tile's tensor-core work, not a
+//    64-row one's; its stage buffers fill the dynamic shared memory that
+//    kMatmulBlocksPerSM blocks leave each other on g.target's
+//    multiprocessor (2 to kMaxMmaStages: more copies in flight while the
+//    rows are few and the weights stream).
+//    Splits: a kernel's output tiles (rows kernel: 128-byte column strips
+//    of b; tiled kernels: tile_m x 128 tiles at the largest binding) are
 //    multiplied by a K split count so that the launch has about
 //    g.target.multiprocessors * kMatmulBlocksPerSM blocks, at most
 //    kMaxSplits, and each split keeps at least kMinKPerSplit positions of
@@ -19,7 +26,7 @@
 //    as one thread-block cluster (tile_cluster) when the launch has at most
 //    a block per multiprocessor; so do the rows kernel's splits of a strip
 //    (rows_cluster).
-// 4. Scratch: one ticket per tile and splits partial tiles, for whichever
+// 5. Scratch: one ticket per tile and splits partial tiles, for whichever
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
 // choose_attention: for the split kernel, positions split into about
@@ -49,7 +56,7 @@ namespace gdl {
 namespace {
 
 constexpr int64_t kRowsLanes = 8;  // gdl_matmul.cuh: mm::kRowLanes
-constexpr int64_t kTileRows = kMatmulTileRows, kTileCols = kMatmulTileCols;
+constexpr int64_t kTileCols = kMatmulTileCols;
 // Positions of K that one split part of a matmul keeps at least (rows and
 // tiled kernels; four K steps of the tensor-core kernel, eight of the FMA
 // one). 128 rather than 64: measured on the H200, W2 H=1024 (K =
@@ -81,15 +88,24 @@ int64_t pow2_at_least(int64_t n) {
 
 // Rows of one batch entry of a tiled kernel (the batch folded in when b is
 // shared), and its output tiles, at the largest binding.
-int64_t tile_rows(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
+int64_t entry_rows(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
   const Shape& rs = n.type.shape;
   return std::max<int64_t>(1, c.fold_batch ? c.rows_max : extent_at(rs[rs.size() - 2], g, true));
 }
 int64_t tile_count(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
   const Shape& rs = n.type.shape;
   const size_t batch_rank = rs.size() - 2;
-  return (c.fold_batch ? 1 : product_at(rs, 0, batch_rank, g, true)) * ceil_div(tile_rows(g, n, c), kTileRows) *
+  return (c.fold_batch ? 1 : product_at(rs, 0, batch_rank, g, true)) * ceil_div(entry_rows(g, n, c), c.tile_m) *
          ceil_div(std::max<int64_t>(1, extent_at(rs.back(), g, true)), kTileCols);
+}
+
+// gdl::MmaTile<tile_m>::bytes(stages, transposed_b) (gdl_matmul_common.cuh):
+// the stage buffers, or the result tile that overlays them if larger.
+uint32_t mma_shared_bytes(int tile_m, int stages, bool transposed_b) {
+  const int64_t bk = kMatmulMmaBK, bn = kTileCols;
+  const int64_t stage_a = std::max(tile_m * (bk + 8), bk * (tile_m + 8));
+  const int64_t stage_b = transposed_b ? bn * (bk + 8) : bk * (bn + 8);
+  return static_cast<uint32_t>(std::max(stages * (stage_a + stage_b) * 2, tile_m * (bn + 4) * 4));
 }
 
 // A positive count from the environment variable `name`; 0 when it is
@@ -138,6 +154,14 @@ int64_t attention_splits_wanted() {
   static const int64_t n = env_count("GDL_ATTENTION_SPLITS");
   return n;
 }
+// GDL_MATMUL_ROWS_LIMIT=N (1 to 16): the rows kernel takes f16/bf16
+// matmuls of at most N rows instead of kMatmulRowsLimit, the 16-row
+// tensor-core tiles the rest (an A/B of the two at 9 to 16 rows).
+int64_t rows_limit(DType t) {
+  static const int64_t limit = std::min(env_count("GDL_MATMUL_ROWS_LIMIT"), kMatmulRowsLimit);
+  return limit >= 1 && t != DType::kF32 ? limit : kMatmulRowsLimit;
+}
+
 int64_t attention_ring_bytes() {
   static const int64_t bytes = [] {
     const int64_t kib = env_count("GDL_ATTENTION_RING_KIB");
@@ -183,7 +207,7 @@ const char* matmul_kernel_name(MatmulKernel k) {
 uint64_t SplitScratchSize::ticket_bytes() const { return align256(static_cast<uint64_t>(tickets) * 4); }
 uint64_t SplitScratchSize::partial_bytes() const { return align256(static_cast<uint64_t>(partial_floats) * 4); }
 
-MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
+MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n, RowsBand band) {
   GDL_INTERNAL_ASSERT(n.op == ir::Op::kMatMul && n.args.size() == 2, "choose_matmul on a node that is not a matmul");
   const Shape as = ops::matmul_a_shape(g, n), bs = ops::matmul_b_shape(g, n);  // as the matmul reads them
   const Shape& rs = n.type.shape;
@@ -200,6 +224,8 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   const Dim& m = rs[batch_rank];
   c.rows_min = extent_at(m, g, false) * (c.fold_batch ? product_at(rs, 0, batch_rank, g, false) : 1);
   c.rows_max = extent_at(m, g, true) * (c.fold_batch ? batch_max : 1);
+  c.rows_min = std::max(c.rows_min, band.lo);  // a band inside the rows
+  c.rows_max = std::max(c.rows_min, std::min(c.rows_max, band.hi));
   const int64_t n_max = extent_at(rs.back(), g, true);
   const int64_t k_max = extent_at(as.back(), g, true);
   const DType t = n.type.dtype;
@@ -211,11 +237,24 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
     c.tiles = MatmulKernel::kGeneral;
     return c;
   }
-  c.use_rows = c.fold_batch && c.rows_min <= kMatmulRowsLimit;
-  c.use_tiles = !c.use_rows || c.rows_max > kMatmulRowsLimit;
+  c.use_rows = c.fold_batch && c.rows_min <= rows_limit(t);
+  c.use_tiles = !c.use_rows || c.rows_max > rows_limit(t);
   c.tiles = t == DType::kF32 ? MatmulKernel::kSimt : MatmulKernel::kMma;
 
-  // 3. splits
+  // 3. tiles
+  if (c.use_tiles && c.tiles == MatmulKernel::kMma) {
+    const int64_t rows = entry_rows(g, n, c);
+    c.tile_m = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    // A block's share of the multiprocessor's shared memory, less its static
+    // part (the fold's tile, about 4 KiB) and the 1 KiB the driver keeps per block.
+    const int64_t budget = g.target.shared_bytes_per_sm / kMatmulBlocksPerSM - 5 * 1024;
+    const bool tb = ops::matmul_layout(n).transpose_b;
+    c.mma_stages = kMaxMmaStages;
+    while (c.mma_stages > 2 && mma_shared_bytes(c.tile_m, c.mma_stages, tb) > budget) --c.mma_stages;
+    c.mma_shared_bytes = mma_shared_bytes(c.tile_m, c.mma_stages, tb);
+  }
+
+  // 4. splits
   const int64_t blocks_wanted = g.target.multiprocessors * kMatmulBlocksPerSM;
   const int64_t strip_cols = matmul_strip_columns(t);
   const int64_t strips = ceil_div(std::max<int64_t>(1, n_max), strip_cols);
@@ -232,21 +271,38 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n) {
   if (c.use_tiles && c.tiles != MatmulKernel::kGeneral) {
     c.tile_splits = split_count(tiles, blocks_wanted, std::max<int64_t>(1, k_max / kMinKPerSplit));
     while (c.tile_splits > 1 &&
-           static_cast<uint64_t>(c.tile_splits * tiles * kTileRows * kTileCols) * 4 > kMaxScratchBytes)
+           static_cast<uint64_t>(c.tile_splits * tiles * c.tile_m * kTileCols) * 4 > kMaxScratchBytes)
       --c.tile_splits;
     c.tile_cluster = c.tiles == MatmulKernel::kMma && c.fold_batch && split_as_cluster(g, c.tile_splits, tiles);
   }
 
-  // 4. scratch
+  // 5. scratch
   if (c.use_rows && c.rows_splits > 1 && !c.rows_cluster) {
     c.scratch.tickets = std::max(c.scratch.tickets, strips);
     c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.rows_splits * strips * rows_held * strip_cols);
   }
   if (c.use_tiles && c.tile_splits > 1 && !c.tile_cluster) {
     c.scratch.tickets = std::max(c.scratch.tickets, tiles);
-    c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.tile_splits * tiles * kTileRows * kTileCols);
+    c.scratch.partial_floats = std::max(c.scratch.partial_floats, c.tile_splits * tiles * c.tile_m * kTileCols);
   }
   return c;
+}
+
+std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& n) {
+  const MatmulChoice c = choose_matmul(g, n);
+  if (!c.use_tiles) return {};
+  const RowsBand tiled{c.use_rows ? rows_limit(n.type.dtype) + 1 : c.rows_min, c.rows_max};
+  std::vector<RowsBand> bands = {tiled};
+  if (c.fold_batch && c.tiles == MatmulKernel::kMma) {
+    bands.clear();
+    for (const RowsBand& height : {RowsBand{0, 16}, RowsBand{17, 32}, RowsBand{33, tiled.hi}}) {
+      const RowsBand b{std::max(height.lo, tiled.lo), std::min(height.hi, tiled.hi)};
+      if (b.lo <= b.hi) bands.push_back(b);
+    }
+  }
+  bands.back().hi = RowsBand{}.hi;         // the last band serves any run above it,
+  if (!c.use_rows) bands.front().lo = 0;  // and the first, without a rows kernel, any below it
+  return bands;
 }
 
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
@@ -315,8 +371,10 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   return c;
 }
 
-uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& n) {
-  const MatmulChoice c = choose_matmul(g, n);
+namespace {
+
+// prologue_reread_bytes of one kernel choice.
+uint64_t reread_bytes(const ir::Graph& g, const ir::Node& n, const MatmulChoice& c) {
   if (!c.use_rows && c.tiles == MatmulKernel::kGeneral) return 0;
   const Shape as = ops::matmul_a_shape(g, n);
   const Shape& rs = n.type.shape;
@@ -329,8 +387,23 @@ uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& n) {
     most = static_cast<uint64_t>(blocks * std::min(c.rows_max, kMatmulRowsLimit)) * row_bytes;
   }
   if (c.use_tiles) {  // the fold: the parts of a tile share its rows' statistics
-    most = std::max(most, static_cast<uint64_t>(tile_count(g, n, c) * std::min(tile_rows(g, n, c), kTileRows)) * row_bytes);
+    most = std::max(most, static_cast<uint64_t>(tile_count(g, n, c) * std::min<int64_t>(entry_rows(g, n, c), c.tile_m)) * row_bytes);
   }
+  return most;
+}
+
+// The choices of every kernel of the step: all bindings', then each tile band's.
+std::vector<MatmulChoice> matmul_choices(const ir::Graph& g, const ir::Node& n) {
+  std::vector<MatmulChoice> choices = {choose_matmul(g, n)};
+  for (const RowsBand& band : matmul_tile_bands(g, n)) choices.push_back(choose_matmul(g, n, band));
+  return choices;
+}
+
+}  // namespace
+
+uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& n) {
+  uint64_t most = 0;
+  for (const MatmulChoice& c : matmul_choices(g, n)) most = std::max(most, reread_bytes(g, n, c));
   return most;
 }
 
@@ -347,13 +420,16 @@ SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>
   if (values.empty()) return {};
   const bool prologue = matmul_prologue(g, values) != ir::kNoValue;
   const ir::Node& anchor = g.node(values[prologue ? 1 : 0]);
-  if (anchor.op == ir::Op::kMatMul) {
-    const MatmulChoice c = choose_matmul(g, anchor);
-    SplitScratchSize need = c.scratch;
-    if (prologue && c.use_tiles && c.tile_splits > 1 && !c.tile_cluster) {  // the fold: each part's column sums, each tile's statistics
-      const int64_t tiles = tile_count(g, anchor, c);
-      need.partial_floats = std::max(need.partial_floats, c.tile_splits * tiles * (kTileRows * kTileCols + 2 * kTileCols) +
-                                                              tiles * 2 * kTileRows);
+  if (anchor.op == ir::Op::kMatMul) {  // the most any of its kernels needs
+    SplitScratchSize need;
+    for (const MatmulChoice& c : matmul_choices(g, anchor)) {
+      need.tickets = std::max(need.tickets, c.scratch.tickets);
+      need.partial_floats = std::max(need.partial_floats, c.scratch.partial_floats);
+      if (prologue && c.use_tiles && c.tile_splits > 1 && !c.tile_cluster) {  // the fold: each part's column sums, each tile's statistics
+        const int64_t tiles = tile_count(g, anchor, c);
+        need.partial_floats = std::max(need.partial_floats, c.tile_splits * tiles * (c.tile_m * kTileCols + 2 * kTileCols) +
+                                                                tiles * 2 * c.tile_m);
+      }
     }
     return need;
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "ir.h"
@@ -22,8 +23,11 @@ inline constexpr int kMaxClusterSplits = 8;     // the portable cluster size
 inline constexpr int kAttentionMaxSplits = 64;  // == gdl::kAttentionMaxSplits (gdl_attention.cuh)
 inline constexpr uint64_t kMaxScratchBytes = uint64_t{64} << 20;  // fewer splits rather than more scratch
 
-// Output tiles of gdl::matmul_mma and gdl::matmul_simt (gdl_matmul.cuh).
+// Output tiles of gdl::matmul_simt and the largest of gdl::matmul_mma
+// (gdl_matmul.cuh), which also takes 16 and 32 rows (MatmulChoice::tile_m).
 inline constexpr int64_t kMatmulTileRows = 64, kMatmulTileCols = 128;
+inline constexpr int64_t kMatmulMmaBK = 32;  // K positions per stage of gdl::matmul_mma (mm::kMmaBK)
+inline constexpr int kMaxMmaStages = 6;      // stage buffers of gdl::matmul_mma
 // Columns of b per block of gdl::matmul_rows: 128 bytes (8 threads x 16 bytes).
 int64_t matmul_strip_columns(DType t);
 
@@ -58,6 +62,12 @@ struct MatmulChoice {
   int row_tile = 1;        // rows held in registers by the rows kernel (MR)
   int rows_splits = 1;     // K splits of the rows kernel
   int tile_splits = 1;     // K splits of the tiled kernel (kMma, kSimt)
+  // The tiled kernel's tile rows (kMma: 16, 32 or 64; kSimt: 64), and for
+  // kMma its stage buffers and their dynamic shared memory
+  // (gdl::MmaTile<tile_m>::bytes(mma_stages, transposed b)).
+  int tile_m = static_cast<int>(kMatmulTileRows);
+  int mma_stages = 0;
+  uint32_t mma_shared_bytes = 0;
   // The tensor-core kernel's splits of one tile form a thread-block cluster
   // (2 to kMaxClusterSplits blocks, b shared, at most a block per
   // multiprocessor in the launch): the parts stay in shared memory and need
@@ -66,7 +76,20 @@ struct MatmulChoice {
   bool rows_cluster = false;  // the same for the rows kernel's splits of one strip
   SplitScratchSize scratch;  // shared by both kernels: only one runs per launch
 };
-MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul);
+// Rows [lo, hi] of a matmul (folded rows when b is shared).
+struct RowsBand {
+  int64_t lo = 0, hi = std::numeric_limits<int64_t>::max();
+};
+// The choice at every binding, or (band) at the bindings whose rows lie in
+// the band: a kernel of the step that serves only those (codegen emits one
+// per band of matmul_tile_bands, the runtime picks it by the run's rows).
+MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul, RowsBand band = {});
+// The row bands of a matmul's tiled kernels, ascending: with b shared and
+// tensor cores, one per tile height its tiled rows reach ((16, 32] for 32
+// rows, above 32 for 64; the rows kernel takes 16 and fewer), so that each
+// run's tiles hold its rows; otherwise one band, its whole tiled range.
+// Empty when only the rows kernel runs.
+std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& matmul);
 
 // The ring of gdl::attention_stream: about this many bytes of stages per
 // block (2 to 8 stages), so that several blocks share a multiprocessor.

@@ -121,6 +121,29 @@ TEST_CASE("kernels: matmul, tiled kernels (tensor cores, f32 FMA) aligned, ragge
     }
 }
 
+// The shapes of bench/sweep.py's rows, small: odd and even row counts on
+// either side of every kernel and tile boundary (rows kernel, tensor-core
+// tiles of 16, 32 and 64 rows, two bands of 64), K and N not multiples of
+// 128 and not square, b as stored and transposed, with a bias and gelu, a
+// norm prologue and a residual.
+TEST_CASE("kernels: matmul at sweep-like shapes, every tile height, odd rows, K and N off 128") {
+  const std::string text =
+      "program mm;\ndim M in [1, 100] buckets(1, 2, 7, 9, 12, 16, 24, 33, 48, 100);\n"
+      "input x : {T}[M, 1000];\nparam w : {T}[1000, 640];\nparam wt : {T}[640, 1000];\nparam bias : {T}[640];\n"
+      "input h : {T}[M, 640];\nparam sq : {T}[640, 640];\n"
+      "output y : {T}[M, 640];\noutput z : {T}[M, 640];\noutput r : {T}[M, 640];\n"
+      "y = gelu(x @ w + bias);\n"
+      "z = layernorm(x, eps = 1e-5) @ transpose(wt);\n"
+      "r = h + gelu(rmsnorm(h, eps = 1e-5) @ sq + bias);\n";
+  for (const std::string& t : kFloats) {
+    Program program = compile_text(with_dtype(text, t));
+    for (int64_t m : {1, 2, 5, 9, 12, 16, 20, 33, 47, 100}) {
+      INFO("sweep-like " << t << " M = " << m);
+      CHECK(check_program(program, seed_for("sweep-like/" + t + std::to_string(m)), {m}));
+    }
+  }
+}
+
 TEST_CASE("kernels: matmul epilogues run once per element after the split parts are added") {
   const std::string residual =
       "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 512];\nparam w : {T}[512, 512];\nparam bias : {T}[512];\n"
