@@ -1,10 +1,12 @@
 #include "bench_data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 namespace gdl_bench {
 
@@ -24,6 +26,14 @@ Status read_tensor_file(const Json& j, TensorFile& t) {
   t.dtype = *dtype;
   for (const Json& e : j["shape"].items) t.shape.push_back(e.as_int());
   t.file = j["file"].text;
+  const Json& fill = j["fill"];
+  if (fill.kind == Json::Kind::kObject) {
+    t.fill = Fill{fill["seed"].as_int(), fill["scale"].number};
+    const int exponent = std::ilogb(t.fill->scale);
+    if (t.fill->seed < 0 || t.fill->seed >= (1 << 20) || !(t.fill->scale > 0) || std::ldexp(1.0, exponent) != t.fill->scale)
+      return Status::DataLoss("manifest: tensor '" + t.name + "' has a fill without a seed in [0, 2^20) and a power-of-two scale");
+    if (t.count() > (uint64_t(1) << 32)) return Status::DataLoss("manifest: tensor '" + t.name + "' is too large to fill");
+  }
   return Status::Ok();
 }
 
@@ -75,7 +85,46 @@ std::optional<std::vector<uint8_t>> read_bytes(const std::filesystem::path& path
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+float fill_value(const Fill& f, uint64_t i) {
+  uint64_t u = (i + static_cast<uint64_t>(f.seed) * 0x9E3779B9u) & 0xFFFFFFFFu;
+  u = ((u ^ (u >> 16)) * 0x045D9F3Bu) & 0xFFFFFFFFu;
+  u = ((u ^ (u >> 16)) * 0x045D9F3Bu) & 0xFFFFFFFFu;
+  u ^= u >> 16;
+  return static_cast<float>(static_cast<int64_t>(u >> 20) - 2048) * static_cast<float>(f.scale / 2048.0);
+}
+
+namespace {
+
+// The fill of `t` as its dtype's bytes, in chunks over the host's threads
+// (an 8 GiB cache is 2^32 values).
+std::vector<uint8_t> fill_tensor(const TensorFile& t) {
+  const size_t count = t.count(), esize = gdl::element_size(t.dtype);
+  std::vector<uint8_t> out(count * esize);
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
+  const size_t share = (count + threads - 1) / threads;
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < threads; ++w)
+    workers.emplace_back([&, w] {
+      std::vector<double> values;
+      for (size_t begin = w * share; begin < std::min(count, (w + 1) * share); begin += values.size()) {
+        values.resize(std::min<size_t>(1 << 16, std::min(count, (w + 1) * share) - begin));
+        for (size_t i = 0; i < values.size(); ++i) values[i] = fill_value(*t.fill, begin + i);
+        const std::vector<uint8_t> bytes = gdl::encode_elements(t.dtype, values);
+        std::memcpy(out.data() + begin * esize, bytes.data(), bytes.size());
+      }
+    });
+  for (std::thread& w : workers) w.join();
+  return out;
+}
+
+}  // namespace
+
 Status load_tensor(const std::filesystem::path& dir, const TensorFile& t, std::vector<uint8_t>& out) {
+  if (t.fill) {
+    out = fill_tensor(t);
+    return Status::Ok();
+  }
+  if (t.file.empty()) return Status::DataLoss("tensor '" + t.name + "' has neither a file nor a fill");
   std::optional<std::vector<uint8_t>> data = read_bytes(dir / t.file);
   if (!data) return Status::NotFound("cannot read " + (dir / t.file).string());
   if (data->size() != t.bytes())

@@ -17,11 +17,22 @@ namespace gdl_bench {
 using gdl::ElementType;
 using gdl::Status;
 
+// Values a tensor gets without a file (the manifest's "fill"): element i is
+// a hash of (seed, i) mapped to 4096 steps of [-scale, scale), exact in f32
+// for a power-of-two scale, then rounded to the dtype. bench/sweep.py
+// computes the same on the GPU, so multi-GiB weights and caches need no file.
+struct Fill {
+  int64_t seed = 0;
+  double scale = 1;
+};
+float fill_value(const Fill& f, uint64_t i);
+
 struct TensorFile {
   std::string name;
   ElementType dtype = ElementType::kF32;
   std::vector<int64_t> shape;
   std::string file;
+  std::optional<Fill> fill;  // instead of `file`
   size_t bytes() const {
     size_t n = gdl::element_size(dtype);
     for (int64_t e : shape) n *= static_cast<size_t>(e);
@@ -51,7 +62,7 @@ Status read_tensor_file(const Json& j, TensorFile& t);
 // Every variant of DIR/manifest.json (format gdl-bench-data/1).
 Status read_manifest(const std::string& path, std::vector<Variant>& out);
 std::optional<std::vector<uint8_t>> read_bytes(const std::filesystem::path& path);
-// A tensor's file, which must hold exactly its bytes.
+// A tensor's file, which must hold exactly its bytes, or its fill.
 Status load_tensor(const std::filesystem::path& dir, const TensorFile& t, std::vector<uint8_t>& out);
 
 // Torch's output (f32) or the float64 reference of one set; nullopt when absent.

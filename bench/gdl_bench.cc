@@ -6,6 +6,7 @@
 //   gdl_bench --data DIR --out gdl.json [--repo ROOT] [--only w2,w3] [--runs 200] [--warmup 20] [--no-chains]
 //             [--flush write|read]
 //   gdl_bench --data DIR --out gdl.json --cpu-check   # no GPU: compile, CPU reference, compare
+//   gdl_bench --data DIR --out gdl.json --sweep       # bench/sweep.py: check, graph time, host time
 //
 // 1. Read DIR/manifest.json (bench_data.cc, bench_json.cc); keep the variants
 //    that --only names.
@@ -139,6 +140,7 @@ struct Options {
   double max_mode_s = 3;     // a mode of a slow variant gets fewer runs (at least 50) to stay inside this
   double time_budget_s = 0;  // > 0: variants not started by then are skipped
   bool cpu_check = false;
+  bool sweep = false;  // --sweep: check, graph device time and host time only, one session per program
   bool chains = true;  // --no-chains: SessionOptions::multi_step_kernels off in every session (an A/B of the chain kernels)
   std::string compile_cache = "-";  // no cache: compile_ms is a real compile
   size_t flush_bytes = size_t(256) << 20;
@@ -523,6 +525,67 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   return Status::Ok();
 }
 
+// --sweep (bench/sweep.py): the check of every set, then the graph's
+// device time and the host time of bind (from device memory) + run, in the
+// program's one session `s` (params set once for all its variants).
+Status run_variant_sweep(const Options& opt, const Variant& v, gdl::Session& s, L2Flush& flush, JsonObject& json) {
+  std::vector<LoadedSet> sets(v.sets.size());
+  for (size_t k = 0; k < v.sets.size(); ++k)
+    for (const TensorFile& t : v.sets[k].inputs) {
+      sets[k].host.emplace_back();
+      BENCH_TRY(load_tensor(opt.data, t, sets[k].host.back()));
+      sets[k].device.emplace_back();
+      BENCH_TRY(sets[k].device.back().upload(sets[k].host.back()));
+    }
+  CheckResult check;
+  for (size_t k = 0; k < v.sets.size(); ++k) {
+    std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[k].torch_out, false, v.output.count());
+    std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[k].ref64, true, v.output.count());
+    if (!torch) check.sets_without_reference += 1;
+    BENCH_TRY(gdl::testing::poison_arena(s, 0xFF));
+    BENCH_TRY(bind_set(s, v.sets[k], sets[k], false));
+    BENCH_TRY(s.run());
+    std::vector<double> got;
+    BENCH_TRY(read_output(s, v.output, got));
+    check.add(got, torch, ref64, v.tolerance, false);
+    check.sets += 1;
+  }
+  if (check.sets_without_reference == check.sets) {
+    check.passed = false;
+    check.note = "no torch output to compare with";
+  }
+  json.add("check", check.json(v.tolerance));
+  std::vector<size_t> timed;
+  for (size_t k = 0; k < v.sets.size(); ++k)
+    if (v.sets[k].timed) timed.push_back(k);
+  if (timed.empty()) return Status::DataLoss("variant " + v.name + " has no timed set");
+  auto pick = [&](int i) { return timed[static_cast<size_t>(i) % timed.size()]; };
+  std::vector<double> device, host;
+  for (int i = 0; i < opt.warmup + opt.runs; ++i) {
+    const size_t k = pick(i);
+    BENCH_TRY(flush.run(i));
+    BENCH_TRY(bind_set(s, v.sets[k], sets[k], true));
+    BENCH_TRY(s.run());
+    if (i >= opt.warmup) device.push_back(s.stats().last_device_us);
+  }
+  for (int i = 0; i < opt.warmup + opt.runs; ++i) {
+    const size_t k = pick(i);
+    BENCH_TRY(s.synchronize());
+    const double begin = now_us();
+    BENCH_TRY(bind_set(s, v.sets[k], sets[k], true));
+    BENCH_TRY(s.run());
+    if (i >= opt.warmup) host.push_back(now_us() - begin);
+  }
+  BENCH_TRY(s.synchronize());
+  const Summary graph = summarize(device), host_sum = summarize(host);
+  json.add("graph", graph.json());
+  json.add("host_device_bind", host_sum.json());
+  std::printf("  check %s (error vs torch %.3g, tolerance %.3g); graph %.2f us, host bind+run %.2f us\n",
+              check.passed ? "ok" : "FAILED", check.err_vs_torch, v.tolerance, graph.median, host_sum.median);
+  if (!check.passed) return Status::FailedPrecondition("output check failed (timings kept for reference)");
+  return Status::Ok();
+}
+
 // Step 4 on the CPU reference interpreter (--cpu-check).
 Status run_variant_cpu(const Options& opt, const Variant& v, const gdl::Program& program,
                        const std::vector<std::vector<uint8_t>>& params, JsonObject& json) {
@@ -559,6 +622,21 @@ Status run_variant_cpu(const Options& opt, const Variant& v, const gdl::Program&
   return Status::Ok();
 }
 
+// The one session of a program under --sweep, its params set; their host
+// copies are dropped (a sweep's caches reach 8 GiB each).
+Status sweep_session_for(const Options& opt, const gdl::Program& program, const Variant& v,
+                         std::vector<std::vector<uint8_t>>& params, std::unique_ptr<gdl::Session>& out) {
+  gdl::Expected<std::unique_ptr<gdl::Session>> created = gdl::Session::create(
+      program, gdl::SessionOptions{.device = 0, .record_device_time = true, .multi_step_kernels = opt.chains});
+  if (!created.ok()) return created.status();
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    BENCH_TRY((*created)->set_param(v.params[i].name, params[i].data(), params[i].size()));
+    std::vector<uint8_t>().swap(params[i]);
+  }
+  out = std::move(created).value();
+  return Status::Ok();
+}
+
 bool selected(const Options& opt, const Variant& v) {
   if (opt.only.empty()) return true;
   for (const std::string& w : opt.only)
@@ -572,7 +650,7 @@ int usage(const char* why) {
                "usage: gdl_bench --data DIR --out FILE [--repo ROOT] [--only a,b] [--runs N] [--warmup N] [--no-chains]\n"
                "                 [--flush write|read]\n"
                "                 [--loop-runs N] [--max-mode-s S] [--time-budget-s S] [--compile-cache DIR|-]\n"
-               "                 [--cpu-check]\n",
+               "                 [--cpu-check] [--sweep]\n",
                why);
   return 2;
 }
@@ -621,6 +699,7 @@ int run(const Options& opt) {
   std::map<std::string, CompiledProgram> programs;
   std::string cached_program;  // params of the program in hand, read once for all its variants
   std::vector<std::vector<uint8_t>> params;
+  std::unique_ptr<gdl::Session> sweep_session;  // --sweep: the program in hand's session, its params set
   int failures = 0;
   double start_us = now_us();
   for (const Variant& v : variants) {
@@ -654,12 +733,15 @@ int run(const Options& opt) {
                               .text());
       if (cached_program != v.program) {
         params.assign(v.params.size(), {});
+        sweep_session.reset();
         cached_program.clear();
         for (size_t i = 0; i < v.params.size() && status.ok(); ++i) status = load_tensor(opt.data, v.params[i], params[i]);
+        if (status.ok() && opt.sweep && !opt.cpu_check) status = sweep_session_for(opt, prog, v, params, sweep_session);
         if (status.ok()) cached_program = v.program;
       }
       if (status.ok())
         status = opt.cpu_check ? run_variant_cpu(opt, v, prog, params, json)
+                 : opt.sweep   ? run_variant_sweep(opt, v, *sweep_session, flush, json)
                                : run_variant_gpu(opt, v, prog, params, flush, json);
     } else if (status.ok()) {
       status = compiled.status;
@@ -732,6 +814,8 @@ int main(int argc, char** argv) {
       (a == "--max-mode-s" ? opt.max_mode_s : opt.time_budget_s) = value;
     } else if (a == "--cpu-check") {
       opt.cpu_check = true;
+    } else if (a == "--sweep") {
+      opt.sweep = true;
     } else if (a == "--no-chains") {
       opt.chains = false;
     } else if (a == "--flush") {

@@ -52,35 +52,9 @@ export PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
 failed=0
 start_all=$(date +%s)
+source bench/bench_lib.sh  # bench_env, step
 
-# step NAME SECONDS COMMAND...: output to OUT/NAME.log and the terminal.
-step() {
-  local name=$1 limit=$2 start rc
-  shift 2
-  start=$(date +%s)
-  echo "== $name: $* (limit ${limit}s)"
-  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
-  rc=${PIPESTATUS[0]}
-  [ "$rc" -eq 124 ] && echo "== $name: killed after ${limit}s" | tee -a "$OUT/$name.log"
-  echo "== $name: rc=$rc in $(($(date +%s) - start))s"
-  [ "$rc" -ne 0 ] && failed=1
-  return 0
-}
-
-{
-  echo "date: $(date -u)"
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown) (this copy of the repository)"
-  # Binaries built elsewhere name their own sources (scripts/stage-device.sh,
-  # stage-variant.sh): the GPU machine's copy may report another HEAD.
-  built_from="$(dirname "$BIN")/built-from.txt"
-  [ -f "$built_from" ] && echo "binaries built from: $(cat "$built_from")"
-  echo "python: $(python3 --version 2>&1)"
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-  nvidia-smi 2>&1 || echo "nvidia-smi failed"
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1
-  ls -la "$BIN" 2>&1
-  ldd "$BIN" 2>&1
-} >"$OUT/env.txt"
+bench_env "$BIN" >"$OUT/env.txt"
 
 step torch 200 python3 bench/torch_bench.py --data "$DATA" --out "$OUT/torch.json" "${torch_args[@]}"
 if [ -x "$BIN" ]; then

@@ -34,6 +34,8 @@ timed): what a gdl_bench A/B run of gdl's variants needs to check them.
 unless --only says otherwise), float64 references from a pure-Python model
 where they are cheap, and plausible fake timings, so that gdl_bench
 --cpu-check and report.py can be exercised on a machine without a GPU.
+bench/sweep.py imports the data helpers, the ceilings, the L2 flush, the
+event timing and the graph capture from here.
 """
 import argparse
 import array
@@ -323,20 +325,31 @@ def py_reference(entry, params, inputs):
     q, kc, vc = inputs["q"], params["k_cache"], params["v_cache"]
     out = []
     for head in range(nh):
-        qh = q[head * d:(head + 1) * d]
-        scores = []
-        for pos in range(n):
-            base = (head * t + pos) * d
-            scores.append(sum(a * b for a, b in zip(qh, kc[base:base + d])) * m["scale"])
-        top = max(scores)
-        weights = [math.exp(s - top) for s in scores]
-        total = sum(weights)
-        acc = [0.0] * d
-        for pos, wgt in enumerate(weights):
-            base = (head * t + pos) * d
-            acc = [a + wgt * v for a, v in zip(acc, vc[base:base + d])]
-        out.extend(a / total for a in acc)
+        rows = [(head * t + pos) * d for pos in range(n)]
+        out.extend(py_attend(q[head * d:(head + 1) * d], [kc[r:r + d] for r in rows], [vc[r:r + d] for r in rows],
+                             m["scale"]))
     return out
+
+
+def py_attend(q, keys, values, scale):
+    """One query's attention in float64: softmax(q . key * scale) over the rows, times the value rows."""
+    scores = [sum(a * b for a, b in zip(q, k)) * scale for k in keys]
+    top = max(scores)
+    weights = [math.exp(s - top) for s in scores]
+    total = sum(weights)
+    acc = [0.0] * len(q)
+    for wgt, v in zip(weights, values):
+        acc = [a + wgt * x for a, x in zip(acc, v)]
+    return [a / total for a in acc]
+
+
+def save_results(args, results):
+    """Writes results, with the data directory and the seed, to args.out (whole or not at all)."""
+    results["data"] = os.path.abspath(args.data)
+    results["seed"] = args.seed
+    with open(args.out + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(args.out + ".tmp", args.out)
 
 
 def round_to(values, dtype):
@@ -408,54 +421,54 @@ def full_fp32(torch):
     return "allow_tf32=False"
 
 
-def run_torch(args, manifest, log, save_partial):
+def torch_dtypes():
     import torch
-    import torch.nn.functional as F
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
 
-    fp32_mode = full_fp32(torch)
-    dev = torch.device("cuda")
-    root = args.data
-    dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
-    props = torch.cuda.get_device_properties(dev)
-    out = {"tool": "torch", "dry_run": False, "torch": torch.__version__, "cuda": torch.version.cuda,
-           "device": props.name, "sm_count": props.multi_processor_count,
-           "settings": {"runs": args.runs, "warmup": args.warmup, "flush_bytes": FLUSH_BYTES, "flush": args.flush, "fp32": fp32_mode,
-                        "loop_runs": args.loop_runs},
-           "variants": {}}
 
-    def load(t):
-        data = bytearray(read_tensor(root, t))
-        cpu = torch.frombuffer(data, dtype=dtypes[t["dtype"]]) if data else torch.empty(0, dtype=dtypes[t["dtype"]])
-        return cpu.reshape(t["shape"]).to(dev)
-
-    def save(rel, t, dtype):
-        write_file(root, rel, t.detach().to(dtype).contiguous().cpu().numpy().astype("<" + ("f4" if dtype == torch.float32 else "f8")).tobytes())
-
-    def rel_err(got, want):
-        got, want = got.double(), want.double()
-        if not torch.isfinite(got).all():
-            return float("inf")
-        return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
-
-    def event_times(runs, before, body):
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-        for i in range(runs):
-            empty_l2()  # and keeps the GPU busy while the host submits
-            before(i)
-            starts[i].record()
-            body(i)
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
-
-    # Ceilings -------------------------------------------------------------
-    if args.flush == "write":
+def l2_flush(mode, dev):
+    """A callable that empties the L2 before a timed run (step 4): a zero_()
+    of FLUSH_BYTES (mode 'write') or a row maximum over them ('read'). The
+    callable holds the buffer."""
+    import torch
+    if mode == "write":
         flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=dev)
-        empty_l2 = flush.zero_
-    else:
-        flush = torch.rand(FLUSH_BYTES // 4 // 1024, 1024, device=dev)
-        empty_l2 = lambda: flush.amax(dim=1)
+        return flush.zero_
+    flush = torch.rand(FLUSH_BYTES // 4 // 1024, 1024, device=dev)
+    return lambda: flush.amax(dim=1)
+
+
+def time_events(empty_l2, runs, before, body):
+    """Device time of body(i), us, for i in range(runs): CUDA events around
+    it, before(i) and the L2 flush outside them."""
+    import torch
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for i in range(runs):
+        empty_l2()  # and keeps the GPU busy while the host submits
+        before(i)
+        starts[i].record()
+        body(i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+
+
+def relative_error(got, want):
+    """||got - want|| / ||want|| in float64; inf when got holds a NaN or an infinity."""
+    import torch
+    got, want = got.double(), want.double()
+    if not torch.isfinite(got).all():
+        return float("inf")
+    return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+
+
+def measure_ceilings(dev, event_times, fp32_mode, log):
+    """Step 2: device-to-device copy bandwidth (bytes read + written over
+    time) and the 8192^3 matmul rate per dtype; returns (ceilings, the error
+    of an f32 product, which shows whether TF32 is off)."""
+    import torch
+    dtypes = torch_dtypes()
     src = torch.randn(1 << 28, device=dev)  # 1 GiB
     dst = torch.empty_like(src)
     for _ in range(3):
@@ -475,15 +488,76 @@ def run_torch(args, manifest, log, save_partial):
     # f32 must be full fp32: a TF32 product of random 1024 x 1024 matrices is off by ~1e-3, fp32 by ~1e-6.
     a = torch.randn(1024, 1024, device=dev)
     b = torch.randn(1024, 1024, device=dev)
-    f32_err = rel_err(a @ b, a.double() @ b.double())
-    out["fp32_matmul_error"] = f32_err
+    f32_err = relative_error(a @ b, a.double() @ b.double())
     if f32_err > 1e-5:
         log(f"WARNING: an f32 matmul is off by {f32_err:.1e}: TF32 seems to be on despite {fp32_mode}")
     a = b = None
-    out["ceilings"] = {"copy_bytes_per_s": copy_bw, "matmul_flops_per_s": rates}
+    ceilings = {"copy_bytes_per_s": copy_bw, "matmul_flops_per_s": rates}
     log(f"ceilings: copy {copy_bw / 1e12:.2f} TB/s (read + write), matmul f16 {rates['f16'] / 1e12:.0f}, "
         f"bf16 {rates['bf16'] / 1e12:.0f}, f32 {rates['f32'] / 1e12:.1f} TFLOP/s")
     torch.cuda.empty_cache()
+    return ceilings, f32_err
+
+
+def capture_graph(fn, static):
+    """A CUDA graph of fn(static) captured after warm-up on a side stream;
+    returns (graph, its output tensor)."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = fn(static)
+    return graph, static_out
+
+
+def w2_model(x, W, bias, layers, h, eps):
+    """W2 in PyTorch: `layers` of x + gelu(layernorm(x) @ W[l] + bias[l])."""
+    import torch
+    import torch.nn.functional as F
+    for l in range(layers):
+        y = F.layer_norm(x, (h,), eps=eps)
+        x = x + F.gelu(torch.addmm(bias[l], y, W[l]))  # addmm: what nn.Linear does
+    return x
+
+
+def run_torch(args, manifest, log, save_partial):
+    import torch
+    import torch.nn.functional as F
+
+    fp32_mode = full_fp32(torch)
+    dev = torch.device("cuda")
+    root = args.data
+    dtypes = torch_dtypes()
+    props = torch.cuda.get_device_properties(dev)
+    out = {"tool": "torch", "dry_run": False, "torch": torch.__version__, "cuda": torch.version.cuda,
+           "device": props.name, "sm_count": props.multi_processor_count,
+           "settings": {"runs": args.runs, "warmup": args.warmup, "flush_bytes": FLUSH_BYTES, "flush": args.flush, "fp32": fp32_mode,
+                        "loop_runs": args.loop_runs},
+           "variants": {}}
+
+    def load(t):
+        data = bytearray(read_tensor(root, t))
+        cpu = torch.frombuffer(data, dtype=dtypes[t["dtype"]]) if data else torch.empty(0, dtype=dtypes[t["dtype"]])
+        return cpu.reshape(t["shape"]).to(dev)
+
+    def save(rel, t, dtype):
+        write_file(root, rel, t.detach().to(dtype).contiguous().cpu().numpy().astype("<" + ("f4" if dtype == torch.float32 else "f8")).tobytes())
+
+    rel_err = relative_error
+    # Ceilings -------------------------------------------------------------
+    empty_l2 = l2_flush(args.flush, dev)
+
+    def event_times(runs, before, body):
+        return time_events(empty_l2, runs, before, body)
+
+    ceilings, f32_err = measure_ceilings(dev, event_times, fp32_mode, log)
+    out["fp32_matmul_error"] = f32_err
+    out["ceilings"] = ceilings
 
     # Models ---------------------------------------------------------------
     def w1(x, a, b, steps):
@@ -491,11 +565,7 @@ def run_torch(args, manifest, log, save_partial):
             x = x * a + b
         return x
 
-    def w2(x, W, bias, layers, h, eps):
-        for l in range(layers):
-            y = F.layer_norm(x, (h,), eps=eps)
-            x = x + F.gelu(torch.addmm(bias[l], y, W[l]))  # addmm: what nn.Linear does
-        return x
+    w2 = w2_model
 
     def w3(q, k, v, kv_len, positions):
         # [batch 1, heads, 1 query, D] against [1, heads, T, D]; the mask reads
@@ -569,15 +639,7 @@ def run_torch(args, manifest, log, save_partial):
 
                 # CUDA graph: static inputs, warm-up on a side stream, capture, replay.
                 static = {k: v.clone() for k, v in timed[0].items()}
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(3):
-                        fn(static)
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    static_out = fn(static)
+                graph, static_out = capture_graph(fn, static)
 
                 def copy_in(i):
                     for k, v in timed[i % nt].items():
@@ -671,11 +733,7 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
 
     def save(results):  # also called after every variant, so a run cut short keeps what it measured
-        results["data"] = os.path.abspath(args.data)
-        results["seed"] = args.seed
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(results, f, indent=1)
-        os.replace(args.out + ".tmp", args.out)
+        save_results(args, results)
 
     results = dry_run(args, manifest, log) if args.dry_run else run_torch(args, manifest, log, save)
     save(results)

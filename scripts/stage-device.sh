@@ -6,6 +6,7 @@
 #   tar xzf build-pack/device.tgz
 #   BUILD=.device/build-release GDL_CACHE_DIR=$PWD/.device/cache scripts/gpu-check.sh tests
 #   bash bench/run.sh OUT          (GDL_BENCH_BIN=.device/build-release/bench/gdl_bench)
+#   bash bench/sweep.sh OUT        (the same, and GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-release}
@@ -32,7 +33,13 @@ mkdir -p .device/bench-cache
 for program in bench/workloads/*.gdl bench/l2_flush.gdl; do
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
 done
-rm -f /tmp/stage-device.gdlx
+# The shape sweep's programs (bench/sweep.sh), into the same cache.
+rm -rf /tmp/stage-device-sweep
+python3 bench/sweep.py programs /tmp/stage-device-sweep >/dev/null
+for program in /tmp/stage-device-sweep/*.gdl; do
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
+done
+rm -rf /tmp/stage-device.gdlx /tmp/stage-device-sweep
 # The examples as artifacts, for the hosts that link the runtime alone
 # (hello_host, load_and_run: gpu-check.sh examples).
 for ex in chain mlp attention; do
