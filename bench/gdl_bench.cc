@@ -525,10 +525,19 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   return Status::Ok();
 }
 
+// The sessions of a program under --sweep, params set once for all its
+// variants: one that records device time, and one with default options
+// for the host time (recording events costs the host time of its own).
+struct SweepSessions {
+  std::unique_ptr<gdl::Session> timed, plain;
+};
+
 // --sweep (bench/sweep.py): the check of every set, then the graph's
-// device time and the host time of bind (from device memory) + run, in the
-// program's one session `s` (params set once for all its variants).
-Status run_variant_sweep(const Options& opt, const Variant& v, gdl::Session& s, L2Flush& flush, JsonObject& json) {
+// device time (`s.timed`) and the host time of bind (from device memory) +
+// run (`s.plain`).
+Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& sessions, L2Flush& flush,
+                         JsonObject& json) {
+  gdl::Session& s = *sessions.timed;
   std::vector<LoadedSet> sets(v.sets.size());
   for (size_t k = 0; k < v.sets.size(); ++k)
     for (const TensorFile& t : v.sets[k].inputs) {
@@ -568,15 +577,16 @@ Status run_variant_sweep(const Options& opt, const Variant& v, gdl::Session& s, 
     BENCH_TRY(s.run());
     if (i >= opt.warmup) device.push_back(s.stats().last_device_us);
   }
+  gdl::Session& plain = *sessions.plain;
   for (int i = 0; i < opt.warmup + opt.runs; ++i) {
     const size_t k = pick(i);
-    BENCH_TRY(s.synchronize());
+    BENCH_TRY(plain.synchronize());
     const double begin = now_us();
-    BENCH_TRY(bind_set(s, v.sets[k], sets[k], true));
-    BENCH_TRY(s.run());
+    BENCH_TRY(bind_set(plain, v.sets[k], sets[k], true));
+    BENCH_TRY(plain.run());
     if (i >= opt.warmup) host.push_back(now_us() - begin);
   }
-  BENCH_TRY(s.synchronize());
+  BENCH_TRY(plain.synchronize());
   const Summary graph = summarize(device), host_sum = summarize(host);
   json.add("graph", graph.json());
   json.add("host_device_bind", host_sum.json());
@@ -622,18 +632,19 @@ Status run_variant_cpu(const Options& opt, const Variant& v, const gdl::Program&
   return Status::Ok();
 }
 
-// The one session of a program under --sweep, its params set; their host
-// copies are dropped (a sweep's caches reach 8 GiB each).
-Status sweep_session_for(const Options& opt, const gdl::Program& program, const Variant& v,
-                         std::vector<std::vector<uint8_t>>& params, std::unique_ptr<gdl::Session>& out) {
-  gdl::Expected<std::unique_ptr<gdl::Session>> created = gdl::Session::create(
-      program, gdl::SessionOptions{.device = 0, .record_device_time = true, .multi_step_kernels = opt.chains});
-  if (!created.ok()) return created.status();
-  for (size_t i = 0; i < v.params.size(); ++i) {
-    BENCH_TRY((*created)->set_param(v.params[i].name, params[i].data(), params[i].size()));
-    std::vector<uint8_t>().swap(params[i]);
+// The sessions of a program under --sweep, their params set; the params'
+// host copies are dropped then (a sweep's caches reach 8 GiB each).
+Status sweep_sessions_for(const Options& opt, const gdl::Program& program, const Variant& v,
+                          std::vector<std::vector<uint8_t>>& params, SweepSessions& out) {
+  for (bool timed : {true, false}) {
+    gdl::Expected<std::unique_ptr<gdl::Session>> created = gdl::Session::create(
+        program, gdl::SessionOptions{.device = 0, .record_device_time = timed, .multi_step_kernels = opt.chains});
+    if (!created.ok()) return created.status();
+    for (size_t i = 0; i < v.params.size(); ++i)
+      BENCH_TRY((*created)->set_param(v.params[i].name, params[i].data(), params[i].size()));
+    (timed ? out.timed : out.plain) = std::move(created).value();
   }
-  out = std::move(created).value();
+  for (std::vector<uint8_t>& p : params) std::vector<uint8_t>().swap(p);
   return Status::Ok();
 }
 
@@ -699,7 +710,7 @@ int run(const Options& opt) {
   std::map<std::string, CompiledProgram> programs;
   std::string cached_program;  // params of the program in hand, read once for all its variants
   std::vector<std::vector<uint8_t>> params;
-  std::unique_ptr<gdl::Session> sweep_session;  // --sweep: the program in hand's session, its params set
+  SweepSessions sweep_sessions;  // --sweep: the program in hand's sessions, their params set
   int failures = 0;
   double start_us = now_us();
   for (const Variant& v : variants) {
@@ -733,15 +744,15 @@ int run(const Options& opt) {
                               .text());
       if (cached_program != v.program) {
         params.assign(v.params.size(), {});
-        sweep_session.reset();
+        sweep_sessions = {};
         cached_program.clear();
         for (size_t i = 0; i < v.params.size() && status.ok(); ++i) status = load_tensor(opt.data, v.params[i], params[i]);
-        if (status.ok() && opt.sweep && !opt.cpu_check) status = sweep_session_for(opt, prog, v, params, sweep_session);
+        if (status.ok() && opt.sweep && !opt.cpu_check) status = sweep_sessions_for(opt, prog, v, params, sweep_sessions);
         if (status.ok()) cached_program = v.program;
       }
       if (status.ok())
         status = opt.cpu_check ? run_variant_cpu(opt, v, prog, params, json)
-                 : opt.sweep   ? run_variant_sweep(opt, v, *sweep_session, flush, json)
+                 : opt.sweep   ? run_variant_sweep(opt, v, sweep_sessions, flush, json)
                                : run_variant_gpu(opt, v, prog, params, flush, json);
     } else if (status.ok()) {
       status = compiled.status;

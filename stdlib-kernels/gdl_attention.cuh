@@ -570,8 +570,13 @@ template <typename I, int P> struct StreamRange {
 // length is known, those stages are kept where they match the real ones and
 // waited out otherwise. The copies then run while the kernels before this
 // one (the input copy) finish.
-template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, typename I, typename T, typename TO, typename Len,
-          typename Kv>
+//
+// HEADS query rows share a task (grouped-query attention: consecutive query
+// heads that read the same k/v head, of one query, so one length): each
+// stage of k and v is copied once for all of them and each keeps its own
+// running maximum, sum and accumulators. rows is a multiple of HEADS.
+template <int D, int DV, int POSITIONS, int STAGES, bool KV_EARLY, int HEADS = 1, typename I, typename T, typename TO,
+          typename Len, typename Kv>
 GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len len_source, Kv kv, I rows,
                               I positions, float scale, SplitScratch sk, unsigned char* ring) {
   using A = AttentionStream<D, DV, T, POSITIONS, STAGES>;
@@ -588,10 +593,11 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
   if (tid == 0)
     for (int s = 0; s < NS; ++s) bulk::barrier_init(&full[s]);
   __syncthreads();
+  static_assert(HEADS >= 1, "query rows per task");
   const int S = sk.splits;
-  const I tasks = rows * S;
+  const I tasks = rows / (I)HEADS * S;
   unsigned used = 0;  // stages consumed by this block so far: stage j of a task is ring slot (used + j) % NS
-  Math math;
+  Math math[HEADS];
   // Stage j of a task: its positions' first row in k and v (-1: not stored,
   // a paged position with a block id outside the pool) and how many it holds.
   auto stage_at = [&](I row, const Range& range, int j) { return kv.at(row, range.first(j)); };
@@ -612,7 +618,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
   if constexpr (KV_EARLY) {
     const I task = task_first<I>();
     if (task < tasks) {
-      const I row = task / S;
+      const I row = task / S * (I)HEADS;
       early = Range(positions, task % S, S);
       early.stages = early.stages < NS ? early.stages : NS;
       if (tid == 0)
@@ -623,7 +629,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
   }
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
-    const I row = task / S, split = task % S;
+    const I row = task / S * (I)HEADS, split = task % S;  // the task's first row: the others share its k, v and length
     const int len = len_source.get(row);
     const I valid = len <= 0 ? (I)0 : ((I)len < positions ? (I)len : positions);
     const Range range(valid, split, S);
@@ -642,46 +648,53 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
     TO* o = out + row * DV;
     if (valid <= 0) {
       if (split == 0)
-        for (I d = tid; d < DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
+        for (I d = tid; d < (I)HEADS * DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
       continue;
     }
     const int stages = range.stages;
     if (tid == 0)
       for (int j = in_flight; j < NS && j < stages; ++j) issue(row, range, j);
 
-    math.start(q + row * D, scale * kLog2e);  // scores in base 2: exp2f does the exponentials
+#pragma unroll
+    for (int h = 0; h < HEADS; ++h)
+      math[h].start(q + (row + (I)h) * D, scale * kLog2e);  // scores in base 2: exp2f does the exponentials
     for (int j = 0; j < stages; ++j) {
       const unsigned slot = (used + j) % NS;
       bulk::wait(&full[slot], ((used + j) / NS) & 1u);
       const unsigned char* ks = ring + slot * A::stage_bytes;
-      math.stage(ks, ks + A::k_bytes, stage_count(stage_at(row, range, j), range, j));
+      const int count = stage_count(stage_at(row, range, j), range, j);
+#pragma unroll
+      for (int h = 0; h < HEADS; ++h) math[h].stage(ks, ks + A::k_bytes, count);
       __syncthreads();  // every group is done with the slot
       if (tid == 0 && j + NS < stages) issue(row, range, j + NS);
     }
     used += (unsigned)stages;
 
-    // The groups' results, in the idle ring: ml [GROUPS][2] (m, l), accs [GROUPS][DV].
+    // Each row's groups' results, in the idle ring: ml [GROUPS][2] (m, l), accs [GROUPS][DV].
     float* ml = reinterpret_cast<float*>(ring);
     float* accs = ml + 2 * GROUPS;
-    math.publish(ml, accs);
-    __syncthreads();
-    float block_m = -inf_f32();
 #pragma unroll
-    for (int i = 0; i < GROUPS; ++i) block_m = fmaxf(block_m, ml[2 * i]);
-    float block_l = 0.0f, weight[GROUPS];
+    for (int h = 0; h < HEADS; ++h) {
+      math[h].publish(ml, accs);
+      __syncthreads();
+      float block_m = -inf_f32();
 #pragma unroll
-    for (int i = 0; i < GROUPS; ++i) {
-      weight[i] = ml[2 * i] == -inf_f32() ? 0.0f : exp2f(ml[2 * i] - block_m);
-      block_l += weight[i] * ml[2 * i + 1];
+      for (int i = 0; i < GROUPS; ++i) block_m = fmaxf(block_m, ml[2 * i]);
+      float block_l = 0.0f, weight[GROUPS];
+#pragma unroll
+      for (int i = 0; i < GROUPS; ++i) {
+        weight[i] = ml[2 * i] == -inf_f32() ? 0.0f : exp2f(ml[2 * i] - block_m);
+        block_l += weight[i] * ml[2 * i + 1];
+      }
+      auto value = [&](I d) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < GROUPS; ++i) sum += weight[i] * accs[i * DV + (int)d];
+        return sum;
+      };
+      att::write_part(o + (I)h * DV, value, block_m, block_l, row + (I)h, split, rows, S, (I)DV, sk);
+      __syncthreads();  // the ring holds the next row's results, then the next task's stages
     }
-    auto value = [&](I d) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < GROUPS; ++i) sum += weight[i] * accs[i * DV + (int)d];
-      return sum;
-    };
-    att::write_part(o, value, block_m, block_l, row, split, rows, S, (I)DV, sk);
-    __syncthreads();  // the ring is refilled by the next task
     // The groups' results were written to the ring through the generic
     // proxy; the next task's bulk copies write it through the async proxy.
     if (tid == 0) bulk::fence_shared_for_copies();

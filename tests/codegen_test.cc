@@ -507,7 +507,7 @@ TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the
     GeneratedCode code = generate_cuda(p);
     CHECK((code.source.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) gdl_s0_matmul(") !=
            std::string::npos) == !f32);
-    CHECK((code.source.find("gdl::matmul_rows<8, 8>(") != std::string::npos) == !f32);
+    CHECK((code.source.find("gdl::matmul_rows<1, 8>(") != std::string::npos) == !f32);  // f16, bf16: one row at most
     CHECK((p.steps[0].scratch_bytes == 0) == !f32);
     CHECK(own_kernel(code, 0).launch.grid_y == (f32 ? 32 : 16) * 8);
   }
@@ -610,8 +610,8 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
 
     // The kernels' text: rows calls, tiled calls, and no run-time choice
     // inside a kernel (the hybrid step has two kernels).
-    CHECK(src.find("gdl::matmul_rows<8>(") != std::string::npos);
-    CHECK(src.find(std::string("gdl::matmul_rows<") + (f32 ? "16" : "8") + ">(") != std::string::npos);
+    CHECK(src.find(std::string("gdl::matmul_rows<") + (f32 ? "8" : "1") + ">(") != std::string::npos);
+    CHECK(src.find(std::string("gdl::matmul_rows<") + (f32 ? "16" : "1") + ">(") != std::string::npos);
     CHECK(src.find("if (rows <= ") == std::string::npos);
     CHECK(src.find(tiled) != std::string::npos);
     CHECK(src.find("// matmul kernel: rows (") != std::string::npos);
@@ -634,12 +634,13 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
           std::string::npos);
 
     // rows: at most 8 rows, 4096 / 64 (f16) or 4096 / 32 (f32) strips, K split
-    // so that the grid has about 264 blocks.
+    // so that the grid has about 264 blocks; f16/bf16 only at one row, the
+    // tensor cores' 16-row tiles above.
     const MatmulChoice rows = choose_matmul(p.graph, p.graph.node(k.value["rows"]));
     CHECK(rows.fold_batch);
     CHECK(rows.use_rows);
-    CHECK_FALSE(rows.use_tiles);
-    CHECK(rows.row_tile == 8);
+    CHECK(rows.use_tiles == !f32);
+    CHECK(rows.row_tile == (f32 ? 8 : 1));
     CHECK(rows.rows_splits == (f32 ? 2 : 4));
     size_t s = step_writing(p, k.value["rows"]);
     const LaunchRule& rr = own_kernel(code, s).launch;
@@ -648,18 +649,20 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(rr.block == 256);
     CHECK(p.steps[s].tickets_bytes == rows.scratch.ticket_bytes());
     CHECK(p.steps[s].scratch_bytes == rows.scratch.partial_bytes());
-    CHECK(rows.scratch.tickets == strips);
-    CHECK(rows.scratch.partial_floats == rows.rows_splits * strips * 8 * (strips == 64 ? 64 : 32));
+    CHECK(rows.scratch.tickets >= strips);
+    CHECK(rows.scratch.partial_floats >= rows.rows_splits * strips * rows.row_tile * (strips == 64 ? 64 : 32));
+    if (f32) CHECK(rows.scratch.partial_floats == rows.rows_splits * strips * 8 * 32);
     CHECK(src.find("reinterpret_cast<unsigned*>(arena + " + std::to_string(p.steps[s].tickets_offset) + "ull)") !=
           std::string::npos);
     CHECK(src.find("reinterpret_cast<float*>(arena + " + std::to_string(p.steps[s].scratch_offset) + "ull)") !=
           std::string::npos);
 
-    // hybrid: 1..64 rows, the rows kernel up to 16 and tiled kernels above:
-    // the rows kernel's strips over grid.y, the tiled kernel's bands of tile
-    // rows over grid.x and its tile columns and splits over grid.y. Tensor
-    // cores: one kernel of 32-row tiles for 17 to 32 rows and one of 64 for
-    // more (matmul_tile_bands); FMA: one of 64 for all above 16.
+    // hybrid: 1..64 rows: the rows kernel up to 16 (f32) or 1 (f16, bf16)
+    // rows and tiled kernels above: the rows kernel's strips over grid.y,
+    // the tiled kernels' bands of tile rows over grid.x and their tile
+    // columns and splits over grid.y. Tensor cores: one kernel of 16-row
+    // tiles for 2 to 16 rows, one of 32 for 17 to 32 and one of 64 for more
+    // (matmul_tile_bands); FMA: one of 64 for all above 16.
     const MatmulChoice hybrid = choose_matmul(p.graph, p.graph.node(k.value["hybrid"]));
     CHECK(hybrid.use_rows);
     CHECK(hybrid.use_tiles);
@@ -669,31 +672,39 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     const Kernel& hk = own_kernel(code, s);
     REQUIRE(large_kernel(code, s) != nullptr);
     const Kernel& large = *large_kernel(code, s);  // the lowest band's
-    CHECK(code.kernels.step_choices.at(s).size() == (f32 ? 2u : 3u));
+    const std::vector<int>& choices = code.kernels.step_choices.at(s);
+    CHECK(choices.size() == (f32 ? 2u : 4u));
     CHECK(hk.symbol == "gdl_s" + std::to_string(s) + "_matmul");
     CHECK(hk.launch.work.empty());
     CHECK(hk.launch.grid_y == strips * hybrid.rows_splits);
-    CHECK(large.symbol == hk.symbol + "_tiled17");
+    const int64_t first = f32 ? 17 : 2;  // the lowest tiled band's first rows
+    CHECK(large.symbol == hk.symbol + "_tiled" + std::to_string(first));
     CHECK(large.launch.work == dims({Dim::runtime(1)}));
-    CHECK(large.launch.items_per_block == (f32 ? 64 : 32));
+    CHECK(large.launch.items_per_block == (f32 ? 64 : 16));
     CHECK(large.launch.grid_y == 32 * hybrid.tile_splits);
     CHECK(large.rows == dims({Dim::runtime(1)}));
-    CHECK(large.min_rows == 17);
-    CHECK(large.max_rows == (f32 ? kAnyRows : 32));
+    CHECK(large.min_rows == first);
+    CHECK(large.max_rows == (f32 ? kAnyRows : 16));
     CHECK(hk.depends_on_dims);
     CHECK(src.find(" " + large.symbol + "(unsigned char* arena") != std::string::npos);
-    CHECK(src.find("// step " + std::to_string(s) + ", 17 " + (f32 ? "rows or more: " : "to 32 rows: ")) != std::string::npos);
-    CHECK(src.find("// step " + std::to_string(s) + ", 0 to 16 rows: ") != std::string::npos);
-    if (!f32) {
-      const Kernel& top = code.kernels.kernels.at(static_cast<size_t>(code.kernels.step_choices.at(s).front()));
-      CHECK(top.symbol == hk.symbol + "_tiled33");
-      CHECK(top.launch.items_per_block == 64);
-      CHECK(top.min_rows == 33);
-      CHECK(top.max_rows == kAnyRows);
+    CHECK(src.find("// step " + std::to_string(s) + (f32 ? ", 17 rows or more: " : ", 2 to 16 rows: ")) != std::string::npos);
+    CHECK(src.find("// step " + std::to_string(s) + (f32 ? ", 0 to 16 rows: " : ", 0 to 1 rows: ")) != std::string::npos);
+    if (!f32) {  // the bands above, highest first
+      const auto kernel = [&](size_t i) -> const Kernel& { return code.kernels.kernels.at(static_cast<size_t>(choices[i])); };
+      CHECK(kernel(0).symbol == hk.symbol + "_tiled33");
+      CHECK(kernel(0).launch.items_per_block == 64);
+      CHECK(kernel(0).min_rows == 33);
+      CHECK(kernel(0).max_rows == kAnyRows);
+      CHECK(kernel(1).symbol == hk.symbol + "_tiled17");
+      CHECK(kernel(1).launch.items_per_block == 32);
+      CHECK(kernel(1).min_rows == 17);
+      CHECK(kernel(1).max_rows == 32);
       CHECK(src.find("// step " + std::to_string(s) + ", 33 rows or more: ") != std::string::npos);
-      CHECK_FALSE(kernel_applies(top, {8, 32}));
-      CHECK(kernel_applies(top, {8, 33}));
-      CHECK(kernel_applies(large, {8, 32}));
+      CHECK(src.find("// step " + std::to_string(s) + ", 17 to 32 rows: ") != std::string::npos);
+      CHECK_FALSE(kernel_applies(kernel(0), {8, 32}));
+      CHECK(kernel_applies(kernel(0), {8, 33}));
+      CHECK(kernel_applies(kernel(1), {8, 32}));
+      CHECK_FALSE(kernel_applies(kernel(1), {8, 16}));
     }
     // 32 tiles x 8 parts: more blocks than multiprocessors, so no clusters
     // (kernel_choice.cc); the partial tiles are the larger scratch.
@@ -702,9 +713,9 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(hybrid.scratch.partial_floats == 8 * 32 * 64 * 128);
     // The runtime's pick: the rows at the run's dims (C is dim 1).
     CHECK_FALSE(kernel_applies(large, {8, 1}));
-    CHECK_FALSE(kernel_applies(large, {8, 16}));
-    CHECK(kernel_applies(large, {8, 17}));
-    CHECK(large_kernel(code, step_writing(p, k.value["rows"])) == nullptr);
+    CHECK_FALSE(kernel_applies(large, {8, first - 1}));
+    CHECK(kernel_applies(large, {8, first}));
+    CHECK((large_kernel(code, step_writing(p, k.value["rows"])) == nullptr) == f32);
     CHECK(p.steps[s].scratch_bytes == hybrid.scratch.partial_bytes());
 
     // tiles: 256 x 256 is 8 tiles of 64 x 128; K = 512 split 4 ways, each

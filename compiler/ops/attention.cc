@@ -307,7 +307,8 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
     const std::string bytes = std::to_string(choice.stream_shared_bytes);
     body += "  // attention kernel: streamed, " + std::to_string(choice.stream_splits) +
-            " block(s) per row over the positions, a ring of " + bytes + " bytes\n";
+            " block(s) per row over the positions, a ring of " + bytes + " bytes, " +
+            std::to_string(choice.stream_heads) + " query head(s) a task\n";
     body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
     body += "  static_assert(gdl::AttentionStream<" + layout + ", " + storage_type(n.type.dtype) + ", " + ring +
             ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
@@ -318,10 +319,12 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     const bool kv_early = choice.stream_early && !a.paged() && param(a.k) && param(a.v);
     e.waits_in_body |= kv_early;
     e.early_start |= kv_early;
-    body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " + e.idx + ">(" +
+    body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " +
+            std::to_string(choice.stream_heads) + ", " + e.idx + ">(" +
             q + ", " + k + ", " + v + ", " + out + ", " + len.text() + ", " + kv + ", rows, positions, " +
             float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
-    rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.stream_splits)}, 1}}, kAttentionBlock);
+    rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.stream_heads}, {{Dim::constant(choice.stream_splits)}, 1}},
+                       kAttentionBlock);
     rule.shared_bytes = choice.stream_shared_bytes;
     return body;
   }

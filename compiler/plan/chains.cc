@@ -46,7 +46,7 @@ int64_t chain_step_k(const plan::Plan& p, const plan::Step& step, ValueId& input
   const int64_t k = bk.extent;
   if (k % chain::kSlotRows != 0 || k < kChainMinK || k > kChainMaxK) return 0;
   const MatmulChoice choice = choose_matmul(g, matmul);
-  if (!choice.fold_batch || !choice.use_rows || choice.rows_min > chain::kMaxRows) return 0;
+  if (!choice.fold_batch || choice.rows_min > chain::kMaxRows) return 0;
   input = norm == ir::kNoValue ? matmul.args[0] : g.node(norm).args[0];
   rows_max = choice.rows_max;
   return k;

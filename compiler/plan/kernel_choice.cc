@@ -6,12 +6,16 @@
 //    run-time dim's lower / upper bound.
 // 2. Kernels: non-float dtypes take the general kernel. Floats take the
 //    rows kernel when b is shared and some binding has at most
-//    kMatmulRowsLimit rows, and the tiled kernel (tensor cores for f16 and
-//    bf16, FMA for f32) when some binding has more, or when b is batched.
+//    rows_limit rows (f32: kMatmulRowsLimit; f16, bf16: one, above which
+//    the tensor cores are faster), and the tiled kernel (tensor cores for
+//    f16 and bf16, FMA for f32) when some binding has more, or when b is
+//    batched.
 // 3. Tiles: the tensor-core kernel's tile has the fewest of 16, 32 or 64
 //    rows that hold a batch entry's rows at the largest binding (64 above
 //    that), so that 9 rows cost a 16-row tile's tensor-core work, not a
-//    64-row one's; its stage buffers fill the dynamic shared memory that
+//    64-row one's (with b shared, a step has a tiled kernel per band of
+//    rows, matmul_tile_bands, each chosen at its band's largest rows); its
+//    stage buffers fill the dynamic shared memory that
 //    kMatmulBlocksPerSM blocks leave each other on g.target's
 //    multiprocessor (2 to kMaxMmaStages: more copies in flight while the
 //    rows are few and the weights stream).
@@ -29,7 +33,9 @@
 // 5. Scratch: one ticket per tile and splits partial tiles, for whichever
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
-// choose_attention: for the split kernel, positions split into about
+// choose_attention: the streamed kernel's tasks take the query heads of a
+// k/v head together (up to kAttentionMaxStreamHeads of them), copying each
+// stage of k and v once for all. For the split kernel, positions split into about
 // g.target.multiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
 // parts, at most kAttentionMaxSplits, each at least 64 positions long at the
 // largest T. The streamed kernel is possible for static head dims whose
@@ -150,16 +156,26 @@ int64_t attention_stage_positions() {
   static const int64_t n = env_count("GDL_ATTENTION_STAGE_POSITIONS");
   return n;
 }
+// GDL_ATTENTION_HEADS=N caps the query heads of a streamed attention task
+// (1: each head streams its own k and v, an A/B of the grouping).
+int64_t attention_heads_cap() {
+  static const int64_t n = env_count("GDL_ATTENTION_HEADS");
+  return n >= 1 ? std::min<int64_t>(n, kAttentionMaxStreamHeads) : kAttentionMaxStreamHeads;
+}
 int64_t attention_splits_wanted() {
   static const int64_t n = env_count("GDL_ATTENTION_SPLITS");
   return n;
 }
-// GDL_MATMUL_ROWS_LIMIT=N (1 to 16): the rows kernel takes f16/bf16
-// matmuls of at most N rows instead of kMatmulRowsLimit, the 16-row
-// tensor-core tiles the rest (an A/B of the two at 9 to 16 rows).
+// The most rows the rows kernel takes: f32 (FMA alone, no tensor cores)
+// kMatmulRowsLimit; f16/bf16 one (kMatmulRowsLimitTensorCores), above it
+// the 16-row tensor-core tiles (measured on the H200, K = N = 4096 bf16:
+// the rows kernel 26.5 us at 2 rows, 49.8 at 16; the tiles 19.6 and 20.8;
+// bench/sweep.sh). GDL_MATMUL_ROWS_LIMIT=N (1 to 16) sets the f16/bf16
+// limit instead, an experiment knob for A/B runs of the two kernels.
 int64_t rows_limit(DType t) {
-  static const int64_t limit = std::min(env_count("GDL_MATMUL_ROWS_LIMIT"), kMatmulRowsLimit);
-  return limit >= 1 && t != DType::kF32 ? limit : kMatmulRowsLimit;
+  static const int64_t knob = std::min(env_count("GDL_MATMUL_ROWS_LIMIT"), kMatmulRowsLimit);
+  if (t == DType::kF32) return kMatmulRowsLimit;
+  return knob >= 1 ? knob : kMatmulRowsLimitTensorCores;
 }
 
 int64_t attention_ring_bytes() {
@@ -258,7 +274,7 @@ MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& n, RowsBand band)
   const int64_t blocks_wanted = g.target.multiprocessors * kMatmulBlocksPerSM;
   const int64_t strip_cols = matmul_strip_columns(t);
   const int64_t strips = ceil_div(std::max<int64_t>(1, n_max), strip_cols);
-  const int64_t rows_held = std::min(std::max<int64_t>(1, c.rows_max), kMatmulRowsLimit);
+  const int64_t rows_held = std::min(std::max<int64_t>(1, c.rows_max), rows_limit(t));
   const int64_t tiles = tile_count(g, n, c);  // at the largest binding
   if (c.use_rows) {
     c.row_tile = static_cast<int>(std::min<int64_t>(pow2_at_least(rows_held), t == DType::kF32 ? 16 : 8));
@@ -292,13 +308,18 @@ std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& n) {
   const MatmulChoice c = choose_matmul(g, n);
   if (!c.use_tiles) return {};
   const RowsBand tiled{c.use_rows ? rows_limit(n.type.dtype) + 1 : c.rows_min, c.rows_max};
-  std::vector<RowsBand> bands = {tiled};
-  if (c.fold_batch && c.tiles == MatmulKernel::kMma) {
-    bands.clear();
-    for (const RowsBand& height : {RowsBand{0, 16}, RowsBand{17, 32}, RowsBand{33, tiled.hi}}) {
-      const RowsBand b{std::max(height.lo, tiled.lo), std::min(height.hi, tiled.hi)};
-      if (b.lo <= b.hi) bands.push_back(b);
-    }
+  if (!c.fold_batch || c.tiles == MatmulKernel::kGeneral) return {{c.use_rows ? tiled.lo : 0, RowsBand{}.hi}};
+  // Band edges: the tensor-core tile heights, then twice the rows each
+  // time, while the band's tiles still leave room for K splits (their
+  // count follows the tiles, which follow the rows: 48 rows must not split
+  // as if they were 256).
+  std::vector<RowsBand> bands;
+  int64_t lo = c.tiles == MatmulKernel::kMma ? 1 : 17;
+  for (int64_t hi = c.tiles == MatmulKernel::kMma ? 16 : 64; lo <= tiled.hi; lo = hi + 1, hi *= 2) {
+    const RowsBand b{std::max(lo, tiled.lo), std::min(hi, tiled.hi)};
+    if (b.lo > b.hi) continue;
+    bands.push_back(b);
+    if (hi >= kMatmulTileRows && choose_matmul(g, n, b).tile_splits == 1) break;  // the tallest tiles, split no further
   }
   bands.back().hi = RowsBand{}.hi;         // the last band serves any run above it,
   if (!c.use_rows) bands.front().lo = 0;  // and the first, without a rows kernel, any below it
@@ -315,15 +336,16 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   const int64_t rows_max = std::max<int64_t>(1, product_at(qs, 0, qs.size() - 1, g, true));
   const int64_t t_max = std::max<int64_t>(1, extent_at(ops::attention_positions(g, n), g, true));
   const int64_t dv_max = std::max<int64_t>(1, extent_at(vs.back(), g, true));
-  // Splits of at least `min_positions` positions aiming at `blocks` blocks, within the scratch cap.
-  auto splits_for = [&](int64_t blocks, int64_t min_positions) {
+  // Splits of at least `min_positions` positions aiming at `blocks` blocks
+  // for tasks of `heads` rows each, within the scratch cap.
+  auto splits_for = [&](int64_t blocks, int64_t min_positions, int64_t heads) {
     const int64_t most = std::min({int64_t{kAttentionMaxSplits}, ceil_div(t_max, min_positions), split_cap()});
-    int64_t s = std::clamp<int64_t>(blocks / rows_min, 1, std::max<int64_t>(1, most));
+    int64_t s = std::clamp<int64_t>(blocks / ceil_div(rows_min, heads), 1, std::max<int64_t>(1, most));
     while (s > 1 && static_cast<uint64_t>(rows_max * s * (2 + dv_max)) * 4 > kMaxScratchBytes) --s;
     return static_cast<int>(s);
   };
   AttentionChoice c;
-  c.splits = splits_for(g.target.multiprocessors * kAttentionBlocksPerSM, kMinPositionsPerSplit);
+  c.splits = splits_for(g.target.multiprocessors * kAttentionBlocksPerSM, kMinPositionsPerSplit, 1);
 
   const Dim& d = qs.back();
   const Dim& dv = vs.back();
@@ -356,10 +378,20 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       c.stream_positions = static_cast<int>(positions);
       c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
       const int64_t per_sm = std::max<int64_t>(1, shared_per_sm / (c.stream_shared_bytes + 1024));
+      // Query heads of a k/v head (grouped-query attention) share a task, so
+      // a stage is copied once for all of them: the largest power of two
+      // dividing the group, at most kAttentionMaxStreamHeads (each keeps its
+      // accumulators in registers).
+      const Dim& nh = qs[qs.size() - 2];
+      const Dim& kvh = ks[ks.size() - 3];
+      if (!nh.is_runtime() && !kvh.is_runtime() && kvh.extent > 0 && nh.extent % kvh.extent == 0) {
+        const int64_t group = nh.extent / kvh.extent, most = attention_heads_cap();
+        while (c.stream_heads * 2 <= std::min(group, most) && group % (c.stream_heads * 2) == 0) c.stream_heads *= 2;
+      }
       const int64_t wanted = attention_splits_wanted();
       if (contiguous)
-        c.stream_splits = splits_for(wanted > 0 ? wanted * rows_min : g.target.multiprocessors * per_sm,
-                                     std::max(kMinPositionsPerSplit, positions));
+        c.stream_splits = splits_for(wanted > 0 ? wanted * ceil_div(rows_min, c.stream_heads) : g.target.multiprocessors * per_sm,
+                                     std::max(kMinPositionsPerSplit, positions), c.stream_heads);
     }
   }
   c.stream_early = attention_kv_early_allowed();

@@ -16,8 +16,10 @@ namespace gdl {
 // reside on one multiprocessor, and of the attention kernel.
 inline constexpr int64_t kMatmulBlocksPerSM = 2;
 inline constexpr int64_t kAttentionBlocksPerSM = 3;
-// Row counts up to this take the memory-bound rows kernel (gdl::matmul_rows).
+// Row counts up to this take the memory-bound rows kernel (gdl::matmul_rows):
+// f32, and f16/bf16 up to kMatmulRowsLimitTensorCores (tensor-core tiles above).
 inline constexpr int64_t kMatmulRowsLimit = 16;
+inline constexpr int64_t kMatmulRowsLimitTensorCores = 1;
 inline constexpr int kMaxSplits = 16;           // K splits of one matmul output tile
 inline constexpr int kMaxClusterSplits = 8;     // the portable cluster size
 inline constexpr int kAttentionMaxSplits = 64;  // == gdl::kAttentionMaxSplits (gdl_attention.cuh)
@@ -84,16 +86,20 @@ struct RowsBand {
 // the band: a kernel of the step that serves only those (codegen emits one
 // per band of matmul_tile_bands, the runtime picks it by the run's rows).
 MatmulChoice choose_matmul(const ir::Graph& g, const ir::Node& matmul, RowsBand band = {});
-// The row bands of a matmul's tiled kernels, ascending: with b shared and
-// tensor cores, one per tile height its tiled rows reach ((16, 32] for 32
-// rows, above 32 for 64; the rows kernel takes 16 and fewer), so that each
-// run's tiles hold its rows; otherwise one band, its whole tiled range.
-// Empty when only the rows kernel runs.
+// The row bands of a matmul's tiled kernels, ascending, each served by a
+// kernel chosen at its largest rows: with b shared, one per tensor-core
+// tile height ((16, 32] for 32 rows; the rows kernel takes 16 and fewer),
+// then (32, 64], (64, 128], ... until a band's tiles need no K split, so
+// that a run's tiles hold its rows and its K splits fill the GPU at its
+// rows, not at the largest; otherwise (b batched) one band, the whole
+// tiled range. Empty when only the rows kernel runs.
 std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& matmul);
 
 // The ring of gdl::attention_stream: about this many bytes of stages per
 // block (2 to 8 stages), so that several blocks share a multiprocessor.
 inline constexpr int64_t kAttentionStreamRingBytes = 96 * 1024;
+// Query heads of one k/v head that a streamed attention task takes together.
+inline constexpr int64_t kAttentionMaxStreamHeads = 4;
 
 struct AttentionChoice {
   int splits = 1;  // gdl::attention_split: blocks per row of q, each taking a range of positions
@@ -101,6 +107,7 @@ struct AttentionChoice {
   // row of k and v is 8 to 32 whole 16-byte vectors; codegen takes it when k
   // and v are also 16-byte aligned. 0 when not possible.
   int stream_splits = 0;
+  int stream_heads = 1;              // query rows per task, sharing each stage (grouped-query attention)
   int stream_stages = 0;             // stages of its ring
   int stream_positions = 0;          // positions of k and v per stage
   uint32_t stream_shared_bytes = 0;  // the ring: == gdl::AttentionStream<D, DV, T, positions, stages>::bytes

@@ -90,6 +90,29 @@ Adjust paged_tables(int64_t sequences, int64_t max_blocks, int64_t pool, int64_t
   };
 }
 
+// Grouped-query decode over a param cache (the streamed kernel's early
+// copies): query heads of one k/v head share a task (up to 4: a group of 8
+// takes two tasks, a group of 3 one head a task), with lengths from none to
+// the whole cache, one of them inside the first stage.
+TEST_CASE("attention: grouped query heads share each k/v stage, every group size") {
+  const std::string text =
+      "program gqa;\ninput q : {T}[3, {NH}, {D}];\nparam k : {T}[3, {KVH}, 700, {D}];\n"
+      "param v : {T}[3, {KVH}, 700, {D}];\ninput len : i32[3];\noutput y : {T}[3, {NH}, {D}];\n"
+      "y = attention(q, k, v, len);\n";
+  const std::vector<std::pair<std::string, std::string>> groups = {{"8", "8"}, {"8", "4"}, {"8", "1"}, {"6", "2"}, {"32", "4"}};
+  for (const std::string t : {"f32", "f16", "bf16"})
+    for (const std::string d : {"64", "128"})
+      for (const auto& [nh, kvh] : groups) {
+        INFO(t << " D = " << d << ": " << nh << " query heads over " << kvh);
+        Program program = compile_text(with(text, {{"{T}", t}, {"{D}", d}, {"{NH}", nh}, {"{KVH}", kvh}}));
+        for (const std::vector<double>& len : {std::vector<double>{0, 1, 700}, std::vector<double>{65, 300, 699}}) {
+          INFO("len " << len[0] << " " << len[1] << " " << len[2]);
+          const Adjust adjust = [&](std::map<std::string, TensorData>& b) { set_ints(b, "len", len); };
+          CHECK(check_program(program, seed_for("gqa/" + t + d + nh + kvh + std::to_string(len[0])), {}, {}, {}, adjust));
+        }
+      }
+}
+
 TEST_CASE("paged_attention: sequences of different lengths share one pool") {
   const std::string text =
       "program paged;\ninput q : {T}[5, {Q}8, {D}];\ninput k_pool : {T}[40, 2, {BS}, {D}];\n"
