@@ -82,43 +82,44 @@ __host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
 
 // The block's result for (row, split): value(d) = sum_t p_t * v[t][d] over
-// its positions, m its maximum score and l = sum_t p_t. With one split the
+// its positions, m its maximum score and l = sum_t p_t. With one part the
 // block writes the row value(d) / l; otherwise it stores (m, l, value) as
-// its part and the last block of the row to arrive combines the parts:
+// its part and the last of the row's `parts` blocks to arrive combines the
+// parts (splits 0 .. parts - 1; the scratch holds S a row):
 // M = max m_i, out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i - M) l_i.
 // An empty part (m = -inf, l = 0) weighs nothing, and a row with no stored
-// position is zero. Called by every thread. Every block of the row reaches
-// the ticket, so a row of S > 1 always has a last block.
+// position is zero. Called by every thread. Every one of the row's parts
+// reaches the ticket, so a row of parts > 1 always has a last block.
 template <typename I, typename TO, typename Value>
 GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I split, I rows, int S, I DV,
-                        SplitScratch sk) {
+                        SplitScratch sk, int parts) {
   const int tid = threadIdx.x, BLOCK = blockDim.x;
   float* part_ml = S > 1 ? sk.partials : nullptr;                 // [rows][splits][2]: m, l
   float* part_acc = S > 1 ? sk.partials + rows * S * 2 : nullptr;  // [rows][splits][DV]
   const I part = row * S + split;
   for (I d = tid; d < DV; d += BLOCK) {
     const float sum = value(d);
-    if (S == 1) o[d] = cvt<TO>(l > 0.0f ? sum / l : 0.0f);
+    if (parts == 1) o[d] = cvt<TO>(l > 0.0f ? sum / l : 0.0f);
     else __stcg(part_acc + part * DV + d, sum);
   }
-  if (S == 1) return;
+  if (parts == 1) return;
   if (tid == 0) {
     __stcg(part_ml + part * 2, m);
     __stcg(part_ml + part * 2 + 1, l);
   }
-  if (!split_arrive(sk.tickets + row, S)) return;
+  if (!split_arrive(sk.tickets + row, parts)) return;
   // The parts in rounds of kRound, each round's loads issued together (one
   // trip to L2 per round, not one per part and quantity: the combine is
   // the kernel's tail), merged as the online softmax merges positions.
   constexpr int kRound = 8;
   for (I d = tid; d < DV; d += BLOCK) {
     float peak = -inf_f32(), weight_sum = 0.0f, sum = 0.0f;
-    for (int first = 0; first < S; first += kRound) {
+    for (int first = 0; first < parts; first += kRound) {
       float m[kRound], l[kRound], acc[kRound];
 #pragma unroll
       for (int j = 0; j < kRound; ++j) {
         const I i = row * S + first + j;
-        const bool in = first + j < S;
+        const bool in = first + j < parts;
         m[j] = in ? __ldcg(part_ml + i * 2) : -inf_f32();
         l[j] = in ? __ldcg(part_ml + i * 2 + 1) : 0.0f;
         acc[j] = in ? __ldcg(part_acc + i * DV + d) : 0.0f;
@@ -295,7 +296,7 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
       for (int sl = 0; sl < SLICES; ++sl) sum += slice_s[sl * ROW_W + (int)d];
       return sum;
     };
-    att::write_part(o, value, m, l, row, split, rows, S, DV, sk);
+    att::write_part(o, value, m, l, row, split, rows, S, DV, sk, S);
     __syncthreads();  // q_s and slice_s are rewritten by the next task
   }
 }
@@ -547,10 +548,12 @@ template <int D, int DV, typename T, int POSITIONS, int STAGES> struct Attention
 
 namespace att {
 // The stages of task (row, split) for `valid` positions: `stages` stages of
-// the row from stage `lo` (fewer or none at the end of the row).
+// the row from stage `lo` (fewer or none at the end of the row). The first
+// `parts` splits hold stages, the others none: a short row is computed by
+// as many blocks as it has stages at most, and only those parts are added.
 template <typename I, int P> struct StreamRange {
   I lo = 0, valid = 0;
-  int stages = 0;
+  int stages = 0, parts = 0;
   StreamRange() = default;
   GDL_DEV StreamRange(I valid_positions, I split, int S) : valid(valid_positions) {
     const I row_stages = ceil_div(valid, (I)P);
@@ -558,6 +561,7 @@ template <typename I, int P> struct StreamRange {
     lo = split * chunk;
     const I left = lo < row_stages ? row_stages - lo : (I)0;
     stages = (int)(left < chunk ? left : chunk);
+    parts = chunk > 0 ? (int)ceil_div(row_stages, chunk) : 0;
   }
   GDL_DEV I first(int j) const { return (lo + (I)j) * (I)P; }
   GDL_DEV int count(int j) const { return (int)(valid - first(j) < (I)P ? valid - first(j) : (I)P); }
@@ -651,6 +655,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
         for (I d = tid; d < (I)HEADS * DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
       continue;
     }
+    if (range.stages == 0) continue;  // past the row's parts: nothing to add
     const int stages = range.stages;
     if (tid == 0)
       for (int j = in_flight; j < NS && j < stages; ++j) issue(row, range, j);
@@ -692,7 +697,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
         for (int i = 0; i < GROUPS; ++i) sum += weight[i] * accs[i * DV + (int)d];
         return sum;
       };
-      att::write_part(o + (I)h * DV, value, block_m, block_l, row + (I)h, split, rows, S, (I)DV, sk);
+      att::write_part(o + (I)h * DV, value, block_m, block_l, row + (I)h, split, rows, S, (I)DV, sk, range.parts);
       __syncthreads();  // the ring holds the next row's results, then the next task's stages
     }
     // The groups' results were written to the ring through the generic

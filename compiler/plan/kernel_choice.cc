@@ -134,8 +134,10 @@ int64_t split_cap() {
 }
 
 // GDL_ATTENTION_STREAM=0 leaves every attention to the split kernel,
-// GDL_ATTENTION_KV_EARLY=0 makes the streamed kernel wait before its first
-// copies even of a param KV cache,
+// GDL_ATTENTION_KV_EARLY=1 lets the streamed kernel issue its first copies
+// of a param KV cache before it waits (they assume every position valid:
+// right only when the length is the cache's, wasted copies below it; off
+// by default, docs/performance.md),
 // GDL_ATTENTION_RING_KIB=N sets the streamed kernel's ring to about N KiB
 // and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage;
 // GDL_ATTENTION_SPLITS=N asks for N splits of a row (within the same caps).
@@ -149,7 +151,10 @@ bool attention_stream_allowed() {
   return allowed;
 }
 bool attention_kv_early_allowed() {
-  static const bool allowed = !env_off("GDL_ATTENTION_KV_EARLY");
+  static const bool allowed = [] {
+    const char* text = std::getenv("GDL_ATTENTION_KV_EARLY");
+    return text && std::string(text) == "1";
+  }();
   return allowed;
 }
 int64_t attention_stage_positions() {
