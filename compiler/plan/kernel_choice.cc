@@ -33,9 +33,10 @@
 // 5. Scratch: one ticket per tile and splits partial tiles, for whichever
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
-// choose_attention: the streamed kernel's tasks take the query heads of a
-// k/v head together (up to kAttentionMaxStreamHeads of them), copying each
-// stage of k and v once for all. For the split kernel, positions split into about
+// choose_attention: where the rows alone fill the GPU, the streamed
+// kernel's tasks take the query heads of a k/v head together (up to
+// kAttentionMaxStreamHeads of them), copying each stage of k and v once for
+// all. For the split kernel, positions split into about
 // g.target.multiprocessors * kAttentionBlocksPerSM / rows (at the lower bound)
 // parts, at most kAttentionMaxSplits, each at least 64 positions long at the
 // largest T. The streamed kernel is possible for static head dims whose
@@ -386,10 +387,16 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       // Query heads of a k/v head (grouped-query attention) share a task, so
       // a stage is copied once for all of them: the largest power of two
       // dividing the group, at most kAttentionMaxStreamHeads (each keeps its
-      // accumulators in registers).
+      // accumulators in registers); only where the rows alone fill the GPU.
+      // With fewer rows the blocks split the positions, the repeated reads
+      // mostly hit L2, and a block's math for several heads costs more than
+      // the copies it saves (measured on the H200, 32 query heads over 8,
+      // head dim 128: B=16 at 32768 positions 1511 -> 1212 us grouped, B=1
+      // at 4096 positions 22.1 -> 35.7 us).
       const Dim& nh = qs[qs.size() - 2];
       const Dim& kvh = ks[ks.size() - 3];
-      if (!nh.is_runtime() && !kvh.is_runtime() && kvh.extent > 0 && nh.extent % kvh.extent == 0) {
+      const bool rows_fill = rows_min >= g.target.multiprocessors * per_sm;
+      if (rows_fill && !nh.is_runtime() && !kvh.is_runtime() && kvh.extent > 0 && nh.extent % kvh.extent == 0) {
         const int64_t group = nh.extent / kvh.extent, most = attention_heads_cap();
         while (c.stream_heads * 2 <= std::min(group, most) && group % (c.stream_heads * 2) == 0) c.stream_heads *= 2;
       }

@@ -90,25 +90,35 @@ Adjust paged_tables(int64_t sequences, int64_t max_blocks, int64_t pool, int64_t
   };
 }
 
-// Grouped-query decode over a param cache (the streamed kernel's early
-// copies): query heads of one k/v head share a task (up to 4: a group of 8
-// takes two tasks, a group of 3 one head a task), with lengths from none to
+// Grouped-query decode over a param cache: where the rows fill the GPU (B =
+// 12 sequences of 32 query heads: 384 rows), query heads of one k/v head
+// share a task (up to 4: a group of 8 takes two tasks, of 3 one head a
+// task); with 3 sequences each head streams its own; lengths from none to
 // the whole cache, one of them inside the first stage.
 TEST_CASE("attention: grouped query heads share each k/v stage, every group size") {
   const std::string text =
-      "program gqa;\ninput q : {T}[3, {NH}, {D}];\nparam k : {T}[3, {KVH}, 700, {D}];\n"
-      "param v : {T}[3, {KVH}, 700, {D}];\ninput len : i32[3];\noutput y : {T}[3, {NH}, {D}];\n"
+      "program gqa;\ninput q : {T}[{B}, {NH}, {D}];\nparam k : {T}[{B}, {KVH}, 300, {D}];\n"
+      "param v : {T}[{B}, {KVH}, 300, {D}];\ninput len : i32[{B}];\noutput y : {T}[{B}, {NH}, {D}];\n"
       "y = attention(q, k, v, len);\n";
-  const std::vector<std::pair<std::string, std::string>> groups = {{"8", "8"}, {"8", "4"}, {"8", "1"}, {"6", "2"}, {"32", "4"}};
+  struct Case {
+    std::string b, nh, kvh;
+  };
+  const std::vector<Case> cases = {{"3", "8", "8"}, {"3", "8", "4"}, {"3", "6", "2"}, {"12", "32", "32"},
+                                   {"12", "32", "16"}, {"12", "32", "8"}, {"12", "32", "4"}, {"12", "24", "8"}};
   for (const std::string t : {"f32", "f16", "bf16"})
     for (const std::string d : {"64", "128"})
-      for (const auto& [nh, kvh] : groups) {
-        INFO(t << " D = " << d << ": " << nh << " query heads over " << kvh);
-        Program program = compile_text(with(text, {{"{T}", t}, {"{D}", d}, {"{NH}", nh}, {"{KVH}", kvh}}));
-        for (const std::vector<double>& len : {std::vector<double>{0, 1, 700}, std::vector<double>{65, 300, 699}}) {
-          INFO("len " << len[0] << " " << len[1] << " " << len[2]);
-          const Adjust adjust = [&](std::map<std::string, TensorData>& b) { set_ints(b, "len", len); };
-          CHECK(check_program(program, seed_for("gqa/" + t + d + nh + kvh + std::to_string(len[0])), {}, {}, {}, adjust));
+      for (const Case& c : cases) {
+        INFO(t << " D = " << d << ", B = " << c.b << ": " << c.nh << " query heads over " << c.kvh);
+        Program program =
+            compile_text(with(text, {{"{T}", t}, {"{D}", d}, {"{B}", c.b}, {"{NH}", c.nh}, {"{KVH}", c.kvh}}));
+        const size_t b = std::stoul(c.b);
+        for (const double first : {0.0, 65.0}) {
+          std::vector<double> len(b);
+          for (size_t i = 0; i < b; ++i) len[i] = i == 0 ? first : static_cast<double>((i * 97 + 1) % 301);  // 1 .. 300
+          INFO("first len " << first);
+          const Adjust adjust = [&](std::map<std::string, TensorData>& bind) { set_ints(bind, "len", len); };
+          CHECK(check_program(program, seed_for("gqa/" + t + d + c.b + c.nh + c.kvh + std::to_string(first)), {}, {}, {},
+                              adjust));
         }
       }
 }
