@@ -276,6 +276,20 @@ class HostCopyProbe {
   size_t bytes_ = 0;
 };
 
+// Every input set of `v`, in host memory and copied to device memory.
+Status load_sets(const Options& opt, const Variant& v, std::vector<LoadedSet>& sets) {
+  sets.clear();
+  sets.resize(v.sets.size());  // LoadedSet holds move-only device buffers
+  for (size_t k = 0; k < v.sets.size(); ++k)
+    for (const TensorFile& t : v.sets[k].inputs) {
+      sets[k].host.emplace_back();
+      BENCH_TRY(load_tensor(opt.data, t, sets[k].host.back()));
+      sets[k].device.emplace_back();
+      BENCH_TRY(sets[k].device.back().upload(sets[k].host.back()));
+    }
+  return Status::Ok();
+}
+
 Status bind_set(gdl::Session& s, const InputSet& set, const LoadedSet& data, bool from_device) {
   for (size_t i = 0; i < set.inputs.size(); ++i) {
     const TensorFile& t = set.inputs[i];
@@ -306,14 +320,8 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   for (size_t i = 0; i < v.params.size(); ++i)
     BENCH_TRY(s.set_param(v.params[i].name, params[i].data(), params[i].size()));
 
-  std::vector<LoadedSet> sets(v.sets.size());
-  for (size_t k = 0; k < v.sets.size(); ++k)
-    for (const TensorFile& t : v.sets[k].inputs) {
-      sets[k].host.emplace_back();
-      BENCH_TRY(load_tensor(opt.data, t, sets[k].host.back()));
-      sets[k].device.emplace_back();
-      BENCH_TRY(sets[k].device.back().upload(sets[k].host.back()));
-    }
+  std::vector<LoadedSet> sets;
+  BENCH_TRY(load_sets(opt, v, sets));
 
   // 4. Correctness first, graph and eager, every set.
   CheckResult check;
@@ -538,14 +546,8 @@ struct SweepSessions {
 Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& sessions, L2Flush& flush,
                          JsonObject& json) {
   gdl::Session& s = *sessions.timed;
-  std::vector<LoadedSet> sets(v.sets.size());
-  for (size_t k = 0; k < v.sets.size(); ++k)
-    for (const TensorFile& t : v.sets[k].inputs) {
-      sets[k].host.emplace_back();
-      BENCH_TRY(load_tensor(opt.data, t, sets[k].host.back()));
-      sets[k].device.emplace_back();
-      BENCH_TRY(sets[k].device.back().upload(sets[k].host.back()));
-    }
+  std::vector<LoadedSet> sets;
+  BENCH_TRY(load_sets(opt, v, sets));
   CheckResult check;
   for (size_t k = 0; k < v.sets.size(); ++k) {
     std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[k].torch_out, false, v.output.count());
