@@ -17,11 +17,11 @@
 //               L1/L2). The 32 partial sums per column are added by warp
 //               shuffles, then across the 8 warps in shared memory.
 //  matmul_mma   (f16, bf16): tensor cores through nvcuda::wmma 16x16x16
-//               with f32 accumulators. Tiles of 64 x 128, K in steps of 32,
-//               8 warps of 32 x 32; operands staged in shared memory by
-//               cp.async, kMmaStages steps in flight, zero-filled past every
-//               edge, so any M, N, K is correct; results go through shared
-//               memory to the epilogue.
+//               with f32 accumulators. Tiles of 16, 32 or 64 rows x 128
+//               (MmaTile), K in steps of 32, 8 warps; operands staged in
+//               dynamic shared memory by cp.async, STAGES - 1 steps in
+//               flight, zero-filled past every edge, so any M, N, K is
+//               correct; results go through shared memory to the epilogue.
 //  matmul_simt  (f32, full fp32 FMA, never TF32): tiles of 64 x 128, K in
 //               steps of 16, each thread an 8 x 4 register tile fed by
 //               16-byte shared loads; operands staged through registers

@@ -184,7 +184,8 @@ GDL_DEV void matmul_mma(const T* a, const T* b, TC* c, I M, I N, I K, I lda, I l
     } else if (S == 1) {
       const auto sums = [&](int e0, float4 (&v)[kStoreVectors]) {
 #pragma unroll
-        for (int j = 0; j < kStoreVectors; ++j) v[j] = cs4(e0 + j * kStoreStride);
+        for (int j = 0; j < kStoreVectors; ++j)  // a 16-row tile has two vectors a thread
+          v[j] = e0 + j * kStoreStride < BM * BN ? cs4(e0 + j * kStoreStride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       };
       store_tile<BM, BN>(c, M, N, base, m0, n0, epi, pro, fold, sums);
     } else {

@@ -101,7 +101,9 @@ GDL_DEV void combine_tile(TC* c, I M, I N, I base, I m0, I n0, I tile, I tiles, 
         const float4* part = reinterpret_cast<const float4*>(tile_part<BM, BN>(sk, q0 + (I)u, tiles, tile) + e0);
 #pragma unroll
         for (int j = 0; j < J; ++j)
-          p[u][j] = q0 + (I)u < (I)sk.splits ? __ldcg(part + j * (kStoreStride / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          p[u][j] = q0 + (I)u < (I)sk.splits && e0 + j * kStoreStride < BM * BN  // a 16-row tile has two vectors a thread
+                        ? __ldcg(part + j * (kStoreStride / 4))
+                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
       for (int u = 0; u < Q; ++u)  // in split order

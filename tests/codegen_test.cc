@@ -466,7 +466,9 @@ TEST_CASE("codegen: tensor-core tiles of 16, 32 or 64 rows by the rows, stages b
     plan::Plan p = plan_of(b.g);
     REQUIRE(plan::check_plan(p) == "");
     const std::map<int64_t, int> tile_m = {{9, 16}, {20, 32}, {40, 64}, {200, 64}};
-    for (const auto& [rows, value] : by_rows) {
+    for (const auto& entry : by_rows) {
+      const int64_t rows = entry.first;
+      const ValueId value = entry.second;
       INFO("rows " << rows);
       const MatmulChoice choice = choose_matmul(p.graph, p.graph.node(value));
       CHECK_FALSE(choice.use_rows);
@@ -484,6 +486,48 @@ TEST_CASE("codegen: tensor-core tiles of 16, 32 or 64 rows by the rows, stages b
     CHECK(small.mma_stages == (transposed ? 3 : 4));
     CHECK(small.mma_shared_bytes <= 45 * 1024);
   }
+}
+
+// A matmul whose rows run from 1 to 4096 against a narrow b (few tiles, so
+// every doubling of the rows still halves the K splits) gets at most
+// kMaxTileBands tiled kernels; the last serves every run above it.
+TEST_CASE("codegen: at most kMaxTileBands tiled kernels per matmul, the last open-ended") {
+  GraphBuilder b;
+  b.g.program_name = "bands";
+  const Dim M = b.dim("M", 1, 4096);
+  ValueId w = b.param("w", {DType::kF16, dims({c(14336), c(2048)})});
+  ValueId x = b.input("x", {DType::kF16, dims({M, c(14336)})});
+  ValueId y = b.op(Op::kMatMul, {x, w}, {DType::kF16, dims({M, c(2048)})});
+  b.output("y", y);
+  plan::Plan p = plan_of(b.g);
+  const std::vector<RowsBand> bands = matmul_tile_bands(p.graph, p.graph.node(y));
+  REQUIRE(bands.size() == static_cast<size_t>(kMaxTileBands));
+  CHECK(bands.front().lo == 2);  // the rows kernel takes one row
+  for (size_t i = 1; i < bands.size(); ++i) CHECK(bands[i].lo == bands[i - 1].hi + 1);
+  CHECK(bands.back().hi == RowsBand{}.hi);
+  CHECK(generate_cuda(p).kernels.step_choices.at(0).size() == static_cast<size_t>(kMaxTileBands) + 1);
+}
+
+// Grouped query heads share a task only where the rows fill the GPU, and at
+// most kAttentionStreamHeadsDims of head dims together.
+TEST_CASE("codegen: streamed attention groups query heads by the rows and the head dims") {
+  const auto heads = [](int64_t batch, int64_t d) {
+    GraphBuilder b;
+    b.g.program_name = "heads";
+    ValueId q = b.input("q", {DType::kBF16, dims({c(batch), c(32), c(d)})});
+    ValueId k = b.param("k", {DType::kBF16, dims({c(batch), c(8), c(1024), c(d)})});
+    ValueId v = b.param("v", {DType::kBF16, dims({c(batch), c(8), c(1024), c(d)})});
+    ValueId len = b.input("len", {DType::kI32, dims({c(batch)})});
+    ValueId o = b.op(Op::kAttention, {q, k, v, len}, {DType::kBF16, dims({c(batch), c(32), c(d)})},
+                     testing::value_attrs(0.1));
+    b.output("o", o);
+    plan::Plan p = plan_of(b.g);
+    return choose_attention(p.graph, p.graph.node(o)).stream_heads;
+  };
+  CHECK(heads(1, 128) == 1);   // 32 rows: far from filling 132 multiprocessors x 2 blocks
+  CHECK(heads(16, 128) == 4);  // 512 rows: four heads of a k/v head a task
+  CHECK(heads(16, 64) == 4);
+  CHECK(heads(16, 256) == 2);  // 512 head dims of registers at most
 }
 
 TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the launch has a block per SM at most") {

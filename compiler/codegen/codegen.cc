@@ -49,8 +49,9 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
       "// Kernel ABI (core/kernel_table.h): (unsigned char* arena, const unsigned char* params, gdl_args args);\n"
       "// Launch: grid.x = ceil(count[work shape] / items per block) for the current run-time dims.\n"
       "#include \"gdl_stdlib.cuh\"\n";
-  // Each step's own kernel (its last choice), its large kernel first where
-  // it has one, then each chain's kernels in front of its steps' choices.
+  // Each step's own kernel (its last choice), its large kernels (one per
+  // row band, the highest first) in front of it, then each chain's kernels
+  // in front of its steps' choices.
   KernelTable& table = code.kernels;
   table.step_choices.resize(p.steps.size());
   for (size_t s = 0; s < p.steps.size(); ++s) {

@@ -106,7 +106,7 @@ class StepEmitter {
   // What the kernel's emitter decided.
   int min_blocks = 0;           // blocks per multiprocessor the kernel's registers must allow (0: no bound)
   int cluster_y = 0;            // > 1: the kernel runs in clusters of that many blocks along grid.y
-  RowsBand band;                // Variant::kLarge: its rows; else the first kernel's
+  RowsBand band;                // Variant::kLarge: its rows (unused by the other variants)
   std::vector<RowsBand> large_bands;  // a matmul with several kernels: those of its large ones
   Shape rows_of_matmul;
   bool waits_in_body = false;   // the body calls wait_for_producers itself, after its prefetch

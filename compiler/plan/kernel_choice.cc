@@ -19,7 +19,7 @@
 //    kMatmulBlocksPerSM blocks leave each other on g.target's
 //    multiprocessor (2 to kMaxMmaStages: more copies in flight while the
 //    rows are few and the weights stream).
-//    Splits: a kernel's output tiles (rows kernel: 128-byte column strips
+// 4. Splits: a kernel's output tiles (rows kernel: 128-byte column strips
 //    of b; tiled kernels: tile_m x 128 tiles at the largest binding) are
 //    multiplied by a K split count so that the launch has about
 //    g.target.multiprocessors * kMatmulBlocksPerSM blocks, at most
@@ -326,6 +326,7 @@ std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& n) {
     if (b.lo > b.hi) continue;
     bands.push_back(b);
     if (hi >= kMatmulTileRows && choose_matmul(g, n, b).tile_splits == 1) break;  // the tallest tiles, split no further
+    if (static_cast<int64_t>(bands.size()) == kMaxTileBands) break;  // each band is a kernel to compile
   }
   bands.back().hi = RowsBand{}.hi;         // the last band serves any run above it,
   if (!c.use_rows) bands.front().lo = 0;  // and the first, without a rows kernel, any below it
@@ -397,7 +398,11 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       const Dim& kvh = ks[ks.size() - 3];
       const bool rows_fill = rows_min >= g.target.multiprocessors * per_sm;
       if (rows_fill && !nh.is_runtime() && !kvh.is_runtime() && kvh.extent > 0 && nh.extent % kvh.extent == 0) {
-        const int64_t group = nh.extent / kvh.extent, most = attention_heads_cap();
+        // Each head holds q and its accumulators in registers: at most
+        // kAttentionStreamHeadsDims of head dims together (4 heads of 128, 2 of 256).
+        const int64_t group = nh.extent / kvh.extent,
+                      most = std::min(attention_heads_cap(),
+                                      std::max<int64_t>(1, kAttentionStreamHeadsDims / std::max(d.extent, dv.extent)));
         while (c.stream_heads * 2 <= std::min(group, most) && group % (c.stream_heads * 2) == 0) c.stream_heads *= 2;
       }
       const int64_t wanted = attention_splits_wanted();
@@ -428,7 +433,7 @@ uint64_t reread_bytes(const ir::Graph& g, const ir::Node& n, const MatmulChoice&
   uint64_t most = 0;
   if (c.use_rows) {  // every block takes every row, MR at a time
     const int64_t blocks = ceil_div(n_max, matmul_strip_columns(n.type.dtype)) * c.rows_splits;
-    most = static_cast<uint64_t>(blocks * std::min(c.rows_max, kMatmulRowsLimit)) * row_bytes;
+    most = static_cast<uint64_t>(blocks * std::min(c.rows_max, rows_limit(n.type.dtype))) * row_bytes;
   }
   if (c.use_tiles) {  // the fold: the parts of a tile share its rows' statistics
     most = std::max(most, static_cast<uint64_t>(tile_count(g, n, c) * std::min<int64_t>(entry_rows(g, n, c), c.tile_m)) * row_bytes);

@@ -56,9 +56,12 @@ struct MatmulChoice {
   // b has no batch extents of its own (every batch dim of b is 1): the batch
   // of a folds into its rows, a [rows, K] @ b [K, N].
   bool fold_batch = false;
-  int64_t rows_min = 0, rows_max = 0;  // M, times the batch when folded, over every binding
-  // The rows kernel serves bindings with at most kMatmulRowsLimit rows, the
-  // tiled kernel the others; with both, the kernel chooses at run time.
+  // M, times the batch when folded, over every binding (or those of the band
+  // the choice was asked for).
+  int64_t rows_min = 0, rows_max = 0;
+  // The rows kernel serves bindings with at most kMatmulRowsLimit rows (f32)
+  // or kMatmulRowsLimitTensorCores (f16, bf16), the tiled kernels the others
+  // (a kernel per band of matmul_tile_bands); the runtime picks per run.
   bool use_rows = false, use_tiles = true;
   MatmulKernel tiles = MatmulKernel::kGeneral;
   int row_tile = 1;        // rows held in registers by the rows kernel (MR)
@@ -100,6 +103,10 @@ std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& matm
 inline constexpr int64_t kAttentionStreamRingBytes = 96 * 1024;
 // Query heads of one k/v head that a streamed attention task takes together.
 inline constexpr int64_t kAttentionMaxStreamHeads = 4;
+inline constexpr int64_t kAttentionStreamHeadsDims = 512;  // head dims of a task's heads together
+// Tiled kernels of one matmul step at most (matmul_tile_bands): the last
+// band serves every run above it, with the K splits of the largest rows.
+inline constexpr int64_t kMaxTileBands = 5;
 
 struct AttentionChoice {
   int splits = 1;  // gdl::attention_split: blocks per row of q, each taking a range of positions
@@ -111,7 +118,7 @@ struct AttentionChoice {
   int stream_stages = 0;             // stages of its ring
   int stream_positions = 0;          // positions of k and v per stage
   uint32_t stream_shared_bytes = 0;  // the ring: == gdl::AttentionStream<D, DV, T, positions, stages>::bytes
-  bool stream_early = true;          // over a param KV cache, copies before the wait (KV_EARLY)
+  bool stream_early = false;         // over a param KV cache, copies before the wait (KV_EARLY; GDL_ATTENTION_KV_EARLY=1)
   SplitScratchSize scratch;  // enough for either kernel
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
