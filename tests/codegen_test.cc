@@ -475,7 +475,8 @@ TEST_CASE("codegen: tensor-core tiles of 16, 32 or 64 rows by the rows, stages b
       CHECK(choice.tiles == MatmulKernel::kMma);
       CHECK(choice.tile_m == tile_m.at(rows));
       CHECK(choice.mma_stages == kMaxMmaStages);  // 227 KiB a multiprocessor: room for the most
-      const Kernel& k = own_kernel(generate_cuda(p), step_writing(p, value));
+      const GeneratedCode code = generate_cuda(p);  // owns the kernel table the reference reads
+      const Kernel& k = own_kernel(code, step_writing(p, value));
       CHECK(k.launch.shared_bytes == choice.mma_shared_bytes);
       CHECK(k.launch.shared_bytes > 48 * 1024);  // dynamic, past the static limit
     }
