@@ -310,6 +310,33 @@ Status read_output(gdl::Session& s, const TensorFile& out, std::vector<double>& 
   return Status::Ok();
 }
 
+// Step 4: every set bound from host memory on a poisoned arena, the graph
+// run (and an eager run when `with_eager`), the output against torch's and
+// the float64 reference.
+Status check_sets(const Options& opt, const Variant& v, gdl::Session& s, const std::vector<LoadedSet>& sets,
+                  bool with_eager, CheckResult& check) {
+  for (size_t k = 0; k < v.sets.size(); ++k) {
+    std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[k].torch_out, false, v.output.count());
+    std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[k].ref64, true, v.output.count());
+    if (!torch) check.sets_without_reference += 1;
+    for (bool eager : {false, true}) {
+      if (eager && !with_eager) continue;
+      BENCH_TRY(gdl::testing::poison_arena(s, 0xFF));
+      BENCH_TRY(bind_set(s, v.sets[k], sets[k], false));
+      BENCH_TRY(eager ? s.run_eager() : s.run());
+      std::vector<double> got;
+      BENCH_TRY(read_output(s, v.output, got));
+      check.add(got, torch, ref64, v.tolerance, eager);
+    }
+    check.sets += 1;
+  }
+  if (check.sets_without_reference == check.sets) {
+    check.passed = false;
+    check.note = "no torch output to compare with";
+  }
+  return Status::Ok();
+}
+
 // Steps 3-7 for one variant on the GPU; fills `json` with what it measured.
 Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program& program,
                        const std::vector<std::vector<uint8_t>>& params, L2Flush& flush, JsonObject& json) {
@@ -325,24 +352,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
 
   // 4. Correctness first, graph and eager, every set.
   CheckResult check;
-  for (size_t k = 0; k < v.sets.size(); ++k) {
-    std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[k].torch_out, false, v.output.count());
-    std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[k].ref64, true, v.output.count());
-    if (!torch) check.sets_without_reference += 1;
-    for (bool eager : {false, true}) {
-      BENCH_TRY(gdl::testing::poison_arena(s, 0xFF));
-      BENCH_TRY(bind_set(s, v.sets[k], sets[k], false));
-      BENCH_TRY(eager ? s.run_eager() : s.run());
-      std::vector<double> got;
-      BENCH_TRY(read_output(s, v.output, got));
-      check.add(got, torch, ref64, v.tolerance, eager);
-    }
-    check.sets += 1;
-  }
-  if (check.sets_without_reference == check.sets) {
-    check.passed = false;
-    check.note = "no torch output to compare with";
-  }
+  BENCH_TRY(check_sets(opt, v, s, sets, /*with_eager=*/true, check));
   json.add("check", check.json(v.tolerance));
   std::printf("  check: %s, max error vs torch %.3g (graph) %.3g (eager), vs f64 %.3g, tolerance %.3g\n",
               check.passed ? "ok" : "FAILED", check.err_vs_torch, check.eager_err_vs_torch, check.err_vs_ref64,
@@ -549,22 +559,7 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   std::vector<LoadedSet> sets;
   BENCH_TRY(load_sets(opt, v, sets));
   CheckResult check;
-  for (size_t k = 0; k < v.sets.size(); ++k) {
-    std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[k].torch_out, false, v.output.count());
-    std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[k].ref64, true, v.output.count());
-    if (!torch) check.sets_without_reference += 1;
-    BENCH_TRY(gdl::testing::poison_arena(s, 0xFF));
-    BENCH_TRY(bind_set(s, v.sets[k], sets[k], false));
-    BENCH_TRY(s.run());
-    std::vector<double> got;
-    BENCH_TRY(read_output(s, v.output, got));
-    check.add(got, torch, ref64, v.tolerance, false);
-    check.sets += 1;
-  }
-  if (check.sets_without_reference == check.sets) {
-    check.passed = false;
-    check.note = "no torch output to compare with";
-  }
+  BENCH_TRY(check_sets(opt, v, s, sets, /*with_eager=*/false, check));
   json.add("check", check.json(v.tolerance));
   std::vector<size_t> timed;
   for (size_t k = 0; k < v.sets.size(); ++k)
