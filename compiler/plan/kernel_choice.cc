@@ -143,19 +143,16 @@ int64_t split_cap() {
 // and GDL_ATTENTION_STAGE_POSITIONS=N the positions of a stage;
 // GDL_ATTENTION_SPLITS=N asks for N splits of a row (within the same caps).
 // Experiment knobs like the one above, for A/B runs of the kernels.
-bool env_off(const char* name) {
+bool env_is(const char* name, const char* value) {
   const char* text = std::getenv(name);
-  return text && std::string(text) == "0";
+  return text && std::string(text) == value;
 }
 bool attention_stream_allowed() {
-  static const bool allowed = !env_off("GDL_ATTENTION_STREAM");
+  static const bool allowed = !env_is("GDL_ATTENTION_STREAM", "0");
   return allowed;
 }
 bool attention_kv_early_allowed() {
-  static const bool allowed = [] {
-    const char* text = std::getenv("GDL_ATTENTION_KV_EARLY");
-    return text && std::string(text) == "1";
-  }();
+  static const bool allowed = env_is("GDL_ATTENTION_KV_EARLY", "1");
   return allowed;
 }
 int64_t attention_stage_positions() {
