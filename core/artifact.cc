@@ -24,7 +24,9 @@
 // limits (run-time dims, scalars, bounds within int32), then the kernel
 // table: per kernel a symbol, a launch rule a device can take, steps in
 // range, a rows range, scalars that exist, tensor maps inside the scratch
-// area (aligned, not overlapping each other) and the params region; per step
+// area (aligned, not overlapping each other) and the params region, a
+// library matmul's operands inside their buffers and its product and
+// workspace inside the scratch area; per step
 // choices that name kernels covering it, ending in one that always applies
 // and is not cooperative; a kernel over several steps chosen alike by each
 // of them (the same choices before it); a module image when there are steps.
@@ -213,6 +215,21 @@ void write_kernels(Writer& w, const KernelTable& t) {
       w.u32(m.box_rows);
       w.u32(m.swizzle_bytes);
     });
+    const LibraryMatmul& l = k.library;
+    w.boolean(l.active);
+    w.u8(static_cast<uint8_t>(l.dtype));
+    w.boolean(l.transpose_a);
+    w.boolean(l.transpose_b);
+    w.i32(l.a);
+    w.i32(l.b);
+    w.u64(l.b_element_offset);
+    w.i64(l.n);
+    w.i64(l.k);
+    w.i64(l.lda);
+    w.i64(l.ldb);
+    w.u64(l.product_offset);
+    w.u64(l.workspace_offset);
+    w.u64(l.workspace_bytes);
   });
   w.vec(t.step_choices, [&](const std::vector<int>& c) { w.vec(c, [&](int k) { w.i32(k); }); });
 }
@@ -504,6 +521,21 @@ KernelTable read_kernels(Reader& r, const ir::Graph& g) {
       m.box_rows = r.u32();
       m.swizzle_bytes = r.u32();
     }
+    LibraryMatmul& l = k.library;
+    l.active = r.boolean("library matmul");
+    l.dtype = r.enumeration(DType::kBool, "library matmul dtype");
+    l.transpose_a = r.boolean("transpose_a");
+    l.transpose_b = r.boolean("transpose_b");
+    l.a = r.i32();
+    l.b = r.i32();
+    l.b_element_offset = r.u64();
+    l.n = r.i64();
+    l.k = r.i64();
+    l.lda = r.i64();
+    l.ldb = r.i64();
+    l.product_offset = r.u64();
+    l.workspace_offset = r.u64();
+    l.workspace_bytes = r.u64();
   }
   t.step_choices.resize(r.count(4, "step's choices"));
   for (std::vector<int>& c : t.step_choices) {
@@ -524,6 +556,42 @@ CompiledModule read_module(Reader& r) {
   m.from_cache = r.boolean("from_cache");
   m.compile_ms = r.f64();
   return m;
+}
+
+// A kernel's cuBLASLt product (kernel_table.h LibraryMatmul): a float
+// dtype; a and b buffers that hold every element the call reads at the
+// largest rows; the product and workspace inside the scratch area.
+std::string verify_library_matmul(const plan::Plan& p, const Kernel& k) {
+  const LibraryMatmul& l = k.library;
+  const ir::Graph& g = p.graph;
+  if (l.dtype != DType::kF16 && l.dtype != DType::kBF16 && l.dtype != DType::kF32)
+    return "has a library matmul of a dtype cuBLASLt does not take here";
+  if (k.first_step != k.last_step) return "has a library matmul over several steps";
+  const int64_t rows = max_element_count(k.rows, g.dims);
+  const bool sizes_ok = k.rows.size() >= 1 && rows >= 1 && l.n >= 1 && l.k >= 1 && l.n <= INT32_MAX &&
+                        l.k <= INT32_MAX && rows <= INT32_MAX && l.lda >= (l.transpose_a ? rows : l.k) &&
+                        l.ldb >= (l.transpose_b ? l.k : l.n) && l.lda <= INT32_MAX && l.ldb <= INT32_MAX;
+  if (!sizes_ok) return "has a library matmul of impossible sizes";
+  const uint64_t esize = dtype_size(l.dtype);
+  const auto holds = [&](int32_t v, uint64_t first, int64_t lines, int64_t line_length, int64_t ld) {
+    if (v < 0 || static_cast<size_t>(v) >= p.buffers.size() || static_cast<size_t>(v) >= g.nodes.size()) return false;
+    const plan::Buffer& b = p.buffers[static_cast<size_t>(v)];
+    if (b.region != plan::Region::kArena && b.region != plan::Region::kParams) return false;
+    if (dtype_size(g.node(v).type.dtype) != esize) return false;
+    const uint64_t span = (static_cast<uint64_t>(lines) - 1) * static_cast<uint64_t>(ld) + static_cast<uint64_t>(line_length);
+    return first <= b.bytes / esize && span <= b.bytes / esize - first;
+  };
+  if (!holds(l.a, 0, l.transpose_a ? l.k : rows, l.transpose_a ? rows : l.k, l.lda) ||
+      !holds(l.b, l.b_element_offset, l.transpose_b ? l.n : l.k, l.transpose_b ? l.k : l.n, l.ldb))
+    return "has a library matmul that reads outside its operands";
+  const uint64_t begin = p.arena_bytes, end = p.arena_bytes + p.scratch_bytes;
+  const auto inside = [&](uint64_t offset, uint64_t bytes) {
+    return offset % plan::kAlignment == 0 && offset >= begin && offset <= end && bytes <= end - offset;
+  };
+  if (!inside(l.product_offset, static_cast<uint64_t>(rows) * static_cast<uint64_t>(l.n) * 4) ||
+      !inside(l.workspace_offset, l.workspace_bytes))
+    return "puts a library matmul's product or workspace outside the scratch area";
+  return "";
 }
 
 uint64_t read_le(const uint8_t* p, int n) {
@@ -584,6 +652,8 @@ std::string verify_artifact(const Artifact& a) {
         return where + " maps a tensor outside the params region";
       maps.push_back({m.scratch_offset, m.scratch_offset + kTensorMapBytes});
     }
+    if (k.library.active)
+      if (std::string problem = verify_library_matmul(p, k); !problem.empty()) return where + " " + problem;
   }
   std::sort(maps.begin(), maps.end());
   for (size_t i = 1; i < maps.size(); ++i)

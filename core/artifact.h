@@ -23,7 +23,7 @@ namespace gdl {
 // 11: take_along_axis and paged_attention among the structured ops (the
 // opcodes after them moved). 12: a buffer's offset terms (a view behind a
 // run-time axis).
-inline constexpr uint32_t kArtifactVersion = 13;
+inline constexpr uint32_t kArtifactVersion = 14;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes

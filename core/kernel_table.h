@@ -71,6 +71,25 @@ inline constexpr uint64_t kTensorMapBytes = GDL_TENSOR_MAP_BYTES;  // sizeof(CUt
 
 inline constexpr int64_t kAnyRows = std::numeric_limits<int64_t>::max();
 
+// A matmul step's product computed by cuBLASLt (runtime/src/library_matmul.h)
+// in front of the kernel: the runtime calls it (in a graph, as a child
+// graph node captured once per graph) with a [rows, K] @ b [K, N] as the
+// plan places them at the run's layout dims, the rows the element count of
+// the kernel's `rows`, and it writes the f32 product [rows, N], row-major,
+// to `product_offset`; the kernel then applies the step's epilogue to it.
+// Served only where every dim of the rows is bucket-served, so a graph's
+// call never changes (session.cc).
+struct LibraryMatmul {
+  bool active = false;
+  DType dtype = DType::kF32;  // of a and b: f16, bf16 or f32
+  bool transpose_a = false, transpose_b = false;  // stored [K, rows] / [N, K]
+  int32_t a = -1, b = -1;     // the IR values of a and b (their plan buffers)
+  uint64_t b_element_offset = 0;  // a column window's first element in b's buffer
+  int64_t n = 0, k = 0, lda = 0, ldb = 0;  // lda, ldb: the stored rows' lengths
+  uint64_t product_offset = 0;    // from the arena base, in the scratch area
+  uint64_t workspace_offset = 0, workspace_bytes = 0;  // cuBLASLt's workspace, in the scratch area
+};
+
 // One kernel of the module.
 struct Kernel {
   std::string symbol;       // the extern "C" kernel name
@@ -93,6 +112,7 @@ struct Kernel {
   // step's next choice runs).
   bool cooperative = false;
   std::vector<TensorMap> tensor_maps;
+  LibraryMatmul library;  // active: a cuBLASLt product runs before the kernel
 };
 
 struct KernelTable {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "artifact.h"
 #include "plan/chains.h"
 #include "codegen/codegen.h"
 #include "plan/kernel_choice.h"
@@ -39,6 +40,16 @@ const Kernel* large_kernel(const GeneratedCode& code, size_t s) {
   if (choices.size() < 2) return nullptr;
   const Kernel& k = code.kernels.kernels.at(static_cast<size_t>(choices[choices.size() - 2]));
   return k.first_step == k.last_step ? &k : nullptr;
+}
+
+// The first choice of step s when it is a library matmul kernel (cuBLASLt's product), else null.
+const Kernel* library_kernel(const KernelTable& t, size_t s) {
+  const Kernel& k = t.kernels.at(static_cast<size_t>(t.step_choices.at(s).front()));
+  return k.library.active ? &k : nullptr;
+}
+// The scratch bytes of cuBLASLt's product and workspace for step s (0: none).
+uint64_t library_scratch(const plan::Plan& p, size_t s) {
+  return choose_library_matmul(p.graph, p.steps[s].values).scratch_bytes();
 }
 
 using ir::Op;
@@ -326,7 +337,7 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
       CHECK(r.items_per_block == (n.type.dtype != DType::kF32 && n.type.shape[1].extent == 32 ? 32 : 64));
       CHECK(r.grid_y == 1);
       CHECK(r.block == 256);
-      CHECK(p.steps[s].scratch_bytes == 0);
+      CHECK(p.steps[s].scratch_bytes == library_scratch(p, s));  // cuBLASLt's above 32 rows
       ++matmuls;
     }
     if (n.op == Op::kMatMul && n.type.rank() == 2) {
@@ -506,7 +517,102 @@ TEST_CASE("codegen: at most kMaxTileBands tiled kernels per matmul, the last ope
   CHECK(bands.front().lo == 2);  // the rows kernel takes one row
   for (size_t i = 1; i < bands.size(); ++i) CHECK(bands[i].lo == bands[i - 1].hi + 1);
   CHECK(bands.back().hi == RowsBand{}.hi);
-  CHECK(generate_cuda(p).kernels.step_choices.at(0).size() == static_cast<size_t>(kMaxTileBands) + 1);
+  // The tiled kernels, the rows kernel and cuBLASLt's in front.
+  CHECK(generate_cuda(p).kernels.step_choices.at(0).size() == static_cast<size_t>(kMaxTileBands) + 2);
+}
+
+
+TEST_CASE("codegen: above 32 rows a matmul step's first choice is cuBLASLt's product and a kernel for its epilogue") {
+  const std::string text =
+      "program lib;\ndim M in [1, 300] buckets(8, 64, 300);\n"
+      "input x : {T}[M, 1000];\nparam w : {T}[1000, 640];\nparam wt : {T}[640, 1000];\nparam bias : {T}[640];\n"
+      "param wide : {T}[1000, 1024];\ninput h : {T}[M, 1000];\n"
+      "output y : {T}[M, 640];\noutput z : {T}[M, 640];\noutput u : {T}[M, 256];\noutput n : {T}[M, 640];\n"
+      "y = gelu(x @ w + bias);\nz = x @ transpose(wt);\nu = (x @ wide)[:, 384:640];\n"
+      "n = rmsnorm(h) @ w;\n";
+  for (const char* t : {"f16", "bf16", "f32"}) {
+    std::string program_text = text;
+    for (size_t at = program_text.find("{T}"); at != std::string::npos; at = program_text.find("{T}", at))
+      program_text.replace(at, 3, t);
+    INFO(t);
+    plan::Plan p = plan_of(testing::graph_of(program_text));
+    REQUIRE(plan::check_plan(p) == "");
+    GeneratedCode code = generate_cuda(p);
+    const auto step_of = [&](const std::string& output) {
+      for (size_t o = 0; o < p.graph.outputs.size(); ++o)
+        if (p.graph.outputs[o].name == output) return step_writing(p, p.graph.outputs[o].value);
+      FAIL("no output " << output);
+      return size_t{0};
+    };
+    const uint64_t workspace = kLibraryMatmulWorkspaceBytes;
+    const struct {
+      const char* output;
+      bool transpose_b;
+      int64_t n, ldb;
+      uint64_t b_offset;
+    } cases[] = {{"y", false, 640, 640, 0}, {"z", true, 640, 1000, 0}, {"u", false, 256, 1024, 384}};
+    for (const auto& want : cases) {
+      INFO(want.output);
+      const size_t s = step_of(want.output);
+      const Kernel* k = library_kernel(code.kernels, s);
+      REQUIRE(k != nullptr);
+      const LibraryMatmul& l = k->library;
+      CHECK(k->min_rows == kLibraryMatmulRowsAbove + 1);
+      CHECK(k->max_rows == kAnyRows);
+      CHECK(k->symbol.find("_library") != std::string::npos);
+      CHECK(l.dtype == *parse_dtype(t));
+      CHECK(l.transpose_b == want.transpose_b);
+      CHECK_FALSE(l.transpose_a);
+      CHECK(l.n == want.n);
+      CHECK(l.k == 1000);
+      CHECK(l.lda == 1000);
+      CHECK(l.ldb == want.ldb);
+      CHECK(l.b_element_offset == want.b_offset);
+      // The product and the workspace: in the step's scratch, which the kernel reads the product from.
+      const plan::Step& step = p.steps[s];
+      CHECK(l.product_offset == step.scratch_offset);
+      CHECK(l.workspace_offset == step.scratch_offset + (300 * static_cast<uint64_t>(want.n) * 4 + 255) / 256 * 256);
+      CHECK(l.workspace_bytes == workspace);
+      CHECK(l.workspace_offset + workspace <= step.scratch_offset + step.scratch_bytes);
+      CHECK(code.source.find("reinterpret_cast<const float*>(arena + " + std::to_string(l.product_offset) + "ull)") !=
+            std::string::npos);
+      // The generated kernels still follow for 32 rows and fewer.
+      CHECK(code.kernels.step_choices.at(s).size() >= 2);
+      CHECK(own_kernel(code, s).depends_on_dims);
+    }
+    // A norm fused in front of its matmul (f16, bf16) stays with the generated kernels.
+    const size_t sn = step_of("n");
+    const bool fused = matmul_prologue(p.graph, p.steps[sn].values) != ir::kNoValue;
+    CHECK(fused == (std::string(t) != "f32"));
+    CHECK((library_kernel(code.kernels, sn) == nullptr) == fused);
+    // The artifact carries the call and its reader checks it.
+    Artifact a;
+    a.plan = p;
+    a.kernels = code.kernels;
+    a.module.ptx = "// ptx";
+    CHECK(verify_artifact(a) == "");
+    Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
+    REQUIRE(back.ok());
+    const size_t sy = step_of("y");
+    const LibraryMatmul& l = library_kernel(back->kernels, sy) ? library_kernel(back->kernels, sy)->library : LibraryMatmul{};
+    CHECK(l.active);
+    CHECK(l.workspace_bytes == workspace);
+    Artifact bad = a;
+    const int first = bad.kernels.step_choices.at(sy).front();
+    bad.kernels.kernels[static_cast<size_t>(first)].library.ldb = 100;  // shorter than a row of b
+    CHECK(verify_artifact(bad).find("impossible sizes") != std::string::npos);
+    bad = a;
+    bad.kernels.kernels[static_cast<size_t>(first)].library.workspace_offset = p.arena_bytes + p.scratch_bytes;
+    CHECK(verify_artifact(bad).find("outside the scratch area") != std::string::npos);
+    bad = a;
+    bad.kernels.kernels[static_cast<size_t>(first)].library.b_element_offset = 1024 * 1000;
+    CHECK(verify_artifact(bad).find("reads outside its operands") != std::string::npos);
+  }
+  // 32 rows at most: no library kernel.
+  plan::Plan few = plan_of(testing::graph_of(
+      "program few;\ndim M in [1, 32];\ninput x : f16[M, 256];\nparam w : f16[256, 256];\noutput y : f16[M, 256];\n"
+      "y = x @ w;\n"));
+  CHECK(library_kernel(generate_cuda(few).kernels, 0) == nullptr);
 }
 
 // Grouped query heads share a task only where the rows fill the GPU, and at
@@ -719,7 +825,8 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     REQUIRE(large_kernel(code, s) != nullptr);
     const Kernel& large = *large_kernel(code, s);  // the lowest band's
     const std::vector<int>& choices = code.kernels.step_choices.at(s);
-    CHECK(choices.size() == (f32 ? 2u : 4u));
+    CHECK(choices.size() == (f32 ? 3u : 5u));  // with cuBLASLt's in front (library_kernel)
+    CHECK(library_kernel(code.kernels, s) != nullptr);
     CHECK(hk.symbol == "gdl_s" + std::to_string(s) + "_matmul");
     CHECK(hk.launch.work.empty());
     CHECK(hk.launch.grid_y == strips * hybrid.rows_splits);
@@ -735,8 +842,8 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(src.find(" " + large.symbol + "(unsigned char* arena") != std::string::npos);
     CHECK(src.find("// step " + std::to_string(s) + (f32 ? ", 17 rows or more: " : ", 2 to 16 rows: ")) != std::string::npos);
     CHECK(src.find("// step " + std::to_string(s) + (f32 ? ", 0 to 16 rows: " : ", 0 to 1 rows: ")) != std::string::npos);
-    if (!f32) {  // the bands above, highest first
-      const auto kernel = [&](size_t i) -> const Kernel& { return code.kernels.kernels.at(static_cast<size_t>(choices[i])); };
+    if (!f32) {  // the bands above, highest first, after cuBLASLt's
+      const auto kernel = [&](size_t i) -> const Kernel& { return code.kernels.kernels.at(static_cast<size_t>(choices[i + 1])); };
       CHECK(kernel(0).symbol == hk.symbol + "_tiled33");
       CHECK(kernel(0).launch.items_per_block == 64);
       CHECK(kernel(0).min_rows == 33);
@@ -762,7 +869,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK_FALSE(kernel_applies(large, {8, first - 1}));
     CHECK(kernel_applies(large, {8, first}));
     CHECK((large_kernel(code, step_writing(p, k.value["rows"])) == nullptr) == f32);
-    CHECK(p.steps[s].scratch_bytes == hybrid.scratch.partial_bytes());
+    CHECK(p.steps[s].scratch_bytes == std::max(hybrid.scratch.partial_bytes(), library_scratch(p, s)));
 
     // tiles: 256 x 256 is 8 tiles of 64 x 128; K = 512 split 4 ways, each
     // part at least 128 positions of K (kernel_choice.cc).
@@ -778,7 +885,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK((src.find("__cluster_dims__(1, 4, 1) __launch_bounds__(256, 2) " + own_kernel(code, s).symbol + "(") !=
            std::string::npos) == !f32);
     CHECK((src.find("gdl::matmul_mma<64, 6, 4>(") != std::string::npos) == !f32);  // 64-row tiles, 6 stages, clusters of 4
-    CHECK(p.steps[s].scratch_bytes == (f32 ? tiles.scratch.partial_bytes() : 0));
+    CHECK(p.steps[s].scratch_bytes == std::max(f32 ? tiles.scratch.partial_bytes() : 0, library_scratch(p, s)));
 
     // batched b: not folded, one tile per batch entry.
     const MatmulChoice batched = choose_matmul(p.graph, p.graph.node(k.value["batched"]));
@@ -794,7 +901,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(ragged.fold_batch);
     CHECK(ragged.rows_min == 51);
     CHECK(ragged.tile_splits == 1);
-    CHECK(p.steps[step_writing(p, k.value["ragged"])].scratch_bytes == 0);
+    CHECK(p.steps[step_writing(p, k.value["ragged"])].scratch_bytes == library_scratch(p, step_writing(p, k.value["ragged"])));
 
     // attention: 32 rows of 4096 positions, 12 splits for the split kernel,
     // 8 for the streamed one (two blocks of a 96 KiB ring per multiprocessor:
@@ -828,7 +935,8 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     }
     uint64_t partials = 0;
     for (const plan::Step& st : p.steps) {
-      CHECK((st.tickets_bytes == 0) == (st.scratch_bytes == 0));
+      if (!choose_library_matmul(p.graph, st.values).possible)  // cuBLASLt's product and workspace need no tickets
+        CHECK((st.tickets_bytes == 0) == (st.scratch_bytes == 0));
       if (st.scratch_bytes == 0) continue;
       CHECK(st.scratch_offset >= p.arena_bytes + tickets);
       partials += st.scratch_bytes;

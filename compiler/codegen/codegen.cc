@@ -4,7 +4,9 @@
 //    NVRTC as an in-memory header).
 // 2. Each plan step's kernel (StepEmitter), and where the matmul's rows
 //    decide between two kernels, its large kernel (Variant::kLarge) as the
-//    step's first choice, with its rows range (kernel_table.h).
+//    step's first choice, with its rows range (kernel_table.h); in front of
+//    those a matmul's library kernel (Variant::kLibrary: the epilogue after
+//    cuBLASLt's product) where kernel_choice.h allows one.
 // 3. Each plan chain's kernel, and where the plan gives it row groups its
 //    kernel in row groups (chain_kernel.h), put in front of the choices of
 //    every step of the chain.
@@ -74,6 +76,17 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
     }
     table.step_choices[s].push_back(static_cast<int>(table.kernels.size()));
     table.kernels.push_back(std::move(own));
+    // Its library matmul kernel, in front of all (it applies above the rows where the tiles run).
+    if (first.library_matmul_possible()) {
+      Kernel library;
+      code.source += "\n" + StepEmitter(p, s, scalar_slot, sm, Variant::kLibrary).emit(library);
+      library.first_step = library.last_step = static_cast<int>(s);
+      library.rows = first.matmul_rows();
+      library.min_rows = kLibraryMatmulRowsAbove + 1;
+      library.depends_on_dims = table.kernels[static_cast<size_t>(table.step_choices[s].back())].depends_on_dims = true;
+      table.step_choices[s].insert(table.step_choices[s].begin(), static_cast<int>(table.kernels.size()));
+      table.kernels.push_back(std::move(library));
+    }
   }
   for (size_t c = 0; c < p.chains.size(); ++c) {
     std::vector<Kernel> chain_kernels;

@@ -73,6 +73,8 @@ std::string StepEmitter::emit(Kernel& info) {
   const Node& result = g.node(step.result);
   info.symbol = "gdl_s" + std::to_string(index) + "_" + ir::op_name((structured_ ? g.node(anchor) : result).op);
   if (variant == Variant::kLarge) info.symbol += "_tiled" + std::to_string(band.lo);
+  if (variant == Variant::kLibrary) info.symbol += "_library";
+  info.library = library;
   info.launch = rule;
   info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
   info.depends_on_dims = !dims_used_.empty() || !all_constant(rule.work);
@@ -85,7 +87,9 @@ std::string StepEmitter::emit(Kernel& info) {
     for (size_t i = 0; i < step.deps.size(); ++i) out += (i ? ", " : "") + std::to_string(step.deps[i]);
     out += ")";
   }
-  if (variant == Variant::kLarge || !large_bands.empty()) {
+  if (variant == Variant::kLibrary) {
+    out += ", above " + std::to_string(kLibraryMatmulRowsAbove) + " rows, after cuBLASLt's product";
+  } else if (variant == Variant::kLarge || !large_bands.empty()) {
     const RowsBand& b = variant == Variant::kLarge ? band : RowsBand{0, large_bands.front().lo - 1};
     out += b.hi == RowsBand{}.hi ? ", " + std::to_string(b.lo) + " rows or more"
                                  : ", " + std::to_string(b.lo) + " to " + std::to_string(b.hi) + " rows";

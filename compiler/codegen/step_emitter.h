@@ -24,8 +24,10 @@ namespace gdl {
 // Which kernel of its step an emitter writes: the step's only (or first)
 // kernel, a large kernel of a matmul step that has several (for the rows
 // of one band of matmul_tile_bands, above those its first kernel serves),
-// or the step as one block of its chain's kernel (codegen/chain_kernel.cc).
-enum class Variant { kFirst, kLarge, kChainStep };
+// the step as one block of its chain's kernel (codegen/chain_kernel.cc),
+// or the epilogue of a matmul whose product cuBLASLt computes in front of
+// it (kernel_choice.h choose_library_matmul).
+enum class Variant { kFirst, kLarge, kChainStep, kLibrary };
 
 class StepEmitter {
  public:
@@ -44,9 +46,12 @@ class StepEmitter {
   std::string emit_chain_step();
 
   // After emit(): the row bands of the step's large kernels (a matmul with
-  // several kernels), each to emit with the band's constructor, and the
-  // matmul's rows (its result's shape without the last axis).
+  // several kernels), each to emit with the band's constructor, whether it
+  // also takes a library matmul kernel above kLibraryMatmulRowsAbove rows
+  // (Variant::kLibrary), and the matmul's rows (its result's shape without
+  // the last axis).
   const std::vector<RowsBand>& large_kernel_bands() const { return large_bands; }
+  bool library_matmul_possible() const { return library_possible; }
   const Shape& matmul_rows() const { return rows_of_matmul; }
   // After emit() or emit_chain_step(): the run-time scalars and whether any
   // run-time dim the kernel's code reads.
@@ -108,6 +113,8 @@ class StepEmitter {
   int cluster_y = 0;            // > 1: the kernel runs in clusters of that many blocks along grid.y
   RowsBand band;                // Variant::kLarge: its rows (unused by the other variants)
   std::vector<RowsBand> large_bands;  // a matmul with several kernels: those of its large ones
+  bool library_possible = false;  // Variant::kFirst: the step may take a library matmul kernel (Variant::kLibrary)
+  LibraryMatmul library;          // Variant::kLibrary: the call in front of the kernel
   Shape rows_of_matmul;
   bool waits_in_body = false;   // the body calls wait_for_producers itself, after its prefetch
   bool early_start = false;     // Kernel::early_start

@@ -14,7 +14,9 @@
 // Elementwise values after the matmul form its epilogue, a norm before it
 // its prologue (plan/fuse.cc); a run of square matmul steps also runs as
 // one chain kernel (codegen/chain_kernel.cc), whose steps this emitter
-// writes as well (Variant::kChainStep).
+// writes as well (Variant::kChainStep). Above kLibraryMatmulRowsAbove rows
+// cuBLASLt may compute the product and a kernel of the step apply the
+// epilogue to it (Variant::kLibrary, kernel_choice.h).
 #include <algorithm>
 
 #include "ops/matmul.h"
@@ -353,7 +355,8 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
   const bool use_tiles = !use_rows;
   if (e.variant == Variant::kFirst) {
     e.large_bands.assign(bands.begin() + (full.use_rows || bands.empty() ? 0 : 1), bands.end());
-    if (!e.large_bands.empty()) e.rows_of_matmul = row_dims;
+    e.library_possible = choose_library_matmul(e.g, e.step.values).possible;
+    if (!e.large_bands.empty() || e.library_possible) e.rows_of_matmul = row_dims;
   }
   const std::string tiles_name = matmul_kernel_name(choice.tiles);
   body += "  // matmul kernel: " +
@@ -426,6 +429,46 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
 
 
 
+// The kernel after cuBLASLt's product (Variant::kLibrary): the call's
+// operands and places go to the kernel table (core/kernel_table.h
+// LibraryMatmul), the kernel reads the f32 product from the step's scratch
+// and stores the step's epilogue of it, element by element.
+std::string library_epilogue_body(StepEmitter& e, const Node& n, LaunchRule& rule) {
+  const LibraryMatmulChoice choice = choose_library_matmul(e.g, e.step.values);
+  GDL_INTERNAL_ASSERT(choice.possible && e.step.scratch_bytes >= choice.scratch_bytes(),
+                      "step " + std::to_string(e.index) + ": a library matmul kernel without its scratch");
+  const MatmulLayout layout = matmul_layout(n);
+  const Shape &stored_a = e.g.node(n.args.at(0)).type.shape, &stored_b = e.g.node(n.args.at(1)).type.shape;
+  const Shape& rs = n.type.shape;
+  LibraryMatmul& l = e.library;
+  l.active = true;
+  l.dtype = n.type.dtype;
+  l.transpose_a = layout.transpose_a;
+  l.transpose_b = layout.transpose_b;
+  l.a = static_cast<int32_t>(n.args[0]);
+  l.b = static_cast<int32_t>(n.args[1]);
+  l.n = matmul_b_shape(e.g, n).back().extent;
+  l.k = matmul_a_shape(e.g, n).back().extent;
+  l.lda = stored_a.back().extent;
+  l.ldb = stored_b.back().extent;
+  l.b_element_offset = layout.windowed() ? static_cast<uint64_t>(layout.col_begin) * (layout.transpose_b ? l.ldb : 1) : 0;
+  l.product_offset = e.step.scratch_offset;
+  l.workspace_offset = e.step.scratch_offset + choice.product_bytes;
+  l.workspace_bytes = kLibraryMatmulWorkspaceBytes;
+  std::string body = "  // matmul: cuBLASLt's product (the runtime's call in front of this kernel), through the epilogue\n";
+  body += "  const float* const product = reinterpret_cast<const float*>(arena + " + std::to_string(l.product_offset) +
+          "ull);  // scratch: f32, laid out as the result\n";
+  const std::string out = e.result_pointer();
+  body += e.local("count", e.product(rs, 0, rs.size()));
+  const std::string epi = matmul_epilogue(e, body);
+  body += "  gdl::matmul_library_epilogue(product, " + out + ", count, " + epi + ");\n";
+  rule = LaunchRule{};
+  rule.work = rs;
+  rule.items_per_block = kElementsPerBlock;
+  rule.block = kElementwiseBlock;
+  return body;
+}
+
 // {transpose_a, transpose_b, columns 256:512}: what a layout reads differently.
 std::string layout_text(const ir::Attrs& attrs) {
   const std::optional<MatmulLayout> l = matmul_layout(attrs);
@@ -439,6 +482,7 @@ std::string layout_text(const ir::Attrs& attrs) {
 }
 
 std::string emit_matmul(StepEmitter& e, const Node& n, LaunchRule& rule) {
+  if (e.variant == Variant::kLibrary) return library_epilogue_body(e, n, rule);
   // A fused norm's input stands for its result: the kernel normalizes the rows as it stages them.
   const std::string a = e.pointer(n.args[0] == e.norm_prologue ? e.g.node(e.norm_prologue).args.at(0) : n.args[0]);
   const std::string b = e.pointer(n.args.at(1));

@@ -462,12 +462,39 @@ ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& 
   return norm && matmul && second.args.at(0) == values[0] ? values[0] : ir::kNoValue;
 }
 
+LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
+  static const bool allowed = !env_is("GDL_MATMUL_LIBRARY", "0");
+  LibraryMatmulChoice c;
+  if (!allowed || values.empty() || matmul_prologue(g, values) != ir::kNoValue) return c;
+  const ir::Node& n = g.node(values[0]);
+  if (n.op != ir::Op::kMatMul) return c;
+  const DType t = n.type.dtype;
+  if (t != DType::kF16 && t != DType::kBF16 && t != DType::kF32) return c;
+  const MatmulChoice m = choose_matmul(g, n);
+  const Shape as = ops::matmul_a_shape(g, n), bs = ops::matmul_b_shape(g, n);
+  const Shape& rs = n.type.shape;
+  const Shape &stored_a = g.node(n.args.at(0)).type.shape, &stored_b = g.node(n.args.at(1)).type.shape;
+  if (!m.fold_batch || as.back().is_runtime() || bs.back().is_runtime() || stored_a.back().is_runtime() ||
+      stored_b.back().is_runtime() || m.rows_max <= kLibraryMatmulRowsAbove)
+    return c;
+  for (size_t i = 0; i + 1 < rs.size(); ++i)  // no dim of the rows always served by updates (a session picks the others')
+    if (rs[i].is_runtime() && !g.dims.at(static_cast<size_t>(rs[i].symbol)).padding_blocker.empty()) return c;
+  const uint64_t product = align256(static_cast<uint64_t>(m.rows_max) * static_cast<uint64_t>(bs.back().extent) * 4);
+  if (product > kMaxScratchBytes) return c;
+  c.possible = true;
+  c.rows_max = m.rows_max;
+  c.product_bytes = product;
+  return c;
+}
+
 SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
   if (values.empty()) return {};
   const bool prologue = matmul_prologue(g, values) != ir::kNoValue;
   const ir::Node& anchor = g.node(values[prologue ? 1 : 0]);
   if (anchor.op == ir::Op::kMatMul) {  // the most any of its kernels needs
     SplitScratchSize need;
+    // cuBLASLt's product and workspace, in the partial tiles' place (only one kernel runs per launch).
+    need.partial_floats = static_cast<int64_t>(choose_library_matmul(g, values).scratch_bytes() / 4);
     for (const MatmulChoice& c : matmul_choices(g, anchor)) {
       need.tickets = std::max(need.tickets, c.scratch.tickets);
       need.partial_floats = std::max(need.partial_floats, c.scratch.partial_floats);

@@ -124,12 +124,13 @@ void gdl::testing::limit_shared_memory(int bytes) { rt::shared_memory_cap.store(
 
 namespace gdl::rt {
 
-int KernelLibrary::choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step) const {
+int KernelLibrary::choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step,
+                          const std::function<bool(int)>& library_ok) const {
   const std::vector<int>& choices = t.step_choices.at(step);
   for (int c : choices) {
     const Kernel& k = t.kernels.at(static_cast<size_t>(c));
     if (!kernels_.at(static_cast<size_t>(c)) || (!multi_step && k.first_step != k.last_step)) continue;
-    if (kernel_applies(k, dims)) return c;
+    if (kernel_applies(k, dims) && (!k.library.active || (library_ok && library_ok(c)))) return c;
   }
   return choices.back();  // always applies and always loads (verify_artifact, load)
 }

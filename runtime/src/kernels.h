@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,8 +79,10 @@ class KernelLibrary {
   // The kernel (an index in the kernel table) that computes step `step` at
   // these layout dims: the first of its choices that applies and that this
   // device runs; with multi_step false, kernels of several steps are passed
-  // over.
-  int choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step) const;
+  // over, and a kernel with a library matmul (kernel_table.h) only where
+  // library_ok(kernel index) says the caller can make its call.
+  int choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step,
+             const std::function<bool(int)>& library_ok = {}) const;
   // Kernel k's handle and launch dims at these layout dims.
   Expected<StepLaunch> launch(const KernelTable& t, int k, const std::vector<int64_t>& dims) const;
 

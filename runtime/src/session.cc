@@ -69,6 +69,7 @@ Session::Impl::~Impl() {
   if (run_end) (void)cudaEventDestroy(run_end);
   if (arena) (void)rt::device_free(arena);
   if (stream) (void)cudaStreamDestroy(stream);
+  if (capture_stream) (void)cudaStreamDestroy(capture_stream);
   (void)cudaGetLastError();
   // library and params release themselves (params only with the last session).
 }

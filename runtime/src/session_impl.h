@@ -15,6 +15,7 @@
 #include "gdl/profile.h"
 #include "gdl/gdl.h"
 #include "kernels.h"
+#include "library_matmul.h"
 #include "program_impl.h"
 
 namespace gdl {
@@ -31,6 +32,10 @@ struct Session::Impl {
   unsigned char* arena = nullptr;
   std::shared_ptr<rt::DeviceParams> params;
   rt::KernelLibrary library;
+  // cuBLASLt calls of the library matmul kernels (made at first use), and
+  // the stream their graph nodes are captured on.
+  mutable rt::LibraryMatmuls library_matmuls;
+  cudaStream_t capture_stream = nullptr;
 
   // Run-time dims: how each is served (update: node updates; else buckets),
   // and the current value of each (what the run is for).
@@ -166,6 +171,18 @@ struct Session::Impl {
   // (KernelLibrary::choose). A kernel of several steps runs at its first
   // step; its later steps share that node.
   std::vector<int> kernels_at(const std::vector<int64_t>& layout_dims) const;
+  // The kernel of one step at these layout dims (kernels of several steps
+  // only with multi_step). A library matmul kernel
+  // is taken only where no update-served dim moves its call (its rows, its
+  // operands' places) and cuBLASLt has an algorithm for it.
+  int kernel_at(size_t step, const std::vector<int64_t>& layout_dims, bool multi_step) const;
+  // Kernel k's cuBLASLt product on `s` (a library matmul kernel), then the kernel itself.
+  Status launch_step_eager(int k, const rt::StepLaunch& launch, void** args, const std::vector<int64_t>& layout_dims,
+                           cudaStream_t s);
+  // A graph node holding kernel k's cuBLASLt call, captured once (after an
+  // uncaptured call on the session stream), after `deps`.
+  Expected<cudaGraphNode_t> add_library_matmul_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,
+                                                    const std::vector<int64_t>& layout_dims);
   // "step 3 (kernel 'gdl_s3_matmul')" or "steps 2-9 (kernel 'gdl_chain0')".
   std::string kernel_name(int kernel) const;
   Status write_valid_block();                // copies the current dims when they changed

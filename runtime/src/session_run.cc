@@ -120,7 +120,9 @@ Status launch_eager(const rt::StepLaunch& launch, void** args, cudaStream_t stre
 bool same_nodes(const KernelTable& t, const std::vector<int>& a, const std::vector<int>& b) {
   for (size_t i = 0; i < a.size(); ++i) {
     const Kernel &x = t.kernels[static_cast<size_t>(a[i])], &y = t.kernels[static_cast<size_t>(b[i])];
-    const bool x_multi = x.first_step != x.last_step || x.cooperative, y_multi = y.first_step != y.last_step || y.cooperative;
+    // A library matmul kernel's node comes with its cuBLASLt node.
+    const bool x_multi = x.first_step != x.last_step || x.cooperative || x.library.active,
+               y_multi = y.first_step != y.last_step || y.cooperative || y.library.active;
     if ((x_multi || y_multi) && a[i] != b[i]) return false;
   }
   return true;
@@ -245,8 +247,15 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
         }
     std::sort(deps.begin(), deps.end());  // steps of one kernel share a node: one edge each
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    const bool from_copies = deps.empty() && !copies.empty();
+    bool from_copies = deps.empty() && !copies.empty();
     if (from_copies) deps = copies;  // a kernel without a dep waits for the input copies
+    if (kernel.library.active) {  // its cuBLASLt call first, and the kernel after it
+      Expected<cudaGraphNode_t> call = add_library_matmul_node(g.graph, k, deps, layout_dims);
+      if (!call) return call.status();
+      deps.assign(1, *call);
+      from_copies = false;
+      from_cooperative = true;  // a child graph node takes ordinary edges only
+    }
     NodeParams node(arena, params->base(), args, *launch);
     // Edges into and out of a cooperative kernel's node stay ordinary: a
     // launch whose blocks must all be resident is not started beside the
@@ -333,9 +342,57 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
 
 std::vector<int> Session::Impl::kernels_at(const std::vector<int64_t>& layout_dims) const {
   std::vector<int> chosen(prog.plan().steps.size());
-  for (size_t i = 0; i < chosen.size(); ++i)
-    chosen[i] = library.choose(prog.kernels(), i, layout_dims, options.multi_step_kernels);
+  for (size_t i = 0; i < chosen.size(); ++i) chosen[i] = kernel_at(i, layout_dims, options.multi_step_kernels);
   return chosen;
+}
+
+int Session::Impl::kernel_at(size_t step, const std::vector<int64_t>& layout_dims, bool multi_step) const {
+  const KernelTable& table = prog.kernels();
+  const plan::Plan& p = prog.plan();
+  const auto moved_by_updates = [&](const std::vector<int>& symbols) {
+    for (int d : symbols)
+      if (d >= 0 && static_cast<size_t>(d) < update_dim.size() && update_dim[static_cast<size_t>(d)]) return true;
+    return false;
+  };
+  const auto library_ok = [&](int c) {
+    const Kernel& k = table.kernels[static_cast<size_t>(c)];
+    for (const Dim& d : k.rows)
+      if (d.is_runtime() && moved_by_updates({d.symbol})) return false;
+    for (int32_t v : {k.library.a, k.library.b})
+      for (const plan::OffsetTerm& t : p.buffers.at(static_cast<size_t>(v)).terms)
+        if (moved_by_updates(t.dims)) return false;
+    return library_matmuls.usable(p, table, c, element_count(k.rows, layout_dims));
+  };
+  return library.choose(table, step, layout_dims, multi_step, library_ok);
+}
+
+Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t graph, int k,
+                                                                 const std::vector<cudaGraphNode_t>& deps,
+                                                                 const std::vector<int64_t>& layout_dims) {
+  const std::string name = kernel_name(k);
+  // cuBLASLt's first call of a kernel may load it, which a capture must not do.
+  GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), stream));
+  if (!capture_stream)
+    GDL_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "creating the capture stream");
+  GDL_CUDA_TRY(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal),
+               "capturing the cuBLASLt call of " + name);
+  Status called = library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), capture_stream);
+  cudaGraph_t captured = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(capture_stream, &captured);
+  GDL_RETURN_IF_ERROR(called);
+  GDL_CUDA_TRY(ended, "capturing the cuBLASLt call of " + name);
+  cudaGraphNode_t node = nullptr;
+  const cudaError_t added = cudaGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(), captured);
+  (void)cudaGraphDestroy(captured);  // the node holds a copy
+  GDL_CUDA_TRY(added, "adding the cuBLASLt node of " + name);
+  return node;
+}
+
+Status Session::Impl::launch_step_eager(int k, const rt::StepLaunch& launch, void** args,
+                                        const std::vector<int64_t>& layout_dims, cudaStream_t s) {
+  if (prog.kernels().kernels[static_cast<size_t>(k)].library.active)
+    GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), s));
+  return launch_eager(launch, args, s, kernel_name(k));
 }
 
 std::string Session::Impl::kernel_name(int kernel) const {
@@ -369,7 +426,7 @@ Status Session::Impl::build_every_bucket() {
 
 Status Session::Impl::update_node(GraphInstance& g, size_t node_step, const std::vector<int64_t>& layout_dims) {
   Stopwatch update_time;
-  const int k = library.choose(prog.kernels(), node_step, layout_dims, options.multi_step_kernels);
+  const int k = kernel_at(node_step, layout_dims, options.multi_step_kernels);
   Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), k, layout_dims);
   if (!launch) return launch.status();
   NodeParams node(arena, params->base(), kernel_args(layout_dims), *launch);
@@ -495,7 +552,7 @@ Status Session::Impl::run_eager() {
     if (static_cast<size_t>(kernel.first_step) < i) continue;  // a later step of a kernel of several: it ran at the first
     Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), chosen[i], layout_dims);
     if (!launch) return launch.status();
-    GDL_RETURN_IF_ERROR(launch_eager(*launch, pointers, stream, kernel_name(chosen[i])));
+    GDL_RETURN_IF_ERROR(launch_step_eager(chosen[i], *launch, pointers, layout_dims, stream));
     if (kernel.first_step != kernel.last_step) stats.multi_step_launches += 1;
   }
   if (options.record_device_time) {
@@ -522,7 +579,7 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
   std::vector<rt::StepLaunch> launches;
   std::vector<int> kernels;  // every step its own kernel
   for (size_t i = 0; i < n; ++i) {
-    kernels.push_back(library.choose(prog.kernels(), i, layout_dims, /*multi_step=*/false));
+    kernels.push_back(kernel_at(i, layout_dims, /*multi_step=*/false));  // a library matmul's call timed with its kernel
     Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), kernels.back(), layout_dims);
     if (!launch) return launch.status();
     launches.push_back(*launch);
@@ -540,7 +597,7 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
     for (size_t i = 0; i < n; ++i) {
       GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i], stream), "recording an event");
       Stopwatch launch_time;
-      GDL_RETURN_IF_ERROR(launch_eager(launches[i], pointers, stream, kernel_name(kernels[i])));
+      GDL_RETURN_IF_ERROR(launch_step_eager(kernels[i], launches[i], pointers, layout_dims, stream));
       submit[i].push_back(launch_time.elapsed_us());
       GDL_CUDA_TRY(cudaEventRecord(events.events[2 * i + 1], stream), "recording an event");
     }

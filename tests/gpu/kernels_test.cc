@@ -144,6 +144,76 @@ TEST_CASE("kernels: matmul at sweep-like shapes, every tile height, odd rows, K 
   }
 }
 
+// The kernel symbols one eager run of a session takes at these dims (profile_nodes).
+std::vector<std::string> kernels_run(const Program& program, const std::vector<int64_t>& dims,
+                                     const SessionOptions& options = {}) {
+  std::mt19937_64 rng(seed_for("kernels_run"));
+  std::unique_ptr<Session> s = make_session(program, options);
+  bind_all(*s, random_bindings(program, dims, rng));
+  Expected<std::vector<NodeTime>> nodes = profile_nodes(*s, 1);
+  REQUIRE(nodes.ok());
+  std::vector<std::string> symbols;
+  for (const NodeTime& n : *nodes) symbols.push_back(n.kernel);
+  return symbols;
+}
+
+bool any_library_kernel(const std::vector<std::string>& symbols) {
+  return std::any_of(symbols.begin(), symbols.end(),
+                     [](const std::string& k) { return k.find("_library") != std::string::npos; });
+}
+
+TEST_CASE("kernels: cuBLASLt computes the product above 32 rows, the step's kernel its epilogue") {
+  // Every operand form the library call takes: b as stored, transposed, a
+  // column window of a wider b; a transposed; a batch folded into the rows;
+  // epilogues with a bias, gelu, a residual and a cast. One session goes
+  // back and forth across the 32-row line (a graph per bucket, some with the
+  // cuBLASLt node, some without), replaying each graph.
+  const std::string text =
+      "program lib;\ndim M in [1, 300] buckets(8, 32, 33, 48, 100, 300);\n"
+      "input x : {T}[M, 1000];\nparam w : {T}[1000, 640];\nparam wt : {T}[640, 1000];\nparam bias : {T}[640];\n"
+      "param wide : {T}[1000, 1024];\ninput x3 : {T}[2, M, 96];\nparam w3 : {T}[96, 72];\n"
+      "input at : {T}[200, 40];\nparam w4 : {T}[200, 136];\n"
+      "output y : {T}[M, 640];\noutput z : f32[M, 640];\noutput u : {T}[M, 256];\noutput v : {T}[2, M, 72];\n"
+      "output q : {T}[40, 136];\n"
+      "y = gelu(x @ w + bias);\n"
+      "z = cast(x @ transpose(wt), f32) * 0.5 + cast(y, f32);\n"
+      "u = (x @ wide)[:, 384:640];\n"
+      "v = x3 @ w3;\n"
+      "q = transpose(at) @ w4;\n";
+  for (const std::string& t : kFloats) {
+    const std::string program_text = with_dtype(text, t);
+    INFO(t << ":\n" << program_text);
+    Program program = compile_text(program_text);
+    check_sequence(program, "library/" + t, {{48}, {8}, {300}, {33}, {32}, {100}, {48}}, 2);
+    if (cpu_only) continue;
+    CHECK(any_library_kernel(kernels_run(program, {48})));
+    const std::vector<std::string> at_32 = kernels_run(program, {32});
+    // Only q's rows (40, static) take cuBLASLt at 32.
+    CHECK(std::count_if(at_32.begin(), at_32.end(),
+                        [](const std::string& k) { return k.find("_library") != std::string::npos; }) == 1);
+  }
+}
+
+TEST_CASE("kernels: rows served by node updates keep the generated matmul kernels") {
+  // cuBLASLt's call is captured with its rows: a session that serves them
+  // by node updates (one graph, the rows changing inside it) runs the
+  // generated kernels, correct at every count; the same program served by
+  // buckets takes cuBLASLt above 32 rows.
+  const std::string text =
+      "program lib;\ndim M in [1, 200] policy(update);\ninput x : {T}[M, 512];\nparam w : {T}[512, 512];\n"
+      "param bias : {T}[512];\noutput y : {T}[M, 512];\ny = x + gelu(x @ w + bias);\n";
+  SessionOptions buckets;
+  buckets.dim_policy = DimPolicyChoice::kBuckets;
+  for (const std::string& t : kFloats) {
+    Program program = compile_text(with_dtype(text, t));
+    check_sequence(program, "update/" + t, {{40}, {200}, {3}, {77}}, 2);
+    check_sequence(program, "update-as-buckets/" + t, {{40}, {200}, {3}, {77}}, 2, buckets);
+    if (cpu_only) continue;
+    CHECK_FALSE(any_library_kernel(kernels_run(program, {100})));
+    CHECK(any_library_kernel(kernels_run(program, {100}, buckets)));
+  }
+}
+
 TEST_CASE("kernels: matmul epilogues run once per element after the split parts are added") {
   const std::string residual =
       "program mm;\ndim B in [1, 64];\ninput x : {T}[B, 512];\nparam w : {T}[512, 512];\nparam bias : {T}[512];\n"
