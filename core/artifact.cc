@@ -230,6 +230,8 @@ void write_kernels(Writer& w, const KernelTable& t) {
     w.u64(l.product_offset);
     w.u64(l.workspace_offset);
     w.u64(l.workspace_bytes);
+    w.i32(l.prologue_kernel);
+    w.u64(l.normalized_offset);
   });
   w.vec(t.step_choices, [&](const std::vector<int>& c) { w.vec(c, [&](int k) { w.i32(k); }); });
 }
@@ -536,6 +538,8 @@ KernelTable read_kernels(Reader& r, const ir::Graph& g) {
     l.product_offset = r.u64();
     l.workspace_offset = r.u64();
     l.workspace_bytes = r.u64();
+    l.prologue_kernel = r.i32();
+    l.normalized_offset = r.u64();
   }
   t.step_choices.resize(r.count(4, "step's choices"));
   for (std::vector<int>& c : t.step_choices) {
@@ -561,7 +565,7 @@ CompiledModule read_module(Reader& r) {
 // A kernel's cuBLASLt product (kernel_table.h LibraryMatmul): a float
 // dtype; a and b buffers that hold every element the call reads at the
 // largest rows; the product and workspace inside the scratch area.
-std::string verify_library_matmul(const plan::Plan& p, const Kernel& k) {
+std::string verify_library_matmul(const plan::Plan& p, const KernelTable& t, const Kernel& k) {
   const LibraryMatmul& l = k.library;
   const ir::Graph& g = p.graph;
   if (l.dtype != DType::kF16 && l.dtype != DType::kBF16 && l.dtype != DType::kF32)
@@ -588,9 +592,20 @@ std::string verify_library_matmul(const plan::Plan& p, const Kernel& k) {
   const auto inside = [&](uint64_t offset, uint64_t bytes) {
     return offset % plan::kAlignment == 0 && offset >= begin && offset <= end && bytes <= end - offset;
   };
-  if (!inside(l.product_offset, static_cast<uint64_t>(rows) * static_cast<uint64_t>(l.n) * 4) ||
+  if (!inside(l.product_offset, static_cast<uint64_t>(rows) * static_cast<uint64_t>(l.n) * esize) ||
       !inside(l.workspace_offset, l.workspace_bytes))
     return "puts a library matmul's product or workspace outside the scratch area";
+  if (l.prologue_kernel >= 0) {
+    if (static_cast<size_t>(l.prologue_kernel) >= t.kernels.size() ||
+        t.kernels[static_cast<size_t>(l.prologue_kernel)].first_step != k.first_step ||
+        t.kernels[static_cast<size_t>(l.prologue_kernel)].last_step != k.first_step ||
+        t.kernels[static_cast<size_t>(l.prologue_kernel)].library.active || l.transpose_a)
+      return "has a library matmul whose norm prologue is not a kernel of its step";
+    if (!inside(l.normalized_offset, static_cast<uint64_t>(rows) * static_cast<uint64_t>(l.k) * esize))
+      return "puts a library matmul's normalized rows outside the scratch area";
+  } else if (l.prologue_kernel != -1) {
+    return "has a library matmul with a malformed norm prologue";
+  }
   return "";
 }
 
@@ -653,7 +668,7 @@ std::string verify_artifact(const Artifact& a) {
       maps.push_back({m.scratch_offset, m.scratch_offset + kTensorMapBytes});
     }
     if (k.library.active)
-      if (std::string problem = verify_library_matmul(p, k); !problem.empty()) return where + " " + problem;
+      if (std::string problem = verify_library_matmul(p, t, k); !problem.empty()) return where + " " + problem;
   }
   std::sort(maps.begin(), maps.end());
   for (size_t i = 1; i < maps.size(); ++i)

@@ -75,8 +75,9 @@ inline constexpr int64_t kAnyRows = std::numeric_limits<int64_t>::max();
 // in front of the kernel: the runtime calls it (in a graph, as a child
 // graph node captured once per graph) with a [rows, K] @ b [K, N] as the
 // plan places them at the run's layout dims, the rows the element count of
-// the kernel's `rows`, and it writes the f32 product [rows, N], row-major,
-// to `product_offset`; the kernel then applies the step's epilogue to it.
+// the kernel's `rows`, and it writes the product [rows, N] (f32 sums
+// rounded to the dtype), row-major, to `product_offset`; the kernel then
+// applies the step's epilogue to it.
 // Served only where every dim of the rows is bucket-served, so a graph's
 // call never changes (session.cc).
 struct LibraryMatmul {
@@ -88,6 +89,12 @@ struct LibraryMatmul {
   int64_t n = 0, k = 0, lda = 0, ldb = 0;  // lda, ldb: the stored rows' lengths
   uint64_t product_offset = 0;    // from the arena base, in the scratch area
   uint64_t workspace_offset = 0, workspace_bytes = 0;  // cuBLASLt's workspace, in the scratch area
+  // A norm fused in front of the matmul: kernel `prologue_kernel` (of the
+  // same step, never a choice) writes the normalized rows of a, [rows, K]
+  // row-major, at `normalized_offset` in the scratch area before the call,
+  // which reads them as its a. -1: the call reads a itself.
+  int32_t prologue_kernel = -1;
+  uint64_t normalized_offset = 0;
 };
 
 // One kernel of the module.

@@ -35,13 +35,14 @@ template <typename TC, typename I, typename Epi> GDL_DEV void store_result(TC* c
 }
 
 // The epilogue of a matmul whose product cuBLASLt computed in front of
-// this kernel (core/kernel_table.h LibraryMatmul): the f32 product, laid
-// out as the result, through the step's epilogue into c.
-template <typename I, typename TC, typename Epi>
-GDL_DEV void matmul_library_epilogue(const float* product, TC* c, I count, const Epi& epi) {
-  const I threads = (I)blockDim.x, stride = (I)gridDim.x * threads;
-  for (I i = (I)blockIdx.x * threads + (I)threadIdx.x; i < count; i += stride)
-    c[i] = cvt<TC>(epi(__ldcs(product + i), i));  // read once: not kept in L2
+// this kernel (core/kernel_table.h LibraryMatmul): the product, rounded to
+// the matmul's dtype and laid out as the result, through the step's
+// epilogue into c.
+template <typename I, typename T, typename TC, typename Epi>
+GDL_DEV void matmul_library_epilogue(const T* product, TC* c, I count, const Epi& epi) {
+  const I threads = (I)blockDim.x, stride = task_stride<I>() * threads;
+  for (I i = task_first<I>() * threads + (I)threadIdx.x; i < count; i += stride)
+    c[i] = cvt<TC>(epi(num(__ldcs(product + i)), i));  // read once: not kept in L2
 }
 
 namespace mm {

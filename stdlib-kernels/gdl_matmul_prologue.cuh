@@ -137,6 +137,24 @@ GDL_DEV void norm_row_stats(const Pro& pro, const T* a, I M, I K, I k_valid, I m
   }
 }
 
+// A norm prologue in front of a matmul whose product cuBLASLt computes
+// (core/kernel_table.h LibraryMatmul): the rows of a [rows, K] normalized
+// into out, rounded to T as the norm's own kernel rounds them; a warp's
+// statistics per row, mm::kWarps rows per block and pass.
+template <typename T, typename I, typename Pro>
+GDL_DEV void matmul_library_norm_rows(const Pro& pro, const T* a, T* out, I rows, I K) {
+  __shared__ float2 st[mm::kWarps];
+  for (I m0 = task_first<I>() * mm::kWarps; m0 < rows; m0 += task_stride<I>() * mm::kWarps) {
+    const int count = rows - m0 < (I)mm::kWarps ? (int)(rows - m0) : mm::kWarps;
+    norm_row_stats<T>(pro, a, rows, K, K, m0, count, st);  // ends with a barrier
+    for (int r = 0; r < count; ++r) {
+      const T* row = a + (m0 + (I)r) * K;
+      T* to = out + (m0 + (I)r) * K;
+      for (I k = (I)threadIdx.x; k < K; k += (I)blockDim.x) to[k] = cvt<T>(pro.normalized(num(row[k]), k, st, r));
+    }
+  }
+}
+
 // ------------------------------------------------------------ the fold
 // A staged 16-byte vector of a at positions k, k + 1, ... scaled by the
 // norm's weight (positions past k_end stay zero, the tiles' edges).

@@ -522,7 +522,7 @@ TEST_CASE("codegen: at most kMaxTileBands tiled kernels per matmul, the last ope
 }
 
 
-TEST_CASE("codegen: above 32 rows a matmul step's first choice is cuBLASLt's product and a kernel for its epilogue") {
+TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's product and a kernel for its epilogue") {
   const std::string text =
       "program lib;\ndim M in [1, 300] buckets(8, 64, 300);\n"
       "input x : {T}[M, 1000];\nparam w : {T}[1000, 640];\nparam wt : {T}[640, 1000];\nparam bias : {T}[640];\n"
@@ -571,20 +571,37 @@ TEST_CASE("codegen: above 32 rows a matmul step's first choice is cuBLASLt's pro
       // The product and the workspace: in the step's scratch, which the kernel reads the product from.
       const plan::Step& step = p.steps[s];
       CHECK(l.product_offset == step.scratch_offset);
-      CHECK(l.workspace_offset == step.scratch_offset + (300 * static_cast<uint64_t>(want.n) * 4 + 255) / 256 * 256);
+      CHECK(l.workspace_offset ==
+            step.scratch_offset + (300 * static_cast<uint64_t>(want.n) * dtype_size(l.dtype) + 255) / 256 * 256);
       CHECK(l.workspace_bytes == workspace);
       CHECK(l.workspace_offset + workspace <= step.scratch_offset + step.scratch_bytes);
-      CHECK(code.source.find("reinterpret_cast<const float*>(arena + " + std::to_string(l.product_offset) + "ull)") !=
-            std::string::npos);
-      // The generated kernels still follow for 32 rows and fewer.
+      const std::string element = std::string(t) == "f32" ? "float" : std::string(t) == "f16" ? "__half" : "__nv_bfloat16";
+      CHECK(code.source.find("reinterpret_cast<const " + element + "*>(arena + " + std::to_string(l.product_offset) +
+                             "ull)") != std::string::npos);
+      // The generated kernels still follow for 16 rows and fewer.
       CHECK(code.kernels.step_choices.at(s).size() >= 2);
       CHECK(own_kernel(code, s).depends_on_dims);
     }
-    // A norm fused in front of its matmul (f16, bf16) stays with the generated kernels.
+    // A norm fused in front of its matmul (f16, bf16; f32 keeps it apart):
+    // a kernel of its own, no choice of any step, writes the normalized rows
+    // after the workspace, and the call reads them as its a.
     const size_t sn = step_of("n");
     const bool fused = matmul_prologue(p.graph, p.steps[sn].values) != ir::kNoValue;
     CHECK(fused == (std::string(t) != "f32"));
-    CHECK((library_kernel(code.kernels, sn) == nullptr) == fused);
+    const Kernel* kn = library_kernel(code.kernels, sn);
+    REQUIRE(kn != nullptr);
+    const LibraryMatmul& ln = kn->library;
+    CHECK((ln.prologue_kernel >= 0) == fused);
+    if (fused) {
+      const Kernel& norm = code.kernels.kernels.at(static_cast<size_t>(ln.prologue_kernel));
+      CHECK(norm.symbol == "gdl_s" + std::to_string(sn) + "_matmul_library_norm");
+      CHECK(norm.first_step == static_cast<int>(sn));
+      for (const std::vector<int>& choices : code.kernels.step_choices)
+        CHECK(std::find(choices.begin(), choices.end(), ln.prologue_kernel) == choices.end());
+      CHECK(ln.normalized_offset == ln.workspace_offset + ln.workspace_bytes);
+      CHECK(ln.normalized_offset + 300 * 1000 * dtype_size(ln.dtype) <= p.steps[sn].scratch_offset + p.steps[sn].scratch_bytes);
+      CHECK(code.source.find("gdl::matmul_library_norm_rows<") != std::string::npos);
+    }
     // The artifact carries the call and its reader checks it.
     Artifact a;
     a.plan = p;
@@ -607,10 +624,13 @@ TEST_CASE("codegen: above 32 rows a matmul step's first choice is cuBLASLt's pro
     bad = a;
     bad.kernels.kernels[static_cast<size_t>(first)].library.b_element_offset = 1024 * 1000;
     CHECK(verify_artifact(bad).find("reads outside its operands") != std::string::npos);
+    bad = a;
+    bad.kernels.kernels[static_cast<size_t>(first)].library.prologue_kernel = first;  // itself: a library kernel
+    CHECK(verify_artifact(bad).find("norm prologue is not a kernel of its step") != std::string::npos);
   }
-  // 32 rows at most: no library kernel.
+  // 16 rows at most: no library kernel.
   plan::Plan few = plan_of(testing::graph_of(
-      "program few;\ndim M in [1, 32];\ninput x : f16[M, 256];\nparam w : f16[256, 256];\noutput y : f16[M, 256];\n"
+      "program few;\ndim M in [1, 16];\ninput x : f16[M, 256];\nparam w : f16[256, 256];\noutput y : f16[M, 256];\n"
       "y = x @ w;\n"));
   CHECK(library_kernel(generate_cuda(few).kernels, 0) == nullptr);
 }

@@ -76,13 +76,24 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
     }
     table.step_choices[s].push_back(static_cast<int>(table.kernels.size()));
     table.kernels.push_back(std::move(own));
-    // Its library matmul kernel, in front of all (it applies above the rows where the tiles run).
+    // Its library matmul kernel, in front of all (it applies above the rows
+    // where the tiles run), and the kernel of its norm prologue, which the
+    // runtime runs before the call (no choice of any step).
     if (first.library_matmul_possible()) {
       Kernel library;
       code.source += "\n" + StepEmitter(p, s, scalar_slot, sm, Variant::kLibrary).emit(library);
       library.first_step = library.last_step = static_cast<int>(s);
+      if (matmul_prologue(p.graph, p.steps[s].values) != ir::kNoValue) {
+        Kernel norm;
+        code.source += "\n" + StepEmitter(p, s, scalar_slot, sm, Variant::kLibraryNorm).emit(norm);
+        norm.first_step = norm.last_step = static_cast<int>(s);
+        norm.rows = first.matmul_rows();
+        norm.depends_on_dims = true;
+        library.library.prologue_kernel = static_cast<int32_t>(table.kernels.size());
+        table.kernels.push_back(std::move(norm));
+      }
       library.rows = first.matmul_rows();
-      library.min_rows = kLibraryMatmulRowsAbove + 1;
+      library.min_rows = choose_library_matmul(p.graph, p.steps[s].values).min_rows;
       library.depends_on_dims = table.kernels[static_cast<size_t>(table.step_choices[s].back())].depends_on_dims = true;
       table.step_choices[s].insert(table.step_choices[s].begin(), static_cast<int>(table.kernels.size()));
       table.kernels.push_back(std::move(library));

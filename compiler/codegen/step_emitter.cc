@@ -74,6 +74,7 @@ std::string StepEmitter::emit(Kernel& info) {
   info.symbol = "gdl_s" + std::to_string(index) + "_" + ir::op_name((structured_ ? g.node(anchor) : result).op);
   if (variant == Variant::kLarge) info.symbol += "_tiled" + std::to_string(band.lo);
   if (variant == Variant::kLibrary) info.symbol += "_library";
+  if (variant == Variant::kLibraryNorm) info.symbol += "_library_norm";
   info.library = library;
   info.launch = rule;
   info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());
@@ -88,7 +89,9 @@ std::string StepEmitter::emit(Kernel& info) {
     out += ")";
   }
   if (variant == Variant::kLibrary) {
-    out += ", above " + std::to_string(kLibraryMatmulRowsAbove) + " rows, after cuBLASLt's product";
+    out += ", after cuBLASLt's product (the rows above the generated kernels')";
+  } else if (variant == Variant::kLibraryNorm) {
+    out += ", its norm before cuBLASLt's product (the rows above the generated kernels')";
   } else if (variant == Variant::kLarge || !large_bands.empty()) {
     const RowsBand& b = variant == Variant::kLarge ? band : RowsBand{0, large_bands.front().lo - 1};
     out += b.hi == RowsBand{}.hi ? ", " + std::to_string(b.lo) + " rows or more"

@@ -25,9 +25,10 @@ namespace gdl {
 // kernel, a large kernel of a matmul step that has several (for the rows
 // of one band of matmul_tile_bands, above those its first kernel serves),
 // the step as one block of its chain's kernel (codegen/chain_kernel.cc),
-// or the epilogue of a matmul whose product cuBLASLt computes in front of
-// it (kernel_choice.h choose_library_matmul).
-enum class Variant { kFirst, kLarge, kChainStep, kLibrary };
+// the epilogue of a matmul whose product cuBLASLt computes in front of it
+// (kernel_choice.h choose_library_matmul), or the norm prologue that runs
+// before that call.
+enum class Variant { kFirst, kLarge, kChainStep, kLibrary, kLibraryNorm };
 
 class StepEmitter {
  public:
@@ -47,7 +48,7 @@ class StepEmitter {
 
   // After emit(): the row bands of the step's large kernels (a matmul with
   // several kernels), each to emit with the band's constructor, whether it
-  // also takes a library matmul kernel above kLibraryMatmulRowsAbove rows
+  // also takes a library matmul kernel (kernel_choice.h choose_library_matmul)
   // (Variant::kLibrary), and the matmul's rows (its result's shape without
   // the last axis).
   const std::vector<RowsBand>& large_kernel_bands() const { return large_bands; }

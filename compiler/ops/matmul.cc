@@ -431,8 +431,9 @@ std::string matmul_body(StepEmitter& e, const Node& n, std::vector<std::string> 
 
 // The kernel after cuBLASLt's product (Variant::kLibrary): the call's
 // operands and places go to the kernel table (core/kernel_table.h
-// LibraryMatmul), the kernel reads the f32 product from the step's scratch
-// and stores the step's epilogue of it, element by element.
+// LibraryMatmul), the kernel reads the product (rounded to the matmul's
+// dtype, as every matmul kernel's epilogue first rounds its sum) from the
+// step's scratch and stores the step's epilogue of it, element by element.
 std::string library_epilogue_body(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const LibraryMatmulChoice choice = choose_library_matmul(e.g, e.step.values);
   GDL_INTERNAL_ASSERT(choice.possible && e.step.scratch_bytes >= choice.scratch_bytes(),
@@ -455,9 +456,14 @@ std::string library_epilogue_body(StepEmitter& e, const Node& n, LaunchRule& rul
   l.product_offset = e.step.scratch_offset;
   l.workspace_offset = e.step.scratch_offset + choice.product_bytes;
   l.workspace_bytes = kLibraryMatmulWorkspaceBytes;
+  if (e.norm_prologue != ir::kNoValue) {  // the call reads the rows the norm kernel wrote (prologue_kernel: codegen.cc)
+    l.a = static_cast<int32_t>(e.g.node(e.norm_prologue).args.at(0));
+    l.normalized_offset = l.workspace_offset + kLibraryMatmulWorkspaceBytes;
+  }
+  const std::string t = storage_type(l.dtype);
   std::string body = "  // matmul: cuBLASLt's product (the runtime's call in front of this kernel), through the epilogue\n";
-  body += "  const float* const product = reinterpret_cast<const float*>(arena + " + std::to_string(l.product_offset) +
-          "ull);  // scratch: f32, laid out as the result\n";
+  body += "  const " + t + "* const product = reinterpret_cast<const " + t + "*>(arena + " +
+          std::to_string(l.product_offset) + "ull);  // scratch: the product rounded to its dtype, laid out as the result\n";
   const std::string out = e.result_pointer();
   body += e.local("count", e.product(rs, 0, rs.size()));
   const std::string epi = matmul_epilogue(e, body);
@@ -481,8 +487,30 @@ std::string layout_text(const ir::Attrs& attrs) {
   return text;
 }
 
+// The norm prologue's kernel before cuBLASLt's call (Variant::kLibraryNorm):
+// the norm's input rows normalized into the scratch that the call reads as a.
+std::string library_norm_body(StepEmitter& e, const Node& n, LaunchRule& rule) {
+  const LibraryMatmulChoice choice = choose_library_matmul(e.g, e.step.values);
+  GDL_INTERNAL_ASSERT(choice.possible && choice.normalized_bytes > 0 && e.norm_prologue != ir::kNoValue,
+                      "step " + std::to_string(e.index) + ": a library norm kernel without a norm prologue");
+  const uint64_t normalized = e.step.scratch_offset + choice.product_bytes + kLibraryMatmulWorkspaceBytes;
+  const std::string t = storage_type(n.type.dtype);
+  const std::string x = e.pointer(e.g.node(e.norm_prologue).args.at(0));
+  const Shape& rs = n.type.shape;
+  std::string body = "  // the norm prologue of a matmul whose product cuBLASLt computes next: the normalized rows\n";
+  body += "  " + t + "* const normalized = reinterpret_cast<" + t + "*>(arena + " + std::to_string(normalized) +
+          "ull);  // scratch: the call's a\n";
+  body += e.local("rows", e.product(rs, 0, rs.size() - 1));
+  body += e.local("K", e.dim(matmul_a_shape(e.g, n).back()));
+  const std::string pro = matmul_prologue_functor(e, body);
+  body += "  gdl::matmul_library_norm_rows<" + t + ">(" + pro + ", " + x + ", normalized, rows, K);\n";
+  rule = task_launch({{sub_shape(rs, 0, rs.size() - 1), 8}}, kMatmulThreads);  // mm::kWarps rows per block
+  return body;
+}
+
 std::string emit_matmul(StepEmitter& e, const Node& n, LaunchRule& rule) {
   if (e.variant == Variant::kLibrary) return library_epilogue_body(e, n, rule);
+  if (e.variant == Variant::kLibraryNorm) return library_norm_body(e, n, rule);
   // A fused norm's input stands for its result: the kernel normalizes the rows as it stages them.
   const std::string a = e.pointer(n.args[0] == e.norm_prologue ? e.g.node(e.norm_prologue).args.at(0) : n.args[0]);
   const std::string b = e.pointer(n.args.at(1));

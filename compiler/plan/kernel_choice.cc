@@ -464,9 +464,12 @@ ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& 
 
 LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
   static const bool allowed = !env_is("GDL_MATMUL_LIBRARY", "0");
+  static const int64_t rows_above = env_count("GDL_MATMUL_LIBRARY_ROWS_ABOVE") > 0
+                                        ? env_count("GDL_MATMUL_LIBRARY_ROWS_ABOVE") : kLibraryMatmulRowsAbove;
   LibraryMatmulChoice c;
-  if (!allowed || values.empty() || matmul_prologue(g, values) != ir::kNoValue) return c;
-  const ir::Node& n = g.node(values[0]);
+  if (!allowed || values.empty()) return c;
+  const bool prologue = matmul_prologue(g, values) != ir::kNoValue;
+  const ir::Node& n = g.node(values[prologue ? 1 : 0]);
   if (n.op != ir::Op::kMatMul) return c;
   const DType t = n.type.dtype;
   if (t != DType::kF16 && t != DType::kBF16 && t != DType::kF32) return c;
@@ -474,16 +477,21 @@ LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<
   const Shape as = ops::matmul_a_shape(g, n), bs = ops::matmul_b_shape(g, n);
   const Shape& rs = n.type.shape;
   const Shape &stored_a = g.node(n.args.at(0)).type.shape, &stored_b = g.node(n.args.at(1)).type.shape;
-  if (!m.fold_batch || as.back().is_runtime() || bs.back().is_runtime() || stored_a.back().is_runtime() ||
-      stored_b.back().is_runtime() || m.rows_max <= kLibraryMatmulRowsAbove)
+  if (!m.fold_batch || (prologue && ops::matmul_layout(n).transpose_a) || as.back().is_runtime() || bs.back().is_runtime() || stored_a.back().is_runtime() ||
+      stored_b.back().is_runtime() || m.rows_max <= rows_above)
     return c;
   for (size_t i = 0; i + 1 < rs.size(); ++i)  // no dim of the rows always served by updates (a session picks the others')
     if (rs[i].is_runtime() && !g.dims.at(static_cast<size_t>(rs[i].symbol)).padding_blocker.empty()) return c;
-  const uint64_t product = align256(static_cast<uint64_t>(m.rows_max) * static_cast<uint64_t>(bs.back().extent) * 4);
-  if (product > kMaxScratchBytes) return c;
+  const uint64_t product =
+      align256(static_cast<uint64_t>(m.rows_max) * static_cast<uint64_t>(bs.back().extent) * dtype_size(t));
+  const uint64_t normalized =
+      prologue ? align256(static_cast<uint64_t>(m.rows_max) * static_cast<uint64_t>(as.back().extent) * dtype_size(t)) : 0;
+  if (product > kMaxScratchBytes || normalized > kMaxScratchBytes) return c;
   c.possible = true;
+  c.min_rows = rows_above + 1;
   c.rows_max = m.rows_max;
   c.product_bytes = product;
+  c.normalized_bytes = normalized;
   return c;
 }
 

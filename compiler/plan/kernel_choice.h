@@ -100,22 +100,30 @@ std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& matm
 
 // cuBLASLt for a matmul step's product (kernel_table.h LibraryMatmul), in
 // front of a generated kernel that applies the step's epilogue, for the
-// runs with more than kLibraryMatmulRowsAbove rows: there the tensor-core
-// rate bounds the time, and cuBLASLt's kernels (wgmma and TMA on sm_90,
+// runs with more than kLibraryMatmulRowsAbove rows (more than one 16-row
+// tensor-core tile): there cuBLASLt's kernels (wgmma and TMA on sm_90,
 // chosen per GPU by its heuristic) outrun the generated tiles
-// (docs/performance.md). Possible for an f16, bf16 or f32 matmul without a
-// norm prologue whose b is shared by the batch (folded into the rows), K,
+// (docs/performance.md); GDL_MATMUL_LIBRARY_ROWS_ABOVE=N moves the line
+// for A/B runs. A norm fused in front of the matmul runs as a kernel of
+// its own before the call, writing the normalized rows into the scratch.
+// Possible for an f16, bf16 or f32 matmul whose b is shared by the batch
+// (folded into the rows), a not transposed under a norm prologue, K,
 // N and the stored rows' lengths static, no dim of the rows that only node
 // updates can serve; the runtime takes it where the session serves the
 // rows by buckets (a graph's captured call keeps its shape).
 // GDL_MATMUL_LIBRARY=0 turns it off.
-inline constexpr int64_t kLibraryMatmulRowsAbove = 32;
+inline constexpr int64_t kLibraryMatmulRowsAbove = 16;
 inline constexpr uint64_t kLibraryMatmulWorkspaceBytes = uint64_t{32} << 20;  // cuBLAS's advice for Hopper
 struct LibraryMatmulChoice {
   bool possible = false;
+  int64_t min_rows = 0;         // the runs it serves: from these rows up
   int64_t rows_max = 0;         // the product's rows at the largest binding
-  uint64_t product_bytes = 0;   // f32 [rows_max, N], rounded up to 256
-  uint64_t scratch_bytes() const { return possible ? product_bytes + kLibraryMatmulWorkspaceBytes : 0; }
+  uint64_t product_bytes = 0;   // [rows_max, N] in the matmul's dtype, rounded up to 256
+  uint64_t normalized_bytes = 0;  // a norm prologue's rows, [rows_max, K], rounded up to 256 (0: none)
+  // The product, the workspace, then the normalized rows.
+  uint64_t scratch_bytes() const {
+    return possible ? product_bytes + kLibraryMatmulWorkspaceBytes + normalized_bytes : 0;
+  }
 };
 // For the step computing `values` (a matmul first, else not possible).
 LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<ir::ValueId>& values);

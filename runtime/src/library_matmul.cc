@@ -62,7 +62,7 @@ Status LibraryMatmuls::make_call(const plan::Plan& p, const LibraryMatmul& l, in
                  "describing b for cuBLASLt");
   GDL_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&c.b, t, l.transpose_a ? m : k, l.transpose_a ? k : m, l.lda),
                  "describing a for cuBLASLt");
-  GDL_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&c.d, CUDA_R_32F, n, m, static_cast<int64_t>(n)),
+  GDL_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&c.d, t, n, m, static_cast<int64_t>(n)),
                  "describing the product for cuBLASLt");
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -71,7 +71,8 @@ Status LibraryMatmuls::make_call(const plan::Plan& p, const LibraryMatmul& l, in
   const uint32_t align_a = alignment_of(plan::buffer_alignment(p.buffers.at(static_cast<size_t>(l.b))), 256);
   const uint32_t align_b_offset = alignment_of(l.b_element_offset * esize, 256);
   const uint32_t align_lt_a = align_a < align_b_offset ? align_a : align_b_offset;  // our b, at its window
-  const uint32_t align_lt_b = alignment_of(plan::buffer_alignment(p.buffers.at(static_cast<size_t>(l.a))), 256);
+  const uint32_t align_lt_b =  // our a: the normalized rows in the scratch, or a's buffer
+      l.prologue_kernel >= 0 ? 256 : alignment_of(plan::buffer_alignment(p.buffers.at(static_cast<size_t>(l.a))), 256);
   const uint32_t align_d = 256;
   const uint64_t workspace = l.workspace_bytes;
   cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
@@ -127,7 +128,7 @@ Status LibraryMatmuls::enqueue(const plan::Plan& p, const KernelTable& t, int in
     const plan::Buffer& b = p.buffers.at(static_cast<size_t>(v));
     return (b.region == plan::Region::kParams ? params : arena) + plan::offset_at(b, layout_dims);
   };
-  const void* a = address(l.a);
+  const void* a = l.prologue_kernel >= 0 ? arena + l.normalized_offset : address(l.a);
   const void* b = address(l.b) + l.b_element_offset * dtype_size(l.dtype);
   void* product = arena + l.product_offset;
   void* workspace = arena + l.workspace_offset;

@@ -7,7 +7,8 @@
 // terms, D^T (N x rows) = B^T (N x K) * A^T (K x rows): cuBLASLt's A is our
 // b and its B our a, each as stored (a transposed operand is an op T).
 // Scale and accumulation in f32 (CUBLAS_COMPUTE_32F: no TF32 for f32
-// inputs), D in f32.
+// inputs), D in the inputs' dtype (the sums rounded once, as the generated
+// kernels' epilogues round them first).
 #pragma once
 
 #include <cublasLt.h>

@@ -349,18 +349,12 @@ std::vector<int> Session::Impl::kernels_at(const std::vector<int64_t>& layout_di
 int Session::Impl::kernel_at(size_t step, const std::vector<int64_t>& layout_dims, bool multi_step) const {
   const KernelTable& table = prog.kernels();
   const plan::Plan& p = prog.plan();
-  const auto moved_by_updates = [&](const std::vector<int>& symbols) {
-    for (int d : symbols)
-      if (d >= 0 && static_cast<size_t>(d) < update_dim.size() && update_dim[static_cast<size_t>(d)]) return true;
-    return false;
-  };
+  uint32_t updated = 0;  // the update-served dims
+  for (size_t d = 0; d < update_dim.size(); ++d)
+    if (update_dim[d]) updated |= 1u << d;
   const auto library_ok = [&](int c) {
+    if (step_dims[step] & updated) return false;  // a captured call would go stale
     const Kernel& k = table.kernels[static_cast<size_t>(c)];
-    for (const Dim& d : k.rows)
-      if (d.is_runtime() && moved_by_updates({d.symbol})) return false;
-    for (int32_t v : {k.library.a, k.library.b})
-      for (const plan::OffsetTerm& t : p.buffers.at(static_cast<size_t>(v)).terms)
-        if (moved_by_updates(t.dims)) return false;
     return library_matmuls.usable(p, table, c, element_count(k.rows, layout_dims));
   };
   return library.choose(table, step, layout_dims, multi_step, library_ok);
@@ -370,7 +364,20 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
                                                                  const std::vector<cudaGraphNode_t>& deps,
                                                                  const std::vector<int64_t>& layout_dims) {
   const std::string name = kernel_name(k);
-  // cuBLASLt's first call of a kernel may load it, which a capture must not do.
+  const Kernel& kernel = prog.kernels().kernels[static_cast<size_t>(k)];
+  std::vector<cudaGraphNode_t> after = deps;
+  if (kernel.library.prologue_kernel >= 0) {  // the norm kernel writes the call's a first
+    Expected<rt::StepLaunch> norm = library.launch(prog.kernels(), kernel.library.prologue_kernel, layout_dims);
+    if (!norm) return norm.status();
+    NodeParams params_of_norm(arena, params->base(), kernel_args(layout_dims), *norm);
+    cudaGraphNode_t norm_node = nullptr;
+    GDL_CUDA_TRY(cudaGraphAddKernelNode(&norm_node, graph, deps.data(), deps.size(), &params_of_norm.cuda),
+                 "adding the norm node of " + name);
+    after.assign(1, norm_node);
+  }
+  // cuBLASLt's first call of a kernel may load it, which a capture must not
+  // do (the call reads whatever its operands hold: the scratch is rewritten
+  // before it is read in every run).
   GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), stream));
   if (!capture_stream)
     GDL_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "creating the capture stream");
@@ -382,7 +389,7 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
   GDL_RETURN_IF_ERROR(called);
   GDL_CUDA_TRY(ended, "capturing the cuBLASLt call of " + name);
   cudaGraphNode_t node = nullptr;
-  const cudaError_t added = cudaGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(), captured);
+  const cudaError_t added = cudaGraphAddChildGraphNode(&node, graph, after.data(), after.size(), captured);
   (void)cudaGraphDestroy(captured);  // the node holds a copy
   GDL_CUDA_TRY(added, "adding the cuBLASLt node of " + name);
   return node;
@@ -390,8 +397,13 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
 
 Status Session::Impl::launch_step_eager(int k, const rt::StepLaunch& launch, void** args,
                                         const std::vector<int64_t>& layout_dims, cudaStream_t s) {
-  if (prog.kernels().kernels[static_cast<size_t>(k)].library.active)
-    GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), s));
+  const LibraryMatmul& l = prog.kernels().kernels[static_cast<size_t>(k)].library;
+  if (l.prologue_kernel >= 0) {
+    Expected<rt::StepLaunch> norm = library.launch(prog.kernels(), l.prologue_kernel, layout_dims);
+    if (!norm) return norm.status();
+    GDL_RETURN_IF_ERROR(launch_eager(*norm, args, s, "the norm of " + kernel_name(k)));
+  }
+  if (l.active) GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), s));
   return launch_eager(launch, args, s, kernel_name(k));
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "program_impl.h"
 
 using namespace gdl;
 using namespace gdl::gpu_test;
@@ -162,35 +163,57 @@ bool any_library_kernel(const std::vector<std::string>& symbols) {
                      [](const std::string& k) { return k.find("_library") != std::string::npos; });
 }
 
-TEST_CASE("kernels: cuBLASLt computes the product above 32 rows, the step's kernel its epilogue") {
+// How many steps take cuBLASLt's product at these dims (a library matmul
+// kernel first among their choices, its rows above its line), from the
+// program's kernel table.
+size_t library_steps_at(const Program& program, const std::vector<int64_t>& dims) {
+  const KernelTable& table = program.internals().kernels();
+  size_t n = 0;
+  for (const std::vector<int>& choices : table.step_choices) {
+    const Kernel& k = table.kernels.at(static_cast<size_t>(choices.front()));
+    n += k.library.active && kernel_applies(k, dims);
+  }
+  return n;
+}
+
+TEST_CASE("kernels: cuBLASLt computes the product above 16 rows, the step's kernel its epilogue") {
   // Every operand form the library call takes: b as stored, transposed, a
   // column window of a wider b; a transposed; a batch folded into the rows;
-  // epilogues with a bias, gelu, a residual and a cast. One session goes
-  // back and forth across the 32-row line (a graph per bucket, some with the
-  // cuBLASLt node, some without), replaying each graph.
+  // a norm in front (layernorm with weight and bias, rmsnorm without: the
+  // norm's own kernel before the call); epilogues with a bias, gelu, a
+  // residual and casts. One session goes
+  // back and forth across the 16-row line (a graph per bucket, some with
+  // cuBLASLt nodes, some without), replaying each graph.
   const std::string text =
-      "program lib;\ndim M in [1, 300] buckets(8, 32, 33, 48, 100, 300);\n"
+      "program lib;\ndim M in [1, 300] buckets(8, 16, 17, 32, 48, 100, 300);\n"
       "input x : {T}[M, 1000];\nparam w : {T}[1000, 640];\nparam wt : {T}[640, 1000];\nparam bias : {T}[640];\n"
       "param wide : {T}[1000, 1024];\ninput x3 : {T}[2, M, 96];\nparam w3 : {T}[96, 72];\n"
       "input at : {T}[200, 40];\nparam w4 : {T}[200, 136];\n"
-      "output y : {T}[M, 640];\noutput z : f32[M, 640];\noutput u : {T}[M, 256];\noutput v : {T}[2, M, 72];\n"
-      "output q : {T}[40, 136];\n"
+      "input h : {T}[M, 640];\nparam g : {T}[640];\nparam beta : {T}[640];\nparam sq : {T}[640, 640];\n"
+      "output y : {T}[M, 640];\noutput z : {T}[M, 640];\noutput u : {T}[M, 256];\noutput v : {T}[2, M, 72];\n"
+      "output q : {T}[40, 136];\noutput r : {T}[M, 640];\noutput s : {T}[M, 640];\n"
       "y = gelu(x @ w + bias);\n"
-      "z = cast(x @ transpose(wt), f32) * 0.5 + cast(y, f32);\n"
+      "z = cast(cast(x @ transpose(wt), f32) * 0.5, {T}) + y;\n"
       "u = (x @ wide)[:, 384:640];\n"
       "v = x3 @ w3;\n"
-      "q = transpose(at) @ w4;\n";
+      "q = transpose(at) @ w4;\n"
+      "r = h + gelu(layernorm(h, g, beta, eps = 1e-5) @ sq + bias);\n"
+      "s = rmsnorm(x, eps = 1e-5) @ w;\n";
   for (const std::string& t : kFloats) {
     const std::string program_text = with_dtype(text, t);
     INFO(t << ":\n" << program_text);
     Program program = compile_text(program_text);
-    check_sequence(program, "library/" + t, {{48}, {8}, {300}, {33}, {32}, {100}, {48}}, 2);
+    check_sequence(program, "library/" + t, {{48}, {8}, {300}, {17}, {16}, {100}, {33}, {48}}, 2);
     if (cpu_only) continue;
-    CHECK(any_library_kernel(kernels_run(program, {48})));
-    const std::vector<std::string> at_32 = kernels_run(program, {32});
-    // Only q's rows (40, static) take cuBLASLt at 32.
-    CHECK(std::count_if(at_32.begin(), at_32.end(),
-                        [](const std::string& k) { return k.find("_library") != std::string::npos; }) == 1);
+    for (int64_t m : {8, 16, 17, 48}) {
+      INFO("M = " << m);
+      const std::vector<std::string> run = kernels_run(program, {m});
+      const size_t expected = library_steps_at(program, {m});
+      CHECK(expected >= (m > 16 ? 6u : 1u));  // y, z, u, q, r, s above the line; q (40 rows) and v (2 M rows) below
+      CHECK(static_cast<size_t>(std::count_if(run.begin(), run.end(), [](const std::string& k) {
+              return k.find("_library") != std::string::npos;
+            })) == expected);
+    }
   }
 }
 
@@ -198,7 +221,7 @@ TEST_CASE("kernels: rows served by node updates keep the generated matmul kernel
   // cuBLASLt's call is captured with its rows: a session that serves them
   // by node updates (one graph, the rows changing inside it) runs the
   // generated kernels, correct at every count; the same program served by
-  // buckets takes cuBLASLt above 32 rows.
+  // buckets takes cuBLASLt above 16 rows.
   const std::string text =
       "program lib;\ndim M in [1, 200] policy(update);\ninput x : {T}[M, 512];\nparam w : {T}[512, 512];\n"
       "param bias : {T}[512];\noutput y : {T}[M, 512];\ny = x + gelu(x @ w + bias);\n";
