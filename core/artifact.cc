@@ -25,8 +25,9 @@
 // table: per kernel a symbol, a launch rule a device can take, steps in
 // range, a rows range, scalars that exist, tensor maps inside the scratch
 // area (aligned, not overlapping each other) and the params region, a
-// library matmul's operands inside their buffers and its product and
-// workspace inside the scratch area; per step
+// library matmul's operands inside their buffers, its product, workspace
+// and normalized rows (row length K) inside the scratch area, its norm
+// kernel one of its step's; per step
 // choices that name kernels covering it, ending in one that always applies
 // and is not cooperative; a kernel over several steps chosen alike by each
 // of them (the same choices before it); a module image when there are steps.
@@ -599,7 +600,8 @@ std::string verify_library_matmul(const plan::Plan& p, const KernelTable& t, con
     if (static_cast<size_t>(l.prologue_kernel) >= t.kernels.size() ||
         t.kernels[static_cast<size_t>(l.prologue_kernel)].first_step != k.first_step ||
         t.kernels[static_cast<size_t>(l.prologue_kernel)].last_step != k.first_step ||
-        t.kernels[static_cast<size_t>(l.prologue_kernel)].library.active || l.transpose_a)
+        t.kernels[static_cast<size_t>(l.prologue_kernel)].library.active ||
+        t.kernels[static_cast<size_t>(l.prologue_kernel)].cooperative || l.transpose_a || l.lda != l.k)
       return "has a library matmul whose norm prologue is not a kernel of its step";
     if (!inside(l.normalized_offset, static_cast<uint64_t>(rows) * static_cast<uint64_t>(l.k) * esize))
       return "puts a library matmul's normalized rows outside the scratch area";
@@ -667,8 +669,11 @@ std::string verify_artifact(const Artifact& a) {
         return where + " maps a tensor outside the params region";
       maps.push_back({m.scratch_offset, m.scratch_offset + kTensorMapBytes});
     }
-    if (k.library.active)
+    if (k.library.active) {
       if (std::string problem = verify_library_matmul(p, t, k); !problem.empty()) return where + " " + problem;
+    } else if (k.library.prologue_kernel != -1) {  // the runtime reads the prologue of active ones only; keep it so
+      return where + " has library matmul fields but no library matmul";
+    }
   }
   std::sort(maps.begin(), maps.end());
   for (size_t i = 1; i < maps.size(); ++i)
@@ -694,7 +699,7 @@ std::string verify_artifact(const Artifact& a) {
         return where + " chooses kernel '" + k.symbol + "', which does not compute it";
     }
     const Kernel& last = t.kernels[static_cast<size_t>(choices.back())];
-    if (!applies_always(last) || last.cooperative || last.first_step != last.last_step)
+    if (!applies_always(last) || last.cooperative || last.library.active || last.first_step != last.last_step)
       return where + "'s last kernel choice ('" + last.symbol + "') does not run it at every binding on every device";
     // A kernel of several steps is a node for all of them: every one of
     // them must reach it through the same choices.

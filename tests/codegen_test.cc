@@ -337,7 +337,7 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
       CHECK(r.items_per_block == (n.type.dtype != DType::kF32 && n.type.shape[1].extent == 32 ? 32 : 64));
       CHECK(r.grid_y == 1);
       CHECK(r.block == 256);
-      CHECK(p.steps[s].scratch_bytes == library_scratch(p, s));  // cuBLASLt's above 32 rows
+      CHECK(p.steps[s].scratch_bytes == library_scratch(p, s));  // cuBLASLt's above 16 rows
       ++matmuls;
     }
     if (n.op == Op::kMatMul && n.type.rank() == 2) {
@@ -627,12 +627,35 @@ TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's pro
     bad = a;
     bad.kernels.kernels[static_cast<size_t>(first)].library.prologue_kernel = first;  // itself: a library kernel
     CHECK(verify_artifact(bad).find("norm prologue is not a kernel of its step") != std::string::npos);
+    if (fused) {  // the normalized rows are K long: a longer stride would read past the scratch
+      bad = a;
+      bad.kernels.kernels[static_cast<size_t>(a.kernels.step_choices.at(sn).front())].library.lda = 2000;
+      CHECK(verify_artifact(bad) != "");
+    }
+    bad = a;  // library fields on a kernel without a library matmul
+    bad.kernels.kernels[static_cast<size_t>(a.kernels.step_choices.at(sy).back())].library.prologue_kernel = 0;
+    CHECK(verify_artifact(bad).find("has library matmul fields but no library matmul") != std::string::npos);
+    bad = a;  // a library matmul as the choice that must serve every run
+    bad.kernels.step_choices.at(sy).back() = first;
+    bad.kernels.kernels[static_cast<size_t>(first)].min_rows = 0;
+    CHECK(verify_artifact(bad).find("does not run it at every binding") != std::string::npos);
   }
   // 16 rows at most: no library kernel.
   plan::Plan few = plan_of(testing::graph_of(
       "program few;\ndim M in [1, 16];\ninput x : f16[M, 256];\nparam w : f16[256, 256];\noutput y : f16[M, 256];\n"
       "y = x @ w;\n"));
   CHECK(library_kernel(generate_cuda(few).kernels, 0) == nullptr);
+  // Static rows: the library kernel and the step's own use no run-time dim,
+  // so a session's update-served dims never keep the step from cuBLASLt.
+  plan::Plan fixed = plan_of(testing::graph_of(
+      "program fixed;\ndim B in [1, 8];\ninput a : f16[40, 256];\nparam w : f16[256, 128];\ninput x : f16[B, 4];\n"
+      "output q : f16[40, 128];\noutput r : f16[B, 4];\nq = a @ w;\nr = x * 2.0;\n"));
+  GeneratedCode fixed_code = generate_cuda(fixed);
+  const size_t sq = step_writing(fixed, fixed.graph.outputs[0].value);
+  const Kernel* fk = library_kernel(fixed_code.kernels, sq);
+  REQUIRE(fk != nullptr);
+  CHECK_FALSE(fk->depends_on_dims);
+  CHECK_FALSE(own_kernel(fixed_code, sq).depends_on_dims);
 }
 
 // Grouped query heads share a task only where the rows fill the GPU, and at

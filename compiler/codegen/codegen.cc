@@ -88,13 +88,13 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
         code.source += "\n" + StepEmitter(p, s, scalar_slot, sm, Variant::kLibraryNorm).emit(norm);
         norm.first_step = norm.last_step = static_cast<int>(s);
         norm.rows = first.matmul_rows();
-        norm.depends_on_dims = true;
         library.library.prologue_kernel = static_cast<int32_t>(table.kernels.size());
         table.kernels.push_back(std::move(norm));
       }
       library.rows = first.matmul_rows();
       library.min_rows = choose_library_matmul(p.graph, p.steps[s].values).min_rows;
-      library.depends_on_dims = table.kernels[static_cast<size_t>(table.step_choices[s].back())].depends_on_dims = true;
+      if (!all_constant(library.rows))  // the rows pick the kernel
+        library.depends_on_dims = table.kernels[static_cast<size_t>(table.step_choices[s].back())].depends_on_dims = true;
       table.step_choices[s].insert(table.step_choices[s].begin(), static_cast<int>(table.kernels.size()));
       table.kernels.push_back(std::move(library));
     }

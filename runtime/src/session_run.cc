@@ -386,6 +386,7 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
   Status called = library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), capture_stream);
   cudaGraph_t captured = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(capture_stream, &captured);
+  if (!called.ok() && captured) (void)cudaGraphDestroy(captured);
   GDL_RETURN_IF_ERROR(called);
   GDL_CUDA_TRY(ended, "capturing the cuBLASLt call of " + name);
   cudaGraphNode_t node = nullptr;
@@ -398,7 +399,7 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
 Status Session::Impl::launch_step_eager(int k, const rt::StepLaunch& launch, void** args,
                                         const std::vector<int64_t>& layout_dims, cudaStream_t s) {
   const LibraryMatmul& l = prog.kernels().kernels[static_cast<size_t>(k)].library;
-  if (l.prologue_kernel >= 0) {
+  if (l.active && l.prologue_kernel >= 0) {
     Expected<rt::StepLaunch> norm = library.launch(prog.kernels(), l.prologue_kernel, layout_dims);
     if (!norm) return norm.status();
     GDL_RETURN_IF_ERROR(launch_eager(*norm, args, s, "the norm of " + kernel_name(k)));
