@@ -4,7 +4,8 @@
 set -euo pipefail
 # clang and its sanitizer and libFuzzer run-time libraries are for
 # scripts/sanitize.sh (libclang-rt-14-dev is only a recommendation of clang's).
-packages=(cmake ninja-build g++ antlr4 libantlr4-runtime-dev uuid-dev doctest-dev nlohmann-json3-dev python3 clang libclang-rt-14-dev)
+packages=(cmake ninja-build g++ antlr4 libantlr4-runtime-dev uuid-dev doctest-dev nlohmann-json3-dev python3 clang libclang-rt-14-dev
+          pkgconf)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -143,8 +143,28 @@ TEST_CASE("runtime: Program::load of a corrupt or truncated artifact is DataLoss
     Expected<Program> p = Program::load(path);
     CHECK(p.status().code() == StatusCode::kDataLoss);
     CHECK(!p.status().message().empty());
+    // The same bytes from memory (an artifact embedded in a binary).
+    Expected<Program> m = Program::load_memory(d.bytes.data(), d.bytes.size());
+    CHECK(m.status().code() == StatusCode::kDataLoss);
   }
   std::filesystem::remove(path);
+}
+
+TEST_CASE("runtime: Program::load_memory reads an artifact's bytes like the file, and keeps no pointer to them") {
+  std::vector<uint8_t> bytes = serialize_artifact(tiny_artifact());
+  Expected<Program> p = Program::load_memory(bytes.data(), bytes.size());
+  REQUIRE(p.ok());
+  std::fill(bytes.begin(), bytes.end(), uint8_t{0xAB});  // the caller's copy may go
+  const std::string path = write_tiny("memory", tiny_artifact());
+  Expected<Program> f = Program::load(path);
+  REQUIRE(f.ok());
+  CHECK(p->name() == f->name());
+  CHECK(p->node_count() == f->node_count());
+  CHECK(p->arena_bytes() == f->arena_bytes());
+  CHECK(p->inputs().size() == f->inputs().size());
+  std::filesystem::remove(path);
+  CHECK(Program::load_memory(nullptr, 16).status().code() == StatusCode::kInvalidArgument);
+  CHECK(Program::load_memory(nullptr, 0).status().code() == StatusCode::kDataLoss);
 }
 
 TEST_CASE("runtime: an artifact whose tables do not fit the kernel ABI is refused") {

@@ -168,6 +168,10 @@ class Program {
   // Reads a .gdlx artifact. Missing file: NotFound. Wrong magic, version,
   // size or checksum, or tables that do not fit together: DataLoss.
   static Expected<Program> load(const std::string& path);
+  // The same from an artifact's bytes in memory (one embedded in the host
+  // binary by gdl_add_program(... EMBED), docs/packaging.md); the bytes are
+  // copied, the caller's may go once it returns. Corrupt bytes: DataLoss.
+  static Expected<Program> load_memory(const void* data, size_t bytes);
   // Writes the program as a .gdlx artifact.
   Status save(const std::string& path) const;
 

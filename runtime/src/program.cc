@@ -127,6 +127,18 @@ Expected<Program> Program::load(const std::string& path) {
   });
 }
 
+Expected<Program> Program::load_memory(const void* data, size_t bytes) {
+  return guarded("Program::load_memory", [&]() -> Expected<Program> {
+    if (data == nullptr && bytes > 0) return Status::InvalidArgument("Program::load_memory: null data with " +
+                                                                     std::to_string(bytes) + " bytes");
+    Expected<Artifact> artifact = deserialize_artifact(std::span<const uint8_t>(static_cast<const uint8_t*>(data), bytes));
+    if (!artifact) return artifact.status();
+    Expected<std::shared_ptr<Impl>> impl = rt::make_program_impl(std::move(artifact).value());
+    if (!impl) return Status(impl.status().code(), "artifact in memory: " + impl.status().message());
+    return Program(std::move(impl).value());
+  });
+}
+
 Status Program::save(const std::string& path) const {
   return guarded("Program::save", [&] { return write_artifact(path, impl_->artifact); });
 }

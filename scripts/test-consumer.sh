@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the build in BUILD_DIR into a temporary prefix, then configures,
+# builds and runs examples/consumer against it (find_package(gdl CONFIG),
+# gdl_add_program(... EMBED), gdl::runtime). A ctest (tests/CMakeLists.txt);
+# without a GPU the consumer loads its program and stops, with one it runs it.
+#   scripts/test-consumer.sh BUILD_DIR
+set -euo pipefail
+BUILD=$(cd "${1:?usage: scripts/test-consumer.sh BUILD_DIR}" && pwd)
+cd "$(dirname "$0")/.."
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cmake --install "$BUILD" --prefix "$WORK/prefix" >"$WORK/install.log"
+cmake -S examples/consumer -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$WORK/prefix" >"$WORK/configure.log" || { cat "$WORK/configure.log"; exit 1; }
+cmake --build "$WORK/build" >"$WORK/build.log" || { cat "$WORK/build.log"; exit 1; }
+# The binary finds the installed runtime through its RPATH (CMake sets it for the build tree).
+"$WORK/build/consumer"
+# pkg-config: a program built from gdl.pc's flags alone.
+printf '#include "gdl/gdl.h"\nint main() { return gdl::Program::load("/nonexistent.gdlx").status().code() == gdl::StatusCode::kNotFound ? 0 : 1; }\n' \
+  >"$WORK/pc.cc"
+export PKG_CONFIG_PATH="$WORK/prefix/lib/pkgconfig"
+c++ "$WORK/pc.cc" -o "$WORK/pc" $(pkg-config --cflags --libs gdl) -Wl,-rpath,"$WORK/prefix/lib"
+"$WORK/pc" && echo "consumer: pkg-config build runs"
