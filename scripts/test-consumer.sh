@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the build in BUILD_DIR into a temporary prefix, then configures,
 # builds and runs examples/consumer against it (find_package(gdl CONFIG),
-# gdl_add_program(... EMBED), gdl::runtime). A ctest (tests/CMakeLists.txt);
-# without a GPU the consumer loads its program and stops, with one it runs it.
+# gdl_add_program(... EMBED), gdl::runtime, gdl::jit). A ctest
+# (tests/CMakeLists.txt); without a GPU the consumer loads its program and
+# stops, with one it runs it; consumer_jit compiles the program in the
+# process and checks the CPU reference's outputs.
 #   scripts/test-consumer.sh BUILD_DIR
 set -euo pipefail
 BUILD=$(cd "${1:?usage: scripts/test-consumer.sh BUILD_DIR}" && pwd)
@@ -15,6 +17,7 @@ cmake -S examples/consumer -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release 
 cmake --build "$WORK/build" >"$WORK/build.log" || { cat "$WORK/build.log"; exit 1; }
 # The binary finds the installed runtime through its RPATH (CMake sets it for the build tree).
 "$WORK/build/consumer"
+"$WORK/build/consumer_jit" examples/consumer/scale.gdl
 # pkg-config: a program built from gdl.pc's flags alone.
 printf '#include "gdl/gdl.h"\nint main() { return gdl::Program::load("/nonexistent.gdlx").status().code() == gdl::StatusCode::kNotFound ? 0 : 1; }\n' \
   >"$WORK/pc.cc"
