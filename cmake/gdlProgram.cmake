@@ -3,7 +3,7 @@
 #                 [OPTIONS <gdlc arguments>...] [DEPENDS <files>...])
 #
 # Compiles file.gdl with gdlc at build time into
-# ${CMAKE_CURRENT_BINARY_DIR}/gdl_programs/<NAME>.gdlx (NAME: the file's stem),
+# ${CMAKE_CURRENT_BINARY_DIR}/gdl_programs/<target>/<NAME>.gdlx (NAME: the file's stem),
 # again whenever the file, gdlc or a DEPENDS file changes; gdlc's NVRTC
 # cache ($GDL_CACHE_DIR, else ~/.cache/gdl) is used as at the command line.
 #  - EMBED: the artifact's bytes become part of <target> as
@@ -12,13 +12,16 @@
 #  - otherwise <target> depends on the file; DESTINATION installs it there.
 # OPTIONS go to gdlc as they are (--arch=sm_90, -DNAME=VALUE, ...).
 include_guard(GLOBAL)
-set(_GDL_EMBED_BINARY "${CMAKE_CURRENT_LIST_DIR}/embed_binary.cmake")
 
 function(gdl_add_program target source)
   cmake_parse_arguments(ARG "EMBED" "NAME;DESTINATION" "OPTIONS;DEPENDS" ${ARGN})
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "gdl_add_program: unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
   endif()
+  if(ARG_EMBED AND ARG_DESTINATION)
+    message(FATAL_ERROR "gdl_add_program: EMBED puts the artifact inside ${target}; DESTINATION installs a file: pick one")
+  endif()
+  set(embed_script "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_binary.cmake")
   get_filename_component(src "${source}" ABSOLUTE)
   if(NOT ARG_NAME)
     get_filename_component(ARG_NAME "${source}" NAME_WE)
@@ -26,7 +29,7 @@ function(gdl_add_program target source)
   if(NOT ARG_NAME MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
     message(FATAL_ERROR "gdl_add_program: NAME '${ARG_NAME}' is not a C identifier; pass NAME <identifier>")
   endif()
-  set(dir "${CMAKE_CURRENT_BINARY_DIR}/gdl_programs")
+  set(dir "${CMAKE_CURRENT_BINARY_DIR}/gdl_programs/${target}")
   set(artifact "${dir}/${ARG_NAME}.gdlx")
   add_custom_command(
     OUTPUT "${artifact}"
@@ -40,8 +43,8 @@ function(gdl_add_program target source)
     add_custom_command(
       OUTPUT "${embedded}"
       COMMAND ${CMAKE_COMMAND} -DINPUT=${artifact} -DOUTPUT=${embedded} -DSYMBOL=gdl_program_${ARG_NAME}
-              -P "${_GDL_EMBED_BINARY}"
-      DEPENDS "${artifact}" "${_GDL_EMBED_BINARY}"
+              -P "${embed_script}"
+      DEPENDS "${artifact}" "${embed_script}"
       COMMENT "Embedding ${ARG_NAME}.gdlx"
       VERBATIM)
     target_sources(${target} PRIVATE "${embedded}")

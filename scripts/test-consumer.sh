@@ -11,16 +11,21 @@ BUILD=$(cd "${1:?usage: scripts/test-consumer.sh BUILD_DIR}" && pwd)
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+export GDL_CACHE_DIR="$WORK/nvrtc-cache"  # gdlc and consumer_jit compile afresh, and leave nothing behind
 cmake --install "$BUILD" --prefix "$WORK/prefix" >"$WORK/install.log"
 cmake -S examples/consumer -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$WORK/prefix" >"$WORK/configure.log" || { cat "$WORK/configure.log"; exit 1; }
-cmake --build "$WORK/build" >"$WORK/build.log" || { cat "$WORK/build.log"; exit 1; }
+cmake --build "$WORK/build" -j "${JOBS:-2}" >"$WORK/build.log" || { cat "$WORK/build.log"; exit 1; }
 # The binary finds the installed runtime through its RPATH (CMake sets it for the build tree).
 "$WORK/build/consumer"
 "$WORK/build/consumer_jit" examples/consumer/scale.gdl
 # pkg-config: a program built from gdl.pc's flags alone.
 printf '#include "gdl/gdl.h"\nint main() { return gdl::Program::load("/nonexistent.gdlx").status().code() == gdl::StatusCode::kNotFound ? 0 : 1; }\n' \
   >"$WORK/pc.cc"
-export PKG_CONFIG_PATH="$WORK/prefix/lib/pkgconfig"
-c++ "$WORK/pc.cc" -o "$WORK/pc" $(pkg-config --cflags --libs gdl) -Wl,-rpath,"$WORK/prefix/lib"
-"$WORK/pc" && echo "consumer: pkg-config build runs"
+pc_file=$(find "$WORK/prefix" -name gdl.pc)
+export PKG_CONFIG_PATH=$(dirname "$pc_file")
+flags=$(pkg-config --cflags --libs gdl)
+libdir=$(pkg-config --variable=libdir gdl)
+c++ -std=c++20 "$WORK/pc.cc" -o "$WORK/pc" $flags -Wl,-rpath,"$libdir"
+"$WORK/pc"
+echo "consumer: pkg-config build runs"
