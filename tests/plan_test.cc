@@ -169,6 +169,46 @@ TEST_CASE("plan: a diamond keeps both branches parallel") {
   expect_planned_equals_interpreted(p, random_bindings(p.graph, {}, 11));
 }
 
+TEST_CASE("plan: the memory picture draws each arena value once, where and while it lives") {
+  // mlp.gdl: 8 layers; buffers are reused, so bars share offsets at other steps.
+  Plan p = plan_program(testing::graph_of(R"(program pic;
+dim B in [1, 8];
+input x : f32[B, 64];
+param w : f32[64, 64];
+output y : f32[B, 64];
+let h = x;
+for l in 0..4 {
+  h = h + exp(h @ w);
+}
+y = h;
+)"));
+  const std::string svg = plan::plan_memory_svg(p);
+  CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+  CHECK(svg.size() > 6);
+  CHECK(svg.substr(svg.size() - 7) == "</svg>\n");
+  // One bar (a rect with a tooltip) per value with arena storage of its own, and the frame.
+  size_t owned = 0;
+  for (size_t v = 0; v < p.graph.nodes.size(); ++v)
+    owned += p.buffers[v].region == plan::Region::kArena && p.buffers[v].bytes > 0 &&
+             !plan::is_view_node(p.graph, p.graph.nodes[v]);
+  size_t bars = 0;
+  for (size_t at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1))
+    bars += svg.compare(svg.find('>', at) + 1, 7, "<title>") == 0;
+  CHECK(owned >= 5);  // x, the steps' results
+  CHECK(bars == owned);
+  // The input lives from before the first step; the output to past the last.
+  CHECK(svg.find("input &quot;x&quot; f32[B, 64]: @") != std::string::npos);  // XML-escaped
+  CHECK(svg.find("steps start to ") != std::string::npos);
+  CHECK(svg.find(" to end</title>") != std::string::npos);
+  // Every coordinate inside the picture.
+  for (const char* attr : {" x=\"", " y=\"", " width=\"", " height=\""})
+    for (size_t at = svg.find(attr); at != std::string::npos; at = svg.find(attr, at + 1)) {
+      const double v = std::stod(svg.substr(at + std::strlen(attr)));
+      CHECK(v >= 0);
+      CHECK(v <= 960);
+    }
+}
+
 TEST_CASE("plan: longer branches do not reuse each other's space, so they stay parallel") {
   GraphBuilder b;
   ValueId x = b.input("x", type(DType::kF32, {256}));

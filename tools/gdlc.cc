@@ -1,7 +1,7 @@
 // gdlc: the gdl compiler driver.
 //
 //   gdlc check FILE.gdl                          check only; diagnostics on stderr
-//   gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph  print one stage on stdout
+//   gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph|memory-svg  print one stage on stdout
 //   gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR]
 //   gdlc FILE.gdl --stop-after=PASS [--dump-after=PASS[,PASS...]]
 //   gdlc --list-passes
@@ -40,7 +40,7 @@ constexpr int kExitUsage = 2;
 
 const char* kUsage =
     "usage: gdlc check FILE.gdl\n"
-    "       gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph [--no-opt] [--no-fuse] [--arch=sm_90]\n"
+    "       gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph|memory-svg [--no-opt] [--no-fuse] [--arch=sm_90]\n"
     "       gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR] [--no-opt] [--no-fuse]\n"
     "       gdlc FILE.gdl [--stop-after=PASS] [--dump-after=PASS[,PASS...]|all] [-o FILE.gdlx] ...\n"
     "       gdlc --list-passes\n"
@@ -61,7 +61,7 @@ struct Args {
 const char* emit_stop(const std::string& emit) {
   if (emit == "ast") return "check";
   if (emit == "ir") return "padding";
-  if (emit == "plan" || emit == "graph") return "scratch";
+  if (emit == "plan" || emit == "graph" || emit == "memory-svg") return "scratch";
   return "codegen";  // cuda
 }
 
@@ -98,8 +98,8 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
     if (a.rfind("--emit=", 0) == 0) {
       args.emit = a.substr(7);
       if (args.emit != "ast" && args.emit != "ir" && args.emit != "plan" && args.emit != "cuda" &&
-          args.emit != "graph") {
-        *error = "unknown --emit stage '" + args.emit + "' (use ast, ir, plan, cuda or graph)";
+          args.emit != "graph" && args.emit != "memory-svg") {
+        *error = "unknown --emit stage '" + args.emit + "' (use ast, ir, plan, cuda, graph or memory-svg)";
         return std::nullopt;
       }
     } else if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
@@ -164,8 +164,9 @@ std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
   }
   if (args.list_passes) return args;
   if (args.input.empty()) { *error = "no input file"; return std::nullopt; }
-  if (no_fuse && args.emit != "plan" && args.emit != "cuda" && args.emit != "graph" && args.pipeline.dump_after.empty()) {
-    *error = "--no-fuse applies to --emit=plan, cuda and graph and to --dump-after only";
+  if (no_fuse && args.emit != "plan" && args.emit != "cuda" && args.emit != "graph" && args.emit != "memory-svg" &&
+      args.pipeline.dump_after.empty()) {
+    *error = "--no-fuse applies to --emit=plan, cuda, graph and memory-svg and to --dump-after only";
     return std::nullopt;
   }
   if (struct stat info; !args.output.empty() && ::lstat(args.output.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
@@ -225,6 +226,7 @@ int run(Args& args) {
   if (args.emit == "ir") std::fputs(gdl::ir::print_ir(*c->graph).c_str(), stdout);
   if (args.emit == "plan") std::fputs(gdl::plan::print_plan(*c->plan).c_str(), stdout);
   if (args.emit == "graph") std::fputs(gdl::plan::plan_to_dot(*c->plan).c_str(), stdout);
+  if (args.emit == "memory-svg") std::fputs(gdl::plan::plan_memory_svg(*c->plan).c_str(), stdout);
   if (args.emit == "cuda") std::fputs(c->code->source.c_str(), stdout);
   if (args.output.empty()) return kExitOk;
   if (!c->module) {

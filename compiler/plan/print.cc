@@ -2,8 +2,10 @@
 // (print_plan) and the Graphviz DOT of `gdlc --emit=graph` (plan_to_dot).
 #include "plan/print.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "ops/matmul.h"
 #include "plan/chains.h"
@@ -231,6 +233,105 @@ std::string plan_to_dot(const Plan& p) {
     if (!src.empty()) out += "  " + src + " -> o" + std::to_string(i) + ";\n";
   }
   return out + "}\n";
+}
+
+}  // namespace gdl::plan
+
+// ----------------------------------------------------------- plan_memory_svg
+
+namespace gdl::plan {
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+std::string coord(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", v);
+  return text;
+}
+
+}  // namespace
+
+std::string plan_memory_svg(const Plan& p) {
+  const ir::Graph& g = p.graph;
+  const int steps = static_cast<int>(p.steps.size());
+  // Each value's first and last step: written at its step (leaves before
+  // step 0), read through views at every step that reads a view of it.
+  std::vector<int> first(g.nodes.size(), -1), last(g.nodes.size(), -2);
+  const auto owner = [&](ValueId v) {
+    while (is_view_node(g, g.node(v))) v = g.node(v).args.at(0);
+    return v;
+  };
+  for (int s = 0; s < steps; ++s) {
+    const ValueId r = p.steps[static_cast<size_t>(s)].result;
+    first[static_cast<size_t>(r)] = s;
+    last[static_cast<size_t>(r)] = std::max(last[static_cast<size_t>(r)], s);
+    for (ValueId v : p.steps[static_cast<size_t>(s)].reads) {
+      const size_t o = static_cast<size_t>(owner(v));
+      last[o] = std::max(last[o], s);
+    }
+  }
+  for (const ir::Output& o : g.outputs) last[static_cast<size_t>(owner(o.value))] = steps;
+  for (ValueId v : g.leaves(Op::kState)) last[static_cast<size_t>(v)] = steps;
+
+  const double width = 960, height = 600, left = 90, top = 40, right = 20, bottom = 50;
+  const double plot_w = width - left - right, plot_h = height - top - bottom;
+  const double span = static_cast<double>(std::max<uint64_t>(p.arena_bytes, 1));
+  const double step_w = plot_w / (steps + 2);  // a column before the first step and one past the last
+  const auto x_of = [&](int step) { return left + (step + 1) * step_w; };
+  const auto y_of = [&](uint64_t offset) { return top + static_cast<double>(offset) / span * plot_h; };
+
+  std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + coord(width) + "\" height=\"" +
+                    coord(height) + "\" font-family=\"monospace\" font-size=\"11\">\n";
+  out += "<title>" + xml_escape(g.program_name) + ": arena " + human_bytes(p.arena_bytes) + " over " +
+         std::to_string(steps) + " steps</title>\n";
+  out += "<text x=\"" + coord(left) + "\" y=\"20\">" + xml_escape(g.program_name) + ": arena " +
+         human_bytes(p.arena_bytes) + " (naive " + human_bytes(p.naive_bytes) + ", live lower bound " +
+         human_bytes(p.live_lower_bound) + "), " + std::to_string(steps) + " steps</text>\n";
+  out += "<rect x=\"" + coord(left) + "\" y=\"" + coord(top) + "\" width=\"" + coord(plot_w) + "\" height=\"" +
+         coord(plot_h) + "\" fill=\"none\" stroke=\"#888\"/>\n";
+  for (int i = 0; i <= 4; ++i) {  // offsets along y
+    const uint64_t offset = p.arena_bytes * static_cast<uint64_t>(i) / 4;
+    out += "<text x=\"" + coord(left - 6) + "\" y=\"" + coord(y_of(offset) + 4) + "\" text-anchor=\"end\">" +
+           human_bytes(offset) + "</text>\n";
+  }
+  const int stride = std::max(1, steps / 10);  // steps along x
+  for (int s = 0; s < steps; s += stride)
+    out += "<text x=\"" + coord(x_of(s) + step_w / 2) + "\" y=\"" + coord(height - bottom + 16) +
+           "\" text-anchor=\"middle\">" + std::to_string(s) + "</text>\n";
+  out += "<text x=\"" + coord(left + plot_w / 2) + "\" y=\"" + coord(height - 10) +
+         "\" text-anchor=\"middle\">step</text>\n";
+
+  static const char* const kColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"};
+  size_t bars = 0;
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const Buffer& b = p.buffers[v];
+    const ir::Node& n = g.nodes[v];
+    if (b.region != Region::kArena || b.bytes == 0 || is_view_node(g, n) || last[v] < -1) continue;
+    const int from = ir::is_leaf(n.op) ? -1 : first[v];
+    const int to = std::max(last[v], from);
+    const double x = x_of(from), w = x_of(to + 1) - x;
+    const double y = y_of(b.offset), h = std::max(1.0, y_of(b.offset + b.bytes) - y);
+    const std::string what = "%" + std::to_string(v) + " " + ir::op_name(n.op) + (n.name.empty() ? "" : " \"" + n.name + "\"") +
+                             " " + type_to_string(n.type, g.dims) + ": @" + std::to_string(b.offset) + ", " +
+                             human_bytes(b.bytes) + ", steps " + (from < 0 ? "start" : std::to_string(from)) + " to " +
+                             (to >= steps ? "end" : std::to_string(to));
+    out += "<rect x=\"" + coord(x) + "\" y=\"" + coord(y) + "\" width=\"" + coord(w) + "\" height=\"" + coord(h) +
+           "\" fill=\"" + kColors[bars % 7] + "\" fill-opacity=\"0.6\" stroke=\"#333\" stroke-width=\"0.5\"><title>" +
+           xml_escape(what) + "</title></rect>\n";
+    ++bars;
+  }
+  return out + "</svg>\n";
 }
 
 }  // namespace gdl::plan
