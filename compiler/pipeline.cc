@@ -24,6 +24,7 @@
 #include <algorithm>
 
 #include "frontend/ast_print.h"
+#include "nvtx_range.h"
 #include "frontend/check.h"
 #include "frontend/const_settings.h"
 #include "frontend/parse.h"
@@ -220,6 +221,7 @@ std::string text_of(const Compilation& c) {
 bool run_passes(Compilation& c, Context& x, size_t first, size_t last) {
   const std::vector<Pass>& all = passes();
   for (size_t i = first; i <= last && i < all.size(); ++i) {
+    NvtxRange range(all[i].name);  // the pass on a profiler's timeline
     const bool go_on = all[i].run(c, x);
     c.last_pass = all[i].name;
     if (go_on && c.graph) verify_ir(c, all[i].name);

@@ -205,6 +205,11 @@ Status Session::Impl::init() {
   for (size_t s = 0; s < prog.scalars.size(); ++s)
     scalar_bits[s] = scalar_as_bits(rt::to_internal(prog.scalars[s].dtype), prog.scalars[s].default_value);
   step_dependencies(prog, step_dims, step_scalars);
+  nvtx_run = "run " + prog.graph().program_name;
+  nvtx_run_eager = "run_eager " + prog.graph().program_name;
+  for (size_t s = 0; s < prog.plan().steps.size(); ++s)
+    nvtx_steps.push_back("step " + std::to_string(s) + ": " + plan::step_ops(prog.plan(), prog.plan().steps[s]));
+  for (const TensorInfo& in : prog.inputs) nvtx_binds.push_back("bind " + in.name);
   stats.node_count = prog.plan().steps.size();
   stats.arena_bytes = prog.plan().arena_bytes;
   stats.params_bytes = prog.plan().params_bytes;
@@ -355,6 +360,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
     return wrong_role(prog, name, "input", hint.c_str());
   }
   size_t index = it->second;
+  NvtxRange range(nvtx_binds.at(index));
   const TensorInfo& info = prog.inputs[index];
   if (dtype != info.dtype)
     return Status::InvalidArgument("input '" + name + "' is " + info.type_text + ", got " + element_type_name(dtype) + " data");
@@ -656,6 +662,7 @@ Status Session::set_scalar(const std::string& name, double value) {
 
 Status Session::run() {
   return guarded("Session::run", [&] {
+    NvtxRange range(impl_->nvtx_run);
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->run();
   });
@@ -663,6 +670,7 @@ Status Session::run() {
 
 Status Session::run_eager() {
   return guarded("Session::run_eager", [&] {
+    NvtxRange range(impl_->nvtx_run_eager);
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->run_eager();
   });

@@ -16,6 +16,7 @@
 #include "gdl/gdl.h"
 #include "kernels.h"
 #include "library_matmul.h"
+#include "nvtx_range.h"
 #include "program_impl.h"
 
 namespace gdl {
@@ -48,6 +49,10 @@ struct Session::Impl {
   // uses, and the scalars it reads (bit masks): the nodes a change of either
   // must update.
   std::vector<uint32_t> step_dims, step_scalars;
+  // Names of the profilers' ranges (nvtx_range.h), made once: "run PROGRAM",
+  // "run_eager PROGRAM", per step "step N: OPS", per input "bind NAME".
+  std::string nvtx_run, nvtx_run_eager;
+  std::vector<std::string> nvtx_steps, nvtx_binds;
   bool poison_padding = false;  // gdl/testing.h poison_padding
 
   std::vector<int64_t> last_run_dims, last_run_layout;

@@ -192,6 +192,7 @@ rt::InputCopies Session::Impl::copy_entries(const GraphInstance::CopyNode& c, in
 }
 
 Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
+  NvtxRange range("build graph " + prog.graph().program_name);
   const plan::Plan& p = prog.plan();
   const rt::KernelArgs args = kernel_args(layout_dims);
   Stopwatch build_time;
@@ -398,6 +399,7 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
 
 Status Session::Impl::launch_step_eager(int k, const rt::StepLaunch& launch, void** args,
                                         const std::vector<int64_t>& layout_dims, cudaStream_t s) {
+  NvtxRange range(nvtx_steps.at(static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(k)].first_step)));
   const LibraryMatmul& l = prog.kernels().kernels[static_cast<size_t>(k)].library;
   if (l.active && l.prologue_kernel >= 0) {
     Expected<rt::StepLaunch> norm = library.launch(prog.kernels(), l.prologue_kernel, layout_dims);
