@@ -454,11 +454,11 @@ std::string library_epilogue_body(StepEmitter& e, const Node& n, LaunchRule& rul
   l.ldb = stored_b.back().extent;
   l.b_element_offset = layout.windowed() ? static_cast<uint64_t>(layout.col_begin) * (layout.transpose_b ? l.ldb : 1) : 0;
   l.product_offset = e.step.scratch_offset;
-  l.workspace_offset = e.step.scratch_offset + choice.product_bytes;
+  l.workspace_offset = e.step.scratch_offset + choice.workspace_at();
   l.workspace_bytes = kLibraryMatmulWorkspaceBytes;
   if (e.norm_prologue != ir::kNoValue) {  // the call reads the rows the norm kernel wrote (prologue_kernel: codegen.cc)
     l.a = static_cast<int32_t>(e.g.node(e.norm_prologue).args.at(0));
-    l.normalized_offset = l.workspace_offset + kLibraryMatmulWorkspaceBytes;
+    l.normalized_offset = e.step.scratch_offset + choice.normalized_at();
   }
   const std::string t = storage_type(l.dtype);
   std::string body = "  // matmul: cuBLASLt's product (the runtime's call in front of this kernel), through the epilogue\n";
@@ -493,7 +493,7 @@ std::string library_norm_body(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const LibraryMatmulChoice choice = choose_library_matmul(e.g, e.step.values);
   GDL_INTERNAL_ASSERT(choice.possible && choice.normalized_bytes > 0 && e.norm_prologue != ir::kNoValue,
                       "step " + std::to_string(e.index) + ": a library norm kernel without a norm prologue");
-  const uint64_t normalized = e.step.scratch_offset + choice.product_bytes + kLibraryMatmulWorkspaceBytes;
+  const uint64_t normalized = e.step.scratch_offset + choice.normalized_at();
   const std::string t = storage_type(n.type.dtype);
   const std::string x = e.pointer(e.g.node(e.norm_prologue).args.at(0));
   const Shape& rs = n.type.shape;

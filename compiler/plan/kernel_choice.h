@@ -120,10 +120,11 @@ struct LibraryMatmulChoice {
   int64_t rows_max = 0;         // the product's rows at the largest binding
   uint64_t product_bytes = 0;   // [rows_max, N] in the matmul's dtype, rounded up to 256
   uint64_t normalized_bytes = 0;  // a norm prologue's rows, [rows_max, K], rounded up to 256 (0: none)
-  // The product, the workspace, then the normalized rows.
-  uint64_t scratch_bytes() const {
-    return possible ? product_bytes + kLibraryMatmulWorkspaceBytes + normalized_bytes : 0;
-  }
+  // In the step's scratch: the product, the workspace, then the normalized
+  // rows (offsets from the scratch's start).
+  uint64_t workspace_at() const { return product_bytes; }
+  uint64_t normalized_at() const { return product_bytes + kLibraryMatmulWorkspaceBytes; }
+  uint64_t scratch_bytes() const { return possible ? normalized_at() + normalized_bytes : 0; }
 };
 // For the step computing `values` (a matmul first, else not possible).
 LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<ir::ValueId>& values);

@@ -198,6 +198,7 @@ Status Session::Impl::init() {
   }
 
   for (const DimServing& d : *serving) {
+    if (d.update) update_dims_mask |= 1u << update_dim.size();
     update_dim.push_back(d.update);
     stats.dims.push_back({d.name, d.update, d.why_update, 0, 0});
   }

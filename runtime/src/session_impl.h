@@ -41,6 +41,7 @@ struct Session::Impl {
   // Run-time dims: how each is served (update: node updates; else buckets),
   // and the current value of each (what the run is for).
   std::vector<bool> update_dim;
+  uint32_t update_dims_mask = 0;  // the same as bits (dim d: bit d), beside step_dims
   std::vector<int64_t> dims;
   // The current run-time scalars as the kernels see them (gdl_args::scalars).
   float scalar_bits[kMaxScalars] = {};

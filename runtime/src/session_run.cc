@@ -350,11 +350,8 @@ std::vector<int> Session::Impl::kernels_at(const std::vector<int64_t>& layout_di
 int Session::Impl::kernel_at(size_t step, const std::vector<int64_t>& layout_dims, bool multi_step) const {
   const KernelTable& table = prog.kernels();
   const plan::Plan& p = prog.plan();
-  uint32_t updated = 0;  // the update-served dims
-  for (size_t d = 0; d < update_dim.size(); ++d)
-    if (update_dim[d]) updated |= 1u << d;
   const auto library_ok = [&](int c) {
-    if (step_dims[step] & updated) return false;  // a captured call would go stale
+    if (step_dims[step] & update_dims_mask) return false;  // a captured call would go stale
     const Kernel& k = table.kernels[static_cast<size_t>(c)];
     return library_matmuls.usable(p, table, c, element_count(k.rows, layout_dims));
   };
@@ -401,12 +398,14 @@ Status Session::Impl::launch_step_eager(int k, const rt::StepLaunch& launch, voi
                                         const std::vector<int64_t>& layout_dims, cudaStream_t s) {
   NvtxRange range(nvtx_steps.at(static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(k)].first_step)));
   const LibraryMatmul& l = prog.kernels().kernels[static_cast<size_t>(k)].library;
-  if (l.active && l.prologue_kernel >= 0) {
-    Expected<rt::StepLaunch> norm = library.launch(prog.kernels(), l.prologue_kernel, layout_dims);
-    if (!norm) return norm.status();
-    GDL_RETURN_IF_ERROR(launch_eager(*norm, args, s, "the norm of " + kernel_name(k)));
+  if (l.active) {  // the norm kernel (if any), then cuBLASLt's product, then the kernel
+    if (l.prologue_kernel >= 0) {
+      Expected<rt::StepLaunch> norm = library.launch(prog.kernels(), l.prologue_kernel, layout_dims);
+      if (!norm) return norm.status();
+      GDL_RETURN_IF_ERROR(launch_eager(*norm, args, s, "the norm of " + kernel_name(k)));
+    }
+    GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), s));
   }
-  if (l.active) GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), s));
   return launch_eager(launch, args, s, kernel_name(k));
 }
 
