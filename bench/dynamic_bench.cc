@@ -22,6 +22,8 @@
 //    the host time of cudaGraphExecKernelNodeSetParams per node, of
 //    cudaGraphExecUpdate and of instantiating the same graph again.
 // Without a GPU the measured part is skipped, said so, and the exit code is 0.
+#include "command_line.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -119,15 +121,17 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("GDL_SOURCE_DIR"); env && *env) examples = std::string(env) + "/examples";
   else examples = std::string(GDL_SOURCE_DIR) + "/examples";
   int runs = 200;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--examples" && i + 1 < argc) examples = argv[++i];
-    else if (a == "--runs" && i + 1 < argc) runs = std::max(10, std::atoi(argv[++i]));
-    else {
-      std::fprintf(stderr, "usage: gdl_dynamic_bench [--examples DIR] [--runs N]\n");
-      return 2;
-    }
-  }
+  CLI::App app("gdl_dynamic_bench: what run-time dims cost (buckets, node updates, graph updates, padding) on the "
+               "example programs (docs/dynamic.md)",
+               "gdl_dynamic_bench");
+  gdl::tools::add_standard_flags(app, "gdl_dynamic_bench");
+  app.add_option("--examples", examples, "the .gdl programs")->default_val(examples)->type_name("DIR");
+  app.add_option("--runs", runs, "timed runs per figure")
+      ->check(gdl::tools::strict_number<int>("a count of at least 10", 10))
+      ->default_val(runs)
+      ->type_name("N");
+  gdl::tools::CommandLineOutcome outcome = gdl::tools::parse_command_line(app, argc, argv, 2);
+  if (!outcome.go_on) return gdl::tools::report_command_line("gdl_dynamic_bench", outcome);
 
   std::vector<Loaded> programs;
   std::vector<std::filesystem::path> files;

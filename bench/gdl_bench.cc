@@ -44,6 +44,8 @@
 //    variant could not run.
 #include <cuda_runtime_api.h>
 
+#include "command_line.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -652,17 +654,6 @@ bool selected(const Options& opt, const Variant& v) {
   return false;
 }
 
-int usage(const char* why) {
-  std::fprintf(stderr,
-               "gdl_bench: %s\n"
-               "usage: gdl_bench --data DIR --out FILE [--repo ROOT] [--only a,b] [--runs N] [--warmup N] [--no-chains]\n"
-               "                 [--flush write|read]\n"
-               "                 [--loop-runs N] [--max-mode-s S] [--time-budget-s S] [--compile-cache DIR|-]\n"
-               "                 [--cpu-check] [--sweep]\n",
-               why);
-  return 2;
-}
-
 int run(const Options& opt) {
   std::vector<Variant> variants;
   if (Status s = read_manifest((opt.data / "manifest.json").string(), variants); !s.ok()) {
@@ -778,62 +769,40 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the log is read while a run is in progress
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    auto int_arg = [&](int& target) {
-      const char* v = next();
-      if (!v) return false;
-      target = std::atoi(v);
-      return target >= 1;
-    };
-    if (a == "--data") {
-      const char* v = next();
-      if (!v) return usage("--data needs a directory");
-      opt.data = v;
-    } else if (a == "--out") {
-      const char* v = next();
-      if (!v) return usage("--out needs a file");
-      opt.out = v;
-    } else if (a == "--repo") {
-      const char* v = next();
-      if (!v) return usage("--repo needs a directory");
-      opt.repo = v;
-    } else if (a == "--only") {
-      const char* v = next();
-      if (!v) return usage("--only needs a list");
-      std::stringstream list(v);
-      for (std::string w; std::getline(list, w, ',');)
-        if (!w.empty()) opt.only.push_back(w);
-    } else if (a == "--compile-cache") {
-      const char* v = next();
-      if (!v) return usage("--compile-cache needs a directory or -");
-      opt.compile_cache = v;
-    } else if (a == "--runs") {
-      if (!int_arg(opt.runs)) return usage("--runs needs a positive count");
-    } else if (a == "--warmup") {
-      if (!int_arg(opt.warmup)) return usage("--warmup needs a positive count");
-    } else if (a == "--loop-runs") {
-      if (!int_arg(opt.loop_runs)) return usage("--loop-runs needs a positive count");
-    } else if (a == "--max-mode-s" || a == "--time-budget-s") {
-      const char* v = next();
-      double value = v ? std::atof(v) : -1;
-      if (value <= 0) return usage((a + " needs a positive number of seconds").c_str());
-      (a == "--max-mode-s" ? opt.max_mode_s : opt.time_budget_s) = value;
-    } else if (a == "--cpu-check") {
-      opt.cpu_check = true;
-    } else if (a == "--sweep") {
-      opt.sweep = true;
-    } else if (a == "--no-chains") {
-      opt.chains = false;
-    } else if (a == "--flush") {
-      const char* v = next();
-      if (!v || (std::strcmp(v, "write") != 0 && std::strcmp(v, "read") != 0)) return usage("--flush needs write or read");
-      opt.flush = v;
-    } else {
-      return usage(("unknown argument " + a).c_str());
-    }
-  }
-  if (opt.data.empty() || opt.out.empty()) return usage("--data and --out are required");
+  using gdl::tools::strict_number;
+  CLI::App app("gdl_bench: runs the benchmark workloads through gdl, checks every output against PyTorch's, then "
+               "times graph replay, eager launches and the host cost of one run (bench/README.md)",
+               "gdl_bench");
+  gdl::tools::add_standard_flags(app, "gdl_bench");
+  app.add_option("--data", opt.data, "bench/torch_bench.py's data (manifest.json)")->required()->type_name("DIR");
+  app.add_option("--out", opt.out, "the JSON results")->required()->type_name("FILE");
+  app.add_option("--repo", opt.repo, "the source tree (the .gdl programs)")->default_str(".")->type_name("ROOT");
+  app.add_option("--only", opt.only, "only these variants")->delimiter(',')->type_name("NAME[,NAME...]");
+  const auto count = [&](const char* flag, int& into, const char* help) {
+    app.add_option(flag, into, help)->check(strict_number<int>("a positive count", 1))->default_val(into)->type_name("N");
+  };
+  count("--runs", opt.runs, "timed runs per mode");
+  count("--warmup", opt.warmup, "untimed runs first");
+  count("--loop-runs", opt.loop_runs, "runs per host-timed loop");
+  const auto seconds = [&](const char* flag, double& into, const char* help) {
+    app.add_option(flag, into, help)
+        ->check(strict_number<double>("a positive number of seconds", 1e-9))
+        ->default_str(into > 0 ? std::to_string(into) : "none")
+        ->type_name("S");
+  };
+  seconds("--max-mode-s", opt.max_mode_s, "a slow variant's mode gets fewer runs (at least 50) to stay inside this");
+  seconds("--time-budget-s", opt.time_budget_s, "variants not started by then are skipped (default: no budget)");
+  app.add_option("--compile-cache", opt.compile_cache, "the NVRTC cache (\"-\": none, compile times are real)")
+      ->default_val(opt.compile_cache)
+      ->type_name("DIR|-");
+  app.add_flag("--cpu-check", opt.cpu_check, "no GPU: compile, run the CPU reference and compare");
+  app.add_flag("--sweep", opt.sweep, "check, graph device time and host time only, one session per program");
+  app.add_flag("--no-chains", [&opt](int64_t) { opt.chains = false; }, "multi-step kernels off in every session");
+  app.add_option("--flush", opt.flush, "how the L2 is emptied before a timed run")
+      ->check(CLI::IsMember({"write", "read"}).description(""))
+      ->default_val(opt.flush)
+      ->type_name("write|read");
+  gdl::tools::CommandLineOutcome outcome = gdl::tools::parse_command_line(app, argc, argv, 2);
+  if (!outcome.go_on) return gdl::tools::report_command_line("gdl_bench", outcome);
   return run(opt);
 }

@@ -19,6 +19,8 @@
 //    (explain_graph), then the session's stats (format_stats).
 #include "example_runner.h"
 
+#include "command_line.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -143,14 +145,25 @@ bool compare(const char* how, const std::map<std::string, TensorData>& got, cons
 
 int run_example(int argc, char** argv, ExampleSpec spec) {
   std::string path = default_source(spec.name);
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    size_t eq = arg.find('=');
-    if (eq != std::string::npos && eq > 0 && arg.find('/') == std::string::npos)
-      spec.dims[arg.substr(0, eq)] = std::strtoll(arg.c_str() + eq + 1, nullptr, 10);
-    else
-      path = arg;
+  const std::string tool = "run_" + spec.name;
+  std::vector<std::string> words;
+  CLI::App app("compiles examples/" + spec.name + ".gdl (or runs an artifact), checks graph and eager runs against "
+               "the CPU reference and prints their costs",
+               tool);
+  tools::add_standard_flags(app, tool);
+  app.add_option("ARGS", words, "[PROGRAM.gdl|PROGRAM.gdlx] [DIM=VALUE ...] (default: " + path + ", dims at their upper bounds)");
+  tools::CommandLineOutcome outcome = tools::parse_command_line(app, argc, argv, 2);
+  for (size_t i = 0; outcome.go_on && i < words.size(); ++i) {
+    std::string name, value;
+    if (words[i].find('/') != std::string::npos || !tools::split_assignment(words[i], &name, &value)) {
+      path = words[i];
+    } else if (std::optional<int64_t> v = tools::parse_number<int64_t>(value)) {
+      spec.dims[name] = *v;
+    } else {
+      outcome = {false, 2, true, words[i] + ": '" + value + "' is not an integer"};
+    }
   }
+  if (!outcome.go_on) return tools::report_command_line(tool, outcome);
   if (!spec.note.empty()) std::printf("%s\n", spec.note.c_str());
 
   // 1. The program.

@@ -2,10 +2,11 @@
 # Installs what gdl needs to build and test on a fresh Debian 12 machine.
 # The CUDA toolkit (nvcc, NVRTC, cudart) is expected at /usr/local/cuda.
 set -euo pipefail
-# clang and its sanitizer and libFuzzer run-time libraries are for
+# CLI11 parses every tool's command line; dlpack.h is the DLPack exchange
+# format of gdl/dlpack.h. clang and its sanitizer and libFuzzer run-time libraries are for
 # scripts/sanitize.sh (libclang-rt-14-dev is only a recommendation of clang's).
 packages=(cmake ninja-build g++ antlr4 libantlr4-runtime-dev uuid-dev doctest-dev nlohmann-json3-dev python3 clang libclang-rt-14-dev
-          pkgconf)
+          pkgconf libcli11-dev libdlpack-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,6 +22,7 @@
 #include "cpu_program.h"
 #include "frontend/check.h"
 #include "frontend/source_loader.h"
+#include "gdl/version.h"
 #include "interp/interp.h"
 #include "lower/lower.h"
 #include "pipeline.h"
@@ -295,6 +296,7 @@ std::string memory_limit() {
 struct ToolRun {
   int exit_code = -1;
   std::string err;  // stderr
+  std::string out;  // stdout
 };
 
 class Tools {
@@ -310,16 +312,20 @@ class Tools {
   }
   // Runs a shell command line with at most 1.5 GB of memory, so a tool that
   // reads or allocates what it should have refused fails here.
+  static std::string contents(const fs::path& file) {
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
   ToolRun run(const std::string& command) const {
-    const fs::path err = path("stderr.txt");
-    const std::string line = memory_limit() + command + " >/dev/null 2>'" + err.string() + "'";
+    const fs::path err = path("stderr.txt"), out = path("stdout.txt");
+    const std::string line = memory_limit() + command + " >'" + out.string() + "' 2>'" + err.string() + "'";
     const int status = std::system(line.c_str());
     ToolRun r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::ifstream in(err);
-    std::stringstream text;
-    text << in.rdbuf();
-    r.err = text.str();
+    r.err = contents(err);
+    r.out = contents(out);
     return r;
   }
 
@@ -348,6 +354,37 @@ input kv_len : i32;
 output y : f32[B, 1024];
 y = x * b + cast(n + kv_len, f32);
 )";
+
+TEST_CASE("tools: --help and --version answer on stdout with exit 0; an unknown option points to --help") {
+  Tools t;
+  for (const std::string& tool : {kGdlc, kGdlrun}) {
+    const std::string name = fs::path(tool).filename().string();
+    const ToolRun help = t.run(tool + " --help");
+    INFO(help.err);
+    CHECK(help.exit_code == 0);
+    CHECK(help.err.empty());
+    CHECK(help.out.find("Usage: " + name) != std::string::npos);
+    CHECK(help.out.find("--version") != std::string::npos);
+    CHECK(help.out.find("-D NAME=VALUE") != std::string::npos);
+    const ToolRun version = t.run(tool + " --version");
+    CHECK(version.exit_code == 0);
+    CHECK(version.out == name + " " GDL_VERSION_STRING " (CUDA " GDL_CUDA_TOOLKIT_VERSION ")\n");
+    const ToolRun unknown = t.run(tool + " p.gdl --no-such-option");
+    check_error(unknown, name, "--no-such-option", 2);
+    CHECK(unknown.err.find(name + " --help lists the options") != std::string::npos);
+  }
+  const fs::path program = t.write("p.gdl", kRuntimeDimProgram);
+  check_error(t.run(kGdlc + " " + program.string() + " --emit=llvm"), "gdlc", "llvm not in {ast,ir,plan,cuda,graph,memory-svg}", 2);
+  check_error(t.run(kGdlc + " " + program.string() + " --emit=ir --multiprocessors=0"), "gdlc",
+              "'0' is not a multiprocessor count from 1 to 4096", 2);
+  check_error(t.run(kGdlc + " " + program.string() + " --dump-after=nothing"), "gdlc", "unknown pass 'nothing'", 2);
+  check_error(t.run(kGdlrun + " " + program.string() + " --cpu --gpu"), "gdlrun", "--cpu excludes --gpu", 2);
+  check_error(t.run(kGdlrun + " " + program.string() + " --policy fast"), "gdlrun", "fast not in {buckets,update}", 2);
+  check_error(t.run(kGdlrun + " " + program.string() + " --weight-map llama"), "gdlrun", "--weight-map requires --weights", 2);
+  const ToolRun checked = t.run(kGdlc + " check " + program.string());
+  INFO(checked.err);
+  CHECK(checked.exit_code == 0);
+}
 
 TEST_CASE("hostile tools: gdlc -o refuses a device or a link instead of replacing it") {
   Tools t;

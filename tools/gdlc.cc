@@ -9,9 +9,9 @@
 // sees half a file; a FILE.gdlx (or .tmp) that exists and is not a regular
 // file (a device such as /dev/null, a directory, a symbolic link) is
 // refused, not replaced.
-// Options: --no-opt (no constant folding, CSE, DCE), --no-fuse (one kernel
-// per IR value), --dump-after=PASS (the program after that pass on stdout:
-// AST, IR, plan, CUDA or the module's summary; "all" for every pass).
+// --dump-after=PASS prints the program after that pass on stdout (AST, IR,
+// plan, CUDA or the module's summary; "all" for every pass). `gdlc --help`
+// lists every option (the command line is CLI11's: tools/command_line.h).
 // Every stage runs through the pipeline (compiler/pipeline.cc).
 //
 // Exit codes: 0 ok, 1 the program is wrong, 2 usage or internal error.
@@ -22,8 +22,10 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "artifact.h"
+#include "command_line.h"
 #include "codegen/nvrtc_compile.h"
 #include "frontend/ast_print.h"
 #include "frontend/source_loader.h"
@@ -37,16 +39,6 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitProgramError = 1;
 constexpr int kExitUsage = 2;
-
-const char* kUsage =
-    "usage: gdlc check FILE.gdl\n"
-    "       gdlc FILE.gdl --emit=ast|ir|plan|cuda|graph|memory-svg [--no-opt] [--no-fuse] [--arch=sm_90]\n"
-    "       gdlc FILE.gdl -o FILE.gdlx [--arch=sm_90] [--cache-dir=DIR] [--no-opt] [--no-fuse]\n"
-    "       gdlc FILE.gdl [--stop-after=PASS] [--dump-after=PASS[,PASS...]|all] [-o FILE.gdlx] ...\n"
-    "       gdlc --list-passes\n"
-    "-D NAME=VALUE (or -DNAME=VALUE) sets a const of the program: an integer, a float, true/false or a dtype\n"
-    "--multiprocessors=N sizes K and position splits for a GPU of N multiprocessors (default 132: H100/H200 SXM)\n"
-    "-o refuses a FILE.gdlx that exists and is not a regular file (a device, directory or symbolic link)\n";
 
 struct Args {
   bool check_only = false;
@@ -65,126 +57,92 @@ const char* emit_stop(const std::string& emit) {
   return "codegen";  // cuda
 }
 
-bool add_dumps(const std::string& list, Args& args, std::string* error) {
-  if (list == "all") {
-    args.pipeline.dump_after = gdl::pass_names();
-    return true;
-  }
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t comma = list.find(',', start);
-    std::string pass = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!gdl::is_pass_name(pass)) {
-      *error = "unknown pass '" + pass + "' (gdlc --list-passes names them)";
-      return false;
-    }
-    args.pipeline.dump_after.push_back(pass);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return true;
+CLI::Validator pass_name() {
+  return CLI::Validator(
+      [](std::string& pass) -> std::string {
+        if (pass == "all" || gdl::is_pass_name(pass)) return "";
+        return "unknown pass '" + pass + "' (gdlc --list-passes names them)";
+      },
+      "");
 }
 
-std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
-  Args args;
-  int i = 1;
-  if (i < argc && std::strcmp(argv[i], "check") == 0) {
-    args.check_only = true;
-    ++i;
-  }
-  bool no_fuse = false;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--emit=", 0) == 0) {
-      args.emit = a.substr(7);
-      if (args.emit != "ast" && args.emit != "ir" && args.emit != "plan" && args.emit != "cuda" &&
-          args.emit != "graph" && args.emit != "memory-svg") {
-        *error = "unknown --emit stage '" + args.emit + "' (use ast, ir, plan, cuda, graph or memory-svg)";
-        return std::nullopt;
-      }
-    } else if (a == "-D" || (a.rfind("-D", 0) == 0 && a.size() > 2)) {
-      std::string setting = a.size() > 2 ? a.substr(2) : "";
-      if (setting.empty()) {
-        if (++i >= argc) { *error = "-D needs NAME=VALUE"; return std::nullopt; }
-        setting = argv[i];
-      }
-      const size_t eq = setting.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == setting.size()) {
-        *error = "-D expects NAME=VALUE, got '" + setting + "'";
-        return std::nullopt;
-      }
-      args.pipeline.const_settings[setting.substr(0, eq)] = setting.substr(eq + 1);
-    } else if (a == "-o") {
-      if (++i >= argc) { *error = "-o needs a file name"; return std::nullopt; }
-      args.output = argv[i];
-    } else if (a.rfind("--arch=", 0) == 0) {
-      args.pipeline.codegen.arch = a.substr(7);
-      if (gdl::Status arch = gdl::check_arch(args.pipeline.codegen.arch); !arch.ok()) {
-        *error = arch.message();
-        return std::nullopt;
-      }
-    } else if (a.rfind("--multiprocessors=", 0) == 0) {
-      const std::string v = a.substr(18);
-      char* end = nullptr;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != 0 || n < 1 || n > 4096) {
-        *error = "--multiprocessors takes the target GPU's multiprocessor count (1 to 4096), got '" + v + "'";
-        return std::nullopt;
-      }
-      args.pipeline.target.multiprocessors = n;
-    } else if (a.rfind("--cache-dir=", 0) == 0) {
-      args.pipeline.codegen.cache_dir = a.substr(12);
-    } else if (a.rfind("--stop-after=", 0) == 0) {
-      args.pipeline.stop_after = a.substr(13);
-      if (!gdl::is_pass_name(args.pipeline.stop_after)) {
-        *error = "unknown pass '" + args.pipeline.stop_after + "' (gdlc --list-passes names them)";
-        return std::nullopt;
-      }
-    } else if (a.rfind("--dump-after=", 0) == 0) {
-      if (!add_dumps(a.substr(13), args, error)) return std::nullopt;
-    } else if (a == "--list-passes") {
-      args.list_passes = true;
-    } else if (a == "--no-opt") {
-      args.pipeline.optimize = false;
-    } else if (a == "--no-fuse") {
-      no_fuse = true;
-      args.pipeline.plan.fuse_elementwise = args.pipeline.plan.fuse_epilogues = args.pipeline.plan.fuse_prologues = false;
-    } else if (a == "-h" || a == "--help") {
-      *error = "";
-      return std::nullopt;
-    } else if (!a.empty() && a[0] == '-') {
-      *error = "unknown option '" + a + "'";
-      return std::nullopt;
-    } else if (args.input.empty()) {
-      args.input = a;
-    } else {
-      *error = "more than one input file ('" + args.input + "' and '" + a + "')";
-      return std::nullopt;
+// The options into `app` and `args`; what CLI11 cannot say alone (options
+// that only make sense together) is checked after parsing.
+void add_options(CLI::App& app, Args& args, bool& no_fuse, std::vector<std::string>& dumps) {
+  gdl::tools::add_standard_flags(app, "gdlc");
+  app.add_option("FILE.gdl", args.input, "the program");
+  CLI::App* check = app.add_subcommand("check", "check the program only (parse, types, shapes); diagnostics on stderr");
+  check->add_option("FILE.gdl", args.input, "the program")->required();
+  check->callback([&args] { args.check_only = true; });
+  check->fallthrough();
+  app.add_option("-o,--output", args.output,
+                 "write the artifact (FILE.gdlx.tmp, then renamed; an existing path that is not a regular file "
+                 "is refused)")
+      ->type_name("FILE.gdlx");
+  app.add_option("--emit", args.emit, "print one stage on stdout")
+      ->check(CLI::IsMember({"ast", "ir", "plan", "cuda", "graph", "memory-svg"}).description(""))
+      ->type_name("ast|ir|plan|cuda|graph|memory-svg");
+  gdl::tools::add_assignments<std::string>(app, "-D", args.pipeline.const_settings,
+                                           "set a const of the program: an integer, a float, true/false or a dtype "
+                                           "(-D N=4 or -DN=4)",
+                                           "NAME=VALUE");
+  app.add_option("--arch", args.pipeline.codegen.arch, "the GPU architecture of the kernels")
+      ->check(CLI::Validator(
+          [](std::string& arch) -> std::string {
+            gdl::Status ok = gdl::check_arch(arch);
+            return ok.ok() ? "" : ok.message();
+          },
+          ""))
+      ->default_str(args.pipeline.codegen.arch)
+      ->type_name("sm_NN");
+  app.add_option("--multiprocessors", args.pipeline.target.multiprocessors,
+                 "size K and position splits for a GPU of N multiprocessors (132: H100/H200 SXM)")
+      ->check(gdl::tools::strict_number<int64_t>("a multiprocessor count from 1 to 4096", 1, 4096))
+      ->default_val(args.pipeline.target.multiprocessors)
+      ->type_name("N (1-4096)");
+  app.add_option("--cache-dir", args.pipeline.codegen.cache_dir, "the NVRTC cache (\"-\": none)")->type_name("DIR");
+  app.add_option("--stop-after", args.pipeline.stop_after, "stop after this pass")->check(pass_name())->type_name("PASS");
+  app.add_option("--dump-after", dumps, "print the program after these passes (\"all\": every pass)")
+      ->delimiter(',')
+      ->check(pass_name())
+      ->type_name("PASS[,PASS...]");
+  app.add_flag("--list-passes", args.list_passes, "print the passes in order and exit");
+  app.add_flag("--no-opt", [&args](int64_t) { args.pipeline.optimize = false; },
+               "no constant folding, CSE or dead-code elimination");
+  app.add_flag("--no-fuse", no_fuse, "one kernel per IR value (with --emit=plan|cuda|graph|memory-svg or --dump-after)");
+  app.footer(
+      "Examples:\n"
+      "  gdlc check model.gdl\n"
+      "  gdlc model.gdl -o model.gdlx --cache-dir=.cache\n"
+      "  gdlc model.gdl --emit=graph | dot -Tsvg > model.svg\n"
+      "Exit codes: 0 ok, 1 the program is wrong, 2 usage or internal error.");
+}
+
+// What the options say together; "" when they fit.
+std::string check_together(Args& args, bool no_fuse, const std::vector<std::string>& dumps) {
+  for (const std::string& pass : dumps) {
+    if (pass == "all") {
+      args.pipeline.dump_after = gdl::pass_names();
+      break;
     }
+    args.pipeline.dump_after.push_back(pass);
   }
-  if (args.list_passes) return args;
-  if (args.input.empty()) { *error = "no input file"; return std::nullopt; }
+  if (no_fuse)
+    args.pipeline.plan.fuse_elementwise = args.pipeline.plan.fuse_epilogues = args.pipeline.plan.fuse_prologues = false;
+  if (args.list_passes) return "";
+  if (args.input.empty()) return "no input file";
   if (no_fuse && args.emit != "plan" && args.emit != "cuda" && args.emit != "graph" && args.emit != "memory-svg" &&
-      args.pipeline.dump_after.empty()) {
-    *error = "--no-fuse applies to --emit=plan, cuda, graph and memory-svg and to --dump-after only";
-    return std::nullopt;
-  }
-  if (struct stat info; !args.output.empty() && ::lstat(args.output.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+      args.pipeline.dump_after.empty())
+    return "--no-fuse applies to --emit=plan, cuda, graph and memory-svg and to --dump-after only";
+  if (struct stat info; !args.output.empty() && ::lstat(args.output.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
     // Refused before compiling; write_artifact refuses it too.
-    *error = "-o " + args.output + ": it exists and is not a regular file (a device, directory or symbolic link), "
-             "which the artifact's rename would replace; give another path";
-    return std::nullopt;
-  }
-  if (!args.emit.empty() && !args.pipeline.stop_after.empty()) {
-    *error = "--emit and --stop-after both say where to stop; give one";
-    return std::nullopt;
-  }
+    return "-o " + args.output + ": it exists and is not a regular file (a device, directory or symbolic link), "
+           "which the artifact's rename would replace; give another path";
+  if (!args.emit.empty() && !args.pipeline.stop_after.empty()) return "--emit and --stop-after both say where to stop; give one";
   if (!args.check_only && args.emit.empty() && args.output.empty() && args.pipeline.stop_after.empty() &&
-      args.pipeline.dump_after.empty()) {
-    *error = "nothing to do: give --emit=STAGE, -o FILE.gdlx, --stop-after or --dump-after (or use `gdlc check FILE`)";
-    return std::nullopt;
-  }
-  return args;
+      args.pipeline.dump_after.empty())
+    return "nothing to do: give --emit=STAGE, -o FILE.gdlx, --stop-after or --dump-after (or use `gdlc check FILE`)";
+  return "";
 }
 
 int run(Args& args) {
@@ -255,15 +213,21 @@ int run(Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string error;
-  std::optional<Args> args = parse_args(argc, argv, &error);
-  if (!args) {
-    if (!error.empty()) std::fprintf(stderr, "gdlc: error: %s\n", error.c_str());
-    std::fputs(kUsage, error.empty() ? stdout : stderr);
-    return error.empty() ? kExitOk : kExitUsage;
+  Args args;
+  bool no_fuse = false;
+  std::vector<std::string> dumps;
+  CLI::App app("gdlc: compiles a gdl program into an artifact (.gdlx) for gdlrun and the runtime, or prints one of "
+               "its stages",
+               "gdlc");
+  add_options(app, args, no_fuse, dumps);
+  gdl::tools::CommandLineOutcome outcome = gdl::tools::parse_command_line(app, argc, argv, kExitUsage);
+  if (outcome.go_on) {
+    const std::string error = check_together(args, no_fuse, dumps);
+    if (!error.empty()) outcome = {false, kExitUsage, true, error};
   }
+  if (!outcome.go_on) return gdl::tools::report_command_line("gdlc", outcome);
   try {
-    return run(*args);
+    return run(args);
   } catch (const gdl::InternalError& e) {
     std::fprintf(stderr, "gdlc: %s\n", e.what());
     return kExitUsage;

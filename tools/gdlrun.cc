@@ -6,6 +6,7 @@
 //                  [--set NAME=VALUE] [--scalar NAME=VALUE] [--out DIR]
 //                  [--print N] [--cpu | --gpu] [--check]
 //                  [--policy buckets|update] [--fallback] [--explain] [--stats]
+//   (`gdlrun --help` lists them; gdlrun_args.cc parses them with CLI11)
 //
 // --policy serves every run-time dim by buckets or by node updates (default:
 // each dim's policy(...)); --fallback lets a dim above its bound run on the
@@ -168,17 +169,9 @@ int run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string error;
-  std::optional<Args> args = parse_args(argc, argv, &error);
-  if (!args) {
-    std::fprintf(stderr,
-                 "gdlrun: error: %s\nusage: gdlrun PROGRAM.gdl|PROGRAM.gdlx [--dim NAME=N] [--seed N] "
-                 "[--input NAME=FILE] [--param NAME=FILE] [--set NAME=VALUE] [--scalar NAME=VALUE] "
-                 "[--out DIR] [--print N] [--cpu|--gpu] [--check] [--policy buckets|update] [--fallback] "
-                 "[--explain] [--stats] [-D NAME=VALUE] [--weights CHECKPOINT [--weight-map FILE|llama]]\n",
-                 error.c_str());
-    return kExitUsage;
-  }
+  gdl::gdlrun::ParsedArgs parsed = parse_args(argc, argv);
+  if (!parsed.args) return gdl::tools::report_command_line("gdlrun", parsed.outcome);
+  const std::optional<Args>& args = parsed.args;
   try {
     return run(*args);
   } catch (const std::bad_alloc&) {

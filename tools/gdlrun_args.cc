@@ -22,27 +22,6 @@
 namespace gdl::gdlrun {
 namespace {
 
-bool split_assignment(const std::string& text, std::string* name, std::string* value) {
-  size_t eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) return false;
-  *name = text.substr(0, eq);
-  *value = text.substr(eq + 1);
-  return true;
-}
-
-// The whole text as a number: "8x", "1e3" (for an integer), "" and
-// out-of-range values are refused, as are inf and nan.
-template <typename T>
-std::optional<T> parse_number(const std::string& text) {
-  T value{};
-  const char* end = text.data() + text.size();
-  auto [stop, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || stop != end) return std::nullopt;
-  if constexpr (std::is_floating_point_v<T>)
-    if (!std::isfinite(value)) return std::nullopt;
-  return value;
-}
-
 std::string number_text(double v) {
   char text[32];
   std::snprintf(text, sizeof text, "%.17g", v);
@@ -56,88 +35,67 @@ bool is_i32(double v) {
 
 }  // namespace
 
-std::optional<Args> parse_args(int argc, char** argv, std::string* error) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value_of = [&](const char* flag) -> std::optional<std::string> {
-      if (i + 1 >= argc) { *error = std::string(flag) + " needs a value"; return std::nullopt; }
-      return std::string(argv[++i]);
-    };
-    std::string name, value;
-    auto bad_number = [&](const std::string& text, const char* want) {
-      *error = a + " " + text + ": '" + (name.empty() ? text : value) + "' is not " + want;
-      return std::nullopt;
-    };
-    {
-      if (a == "--dim" || a == "--input" || a == "--param" || a == "--set" || a == "--scalar") {
-        auto v = value_of(a.c_str());
-        if (!v) return std::nullopt;
-        if (!split_assignment(*v, &name, &value)) { *error = a + " expects NAME=VALUE, got '" + *v + "'"; return std::nullopt; }
-        if (a == "--dim") {
-          auto n = parse_number<int64_t>(value);
-          if (!n) return bad_number(*v, "an integer");
-          args.dims[name] = *n;
-        } else if (a == "--set" || a == "--scalar") {
-          auto x = parse_number<double>(value);
-          if (!x) return bad_number(*v, "a finite number");
-          (a == "--set" ? args.fills : args.scalars)[name] = *x;
-        } else {
-          args.input_files[name] = value;
-        }
-      } else if (a == "-D") {
-        auto v = value_of("-D");
-        if (!v) return std::nullopt;
-        if (!split_assignment(*v, &name, &value)) { *error = "-D expects NAME=VALUE, got '" + *v + "'"; return std::nullopt; }
-        args.consts[name] = value;
-      } else if (a == "--weights" || a == "--weight-map") {
-        auto v = value_of(a.c_str());
-        if (!v) return std::nullopt;
-        (a == "--weights" ? args.weights : args.weight_map) = *v;
-      } else if (a == "--seed") {
-        auto v = value_of("--seed"); if (!v) return std::nullopt;
-        auto n = parse_number<uint64_t>(*v);
-        if (!n) return bad_number(*v, "an integer from 0 to 2^64-1");
-        args.seed = *n;
-      } else if (a == "--out") {
-        auto v = value_of("--out"); if (!v) return std::nullopt;
-        args.out_dir = *v;
-      } else if (a == "--print") {
-        auto v = value_of("--print"); if (!v) return std::nullopt;
-        auto n = parse_number<int>(*v);
-        if (!n || *n < 0) return bad_number(*v, "a count of elements");
-        args.print_count = *n;
-      } else if (a == "--cpu") {
-        args.device = Args::Device::kCpu;
-      } else if (a == "--gpu") {
-        args.device = Args::Device::kGpu;
-      } else if (a == "--check") {
-        args.check = true;
-      } else if (a == "--explain") {
-        args.gpu.explain = true;
-      } else if (a == "--stats") {
-        args.gpu.stats = true;
-      } else if (a == "--fallback") {
-        args.gpu.eager_fallback = true;
-      } else if (a == "--policy") {
-        auto v = value_of("--policy"); if (!v) return std::nullopt;
-        if (*v == "buckets") args.gpu.policy = gdl::DimPolicyChoice::kBuckets;
-        else if (*v == "update") args.gpu.policy = gdl::DimPolicyChoice::kUpdate;
-        else { *error = "--policy takes buckets or update, got '" + *v + "'"; return std::nullopt; }
-      } else if (!a.empty() && a[0] == '-') {
-        *error = "unknown option '" + a + "'";
-        return std::nullopt;
-      } else if (args.program.empty()) {
-        args.program = a;
-      } else {
-        *error = "more than one program given";
-        return std::nullopt;
-      }
-    }
-  }
-  if (args.program.empty()) { *error = "no program given"; return std::nullopt; }
-  if (!args.weight_map.empty() && args.weights.empty()) { *error = "--weight-map needs --weights"; return std::nullopt; }
-  return args;
+ParsedArgs parse_args(int argc, const char* const* argv) {
+  using tools::add_assignments;
+  using tools::strict_number;
+  ParsedArgs parsed;
+  Args& args = parsed.args.emplace();
+  CLI::App app("gdlrun: runs a gdl program (.gdl source or .gdlx artifact) once, with inputs from files or drawn from "
+               "a seed, on the GPU when there is one and on the CPU reference otherwise, and prints or writes the "
+               "outputs",
+               "gdlrun");
+  tools::add_standard_flags(app, "gdlrun");
+  app.add_option("PROGRAM", args.program, "a .gdl source or a .gdlx artifact")->required();
+  add_assignments<int64_t>(app, "--dim", args.dims, "a run-time dim's value (default: its upper bound)", "NAME=N",
+                           "an integer");
+  add_assignments<std::string>(app, "--input", args.input_files,
+                               "an input's raw little-endian elements, row-major, exactly the tensor's bytes",
+                               "NAME=FILE");
+  add_assignments<std::string>(app, "--param", args.input_files, "a param's contents, as --input", "NAME=FILE");
+  add_assignments<double>(app, "--set", args.fills, "fill an input or param with one value", "NAME=VALUE",
+                          "a finite number");
+  add_assignments<double>(app, "--scalar", args.scalars, "a run-time scalar's value", "NAME=VALUE",
+                          "a finite number");
+  add_assignments<std::string>(app, "-D", args.consts, "set a const of a .gdl source", "NAME=VALUE");
+  app.add_option("--seed", args.seed, "draws the inputs not given")
+      ->check(strict_number<uint64_t>("an integer from 0 to 2^64-1"))
+      ->default_val(args.seed)
+      ->type_name("N");
+  app.add_option("--out", args.out_dir, "write each output as DIR/NAME.bin")->type_name("DIR");
+  app.add_option("--print", args.print_count, "elements of each output to print")
+      ->check(strict_number<int>("a count of elements", 0))
+      ->default_val(args.print_count)
+      ->type_name("N");
+  CLI::Option* cpu = app.add_flag_callback("--cpu", [&args] { args.device = Args::Device::kCpu; },
+                                           "the CPU reference interpreter only");
+  CLI::Option* gpu = app.add_flag_callback("--gpu", [&args] { args.device = Args::Device::kGpu; }, "the GPU only");
+  cpu->excludes(gpu);
+  app.add_flag("--check", args.check, "run on both and compare (exit 3 when the GPU differs)");
+  app.add_flag("--explain", args.gpu.explain,
+               "per-node times and the timeline model's prediction beside measured eager and graph runs (GPU)");
+  app.add_flag("--stats", args.gpu.stats, "the session's stats: buckets, padding, node updates, fallbacks (GPU)");
+  app.add_flag("--fallback", args.gpu.eager_fallback, "a dim above its bound runs on the eager fallback (GPU)");
+  app.add_option_function<std::string>(
+         "--policy",
+         [&args](const std::string& policy) {
+           args.gpu.policy = policy == "update" ? DimPolicyChoice::kUpdate : DimPolicyChoice::kBuckets;
+         },
+         "serve every run-time dim by buckets or by node updates (default: each dim's policy)")
+      ->check(CLI::IsMember({"buckets", "update"}).description(""))
+      ->type_name("buckets|update");
+  CLI::Option* weights =
+      app.add_option("--weights", args.weights, "a safetensors checkpoint (a file, a shard index or a directory)")
+          ->type_name("CHECKPOINT");
+  app.add_option("--weight-map", args.weight_map, "a weight mapping file, or llama (the default)")
+      ->needs(weights)
+      ->type_name("FILE|llama");
+  app.footer(
+      "FILE holds the raw little-endian elements of the tensor's dtype (f16/bf16 as their 16-bit patterns).\n"
+      "Exit codes: 0 ok, 1 bad program or inputs, 2 usage or internal error, 3 --check found a GPU result\n"
+      "that differs from the CPU one.");
+  parsed.outcome = tools::parse_command_line(app, argc, argv, 2);
+  if (!parsed.outcome.go_on) parsed.args.reset();
+  return parsed;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "command_line.h"
 #include "gpu_run.h"
 #include "interp/interp.h"
 #include "ir.h"
@@ -33,8 +34,15 @@ struct Args {
   gdl::tools::GpuRunOptions gpu;
 };
 
-// The options after argv[0]; nullopt with *error set on a usage error.
-std::optional<Args> parse_args(int argc, char** argv, std::string* error);
+// The command line (CLI11, tools/command_line.h). `args` is set when gdlrun
+// goes on; otherwise `outcome` holds the help, the version or the usage
+// error to report (tools::report_command_line) and the exit code. Prints
+// nothing itself.
+struct ParsedArgs {
+  std::optional<Args> args;
+  tools::CommandLineOutcome outcome;
+};
+ParsedArgs parse_args(int argc, const char* const* argv);
 
 // The dims, every input, param and scalar of g from args, and every state
 // at zero (as a new session starts): given values

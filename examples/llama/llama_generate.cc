@@ -4,7 +4,7 @@
 //   llama_generate --model DIR [--program llama.gdl | --artifact llama.gdlx]
 //                  (--prompt "1 2 3" ... | --prompts FILE) [--max-new N] [--temperature T] [--top-p P]
 //                  [--seed N] [--max-tokens N] [--max-seqs N] [--max-context N] [--blocks N]
-//                  [--arrive-every K] [--solo-check] [--save-artifact FILE]
+//                  [--arrive-every K] [--solo-check] [--save-artifact FILE]   (--help lists every option)
 //
 // It compiles the program for the model (or loads an artifact compiled
 // for it), loads the weights, runs every prompt through the continuous
@@ -17,12 +17,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "command_line.h"
 #include "gdl/jit.h"
 #include "gdl/profile.h"
 #include "gdl/llama.h"
@@ -31,28 +33,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-const char* kUsage =
-    "usage: llama_generate --model DIR [--program FILE.gdl | --artifact FILE.gdlx] (--prompt IDS ... | --prompts FILE)\n"
-    "         [--max-new N] [--temperature T] [--top-p P] [--seed N] [--max-tokens N] [--max-seqs N]\n"
-    "         [--max-context N] [--blocks N] [--arrive-every K] [--solo-check] [--save-artifact FILE] [--cache-dir DIR]\n"
-    "  --model DIR         config.json and model.safetensors (or its index and shards)\n"
-    "  --program FILE      the decoder source (default: examples/llama/llama.gdl under $GDL_SOURCE_DIR or .)\n"
-    "  --artifact FILE     a .gdlx compiled for this model and these sizes, instead of compiling\n"
-    "  --prompt IDS        token ids of one prompt, separated by spaces or commas (repeatable)\n"
-    "  --prompts FILE      one prompt per line\n"
-    "  --max-new N         tokens to generate per prompt (default 32), fewer at EOS\n"
-    "  --temperature T     0 (default) is greedy; else sampling with --top-p P (default 1)\n"
-    "  --max-tokens N      tokens per step: the prefill chunk (default 256)\n"
-    "  --max-seqs N        sequences per step (default 8)\n"
-    "  --max-context N     positions per sequence (default 1024)\n"
-    "  --blocks N          KV blocks of 64 positions in the pool (default max-seqs * max-context / 64)\n"
-    "  --arrive-every K    prompt i joins at step i*K (default 0: all at once)\n"
-    "  --solo-check        run each prompt again alone; its tokens must match (greedy)\n"
-    "  --bench SPEC        time steps instead of generating: SPEC is decode:B,B,...@CTX,CTX,...;prefill:P,P,...\n"
-    "                      (each row: device and host time per step, tokens/s); --json FILE writes them\n"
-    "  --check DIR         compare the logits of DIR/check.json's prompt with DIR/check_logits.f32\n"
-    "                      (bench/llama_torch.py --save-dir writes them)\n";
 
 std::vector<int32_t> parse_ids(const std::string& text, bool* ok) {
   std::vector<int32_t> ids;
@@ -200,72 +180,78 @@ int main(int argc, char** argv) {
   gdl::LlamaServing serving;
   serving.max_tokens = 256;
   serving.blocks = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "llama_generate: error: %s needs a value\n%s", a.c_str(), kUsage);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto integer = [&](int64_t lo) -> int64_t {
-      const std::string v = value();
-      char* end = nullptr;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      if (*end != 0 || n < lo) {
-        std::fprintf(stderr, "llama_generate: error: %s %s: not an integer >= %lld\n", a.c_str(), v.c_str(), (long long)lo);
-        std::exit(2);
-      }
-      return n;
-    };
-    if (a == "--model") model = value();
-    else if (a == "--program") program_path = value();
-    else if (a == "--artifact") artifact = value();
-    else if (a == "--save-artifact") save_artifact = value();
-    else if (a == "--cache-dir") cache_dir = value();
-    else if (a == "--prompt" || a == "--prompts") {
-      std::vector<std::string> lines;
-      if (a == "--prompt") {
-        lines.push_back(value());
-      } else {
-        const std::string file = value();
-        std::ifstream in(file);
-        if (!in) return fail("--prompts " + file + ": cannot be read");
-        for (std::string line; std::getline(in, line);)
-          if (line.find_first_not_of(" \t\r,") != std::string::npos) lines.push_back(line);
-      }
-      for (const std::string& line : lines) {
-        bool ok = true;
-        prompts.push_back(parse_ids(line, &ok));
-        if (!ok) return fail("prompt '" + line + "' is not a list of token ids");
-      }
-    } else if (a == "--max-new") max_new = static_cast<int>(integer(1));
-    else if (a == "--temperature") temperature = std::atof(value().c_str());
-    else if (a == "--top-p") top_p = std::atof(value().c_str());
-    else if (a == "--seed") seed = static_cast<uint64_t>(integer(0));
-    else if (a == "--max-tokens") serving.max_tokens = integer(1);
-    else if (a == "--max-seqs") serving.max_sequences = integer(1);
-    else if (a == "--max-context") serving.max_context = integer(1);
-    else if (a == "--blocks") serving.blocks = integer(1);
-    else if (a == "--arrive-every") arrive_every = static_cast<int>(integer(0));
-    else if (a == "--solo-check") solo_check = true;
-    else if (a == "--bench") bench = value();
-    else if (a == "--json") json_path = value();
-    else if (a == "--check") check_dir = value();
-    else if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else {
-      std::fprintf(stderr, "llama_generate: error: unknown option '%s'\n%s", a.c_str(), kUsage);
-      return 2;
-    }
+  std::vector<std::string> prompt_texts;
+  std::string prompts_file;
+  using gdl::tools::strict_number;
+  CLI::App app("llama_generate: generates tokens with a Llama-architecture model from its Hugging Face files "
+               "(config.json and safetensors weights) through examples/llama/llama.gdl",
+               "llama_generate");
+  gdl::tools::add_standard_flags(app, "llama_generate");
+  app.add_option("--model", model, "config.json and model.safetensors (or its index and shards)")
+      ->required()
+      ->type_name("DIR");
+  CLI::Option* program_option =
+      app.add_option("--program", program_path,
+                     "the decoder source (default: examples/llama/llama.gdl under $GDL_SOURCE_DIR or .)")
+          ->type_name("FILE.gdl");
+  app.add_option("--artifact", artifact, "a .gdlx compiled for this model and these sizes, instead of compiling")
+      ->excludes(program_option)
+      ->type_name("FILE.gdlx");
+  app.add_option("--save-artifact", save_artifact, "write the compiled program")->type_name("FILE.gdlx");
+  app.add_option("--cache-dir", cache_dir, "the NVRTC cache")->type_name("DIR");
+  app.add_option("--prompt", prompt_texts, "token ids of one prompt, separated by spaces or commas (repeatable)")
+      ->type_name("IDS");
+  app.add_option("--prompts", prompts_file, "one prompt per line")->type_name("FILE");
+  const auto integer = [&](const char* flag, auto& into, int64_t lo, const char* help) {
+    app.add_option(flag, into, help)
+        ->check(strict_number<int64_t>("an integer >= " + std::to_string(lo), lo, std::numeric_limits<int32_t>::max()))
+        ->default_val(into)
+        ->type_name("N");
+  };
+  integer("--max-new", max_new, 1, "tokens to generate per prompt, fewer at EOS");
+  app.add_option("--seed", seed, "the sampling seed")
+      ->check(strict_number<uint64_t>("an integer from 0 to 2^64-1"))
+      ->default_val(seed)
+      ->type_name("N");
+  integer("--max-tokens", serving.max_tokens, 1, "tokens per step: the prefill chunk");
+  integer("--max-seqs", serving.max_sequences, 1, "sequences per step");
+  integer("--max-context", serving.max_context, 1, "positions per sequence");
+  integer("--blocks", serving.blocks, 0, "KV blocks of 64 positions in the pool (0: max-seqs * max-context / 64)");
+  integer("--arrive-every", arrive_every, 0, "prompt i joins at step i*K (0: all at once)");
+  app.add_option("--temperature", temperature, "0 is greedy; else sampling with --top-p")
+      ->check(strict_number<double>("a temperature >= 0", 0.0))
+      ->default_val(temperature)
+      ->type_name("T");
+  app.add_option("--top-p", top_p, "the nucleus of sampling")
+      ->check(strict_number<double>("a probability in (0, 1]", 1e-30, 1.0))
+      ->default_val(top_p)
+      ->type_name("P");
+  app.add_flag("--solo-check", solo_check, "run each prompt again alone; its tokens must match (greedy)");
+  app.add_option("--bench", bench,
+                 "time steps instead of generating: decode:B,B,...@CTX,CTX,...;prefill:P,P,... (each row: device "
+                 "and host time per step, tokens/s)")
+      ->type_name("SPEC");
+  app.add_option("--json", json_path, "--bench's rows as JSON")->type_name("FILE");
+  app.add_option("--check", check_dir,
+                 "compare the logits of DIR/check.json's prompt with DIR/check_logits.f32 (bench/llama_torch.py "
+                 "--save-dir writes them)")
+      ->type_name("DIR");
+  gdl::tools::CommandLineOutcome outcome = gdl::tools::parse_command_line(app, argc, argv, 2);
+  if (outcome.go_on && prompt_texts.empty() && prompts_file.empty() && bench.empty() && check_dir.empty())
+    outcome = {false, 2, true, "give at least one prompt (--prompt or --prompts), --bench or --check"};
+  if (!outcome.go_on) return gdl::tools::report_command_line("llama_generate", outcome);
+  std::vector<std::string> lines = prompt_texts;
+  if (!prompts_file.empty()) {
+    std::ifstream in(prompts_file);
+    if (!in) return fail("--prompts " + prompts_file + ": cannot be read");
+    for (std::string line; std::getline(in, line);)
+      if (line.find_first_not_of(" \t\r,") != std::string::npos) lines.push_back(line);
   }
-  if (model.empty() || (prompts.empty() && bench.empty() && check_dir.empty())) {
-    std::fprintf(stderr, "llama_generate: error: give --model and at least one prompt\n%s", kUsage);
-    return 2;
+  for (const std::string& line : lines) {
+    bool ok = true;
+    prompts.push_back(parse_ids(line, &ok));
+    if (!ok) return fail("prompt '" + line + "' is not a list of token ids");
   }
-  if (!(temperature >= 0) || !(top_p > 0 && top_p <= 1)) return fail("--temperature must be >= 0 and --top-p in (0, 1]");
   serving.max_context = (serving.max_context + serving.block_size - 1) / serving.block_size * serving.block_size;
   if (serving.blocks == 0) serving.blocks = serving.max_sequences * serving.max_context / serving.block_size;
 

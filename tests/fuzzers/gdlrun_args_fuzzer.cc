@@ -119,12 +119,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
 
-  std::string error;
-  std::optional<gdl::gdlrun::Args> args = gdl::gdlrun::parse_args(static_cast<int>(words.size()), argv.data(), &error);
-  if (!args) {
-    if (error.empty()) fail("parse_args refused the arguments without a message");
+  gdl::gdlrun::ParsedArgs parsed = gdl::gdlrun::parse_args(static_cast<int>(words.size()), argv.data());
+  if (!parsed.args) {
+    if (parsed.outcome.go_on) fail("parse_args returned no arguments and no outcome");
+    if (parsed.outcome.text.empty()) fail("parse_args refused the arguments without a message");
+    if (parsed.outcome.is_error != (parsed.outcome.exit_code != 0)) fail("an error outcome with exit code 0, or the reverse");
     return 0;
   }
+  const std::optional<gdl::gdlrun::Args>& args = parsed.args;
   for (const auto& [name, value] : args->dims)
     if (value > kMaxDim) return 0;
   if (!args->input_files.empty()) {
