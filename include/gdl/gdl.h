@@ -30,6 +30,11 @@
 
 #include "gdl/status.h"
 
+// The CUDA runtime's handle types, declared here so that this header needs
+// no CUDA header: cudaStream_t is CUstream_st*, cudaGraph_t is CUgraph_st*.
+struct CUstream_st;
+struct CUgraph_st;
+
 namespace gdl {
 
 // Element types of tensors. Same order and meaning as the language's
@@ -151,6 +156,13 @@ struct SessionOptions {
   // the rows allow and the device holds all of their blocks at once. Off:
   // every step's own kernel runs. The results agree to rounding.
   bool multi_step_kernels = true;
+  // The stream (a cudaStream_t on `device`) that every call of the session
+  // is ordered on: copies, runs, state calls. The caller's stream lets a
+  // session's work follow and precede the caller's own work, and several
+  // sessions share one stream without host syncs (one session's output_view
+  // bound as the next one's input). The session never destroys it; it must
+  // outlive the session. nullptr: the session creates a stream of its own.
+  CUstream_st* stream = nullptr;
 };
 
 // How Session::create would serve each run-time dim of a program.
@@ -406,6 +418,45 @@ class Session {
   Status read(const std::string& name, void* host, size_t bytes);
   // The concrete shape of an output (or input) for the current run-time dims.
   Expected<std::vector<int64_t>> shape_of(const std::string& name) const;
+
+  // An output where the last run leaves it on the device, for a caller that
+  // consumes it on the GPU without a copy: `data` points into the session's
+  // arena, `shape` is the last run's (only the valid rows), `strides` in
+  // elements (row-major over the buffer's layout, which under buckets is the
+  // bucket's capacity: a padded axis that is not the leading one makes the
+  // rows strided). The contents are there once the last run is done: work
+  // on the session's stream after it sees them; other streams must wait
+  // (an event, or synchronize()). Valid until the next run(), run_eager()
+  // or set_state on the session, which may overwrite it. FailedPrecondition
+  // before any run, or when the last run took the eager fallback (its
+  // outputs are on the host: read() them).
+  struct TensorView {
+    void* data = nullptr;
+    ElementType dtype = ElementType::kF32;
+    std::vector<int64_t> shape;    // elements per axis
+    std::vector<int64_t> strides;  // elements between neighbours along each axis
+    int device = 0;
+  };
+  Expected<TensorView> output_view(const std::string& name);
+
+  // One run as a CUDA graph (a cudaGraph_t the caller owns and destroys with
+  // cudaGraphDestroy), for the caller's own graph: cudaGraphAddChildGraphNode
+  // clones it into theirs, between their nodes. It is the graph run() would
+  // launch now: the current run-time dims and scalars, the kernels chosen
+  // for them. Inputs: one whose latest bind was from device memory (and not
+  // yet consumed by a run) is copied from that memory at every launch of the
+  // caller's graph, so the caller's earlier nodes may write it there; every
+  // other input is read where the session holds it (a host bind not yet run
+  // is copied there before export_graph returns). Outputs land in the arena
+  // (output_view names them); states are read and written in place, as by
+  // run(). The session must outlive every graph made from it, and must not
+  // run (run, run_eager, set_state, bind) while such a graph may be running;
+  // binds, set_scalar and set_dim do not change an exported graph.
+  // FailedPrecondition where run() would refuse (an input or param not set,
+  // a dim above its bound), and for an input whose buffer a run reuses that
+  // was not bound from device memory (a second launch would read what the
+  // first left there).
+  Expected<CUgraph_st*> export_graph();
   // Waits for everything submitted on the session's stream.
   Status synchronize();
 
@@ -413,6 +464,7 @@ class Session {
   SessionStats stats() const;
   const Program& program() const;
   int device() const;
+  CUstream_st* stream() const;  // the session's stream (SessionOptions::stream or its own)
 
   // gdl's own measurement and test tools (gdl/profile.h, gdl/testing.h)
   // reach the session through this; Impl is opaque to users.

@@ -68,7 +68,7 @@ Session::Impl::~Impl() {
   if (run_start) (void)cudaEventDestroy(run_start);
   if (run_end) (void)cudaEventDestroy(run_end);
   if (arena) (void)rt::device_free(arena);
-  if (stream) (void)cudaStreamDestroy(stream);
+  if (stream && !options.stream) (void)cudaStreamDestroy(stream);  // a caller's stream is theirs
   if (capture_stream) (void)cudaStreamDestroy(capture_stream);
   (void)cudaGetLastError();
   // library and params release themselves (params only with the last session).
@@ -145,7 +145,16 @@ Status Session::Impl::init() {
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "reading the compute capability");
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
   device_arch = "sm_" + std::to_string(major * 10 + minor);
-  GDL_CUDA_TRY(rt::stream_create(&stream), "creating the session stream");
+  if (options.stream) {
+    int stream_device = -1;
+    GDL_CUDA_TRY(cudaStreamGetDevice(options.stream, &stream_device), "asking the device of SessionOptions::stream");
+    if (stream_device != device)
+      return Status::InvalidArgument("SessionOptions::stream is a stream of device " + std::to_string(stream_device) +
+                                     ", the session's device is " + std::to_string(device));
+    stream = options.stream;
+  } else {
+    GDL_CUDA_TRY(rt::stream_create(&stream), "creating the session stream");
+  }
 
   uint64_t arena_bytes = rt::arena_allocation_bytes(prog.plan());  // the arena and the kernels' scratch behind it
   GDL_CUDA_TRY(rt::device_malloc(reinterpret_cast<void**>(&arena), arena_bytes),
@@ -582,6 +591,26 @@ Status Session::Impl::read(const std::string& name, void* host, size_t bytes) {
   return Status::Ok();
 }
 
+Expected<Session::TensorView> Session::Impl::output_view(const std::string& name) const {
+  auto it = prog.output_index.find(name);
+  if (it == prog.output_index.end()) return wrong_role(prog, name, "output", "");
+  if (!has_run) return Status::FailedPrecondition("output_view('" + name + "') before any run: call run() or run_eager() first");
+  if (last_run_fallback)
+    return Status::FailedPrecondition("the last run took the eager fallback, whose outputs are on the host: read('" + name +
+                                      "') them");
+  const TensorInfo& info = prog.outputs[it->second];
+  const plan::Buffer& buffer = prog.buffer_of(prog.output_values[it->second]);
+  TensorView view;
+  view.dtype = info.dtype;
+  view.device = device;
+  view.shape = extents(info, last_run_dims);
+  const std::vector<int64_t> layout_extents = extents(info, last_run_layout);
+  view.strides.assign(view.shape.size(), 1);
+  for (size_t a = view.shape.size(); a-- > 1;) view.strides[a - 1] = view.strides[a] * layout_extents[a];
+  view.data = (buffer.region == plan::Region::kParams ? params->base() : arena) + plan::offset_at(buffer, last_run_layout);
+  return view;
+}
+
 // The state slot `name` names, or why not; with `bytes`, also checked to be its size.
 Expected<plan::Buffer> Session::Impl::state_buffer(const std::string& name, std::optional<size_t> bytes) const {
   auto it = prog.state_index.find(name);
@@ -777,6 +806,18 @@ SessionStats Session::stats() const {
 
 const Program& Session::program() const { return impl_->program; }
 int Session::device() const { return impl_->device; }
+CUstream_st* Session::stream() const { return impl_->stream; }
+
+Expected<Session::TensorView> Session::output_view(const std::string& name) {
+  return guarded("Session::output_view", [&] { return impl_->output_view(name); });
+}
+
+Expected<CUgraph_st*> Session::export_graph() {
+  return guarded("Session::export_graph", [&]() -> Expected<CUgraph_st*> {
+    GDL_RETURN_IF_ERROR(impl_->make_current());
+    return impl_->export_graph();
+  });
+}
 
 Status testing::poison_arena(Session& session, uint8_t byte) {
   return guarded("testing::poison_arena", [&] {

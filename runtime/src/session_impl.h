@@ -168,6 +168,7 @@ struct Session::Impl {
   Status set_dim(const std::string& name, int64_t value);
   Status set_scalar(const std::string& name, double value);
   Status read(const std::string& name, void* host, size_t bytes);
+  Expected<TensorView> output_view(const std::string& name) const;
   Status poison(uint8_t byte);
   bool above_bounds() const;                 // some dim above its upper bound (eager fallback)
   int64_t layout_extent(size_t dim, int64_t value) const;  // the bucket's capacity, or the value
@@ -208,6 +209,13 @@ struct Session::Impl {
   Status ready_to_run() const;       // inputs bound with the current dims, params set
   Expected<GraphInstance*> graph_for(const std::vector<int64_t>& key, const std::vector<int64_t>& layout_dims);
   Status build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims);
+  // The nodes of a graph at these layout dims into g.graph (build_graph's
+  // first half). An exported graph (export_graph) gets copy nodes only for
+  // the entries of `export_copies` (per input: copy it at every launch) and
+  // no event after them.
+  Status add_graph_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims,
+                         const std::vector<bool>* export_copies = nullptr);
+  Expected<cudaGraph_t> export_graph();
   Status build_every_bucket();
   Status update_node(GraphInstance& g, size_t node_step, const std::vector<int64_t>& layout_dims);
   Status sync_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims);  // node updates for changed dims/scalars

@@ -191,17 +191,17 @@ rt::InputCopies Session::Impl::copy_entries(const GraphInstance::CopyNode& c, in
   return entries;
 }
 
-Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
-  NvtxRange range("build graph " + prog.graph().program_name);
+Status Session::Impl::add_graph_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims,
+                                      const std::vector<bool>* export_copies) {
   const plan::Plan& p = prog.plan();
   const rt::KernelArgs args = kernel_args(layout_dims);
-  Stopwatch build_time;
   GDL_CUDA_TRY(cudaGraphCreate(&g.graph, 0), "creating the graph");
   // The input copies (InputSlot), then an event after them; every kernel
   // without a dep waits for the copies, so every kernel runs after them.
   g.copy_nodes.clear();
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const unsigned long long bytes = copies_in_graph(i) ? input_layout_bytes(i, layout_dims) : 0;
+    const bool copied = copies_in_graph(i) && (!export_copies || (*export_copies)[i]);
+    const unsigned long long bytes = copied ? input_layout_bytes(i, layout_dims) : 0;
     if (bytes == 0) continue;
     if (g.copy_nodes.empty() || g.copy_nodes.back().inputs.size() == static_cast<size_t>(kMaxInputCopies))
       g.copy_nodes.emplace_back();
@@ -219,7 +219,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
     GDL_CUDA_TRY(cudaGraphAddKernelNode(&c.node, g.graph, nullptr, 0, &node.cuda), "adding an input copy node");
     copies.push_back(c.node);
   }
-  if (!copies.empty()) {
+  if (!copies.empty() && !export_copies) {  // the session's own graphs only: its staging waits for the event
     cudaGraphNode_t recorded = nullptr;
     GDL_CUDA_TRY(cudaGraphAddEventRecordNode(&recorded, g.graph, copies.data(), copies.size(), graph_copies_done),
                  "adding the event after the input copies");
@@ -288,6 +288,13 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
                    "adding the programmatic edges of " + name);
     }
   }
+  return Status::Ok();
+}
+
+Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
+  NvtxRange range("build graph " + prog.graph().program_name);
+  Stopwatch build_time;
+  GDL_RETURN_IF_ERROR(add_graph_nodes(g, layout_dims));
   double build_us = build_time.elapsed_us();
 
   Stopwatch instantiate_time;
@@ -339,6 +346,41 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
   GraphInstance* raw = g.get();
   graphs.emplace(key, std::move(g));
   return raw;
+}
+
+// The graph run() would launch now, built afresh (graph_for's graphs stay
+// the session's): copy nodes for the inputs bound from device memory since
+// the last run, the other pending binds copied into the arena now, the
+// valid-dims block written; the caller gets a clone to own.
+Expected<cudaGraph_t> Session::Impl::export_graph() {
+  GDL_RETURN_IF_ERROR(ready_to_run());
+  if (above_bounds())
+    return Status::FailedPrecondition("a run-time dim is above its upper bound: such a run takes the eager fallback, "
+                                      "which has no graph to export");
+  const std::vector<int64_t> layout_dims = layout(dims);
+  std::vector<bool> copied_each_launch(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    copied_each_launch[i] = inputs[i].copy_pending && inputs[i].device_source != nullptr && copies_in_graph(i);
+    // A run reuses such an input's buffer: a second launch would read what the first left there.
+    if (prog.input_clobbered_by_run[i] && !copied_each_launch[i])
+      return Status::FailedPrecondition("input '" + prog.inputs[i].name + "' is overwritten by a run (its buffer is "
+                                        "reused after its last read): bind it from device memory before export_graph, "
+                                        "so that every launch copies it");
+  }
+  GraphInstance g;
+  Status built = add_graph_nodes(g, layout_dims, &copied_each_launch);
+  cudaGraph_t exported = nullptr;
+  if (built.ok() && cudaGraphClone(&exported, g.graph) != cudaSuccess)
+    built = Status::Internal(std::string("cloning the exported graph: ") + cudaGetErrorString(cudaGetLastError()));
+  if (g.graph) (void)cudaGraphDestroy(g.graph);
+  GDL_RETURN_IF_ERROR(built);
+  Status ready = flush_staged_inputs();  // host binds into the arena; the device ones also, harmlessly
+  if (ready.ok()) ready = write_valid_block();
+  if (!ready.ok()) {
+    (void)cudaGraphDestroy(exported);
+    return ready;
+  }
+  return exported;
 }
 
 std::vector<int> Session::Impl::kernels_at(const std::vector<int64_t>& layout_dims) const {

@@ -1,0 +1,194 @@
+// Sessions inside the caller's GPU work: a session on the caller's stream,
+// two sessions of different programs chained on one stream through an
+// output view (no host sync between them), the view's shape and strides
+// under padded buckets, and a session's exported graph run as a child node
+// between the caller's own nodes, launch after launch, with its state
+// carried. Every result is checked against the CPU reference.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "gpu_test_util.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+const char* kScale = R"(program scale;
+dim B in [1, 16] buckets(8, 16);
+input x : f32[B, 64];
+output h : f32[B, 64];
+h = x * 2.0 + 1.0;
+)";
+
+const char* kProject = R"(program project;
+dim B in [1, 16] buckets(8, 16);
+input h : f32[B, 64];
+param w : f32[64, 32];
+output y : f32[B, 32];
+y = gelu(h @ w);
+)";
+
+// The run-time dim on the inner axis: under buckets the rows are strided.
+const char* kInner = R"(program inner;
+dim B in [1, 16] buckets(8, 16);
+input x : f32[4, B];
+output z : f32[4, B];
+z = x * 3.0;
+)";
+
+const char* kMoment = R"(program moment;
+state m : f32[1000];
+input g : f32[1000];
+scalar decay : f32 = 0.9;
+output y : f32[1000];
+m = m * decay + g * (1.0 - decay);
+y = m * 2.0;
+)";
+
+struct DeviceBuffer {
+  void* data = nullptr;
+  explicit DeviceBuffer(size_t bytes) { REQUIRE(cudaMalloc(&data, bytes) == cudaSuccess); }
+  ~DeviceBuffer() { (void)cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+TensorData device_tensor(const void* data, ElementType dtype, const std::vector<int64_t>& shape) {
+  TensorData t;
+  t.dtype = dtype;
+  t.shape = shape;
+  size_t count = 1;
+  for (int64_t e : shape) count *= static_cast<size_t>(e);
+  t.bytes.resize(count * element_size(dtype));
+  REQUIRE(cudaMemcpy(t.bytes.data(), data, t.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("embedding: two sessions on the caller's stream, the second reading the first's output view") {
+  if (cpu_only) return;
+  Program scale = compile_text(kScale), project = compile_text(kProject);
+  cudaStream_t caller = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking) == cudaSuccess);
+  {
+    SessionOptions options;
+    options.stream = caller;
+    std::unique_ptr<Session> first = make_session(scale, options), second = make_session(project, options);
+    CHECK(first->stream() == caller);
+    CHECK(second->stream() == caller);
+    std::mt19937_64 rng(seed_for("chained sessions"));
+    for (int64_t rows : {5, 16, 1}) {  // padded bucket, full bucket, one row
+      std::map<std::string, TensorData> a = random_bindings(scale, {rows}, rng);
+      std::map<std::string, TensorData> b = random_bindings(project, {rows}, rng);
+      bind_all(*first, a);
+      GDL_REQUIRE_OK(second->set_param("w", b.at("w").bytes.data(), b.at("w").bytes.size()));
+      GDL_REQUIRE_OK(first->run());
+      Expected<Session::TensorView> h = first->output_view("h");
+      GDL_REQUIRE_OK(h.status());
+      CHECK(h->shape == std::vector<int64_t>{rows, 64});
+      CHECK(h->strides == std::vector<int64_t>{64, 1});
+      CHECK(h->dtype == ElementType::kF32);
+      // No host sync: the bind only records the pointer; the copy runs on the shared stream after the first run.
+      GDL_REQUIRE_OK(second->bind("h", h->data, static_cast<size_t>(rows) * 64 * 4, ElementType::kF32, {rows, 64},
+                                  MemoryKind::kDevice));
+      GDL_REQUIRE_OK(second->run());
+      std::map<std::string, TensorData> got = read_outputs(*second);
+      std::map<std::string, TensorData> hidden = reference(scale, a);
+      b["h"] = hidden.at("h");
+      CHECK(expect_match(got, reference(project, b), "rows " + std::to_string(rows)));
+      // The view holds what read() returns.
+      GDL_REQUIRE_OK(first->synchronize());
+      CHECK(device_tensor(h->data, ElementType::kF32, h->shape).bytes == read_outputs(*first).at("h").bytes);
+    }
+  }
+  REQUIRE(cudaStreamDestroy(caller) == cudaSuccess);
+}
+
+TEST_CASE("embedding: an output view under a padded inner axis has the bucket's stride") {
+  if (cpu_only) return;
+  Program inner = compile_text(kInner);
+  std::unique_ptr<Session> s = make_session(inner);
+  std::mt19937_64 rng(seed_for("inner view"));
+  std::map<std::string, TensorData> t = random_bindings(inner, {5}, rng);
+  bind_all(*s, t);
+  CHECK(s->output_view("z").status().code() == StatusCode::kFailedPrecondition);  // before any run
+  GDL_REQUIRE_OK(s->run());
+  Expected<Session::TensorView> z = s->output_view("z");
+  GDL_REQUIRE_OK(z.status());
+  CHECK(z->shape == std::vector<int64_t>{4, 5});
+  CHECK(z->strides == std::vector<int64_t>{8, 1});  // B=5 runs in the bucket of 8
+  GDL_REQUIRE_OK(s->synchronize());
+  TensorData got;
+  got.dtype = ElementType::kF32;
+  got.shape = {4, 5};
+  got.bytes.resize(4 * 5 * 4);
+  REQUIRE(cudaMemcpy2D(got.bytes.data(), 5 * 4, z->data, static_cast<size_t>(z->strides[0]) * 4, 5 * 4, 4,
+                       cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(expect_match({{"z", got}}, reference(inner, t), "strided view"));
+  CHECK(s->output_view("x").status().code() == StatusCode::kNotFound);  // an input, not an output
+}
+
+TEST_CASE("embedding: an exported graph runs as a child node between the caller's nodes, launch after launch") {
+  if (cpu_only) return;
+  Program moment = compile_text(kMoment);
+  std::unique_ptr<Session> s = make_session(moment);
+  CHECK(s->export_graph().status().code() == StatusCode::kFailedPrecondition);  // g not bound yet
+  const size_t bytes = 1000 * 4;
+  DeviceBuffer source(bytes), g(bytes), out(bytes);
+  REQUIRE(cudaMemset(g.data, 0, bytes) == cudaSuccess);
+  GDL_REQUIRE_OK(s->set_scalar("decay", 0.75));
+  // One run gives y's place (fixed for the session's life: no run-time dim); the state goes back to zero.
+  GDL_REQUIRE_OK(s->bind("g", g.data, bytes, ElementType::kF32, {1000}, MemoryKind::kDevice));
+  GDL_REQUIRE_OK(s->run());
+  Expected<Session::TensorView> y = s->output_view("y");
+  GDL_REQUIRE_OK(y.status());
+  GDL_REQUIRE_OK(s->reset_state("m"));
+  GDL_REQUIRE_OK(s->bind("g", g.data, bytes, ElementType::kF32, {1000}, MemoryKind::kDevice));
+  Expected<CUgraph_st*> exported = s->export_graph();
+  GDL_REQUIRE_OK(exported.status());
+  GDL_REQUIRE_OK(s->set_scalar("decay", 0.5));  // after the export: not in the exported graph
+
+  // The caller's graph: their copy into g, the session's graph, their copy of y out.
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaGraphCreate(&graph, 0) == cudaSuccess);
+  cudaGraphNode_t fill = nullptr, child = nullptr, drain = nullptr;
+  REQUIRE(cudaGraphAddMemcpyNode1D(&fill, graph, nullptr, 0, g.data, source.data, bytes, cudaMemcpyDeviceToDevice) ==
+          cudaSuccess);
+  REQUIRE(cudaGraphAddChildGraphNode(&child, graph, &fill, 1, *exported) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(*exported) == cudaSuccess);  // the child node holds its own clone
+  REQUIRE(cudaGraphAddMemcpyNode1D(&drain, graph, &child, 1, out.data, y->data, bytes, cudaMemcpyDeviceToDevice) ==
+          cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+
+  std::mt19937_64 rng(seed_for("exported graph"));
+  const TensorInfo& g_info = *moment.find_input("g");
+  std::map<std::string, TensorData> tensors;
+  tensors["m"] = random_tensor(*moment.find_state("m"), {}, rng, {});
+  std::memset(tensors["m"].bytes.data(), 0, tensors["m"].bytes.size());  // reset_state: zero
+  for (int launch = 0; launch < 3; ++launch) {
+    tensors["g"] = random_tensor(g_info, {}, rng, {});
+    REQUIRE(cudaMemcpy(source.data, tensors["g"].bytes.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaGraphLaunch(exec, s->stream()) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s->stream()) == cudaSuccess);
+    std::map<std::string, TensorData> want = reference(moment, tensors, {{"decay", 0.75}});
+    const std::string what = "launch " + std::to_string(launch);
+    CHECK(expect_match({{"y", device_tensor(out.data, ElementType::kF32, {1000})}}, {{"y", want.at("y")}}, what));
+    Expected<Session::DeviceView> m = s->state_view("m");
+    GDL_REQUIRE_OK(m.status());
+    CHECK(expect_match({{"m", device_tensor(m->data, ElementType::kF32, {1000})}}, {{"m", want.at("m")}}, what));
+    tensors["m"] = want.at("m");
+  }
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+
+  // The session's own runs go on from the state the launches left, with its own (changed) scalar.
+  tensors["g"] = random_tensor(g_info, {}, rng, {});
+  GDL_REQUIRE_OK(s->bind("g", tensors["g"].bytes.data(), bytes, ElementType::kF32, {1000}));
+  GDL_REQUIRE_OK(s->run());
+  std::map<std::string, TensorData> want = reference(moment, tensors, {{"decay", 0.5}});
+  CHECK(expect_match(read_outputs(*s), {{"y", want.at("y")}}, "the session's own run after the launches"));
+}
