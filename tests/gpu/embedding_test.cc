@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "gdl/dlpack.h"
 #include "gpu_test_util.h"
 
 using namespace gdl;
@@ -191,4 +192,50 @@ TEST_CASE("embedding: an exported graph runs as a child node between the caller'
   GDL_REQUIRE_OK(s->run());
   std::map<std::string, TensorData> want = reference(moment, tensors, {{"decay", 0.5}});
   CHECK(expect_match(read_outputs(*s), {{"y", want.at("y")}}, "the session's own run after the launches"));
+}
+
+TEST_CASE("embedding: DLPack tensors in (device and host) and outputs and states out, against the reference") {
+  if (cpu_only) return;
+  Program moment = compile_text(kMoment);
+  std::unique_ptr<Session> s = make_session(moment);
+  std::mt19937_64 rng(seed_for("dlpack"));
+  std::map<std::string, TensorData> tensors;
+  tensors["g"] = random_tensor(*moment.find_input("g"), {}, rng, {});
+  tensors["m"] = random_tensor(*moment.find_state("m"), {}, rng, {});
+  const size_t bytes = 1000 * 4;
+  DeviceBuffer g(bytes);
+  REQUIRE(cudaMemcpy(g.data, tensors["g"].bytes.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  std::vector<int64_t> shape{1000};
+  DLTensor g_tensor{};
+  g_tensor.data = g.data;
+  g_tensor.device = {kDLCUDA, s->device()};
+  g_tensor.ndim = 1;
+  g_tensor.dtype = {kDLFloat, 32, 1};
+  g_tensor.shape = shape.data();
+  DLTensor m_tensor = g_tensor;
+  m_tensor.data = tensors["m"].bytes.data();
+  m_tensor.device = {kDLCPU, 0};
+  GDL_REQUIRE_OK(set_state_dlpack(*s, "m", m_tensor));
+  GDL_REQUIRE_OK(bind_dlpack(*s, "g", g_tensor));
+  DLTensor elsewhere = g_tensor;
+  elsewhere.device.device_id = s->device() + 5;
+  CHECK(bind_dlpack(*s, "g", elsewhere).code() == StatusCode::kInvalidArgument);  // refused, the bind above kept
+  DLTensor wrong_type = g_tensor;
+  wrong_type.dtype = {kDLFloat, 16, 1};
+  CHECK(bind_dlpack(*s, "g", wrong_type).code() == StatusCode::kInvalidArgument);
+  GDL_REQUIRE_OK(s->run());
+  GDL_REQUIRE_OK(s->synchronize());
+  std::map<std::string, TensorData> want = reference(moment, tensors);
+  Expected<DLManagedTensor*> y = output_dlpack(*s, "y");
+  GDL_REQUIRE_OK(y.status());
+  CHECK((*y)->dl_tensor.device.device_type == kDLCUDA);
+  CHECK((*y)->dl_tensor.shape[0] == 1000);
+  CHECK(expect_match({{"y", device_tensor((*y)->dl_tensor.data, ElementType::kF32, {1000})}}, {{"y", want.at("y")}},
+                     "output through DLPack"));
+  (*y)->deleter(*y);
+  Expected<DLManagedTensor*> m = state_dlpack(*s, "m");
+  GDL_REQUIRE_OK(m.status());
+  CHECK(expect_match({{"m", device_tensor((*m)->dl_tensor.data, ElementType::kF32, {1000})}}, {{"m", want.at("m")}},
+                     "state through DLPack"));
+  (*m)->deleter(*m);
 }
