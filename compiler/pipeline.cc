@@ -160,7 +160,7 @@ bool codegen(Compilation& c, Context& x) {
 }
 
 bool nvrtc(Compilation& c, Context& x) {
-  Expected<CompiledModule> module = compile_cuda(c.code->source, x.options.codegen);
+  Expected<CompiledModule> module = compile_units(c.code->prelude, c.code->units, x.options.codegen);
   if (!module) {
     x.status = module.status();
     return false;
@@ -207,9 +207,13 @@ size_t pass_index(const std::string& name) {
 
 // The program as the last pass left it, as text.
 std::string text_of(const Compilation& c) {
-  if (c.module)
-    return "module " + c.module->arch + ": cubin " + std::to_string(c.module->cubin.size()) + " bytes, ptx " +
-           std::to_string(c.module->ptx.size()) + " bytes" + (c.module->from_cache ? " (NVRTC cache hit)" : "") + "\n";
+  if (c.module) {
+    size_t cubin = 0, ptx = 0;
+    for (const ModuleUnit& u : c.module->units) cubin += u.cubin.size(), ptx += u.ptx.size();
+    return "module " + c.module->arch + ": cubin " + std::to_string(cubin) + " bytes, ptx " + std::to_string(ptx) +
+           " bytes in " + std::to_string(c.module->units.size()) + " NVRTC unit(s)" +
+           (c.module->from_cache ? " (NVRTC cache hit)" : "") + "\n";
+  }
   if (c.code) return c.code->source;
   if (c.plan) return plan::print_plan(*c.plan);
   if (c.graph) return ir::print_ir(*c.graph);

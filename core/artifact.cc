@@ -5,7 +5,7 @@
 //    their bit pattern, enums as u8. Order: graph (name, target GPU, dims, nodes with
 //    every field, outputs, state updates), plan (buffers with their offset terms, steps with their scratch, memory
 //    summary, scratch area and chains), kernel table (kernels, then each
-//    step's choices), module (arch, CUBIN, PTX, NVRTC version, cache flag,
+//    step's choices), module (arch, per unit its kernels' symbols, CUBIN and PTX, NVRTC version, cache flag,
 //    compile time), CUDA source. Then it prepends the header: magic, format version,
 //    payload size, FNV-1a 64 checksum of the payload.
 // 2. deserialize_artifact checks the header in the order that gives the
@@ -41,6 +41,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <utility>
 
 #include <algorithm>
@@ -239,8 +240,11 @@ void write_kernels(Writer& w, const KernelTable& t) {
 
 void write_module(Writer& w, const CompiledModule& m) {
   w.str(m.arch);
-  w.bytes(m.cubin);
-  w.str(m.ptx);
+  w.vec(m.units, [&](const ModuleUnit& u) {
+    w.vec(u.symbols, [&](const std::string& symbol) { w.str(symbol); });
+    w.bytes(u.cubin);
+    w.str(u.ptx);
+  });
   w.i32(m.nvrtc_major);
   w.i32(m.nvrtc_minor);
   w.boolean(m.from_cache);
@@ -554,8 +558,14 @@ KernelTable read_kernels(Reader& r, const ir::Graph& g) {
 CompiledModule read_module(Reader& r) {
   CompiledModule m;
   m.arch = r.str("arch");
-  m.cubin = r.bytes("cubin");
-  m.ptx = r.str("ptx");
+  m.units.resize(r.count(12, "module unit"));
+  for (ModuleUnit& u : m.units) {
+    if (r.failed()) break;
+    u.symbols.resize(r.count(4, "unit symbol"));
+    for (std::string& symbol : u.symbols) symbol = r.str("symbol");
+    u.cubin = r.bytes("cubin");
+    u.ptx = r.str("ptx");
+  }
   m.nvrtc_major = r.i32();
   m.nvrtc_minor = r.i32();
   m.from_cache = r.boolean("from_cache");
@@ -618,6 +628,24 @@ uint64_t read_le(const uint8_t* p, int n) {
 }
 
 }  // namespace
+
+// The units of the module: each with code and kernels, every symbol defined
+// once, every kernel of the table (and the input copy) in some unit.
+std::string verify_module(const Artifact& a) {
+  if (a.plan.steps.empty()) return "";
+  std::set<std::string> defined;
+  for (size_t u = 0; u < a.module.units.size(); ++u) {
+    const ModuleUnit& unit = a.module.units[u];
+    if (unit.cubin.empty() && unit.ptx.empty()) return "module unit " + std::to_string(u) + " has neither CUBIN nor PTX";
+    if (unit.symbols.empty()) return "module unit " + std::to_string(u) + " defines no kernel";
+    for (const std::string& symbol : unit.symbols)
+      if (!defined.insert(symbol).second) return "kernel '" + symbol + "' is in two module units";
+  }
+  if (!defined.count(kInputCopySymbol)) return "no module unit defines the input copy kernel";
+  for (const Kernel& k : a.kernels.kernels)
+    if (!defined.count(k.symbol)) return "no module unit defines kernel '" + k.symbol + "'";
+  return "";
+}
 
 std::string verify_artifact(const Artifact& a) {
   const plan::Plan& p = a.plan;
@@ -712,8 +740,7 @@ std::string verify_artifact(const Artifact& a) {
         return where + " reaches kernel '" + k.symbol + "' through other choices than its first step";
     }
   }
-  if (steps > 0 && a.module.cubin.empty() && a.module.ptx.empty()) return "has neither CUBIN nor PTX";
-  return "";
+  return verify_module(a);
 }
 
 std::vector<uint8_t> serialize_artifact(const Artifact& a) {

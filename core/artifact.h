@@ -22,13 +22,14 @@ namespace gdl {
 // maps), the dims' padding blockers, a chain's scratch range. 10: states.
 // 11: take_along_axis and paged_attention among the structured ops (the
 // opcodes after them moved). 12: a buffer's offset terms (a view behind a
-// run-time axis).
-inline constexpr uint32_t kArtifactVersion = 14;
+// run-time axis). 15: the module as units (one NVRTC compile each), each
+// naming its kernels.
+inline constexpr uint32_t kArtifactVersion = 15;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes
   KernelTable kernels;      // every kernel and each step's choices
-  CompiledModule module;    // CUBIN + PTX
+  CompiledModule module;    // per unit: CUBIN + PTX and its kernels
   std::string cuda_source;  // kept for --emit=cuda on an artifact and for debugging
 };
 
@@ -37,8 +38,8 @@ struct Artifact {
 // the kernel ABI's limits, and a kernel table that fits the plan (launch
 // rules a device can take, each step's choices ending in a kernel that
 // always applies, multi-step kernels chosen alike by each of their steps,
-// tensor maps inside the scratch area and the params region) with a module
-// image to load. "" when it holds, else the first problem.
+// tensor maps inside the scratch area and the params region) with module
+// units to load that define every kernel once. "" when it holds, else the first problem.
 std::string verify_artifact(const Artifact& a);
 
 std::vector<uint8_t> serialize_artifact(const Artifact& a);

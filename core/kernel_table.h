@@ -132,13 +132,22 @@ bool kernel_applies(const Kernel& k, const std::vector<int64_t>& dims);
 // Whether it applies at every binding.
 inline bool applies_always(const Kernel& k) { return k.min_rows <= 0 && k.max_rows == kAnyRows; }
 
-// CUBIN + PTX of the generated translation unit, as NVRTC made them.
-struct CompiledModule {
-  std::string arch;
+// One NVRTC compile of the generated code (codegen.h SourceUnit: a step's
+// kernels, a chain's, the input copy): its CUBIN and PTX, and the kernels
+// they define. The runtime loads each unit as a library of its own.
+struct ModuleUnit {
+  std::vector<std::string> symbols;
   std::vector<uint8_t> cubin;
   std::string ptx;
+  bool operator==(const ModuleUnit&) const = default;
+};
+
+// The program's kernels as NVRTC made them, for one arch.
+struct CompiledModule {
+  std::string arch;
+  std::vector<ModuleUnit> units;
   int nvrtc_major = 0, nvrtc_minor = 0;
-  bool from_cache = false;
+  bool from_cache = false;  // every unit came from the cache
   double compile_ms = 0;
 };
 

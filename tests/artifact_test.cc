@@ -18,6 +18,7 @@
 #include "passes/ir_verify.h"
 #include "pipeline.h"
 #include "plan/check.h"
+#include "stand_in_module.h"
 
 namespace gdl {
 namespace {
@@ -126,11 +127,11 @@ Artifact sample_artifact() {
   for (int s : {0, 1}) t.step_choices[static_cast<size_t>(s)].insert(t.step_choices[static_cast<size_t>(s)].begin(),
                                                                       static_cast<int>(t.kernels.size()));
   t.kernels.push_back(both);
-  a.module.arch = "sm_90";
+  a.module = stand_in_module(t, ".version 9.0\n.target sm_90\n.address_size 64\n");
   std::mt19937 rng(42);
-  a.module.cubin = {0x7f, 'E', 'L', 'F'};
-  for (int i = 0; i < 300; ++i) a.module.cubin.push_back(static_cast<uint8_t>(rng()));
-  a.module.ptx = ".version 9.0\n.target sm_90\n.address_size 64\n";
+  a.module.units[0].cubin = {0x7f, 'E', 'L', 'F'};
+  for (int i = 0; i < 300; ++i) a.module.units[0].cubin.push_back(static_cast<uint8_t>(rng()));
+  a.module.units.push_back(ModuleUnit{{"gdl_other_unit"}, {}, "// a second unit, PTX only\n"});
   a.module.nvrtc_major = 13;
   a.module.nvrtc_minor = 0;
   a.module.from_cache = true;
@@ -227,8 +228,7 @@ void check_same_artifact(const Artifact& x, const Artifact& y) {
   for (size_t i = 0; i < x.plan.graph.dims.size(); ++i) CHECK(x.plan.graph.dims[i].padding_blocker == y.plan.graph.dims[i].padding_blocker);
   REQUIRE(x.plan.chains.size() == y.plan.chains.size());
   CHECK(x.module.arch == y.module.arch);
-  CHECK(x.module.cubin == y.module.cubin);
-  CHECK(x.module.ptx == y.module.ptx);
+  CHECK(x.module.units == y.module.units);
   CHECK(x.module.nvrtc_major == y.module.nvrtc_major);
   CHECK(x.module.nvrtc_minor == y.module.nvrtc_minor);
   CHECK(x.module.from_cache == y.module.from_cache);
@@ -271,8 +271,7 @@ Artifact dynamic_view_artifact() {
       "y = x[1] @ w + x[2];\n"));
   REQUIRE(plan::check_plan(a.plan) == "");
   a.kernels = generate_cuda(a.plan).kernels;
-  a.module.arch = "sm_90";
-  a.module.ptx = "// not real PTX: never loaded\n";
+  a.module = stand_in_module(a.kernels);
   return a;
 }
 

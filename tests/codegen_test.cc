@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@
 #include "passes/ir_verify.h"
 #include "plan/check.h"
 #include "plan/print.h"
+#include "cpu_program.h"
+#include "stand_in_module.h"
 
 namespace gdl {
 namespace {
@@ -96,27 +99,38 @@ CompileOptions options_in(const std::string& cache_dir) {
   return o;
 }
 
-// Compiles `code` without the cache and checks the module has every kernel.
+// Compiles `code`'s units without the cache and checks that each unit's
+// CUBIN and PTX define the kernels it names, and that every kernel of the
+// table (and the input copy) is in one unit.
 void require_compiles(const GeneratedCode& code) {
-  auto module = compile_cuda(code.source, options_in("-"));
+  auto module = compile_units(code.prelude, code.units, options_in("-"));
   INFO(code.source);
   INFO(module.status().message());
   REQUIRE(module.ok());
   CHECK(!module->from_cache);
   CHECK(module->arch == "sm_90");
   CHECK(module->nvrtc_major >= 12);
-  REQUIRE(module->cubin.size() > 4);
-  CHECK(std::string(module->cubin.begin(), module->cubin.begin() + 4) == "\x7f" "ELF");
-  for (const Kernel& k : code.kernels.kernels)
-    for (const std::string& symbol : {k.symbol}) {
+  REQUIRE(module->units.size() == code.units.size());
+  std::map<std::string, int> unit_of;
+  for (size_t u = 0; u < module->units.size(); ++u) {
+    const ModuleUnit& unit = module->units[u];
+    CHECK(unit.symbols == code.units[u].symbols);
+    REQUIRE(unit.cubin.size() > 4);
+    CHECK(std::string(unit.cubin.begin(), unit.cubin.begin() + 4) == "\x7f" "ELF");
+    for (const std::string& symbol : unit.symbols) {
       INFO(symbol);
-      CHECK(code.source.find(" " + symbol + "(unsigned char* arena") != std::string::npos);
-      CHECK(contains(module->cubin, symbol));
-      CHECK(module->ptx.find(".entry " + symbol) != std::string::npos);
+      CHECK(contains(unit.cubin, symbol));
+      CHECK(unit.ptx.find(".entry " + symbol + "(") != std::string::npos);
+      unit_of[symbol] += 1;
     }
+  }
+  for (const Kernel& k : code.kernels.kernels) {
+    INFO(k.symbol);
+    CHECK(code.source.find(" " + k.symbol + "(unsigned char* arena") != std::string::npos);
+    CHECK(unit_of[k.symbol] == 1);
+  }
   // Every module holds the runtime's input copy kernel (codegen/codegen.h).
-  CHECK(module->ptx.find(std::string(".entry ") + kInputCopySymbol + "(") != std::string::npos);
-  CHECK(contains(module->cubin, kInputCopySymbol));
+  CHECK(unit_of[kInputCopySymbol] == 1);
 }
 
 // Every elementwise op in each dtype it accepts, with broadcasting against a
@@ -606,7 +620,7 @@ TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's pro
     Artifact a;
     a.plan = p;
     a.kernels = code.kernels;
-    a.module.ptx = "// ptx";
+    a.module = stand_in_module(a.kernels);
     CHECK(verify_artifact(a) == "");
     Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
     REQUIRE(back.ok());
@@ -1090,55 +1104,147 @@ TEST_CASE("codegen: the same plan gives the same text with IR values and source 
   CHECK(line.find("f32[B, 4, 64]") != std::string::npos);
 }
 
-TEST_CASE("compile_cuda: a second compile comes from the cache and a corrupted entry is rebuilt") {
+// Three small units of hand-written kernels after one prelude.
+GeneratedCode three_units() {
+  GeneratedCode code;
+  code.prelude = "#include \"gdl_abi.cuh\"\n";
+  for (const char* name : {"gdl_u0", "gdl_u1", "gdl_u2"}) {
+    SourceUnit u;
+    u.label = std::string("unit ") + name;
+    u.text = std::string("extern \"C\" __global__ void ") + name +
+             "(unsigned char* arena) { arena[threadIdx.x] += " + std::to_string(name[5] - '0' + 1) + "; }\n";
+    u.symbols = {name};
+    code.units.push_back(u);
+  }
+  return code;
+}
+
+TEST_CASE("compile_units: each unit cached apart; a changed or corrupted unit alone is compiled again") {
   TempDir dir;
-  GeneratedCode code = generate_cuda(fused_plan());
-  auto first = compile_cuda(code.source, options_in(dir.path.string()));
+  GeneratedCode code = three_units();
+  std::vector<CompileProgress> heard;
+  CompileOptions options = options_in(dir.path.string());
+  options.progress = [&](const CompileProgress& p) { heard.push_back(p); };
+  auto first = compile_units(code.prelude, code.units, options);
   INFO(first.status().message());
   REQUIRE(first.ok());
   CHECK(!first->from_cache);
   CHECK(first->compile_ms > 0);
+  REQUIRE(heard.size() == code.units.size());
+  for (size_t i = 0; i < heard.size(); ++i) {
+    CHECK(heard[i].done == i + 1);
+    CHECK(heard[i].total == code.units.size());
+    CHECK_FALSE(heard[i].from_cache);
+    CHECK(heard[i].seconds > 0);
+  }
+  std::set<std::string> labels;
+  for (const CompileProgress& p : heard) labels.insert(p.label);
+  CHECK(labels.size() == code.units.size());  // every unit once
+  CHECK(labels.count("unit gdl_u1") == 1);
+  for (size_t u = 0; u < code.units.size(); ++u) {
+    CHECK(first->units[u].symbols == code.units[u].symbols);
+    CHECK(first->units[u].ptx.find(".entry " + code.units[u].symbols[0] + "(") != std::string::npos);
+  }
 
   std::vector<std::filesystem::path> entries;
   for (const auto& e : std::filesystem::directory_iterator(dir.path)) entries.push_back(e.path());
-  REQUIRE(entries.size() == 1);  // no temporary file left behind
-  CHECK(entries[0].extension() == ".nvrtc");
+  REQUIRE(entries.size() == code.units.size());  // one entry per unit, no temporary file left behind
+  for (const auto& e : entries) CHECK(e.extension() == ".nvrtc");
 
-  auto second = compile_cuda(code.source, options_in(dir.path.string()));
+  heard.clear();
+  auto second = compile_units(code.prelude, code.units, options);
   REQUIRE(second.ok());
   CHECK(second->from_cache);
-  CHECK(second->cubin == first->cubin);
-  CHECK(second->ptx == first->ptx);
+  CHECK(second->units == first->units);
   CHECK(second->nvrtc_major == first->nvrtc_major);
+  REQUIRE(heard.size() == code.units.size());
+  for (const CompileProgress& p : heard) CHECK(p.from_cache);
 
-  // Another source is another entry.
-  auto other = compile_cuda(code.source + "\n// changed\n", options_in(dir.path.string()));
+  // One unit changed: that unit alone is compiled.
+  std::vector<SourceUnit> changed = code.units;
+  changed[1].text += "\n// changed\n";
+  heard.clear();
+  auto other = compile_units(code.prelude, changed, options);
   REQUIRE(other.ok());
   CHECK(!other->from_cache);
+  int compiled = 0;
+  for (const CompileProgress& p : heard) compiled += p.from_cache ? 0 : 1;
+  CHECK(compiled == 1);
 
-  // Flip one byte in the middle of the first entry: ignored, rebuilt, rewritten.
-  {
-    std::fstream f(entries[0], std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(std::filesystem::file_size(entries[0]) / 2));
+  // Flip one byte in the middle of every entry: ignored, rebuilt, rewritten, the same code.
+  for (const auto& entry : entries) {
+    std::fstream f(entry, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(std::filesystem::file_size(entry) / 2));
     char byte = 0;
     f.read(&byte, 1);
     byte = static_cast<char>(byte ^ 0x5a);
-    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(entries[0]) / 2));
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(entry) / 2));
     f.write(&byte, 1);
   }
-  auto rebuilt = compile_cuda(code.source, options_in(dir.path.string()));
+  auto rebuilt = compile_units(code.prelude, code.units, options_in(dir.path.string()));
   REQUIRE(rebuilt.ok());
   CHECK(!rebuilt->from_cache);
-  CHECK(rebuilt->cubin == first->cubin);
-  auto again = compile_cuda(code.source, options_in(dir.path.string()));
+  CHECK(rebuilt->units == first->units);  // NVRTC's output does not depend on the threads that made it
+  auto again = compile_units(code.prelude, code.units, options_in(dir.path.string()));
   REQUIRE(again.ok());
   CHECK(again->from_cache);
 
-  // A truncated entry too.
+  // A truncated entry too; one thread compiles the same.
   std::filesystem::resize_file(entries[0], 20);
-  auto after_truncation = compile_cuda(code.source, options_in(dir.path.string()));
+  CompileOptions one_job = options_in(dir.path.string());
+  one_job.jobs = 1;
+  auto after_truncation = compile_units(code.prelude, code.units, one_job);
   REQUIRE(after_truncation.ok());
   CHECK(!after_truncation->from_cache);
+  CHECK(after_truncation->units == first->units);
+}
+
+TEST_CASE("codegen: the units are the whole source in order, each kernel in one, small steps merged") {
+  // 40 layers of matmul + norm: many steps, each small.
+  std::string text = "program layers;\ndim B in [1, 64];\ninput x : f16[B, 256];\nparam w : f16[40, 256, 256];\n"
+                     "output y : f16[B, 256];\nlet h = x;\n";
+  for (int l = 0; l < 40; ++l)
+    text += "h = rmsnorm(gelu(h @ w[" + std::to_string(l) + "]), eps = 1e-5);\n";
+  text += "y = h;\n";
+  const plan::Plan p = plan_of(test_programs::compile_text(text));
+  const GeneratedCode code = generate_cuda(p);
+  REQUIRE(code.units.size() >= 2);
+  CHECK(code.units.size() < p.steps.size());  // merged
+  std::string whole = code.prelude;
+  std::map<std::string, int> defined;
+  for (size_t u = 0; u < code.units.size(); ++u) {
+    const SourceUnit& unit = code.units[u];
+    INFO(unit.label);
+    whole += unit.text;
+    if (u + 1 < code.units.size()) CHECK(unit.text.size() >= 64 * 1024);  // only the last may be small
+    CHECK(unit.label.rfind("step ", 0) == 0);
+    for (const std::string& symbol : unit.symbols) {
+      defined[symbol] += 1;
+      CHECK(unit.text.find(" " + symbol + "(") != std::string::npos);
+    }
+  }
+  CHECK(whole == code.source);
+  CHECK(code.units.back().label.find(" to input copy") != std::string::npos);
+  std::set<std::string> table_symbols{kInputCopySymbol};
+  for (const Kernel& k : code.kernels.kernels) {
+    CHECK(defined[k.symbol] == 1);
+    table_symbols.insert(k.symbol);
+  }
+  CHECK(defined[kInputCopySymbol] == 1);
+  CHECK(defined.size() == table_symbols.size());  // no unit defines a kernel the table does not name
+}
+
+TEST_CASE("compile_cuda: a whole source is one unit naming the kernels it defines") {
+  const std::string source =
+      "#include \"gdl_abi.cuh\"\n"
+      "extern \"C\" __global__ void __launch_bounds__(128) gdl_a(unsigned char* arena) {}\n"
+      "extern \"C\" __global__ void gdl_b(unsigned char* arena) {}\n";
+  auto module = compile_cuda(source, options_in("-"));
+  INFO(module.status().message());
+  REQUIRE(module.ok());
+  REQUIRE(module->units.size() == 1);
+  CHECK(module->units[0].symbols == std::vector<std::string>{"gdl_a", "gdl_b"});
+  CHECK(module->units[0].ptx.find(".entry gdl_a(") != std::string::npos);
 }
 
 TEST_CASE("compile_cuda: NVRTC running out of memory is ResourceExhausted, caches nothing, and the next compile works") {
@@ -1159,7 +1265,8 @@ TEST_CASE("compile_cuda: NVRTC running out of memory is ResourceExhausted, cache
   INFO(compiled.status().message());
   REQUIRE(compiled.ok());
   CHECK_FALSE(compiled->from_cache);
-  CHECK_FALSE(compiled->cubin.empty());
+  REQUIRE(compiled->units.size() == 1);
+  CHECK_FALSE(compiled->units[0].cubin.empty());
   CHECK(testing::fail_call("nvrtcLinkProgram").code() == StatusCode::kNotFound);
 }
 

@@ -17,6 +17,7 @@
 #include "passes/ir_verify.h"
 #include "pipeline.h"
 #include "plan/check.h"
+#include "stand_in_module.h"
 
 using namespace gdl;
 
@@ -68,8 +69,7 @@ Artifact tiny_artifact(int extra_dims = 0) {
     a.kernels.step_choices.push_back({static_cast<int>(a.kernels.kernels.size())});
     a.kernels.kernels.push_back(k);
   }
-  a.module.arch = "sm_90";
-  a.module.ptx = "// not real PTX: never loaded without a GPU\n";
+  a.module = stand_in_module(a.kernels);
   a.cuda_source = "// tiny\n";
   return a;
 }

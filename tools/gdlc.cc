@@ -16,6 +16,7 @@
 //
 // Exit codes: 0 ok, 1 the program is wrong, 2 usage or internal error.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +44,7 @@ constexpr int kExitUsage = 2;
 struct Args {
   bool check_only = false;
   bool list_passes = false;
+  std::string progress = "auto";  // --progress: auto (a terminal), always, never
   std::string input;
   std::string emit;    // "" when not printing a stage
   std::string output;  // -o
@@ -106,6 +108,15 @@ void add_options(CLI::App& app, Args& args, bool& no_fuse, std::vector<std::stri
       ->delimiter(',')
       ->check(pass_name())
       ->type_name("PASS[,PASS...]");
+  app.add_option("--jobs,-j", args.pipeline.codegen.jobs, "NVRTC compiles at once (0: one per core)")
+      ->check(gdl::tools::strict_number<int>("a count of jobs from 0 to 1024", 0, 1024))
+      ->default_val(0)
+      ->type_name("N");
+  app.add_option("--progress", args.progress,
+                 "a line per kernel unit as NVRTC finishes it, on stderr (auto: when stderr is a terminal)")
+      ->check(CLI::IsMember({"auto", "always", "never"}).description(""))
+      ->default_val(args.progress)
+      ->type_name("auto|always|never");
   app.add_flag("--list-passes", args.list_passes, "print the passes in order and exit");
   app.add_flag("--no-opt", [&args](int64_t) { args.pipeline.optimize = false; },
                "no constant folding, CSE or dead-code elimination");
@@ -166,6 +177,11 @@ int run(Args& args) {
   args.pipeline.dump = [](const std::string& pass, const std::string& text) {
     std::printf("// ---- after %s\n%s", pass.c_str(), text.c_str());
   };
+  if (args.progress == "always" || (args.progress == "auto" && ::isatty(STDERR_FILENO)))
+    args.pipeline.codegen.progress = [](const gdl::CompileProgress& p) {
+      if (p.from_cache) std::fprintf(stderr, "gdlc: [%zu/%zu] %s: cached\n", p.done, p.total, p.label.c_str());
+      else std::fprintf(stderr, "gdlc: [%zu/%zu] %s: %.1f s\n", p.done, p.total, p.label.c_str(), p.seconds);
+    };
   gdl::Expected<gdl::Compilation> c = gdl::run_pipeline(*file, diags, args.pipeline);
   std::fputs(diags.render(*file).c_str(), stderr);
   if (!c.ok()) {
@@ -202,10 +218,11 @@ int run(Args& args) {
     return kExitUsage;
   }
   const gdl::plan::Plan& plan = artifact.plan;
-  std::fprintf(stderr, "gdlc: wrote %s: %zu kernel nodes, arena %llu bytes (naive %llu, live lower bound %llu), params %llu bytes, %s%s\n",
+  std::fprintf(stderr, "gdlc: wrote %s: %zu kernel nodes, arena %llu bytes (naive %llu, live lower bound %llu), params %llu bytes, %s, %zu NVRTC unit%s in %.1f s%s\n",
                args.output.c_str(), plan.steps.size(), static_cast<unsigned long long>(plan.arena_bytes),
                static_cast<unsigned long long>(plan.naive_bytes), static_cast<unsigned long long>(plan.live_lower_bound),
                static_cast<unsigned long long>(plan.params_bytes), artifact.module.arch.c_str(),
+               artifact.module.units.size(), artifact.module.units.size() == 1 ? "" : "s", artifact.module.compile_ms / 1000,
                artifact.module.from_cache ? " (NVRTC cache hit)" : "");
   return kExitOk;
 }

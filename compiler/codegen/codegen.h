@@ -5,15 +5,27 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernel_table.h"
 #include "plan.h"
 
 namespace gdl {
 
+// Kernels that NVRTC compiles together, after the prelude: one unit per plan
+// step (all of its kernels), per chain, and the input copy kernel. Units are
+// compiled in parallel and cached one by one (nvrtc_compile.h).
+struct SourceUnit {
+  std::string label;                 // "step 3: matmul+gelu", "chain 0: steps 2-9", "input copy"
+  std::string text;                  // its kernels' code
+  std::vector<std::string> symbols;  // the extern "C" kernels it defines
+};
+
 struct GeneratedCode {
-  std::string source;   // one CUDA C++ translation unit
-  KernelTable kernels;  // every kernel but the input copy, and each step's choices
+  std::string prelude;             // the header comment and the device library's include
+  std::vector<SourceUnit> units;
+  std::string source;              // prelude + every unit's text: the whole program (--emit=cuda, the artifact)
+  KernelTable kernels;             // every kernel but the input copy, and each step's choices
 };
 
 // `arch` is the CUBIN target ("sm_90"): below sm_90 the kernels that need

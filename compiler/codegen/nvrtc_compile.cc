@@ -1,25 +1,31 @@
 // Compiling generated CUDA C++ with NVRTC, through an on-disk cache.
 //
+// compile_units compiles each SourceUnit of the generated code (codegen.h:
+// a step's kernels, a chain's, the input copy) as a translation unit of its
+// own, the prelude first; compile_cuda takes a whole source as one unit.
 // 1. Options: --gpu-architecture=<arch> (the CUBIN, and the PTX that newer
 //    GPUs JIT-compile, from one run); -std=c++17,
 //    --include-path=<cuda>/include (cuda_fp16.h, cuda_bf16.h),
-//    -default-device, -split-compile=0 (optimise on every core). No --use_fast_math: the kernels keep IEEE division,
+//    -default-device. No --use_fast_math: the kernels keep IEEE division,
 //    square root and denormals so they agree with the CPU interpreter.
 //    The device library (stdlib-kernels/*.cuh, embedded at build time) is
 //    passed as in-memory headers, so nothing is read from disk.
-// 2. Cache key: FNV-1a 64 over the NVRTC version, the options, every
-//    embedded header and the source (each length-prefixed). The entry is
-//    <cache_dir>/<key as 16 hex digits>.nvrtc; cache_dir is options.cache_dir,
-//    else $GDL_CACHE_DIR, else $HOME/.cache/gdl; "-" turns the cache off.
+// 2. Cache key, per unit: FNV-1a 64 over the NVRTC version, the options,
+//    every embedded header and the unit's text (each length-prefixed). The
+//    entry is <cache_dir>/<key as 16 hex digits>.nvrtc; cache_dir is
+//    options.cache_dir, else $GDL_CACHE_DIR, else $HOME/.cache/gdl; "-"
+//    turns the cache off.
 // 3. A readable entry whose magic, key, version, sizes and checksum all hold
-//    is returned with from_cache = true. Anything else (missing, truncated,
+//    is taken as the unit's code. Anything else (missing, truncated,
 //    corrupted) is ignored and rebuilt.
-// 4. Otherwise NVRTC compiles the source once, giving the CUBIN and the
-//    PTX. A failed compile is a bug in the generated
-//    code (the user's program was accepted): kInternal with NVRTC's whole
-//    program log, as is any other NVRTC failure except running out of
-//    memory (ResourceExhausted).
-// 5. The new entry is written to a temporary file in cache_dir and renamed
+// 4. The units not in the cache are compiled on options.jobs threads at
+//    once (default: the machine's cores), each NVRTC run giving the unit's
+//    CUBIN and PTX; options.progress hears of every unit as it is done. A
+//    failed compile is a bug in the generated code (the user's program was
+//    accepted): kInternal with NVRTC's whole program log, as is any other
+//    NVRTC failure except running out of memory (ResourceExhausted); with
+//    several failures, the first unit's is reported.
+// 5. Each new entry is written to a temporary file in cache_dir and renamed
 //    over the final name, so readers never see half an entry. Failing to
 //    write the cache is not an error.
 #include <nvrtc.h>
@@ -27,6 +33,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <thread>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -125,7 +133,7 @@ std::string virtual_arch(const std::string& arch) {
 }
 
 std::vector<std::string> nvrtc_options(const std::string& arch, const std::string& include) {
-  return {"--gpu-architecture=" + arch, "-std=c++17", "--include-path=" + include, "-default-device", "-split-compile=0"};
+  return {"--gpu-architecture=" + arch, "-std=c++17", "--include-path=" + include, "-default-device"};
 }
 
 // ------------------------------------------------------------------ NVRTC
@@ -207,12 +215,12 @@ void put_bytes(std::vector<uint8_t>& out, const void* data, size_t n) {
 }
 
 // magic, key, nvrtc major/minor, arch, cubin, ptx, then FNV-1a of all before.
-std::vector<uint8_t> encode_entry(uint64_t key, const CompiledModule& m) {
+std::vector<uint8_t> encode_entry(uint64_t key, int major, int minor, const std::string& arch, const ModuleUnit& m) {
   std::vector<uint8_t> out(kCacheMagic, kCacheMagic + sizeof kCacheMagic);
   put_u64(out, key);
-  put_u32(out, static_cast<uint32_t>(m.nvrtc_major));
-  put_u32(out, static_cast<uint32_t>(m.nvrtc_minor));
-  put_bytes(out, m.arch.data(), m.arch.size());
+  put_u32(out, static_cast<uint32_t>(major));
+  put_u32(out, static_cast<uint32_t>(minor));
+  put_bytes(out, arch.data(), arch.size());
   put_bytes(out, m.cubin.data(), m.cubin.size());
   put_bytes(out, m.ptx.data(), m.ptx.size());
   put_u64(out, fnv1a(out.data(), out.size()));
@@ -254,9 +262,9 @@ class Reader {
   size_t pos_ = 0;
 };
 
-// The module in an entry, or false when the entry is not a sound one for `key`.
+// The unit's code in an entry, or false when the entry is not a sound one for `key`.
 bool decode_entry(const std::vector<uint8_t>& b, uint64_t key, int major, int minor, const std::string& arch,
-                  CompiledModule& m) {
+                  ModuleUnit& m) {
   if (b.size() < sizeof kCacheMagic + 8 || std::memcmp(b.data(), kCacheMagic, sizeof kCacheMagic) != 0) return false;
   uint64_t checksum = 0;
   for (int i = 0; i < 8; ++i) checksum |= static_cast<uint64_t>(b[b.size() - 8 + i]) << (8 * i);
@@ -273,11 +281,8 @@ bool decode_entry(const std::vector<uint8_t>& b, uint64_t key, int major, int mi
   if (stored_key != key || static_cast<int>(stored_major) != major || static_cast<int>(stored_minor) != minor ||
       std::string(reinterpret_cast<const char*>(arch_data), arch_size) != arch || cubin_size == 0 || ptx_size == 0)
     return false;
-  m.arch = arch;
   m.cubin.assign(cubin, cubin + cubin_size);
   m.ptx.assign(reinterpret_cast<const char*>(ptx), ptx_size);
-  m.nvrtc_major = major;
-  m.nvrtc_minor = minor;
   return true;
 }
 
@@ -328,71 +333,147 @@ Status check_arch(const std::string& arch) {
                                  std::to_string(*lo) + " to sm_" + std::to_string(*hi));
 }
 
-Expected<CompiledModule> compile_cuda(const std::string& source, const CompileOptions& options) {
-  auto started = std::chrono::steady_clock::now();
-  auto elapsed_ms = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  };
+namespace {
 
-  // 1. Options.
-  if (Status arch = check_arch(options.arch); !arch.ok()) return arch;
-  // The f16/bf16 matmul kernels split K over a thread-block cluster, which
-  // only sm_90 and newer have: the program, not the generated code, cannot
-  // target this arch.
-  if (sm_number(options.arch) < 90 && source.find("__cluster_dims__") != std::string::npos)
-    return Status::InvalidArgument("the program's f16/bf16 matmul kernels use thread-block clusters, which need "
-                                   "sm_90 or newer, not " + options.arch + ": compile it for sm_90");
-  std::string include = include_dir(options);
-  std::vector<std::string> cubin_options = nvrtc_options(options.arch, include);
+// What every unit's compile shares: the options, NVRTC's version and the
+// hash of both with the embedded headers.
+struct UnitCompiler {
+  const CompileOptions& options;
+  std::vector<std::string> nvrtc;
   int major = 0, minor = 0;
-  if (nvrtcResult r = nvrtcVersion(&major, &minor); r != NVRTC_SUCCESS)
-    return Status::Internal("nvrtcVersion failed: " + nvrtc_error(r));
+  Fnv1a base;
+  std::string dir;  // "" when the cache is off
 
-  // 2. Cache key.
-  Fnv1a key_hash;
-  key_hash.text("gdl nvrtc cache 2");
-  key_hash.u64(static_cast<uint64_t>(major));
-  key_hash.u64(static_cast<uint64_t>(minor));
-  key_hash.u64(cubin_options.size());
-  for (const std::string& o : cubin_options) key_hash.text(o);
-  key_hash.u64(static_cast<uint64_t>(embedded::kStdlibFileCount));
-  for (int i = 0; i < embedded::kStdlibFileCount; ++i) {
-    key_hash.text(embedded::kStdlibFileNames[i]);
-    key_hash.text(embedded::kStdlibFileTexts[i]);
+  Status init(const std::string& whole_source) {
+    if (Status arch = check_arch(options.arch); !arch.ok()) return arch;
+    // The f16/bf16 matmul kernels split K over a thread-block cluster, which
+    // only sm_90 and newer have: the program, not the generated code, cannot
+    // target this arch.
+    if (sm_number(options.arch) < 90 && whole_source.find("__cluster_dims__") != std::string::npos)
+      return Status::InvalidArgument("the program's f16/bf16 matmul kernels use thread-block clusters, which need "
+                                     "sm_90 or newer, not " + options.arch + ": compile it for sm_90");
+    nvrtc = nvrtc_options(options.arch, include_dir(options));
+    if (nvrtcResult r = nvrtcVersion(&major, &minor); r != NVRTC_SUCCESS)
+      return Status::Internal("nvrtcVersion failed: " + nvrtc_error(r));
+    base.text("gdl nvrtc cache 3");
+    base.u64(static_cast<uint64_t>(major));
+    base.u64(static_cast<uint64_t>(minor));
+    base.u64(nvrtc.size());
+    for (const std::string& o : nvrtc) base.text(o);
+    base.u64(static_cast<uint64_t>(embedded::kStdlibFileCount));
+    for (int i = 0; i < embedded::kStdlibFileCount; ++i) {
+      base.text(embedded::kStdlibFileNames[i]);
+      base.text(embedded::kStdlibFileTexts[i]);
+    }
+    dir = cache_dir(options);
+    return Status::Ok();
   }
-  key_hash.text(source);
-  uint64_t key = key_hash.value();
-
-  // 3. Cache lookup.
-  std::string dir = cache_dir(options);
-  std::string entry_path = dir.empty() ? "" : dir + "/" + hex16(key) + ".nvrtc";
-  if (!entry_path.empty()) {
+  uint64_t key(const std::string& text) const {
+    Fnv1a h = base;
+    h.text(text);
+    return h.value();
+  }
+  std::string entry_path(uint64_t key) const { return dir.empty() ? "" : dir + "/" + hex16(key) + ".nvrtc"; }
+  bool cached(uint64_t key, ModuleUnit& unit) const {
     std::vector<uint8_t> bytes;
-    CompiledModule cached;
-    if (read_file(entry_path, bytes) && decode_entry(bytes, key, major, minor, options.arch, cached)) {
-      cached.from_cache = true;
-      cached.compile_ms = elapsed_ms();
-      return cached;
+    const std::string path = entry_path(key);
+    return !path.empty() && read_file(path, bytes) && decode_entry(bytes, key, major, minor, options.arch, unit);
+  }
+  Status compile(const std::string& text, uint64_t key, ModuleUnit& unit) const {
+    NvrtcOutput compiled = run_nvrtc(text, nvrtc);
+    if (!compiled.status.ok()) return compiled.status;
+    unit.cubin = std::move(compiled.cubin);
+    unit.ptx = std::move(compiled.ptx);
+    if (const std::string path = entry_path(key); !path.empty())
+      write_atomically(dir, path, encode_entry(key, major, minor, options.arch, unit));
+    return Status::Ok();
+  }
+};
+
+// The extern "C" kernels a hand-written source defines (compile_cuda).
+std::vector<std::string> kernel_symbols(const std::string& source) {
+  std::vector<std::string> symbols;
+  const std::string marker = "extern \"C\" __global__";
+  for (size_t at = source.find(marker); at != std::string::npos; at = source.find(marker, at + marker.size())) {
+    const size_t paren = source.find('(', at + marker.size());
+    size_t end = paren;
+    // The name right before the parameter list (after __launch_bounds__(...) and the like).
+    while (end != std::string::npos) {
+      size_t start = end;
+      while (start > 0 && (std::isalnum(static_cast<unsigned char>(source[start - 1])) || source[start - 1] == '_')) --start;
+      const std::string word = source.substr(start, end - start);
+      if (!word.empty() && word.rfind("__", 0) != 0) {
+        symbols.push_back(word);
+        break;
+      }
+      // A qualifier's own parentheses: the name follows them.
+      const size_t close = source.find(')', end);
+      end = close == std::string::npos ? close : source.find('(', close);
     }
   }
+  return symbols;
+}
 
-  // 4. Compile: one NVRTC run gives the CUBIN and the PTX; it spreads its
-  // optimisation over the machine's cores (-split-compile=0).
-  NvrtcOutput compiled = run_nvrtc(source, cubin_options);
-  if (!compiled.status.ok()) return compiled.status;
+}  // namespace
+
+Expected<CompiledModule> compile_units(const std::string& prelude, const std::vector<SourceUnit>& units,
+                                       const CompileOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  std::string whole = prelude;
+  for (const SourceUnit& u : units) whole += u.text;
+  UnitCompiler compiler{options, {}, 0, 0, {}, {}};
+  if (Status ready = compiler.init(whole); !ready.ok()) return ready;
 
   CompiledModule m;
   m.arch = options.arch;
-  m.cubin = std::move(compiled.cubin);
-  m.ptx = std::move(compiled.ptx);
-  m.nvrtc_major = major;
-  m.nvrtc_minor = minor;
-  m.from_cache = false;
+  m.nvrtc_major = compiler.major;
+  m.nvrtc_minor = compiler.minor;
+  m.units.resize(units.size());
+  std::mutex progress_mutex;
+  size_t done = 0;
+  auto report = [&](size_t u, bool from_cache, double seconds) {
+    std::lock_guard lock(progress_mutex);
+    ++done;
+    if (options.progress) options.progress(CompileProgress{done, units.size(), units[u].label, from_cache, seconds});
+  };
 
-  // 5. Store.
-  if (!entry_path.empty()) write_atomically(dir, entry_path, encode_entry(key, m));
-  m.compile_ms = elapsed_ms();
+  // 1. The cache, unit by unit.
+  std::vector<size_t> to_compile;
+  std::vector<uint64_t> keys(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    m.units[u].symbols = units[u].symbols;
+    keys[u] = compiler.key(prelude + units[u].text);
+    if (compiler.cached(keys[u], m.units[u])) report(u, true, 0);
+    else to_compile.push_back(u);
+  }
+  // 2. The rest on `jobs` threads, each taking the next unit.
+  std::vector<Status> results(units.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < to_compile.size();) {
+      const size_t u = to_compile[i];
+      const auto unit_started = Clock::now();
+      results[u] = compiler.compile(prelude + units[u].text, keys[u], m.units[u]);
+      report(u, false, seconds_since(unit_started));
+    }
+  };
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t jobs = std::min(to_compile.size(), options.jobs > 0 ? static_cast<size_t>(options.jobs) : cores);
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < jobs; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const Status& r : results)
+    if (!r.ok()) return r;
+  m.from_cache = to_compile.empty();
+  m.compile_ms = seconds_since(started) * 1000;
   return m;
+}
+
+Expected<CompiledModule> compile_cuda(const std::string& source, const CompileOptions& options) {
+  return compile_units("", {SourceUnit{"source", source, kernel_symbols(source)}}, options);
 }
 
 }  // namespace gdl

@@ -1,12 +1,13 @@
 // Loading the generated kernels and choosing and launching them.
 //
 // KernelLibrary::load:
-// 1. Read the device's compute capability; use the CUBIN if the artifact's
+// 1. Read the device's compute capability; use the CUBINs if the artifact's
 //    arch is exactly this one, else the PTX (the driver JIT-compiles it).
-// 2. cudaLibraryLoadData the image (context-independent; the runtime loads
-//    it into the device's context when needed).
+// 2. cudaLibraryLoadData each module unit's image (context-independent; the
+//    runtime loads it into the device's context when needed).
 // 3. The input copy kernel (kInputCopySymbol), then cudaLibraryGetKernel
-//    for every kernel of the table (kernels may share a symbol).
+//    for every kernel of the table from the unit that defines it (kernels
+//    may share a symbol).
 // 4. Where a rule asks for dynamic shared memory, raise the kernel's limit
 //    on this device (checked against the device's opt-in max).
 // 5. A cooperative kernel must have every block resident at once: the
@@ -44,7 +45,7 @@ Expected<LaunchDims> launch_dims(const LaunchRule& rule, const std::vector<int64
 }
 
 KernelLibrary::~KernelLibrary() {
-  if (library_) (void)cudaLibraryUnload(library_);
+  for (cudaLibrary_t library : libraries_) (void)cudaLibraryUnload(library);
 }
 
 Status KernelLibrary::load(const Program::Impl& program, int device) {
@@ -55,21 +56,26 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
   std::string device_arch = "sm_" + std::to_string(major * 10 + minor);
 
-  const void* code = nullptr;
-  if (a.module.arch == device_arch && !a.module.cubin.empty()) {
-    code = a.module.cubin.data();
-    image_ = "cubin " + a.module.arch;
-  } else if (!a.module.ptx.empty()) {
-    code = a.module.ptx.c_str();  // NUL-terminated, as cudaLibraryLoadData wants PTX
-    image_ = "ptx (device is " + device_arch + ", cubin is " + a.module.arch + ")";
-  } else {
-    return Status::FailedPrecondition("the artifact holds a CUBIN for " + a.module.arch + " only and no PTX; device " +
-                                      std::to_string(device) + " is " + device_arch + ": recompile for " + device_arch);
+  const bool use_cubin = a.module.arch == device_arch;
+  for (const ModuleUnit& unit : a.module.units)
+    if (use_cubin ? unit.cubin.empty() : unit.ptx.empty())
+      return Status::FailedPrecondition(use_cubin ? "a module unit of the artifact has no CUBIN for " + a.module.arch
+                                                  : "the artifact holds a CUBIN for " + a.module.arch + " only and no PTX; device " +
+                                                        std::to_string(device) + " is " + device_arch + ": recompile for " +
+                                                        device_arch);
+  image_ = use_cubin ? "cubin " + a.module.arch : "ptx (device is " + device_arch + ", cubin is " + a.module.arch + ")";
+  image_ += ", " + std::to_string(a.module.units.size()) + " units";
+  std::map<std::string, cudaLibrary_t> library_of;  // symbol -> the unit's library that defines it
+  for (const ModuleUnit& unit : a.module.units) {
+    // PTX is NUL-terminated, as cudaLibraryLoadData wants it.
+    const void* code = use_cubin ? static_cast<const void*>(unit.cubin.data()) : unit.ptx.c_str();
+    cudaLibrary_t library = nullptr;
+    GDL_CUDA_TRY(library_load(&library, code), "loading the kernel module (" + image_ + ")");
+    libraries_.push_back(library);
+    for (const std::string& symbol : unit.symbols) library_of[symbol] = library;
   }
-  GDL_CUDA_TRY(library_load(&library_, code),
-               "loading the kernel module (" + image_ + ")");
-  GDL_CUDA_TRY(cudaLibraryGetKernel(&input_copy_, library_, kInputCopySymbol), "finding the input copy kernel");
-
+  GDL_CUDA_TRY(cudaLibraryGetKernel(&input_copy_, library_of.at(kInputCopySymbol), kInputCopySymbol),
+               "finding the input copy kernel");
   int smem_optin = 0, sms = 0, cooperative_launch = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                "reading the shared memory limit");
@@ -87,7 +93,9 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     cudaKernel_t kernel = nullptr;
     if (refusal.empty()) {
       kernel = by_symbol[k.symbol];
-      if (!kernel) GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_, k.symbol.c_str()), "finding kernel '" + k.symbol + "'");
+      if (!kernel)  // verify_artifact: every symbol is in a unit
+        GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_of.at(k.symbol), k.symbol.c_str()),
+                     "finding kernel '" + k.symbol + "'");
       by_symbol[k.symbol] = kernel;
       // Raised for any dynamic amount, not only above 48 KiB: the default
       // limit counts the kernel's static shared memory too (a 48 KiB request

@@ -93,7 +93,7 @@ class KernelLibrary {
   cudaKernel_t input_copy() const { return input_copy_; }
 
  private:
-  cudaLibrary_t library_ = nullptr;
+  std::vector<cudaLibrary_t> libraries_;  // one per module unit
   cudaKernel_t input_copy_ = nullptr;
   std::vector<cudaKernel_t> kernels_;  // per table kernel; nullptr where this device cannot run it
   std::vector<std::string> refusals_;
