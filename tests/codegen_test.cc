@@ -88,6 +88,12 @@ plan::Plan plan_of(const ir::Graph& g) {
   return plan_program(g);
 }
 
+// A kernel symbol is `head` (step, main op, variant), then "__" and the
+// step's other ops, if any.
+bool named(const std::string& symbol, const std::string& head) {
+  return symbol == head || symbol.rfind(head + "__", 0) == 0;
+}
+
 bool contains(const std::vector<uint8_t>& bytes, const std::string& s) {
   return std::search(bytes.begin(), bytes.end(), s.begin(), s.end()) != bytes.end();
 }
@@ -299,7 +305,9 @@ TEST_CASE("codegen: every elementwise op in every dtype compiles to an sm_90 CUB
     const Kernel& k = own_kernel(code, s);
     const ir::Node& n = p.graph.node(p.steps[s].result);
     INFO(k.symbol);
-    CHECK(k.symbol == "gdl_s" + std::to_string(s) + "_" + ir::op_name(n.op));
+    CHECK(named(k.symbol, "gdl_s" + std::to_string(s) + "_" + ir::op_name(n.op)));
+    for (ir::ValueId v : p.steps[s].values)  // a fused op is named after "__"
+      if (v != p.steps[s].result) CHECK(k.symbol.find(ir::op_name(p.graph.node(v).op)) != std::string::npos);
     // Elementwise: a grid-stride loop over the result.
     CHECK(k.launch.work == n.type.shape);
     CHECK(k.launch.block == 256);
@@ -608,7 +616,7 @@ TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's pro
     CHECK((ln.prologue_kernel >= 0) == fused);
     if (fused) {
       const Kernel& norm = code.kernels.kernels.at(static_cast<size_t>(ln.prologue_kernel));
-      CHECK(norm.symbol == "gdl_s" + std::to_string(sn) + "_matmul_library_norm");
+      CHECK(named(norm.symbol, "gdl_s" + std::to_string(sn) + "_matmul_library_norm"));
       CHECK(norm.first_step == static_cast<int>(sn));
       for (const std::vector<int>& choices : code.kernels.step_choices)
         CHECK(std::find(choices.begin(), choices.end(), ln.prologue_kernel) == choices.end());
@@ -713,7 +721,7 @@ TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the
     CHECK(c.rows_splits == 8);
     CHECK(c.rows_cluster == !f32);
     GeneratedCode code = generate_cuda(p);
-    CHECK((code.source.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) gdl_s0_matmul(") !=
+    CHECK((code.source.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) " + own_kernel(code, 0).symbol + "(") !=
            std::string::npos) == !f32);
     CHECK((code.source.find("gdl::matmul_rows<1, 8>(") != std::string::npos) == !f32);  // f16, bf16: one row at most
     CHECK((p.steps[0].scratch_bytes == 0) == !f32);
@@ -884,7 +892,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     const std::vector<int>& choices = code.kernels.step_choices.at(s);
     CHECK(choices.size() == (f32 ? 3u : 5u));  // with cuBLASLt's in front (library_kernel)
     CHECK(library_kernel(code.kernels, s) != nullptr);
-    CHECK(hk.symbol == "gdl_s" + std::to_string(s) + "_matmul");
+    CHECK(named(hk.symbol, "gdl_s" + std::to_string(s) + "_matmul"));
     CHECK(hk.launch.work.empty());
     CHECK(hk.launch.grid_y == strips * hybrid.rows_splits);
     const int64_t first = f32 ? 17 : 2;  // the lowest tiled band's first rows
@@ -1074,7 +1082,8 @@ TEST_CASE("codegen: a fused elementwise step is one kernel with one local per va
   plan::Plan p = fused_plan();
   GeneratedCode code = generate_cuda(p);
   REQUIRE(code.kernels.step_choices.size() == 1);
-  CHECK(own_kernel(code, 0).symbol == "gdl_s0_add");
+  CHECK(named(own_kernel(code, 0).symbol, "gdl_s0_add"));
+  CHECK(own_kernel(code, 0).symbol.find("__") != std::string::npos);  // the fused ops follow
   const std::string& src = code.source;
   CHECK(src.find("const float r2 = gdl::fit<__half>(gdl::op::mul(gdl::ld(v0[i]), gdl::ld(v1[st1.at(c)])));") !=
         std::string::npos);

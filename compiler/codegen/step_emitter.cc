@@ -67,14 +67,32 @@ std::string StepEmitter::emit_chain_step() {
   return out + "  }\n";
 }
 
+// "__layernorm_add_gelu": the step's other ops in order, each once, at most
+// five, so that a profiler's kernel list says what a kernel computes
+// ("gdl_s3_matmul_tiled33__layernorm_add_gelu_cast_mul"); "" for a step of
+// one op. The name starts with the step and its main op, as before, so a
+// filter on that prefix finds it.
+std::string StepEmitter::fused_ops_suffix(Op anchor_op) const {
+  std::vector<Op> others;
+  for (ValueId v : step.values) {
+    const Op op = g.node(v).op;
+    if (op != anchor_op && std::find(others.begin(), others.end(), op) == others.end()) others.push_back(op);
+  }
+  std::string suffix;
+  for (size_t i = 0; i < others.size() && i < 5; ++i) suffix += (i ? "_" : "__") + std::string(ir::op_name(others[i]));
+  return suffix;
+}
+
 std::string StepEmitter::emit(Kernel& info) {
   LaunchRule rule;
   const std::string body = build_body(rule);
   const Node& result = g.node(step.result);
-  info.symbol = "gdl_s" + std::to_string(index) + "_" + ir::op_name((structured_ ? g.node(anchor) : result).op);
+  const Op anchor_op = (structured_ ? g.node(anchor) : result).op;
+  info.symbol = "gdl_s" + std::to_string(index) + "_" + ir::op_name(anchor_op);
   if (variant == Variant::kLarge) info.symbol += "_tiled" + std::to_string(band.lo);
   if (variant == Variant::kLibrary) info.symbol += "_library";
   if (variant == Variant::kLibraryNorm) info.symbol += "_library_norm";
+  info.symbol += fused_ops_suffix(anchor_op);
   info.library = library;
   info.launch = rule;
   info.scalars_used.assign(scalars_used_.begin(), scalars_used_.end());

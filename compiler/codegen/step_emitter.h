@@ -124,6 +124,7 @@ class StepEmitter {
   std::vector<std::pair<std::string, uint64_t>> param_pointers;  // pointers into params, with their buffers' bytes
 
  private:
+  std::string fused_ops_suffix(ir::Op anchor_op) const;  // the symbol's "__op_op" tail
   std::string build_body(LaunchRule& rule);
   std::string kernel_inside(const std::string& body) const;
   void choose_index_type();
