@@ -292,12 +292,20 @@ Status load_sets(const Options& opt, const Variant& v, std::vector<LoadedSet>& s
   return Status::Ok();
 }
 
-Status bind_set(gdl::Session& s, const InputSet& set, const LoadedSet& data, bool from_device) {
+// How the timed binds give the inputs: copied from host memory, copied
+// from device memory, or by reference to device memory (no copy; where the
+// session refuses that, as for rows padded to a bucket, a device bind).
+enum class BindPath { kHost, kDevice, kReference };
+
+Status bind_set(gdl::Session& s, const InputSet& set, const LoadedSet& data, BindPath path) {
   for (size_t i = 0; i < set.inputs.size(); ++i) {
     const TensorFile& t = set.inputs[i];
-    const void* src = from_device ? data.device[i].ptr : static_cast<const void*>(data.host[i].data());
+    if (path == BindPath::kReference &&
+        s.bind_reference(t.name, data.device[i].ptr, t.bytes(), t.dtype, t.shape).ok())
+      continue;
+    const void* src = path == BindPath::kHost ? static_cast<const void*>(data.host[i].data()) : data.device[i].ptr;
     BENCH_TRY(s.bind(t.name, src, t.bytes(), t.dtype, t.shape,
-                     from_device ? gdl::MemoryKind::kDevice : gdl::MemoryKind::kHost));
+                     path == BindPath::kHost ? gdl::MemoryKind::kHost : gdl::MemoryKind::kDevice));
   }
   return Status::Ok();
 }
@@ -324,7 +332,7 @@ Status check_sets(const Options& opt, const Variant& v, gdl::Session& s, const s
     for (bool eager : {false, true}) {
       if (eager && !with_eager) continue;
       BENCH_TRY(gdl::testing::poison_arena(s, 0xFF));
-      BENCH_TRY(bind_set(s, v.sets[k], sets[k], false));
+      BENCH_TRY(bind_set(s, v.sets[k], sets[k], BindPath::kHost));
       BENCH_TRY(eager ? s.run_eager() : s.run());
       std::vector<double> got;
       BENCH_TRY(read_output(s, v.output, got));
@@ -370,7 +378,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   // --max-mode-s gets fewer runs (never under 50); the JSON says how many.
   double t0 = now_us();
   for (int i = 0; i < 3; ++i) {
-    BENCH_TRY(bind_set(s, v.sets[pick(i)], sets[pick(i)], true));
+    BENCH_TRY(bind_set(s, v.sets[pick(i)], sets[pick(i)], BindPath::kDevice));
     BENCH_TRY(s.run_eager());  // eager is the slower mode
     BENCH_TRY(s.synchronize());
   }
@@ -397,7 +405,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[0].ref64, true, v.output.count());
     CheckResult serial_check;
     BENCH_TRY(gdl::testing::poison_arena(serial, 0xFF));
-    BENCH_TRY(bind_set(serial, v.sets[0], sets[0], false));
+    BENCH_TRY(bind_set(serial, v.sets[0], sets[0], BindPath::kHost));
     BENCH_TRY(serial.run());
     std::vector<double> got;
     BENCH_TRY(read_output(serial, v.output, got));
@@ -423,7 +431,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     for (int i = 0; i < opt.warmup + runs; ++i) {
       size_t k = pick(i);
       BENCH_TRY(flush.run(i));
-      BENCH_TRY(bind_set(timed_session, v.sets[k], sets[k], true));
+      BENCH_TRY(bind_set(timed_session, v.sets[k], sets[k], BindPath::kDevice));
       BENCH_TRY(eager ? timed_session.run_eager() : timed_session.run());
       const gdl::SessionStats st = timed_session.stats();  // a copy: one per run
       if (st.last_device_us < 0) return Status::Internal("no device time recorded");
@@ -460,13 +468,14 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   }
   BENCH_TRY(copy_probe.create(input_bytes));
   std::vector<double> copies;
-  for (bool from_device : {false, true}) {
+  for (BindPath path : {BindPath::kHost, BindPath::kDevice, BindPath::kReference}) {
+    const bool from_device = path != BindPath::kHost;
     std::vector<double> times, binds, run_calls, submits;
     for (int i = 0; i < opt.warmup + runs; ++i) {
       size_t k = pick(i);
       BENCH_TRY(plain.synchronize());
       double begin = now_us();
-      BENCH_TRY(bind_set(plain, v.sets[k], sets[k], from_device));
+      BENCH_TRY(bind_set(plain, v.sets[k], sets[k], path));
       double bound = now_us();
       BENCH_TRY(plain.run());
       double end = now_us();
@@ -486,7 +495,9 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
       run_calls.push_back(end - bound);
       submits.push_back(plain.stats().last_submit_us);
     }
-    const std::string key = from_device ? "host_device_bind" : "host";
+    const std::string key = path == BindPath::kHost     ? "host"
+                            : path == BindPath::kDevice ? "host_device_bind"
+                                                        : "host_reference_bind";
     Summary sum = summarize(times);
     medians[key] = sum.median;
     json.add(key, sum.json());
@@ -495,8 +506,10 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     json.add(key + "_run", run_call.json());
     json.add(key + "_submit", submit.json());
     std::printf("  host %s: bind %.2f us, run() %.2f us (of which submit %.2f us), median of %zu\n",
-                from_device ? "from device memory" : "from host memory", bind.median, run_call.median,
-                submit.median, bind.runs);
+                path == BindPath::kHost     ? "from host memory"
+                : path == BindPath::kDevice ? "from device memory"
+                                            : "by reference",
+                bind.median, run_call.median, submit.median, bind.runs);
   }
   const Summary probe_sum = summarize(probes), copy_sum = summarize(copies);
   json.add("host_launch_probe", probe_sum.json());
@@ -512,7 +525,7 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
     t0 = now_us();
     for (int i = 0; i < loop_runs; ++i) {
       size_t k = pick(i);
-      BENCH_TRY(bind_set(plain, v.sets[k], sets[k], true));
+      BENCH_TRY(bind_set(plain, v.sets[k], sets[k], BindPath::kDevice));
       BENCH_TRY(plain.run());
     }
     BENCH_TRY(plain.synchronize());
@@ -572,7 +585,7 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   for (int i = 0; i < opt.warmup + opt.runs; ++i) {
     const size_t k = pick(i);
     BENCH_TRY(flush.run(i));
-    BENCH_TRY(bind_set(s, v.sets[k], sets[k], true));
+    BENCH_TRY(bind_set(s, v.sets[k], sets[k], BindPath::kDevice));
     BENCH_TRY(s.run());
     if (i >= opt.warmup) device.push_back(s.stats().last_device_us);
   }
@@ -581,7 +594,7 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
     const size_t k = pick(i);
     BENCH_TRY(plain.synchronize());
     const double begin = now_us();
-    BENCH_TRY(bind_set(plain, v.sets[k], sets[k], true));
+    BENCH_TRY(bind_set(plain, v.sets[k], sets[k], BindPath::kDevice));
     BENCH_TRY(plain.run());
     if (i >= opt.warmup) host.push_back(now_us() - begin);
   }
@@ -777,7 +790,9 @@ int main(int argc, char** argv) {
   app.add_option("--data", opt.data, "bench/torch_bench.py's data (manifest.json)")->required()->type_name("DIR");
   app.add_option("--out", opt.out, "the JSON results")->required()->type_name("FILE");
   app.add_option("--repo", opt.repo, "the source tree (the .gdl programs)")->default_str(".")->type_name("ROOT");
-  app.add_option("--only", opt.only, "only these variants")->delimiter(',')->type_name("NAME[,NAME...]");
+  gdl::tools::one_word_each(app.add_option("--only", opt.only, "only these variants"))
+      ->delimiter(',')
+      ->type_name("NAME[,NAME...]");
   const auto count = [&](const char* flag, int& into, const char* help) {
     app.add_option(flag, into, help)->check(strict_number<int>("a positive count", 1))->default_val(into)->type_name("N");
   };

@@ -124,7 +124,8 @@ def build(torch_res, gdl_res):
                      us(get(t, "graph", "median_us")), ratio(gg, tg),
                      f"{us(fl)} ({bound})" if fl is not None else "-", ratio(gg, fl), verdict(g)])
         host.append([name, us(get(g, "host", "median_us")), us(get(g, "host_copy_probe", "median_us")),
-                     us(get(g, "host_device_bind", "median_us")), us(get(g, "host_launch_probe", "median_us")),
+                     us(get(g, "host_device_bind", "median_us")), us(get(g, "host_reference_bind", "median_us")),
+                     us(get(g, "host_launch_probe", "median_us")),
                      us(get(t, "graph_host", "median_us")), us(get(g, "loop", "median_us")),
                      us(get(t, "graph_loop", "median_us"))])
         prog = get(g, "program")
@@ -197,7 +198,7 @@ MAIN_HEAD = ["workload", "gdl graph", "gdl graph, no overlap", "gdl eager", "tor
              "torch replay only", "gdl/torch graph",
              "floor", "gdl/floor", "correct (err vs torch)"]
 HOST_HEAD = ["workload", "gdl bind+run (host mem)", "memcpy of the inputs to pinned (host)",
-             "gdl bind+run (dev mem)", "one-memset graph launch (host)", "torch copy_+replay",
+             "gdl bind+run (dev mem)", "gdl bind_reference+run (dev mem)", "one-memset graph launch (host)", "torch copy_+replay",
              "gdl loop/run", "torch graph loop/run"]
 ONCE_HEAD = ["program", "nodes", "compile ms", "graph build us", "instantiate us", "upload us",
              "arena MiB", "params MiB"]

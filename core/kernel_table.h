@@ -5,12 +5,15 @@
 //   extern "C" __global__ void NAME(unsigned char* arena,
 //                                   const unsigned char* params,
 //                                   gdl_args args);
-//   struct gdl_args { int dims[kMaxRuntimeDims]; float scalars[kMaxScalars]; };
+//   struct gdl_args { int dims[kMaxRuntimeDims]; float scalars[kMaxScalars];
+//                     const unsigned char* inputs[kMaxInputPointers]; };
 // dims holds the layout extent of each run-time dim (Graph::dims order):
 // every index, stride and launch dim uses it. Under the buckets policy it is
 // the capacity of the run's bucket, under the update policy the value itself.
 // scalars holds the current value of each run-time scalar (Graph leaves of op
-// kScalar, in order; an i32 scalar travels as its bit pattern).
+// kScalar, in order; an i32 scalar travels as its bit pattern). inputs
+// holds where each input's contents are this run (plan.h
+// input_pointer_slots): its arena buffer, or the caller's memory.
 // The valid counts: a program with run-time dims holds int32
 // valid[kMaxRuntimeDims] in the arena at plan::kValidDimsOffset, the value
 // of each run-time dim for this run (valid <= dims), written by the runtime
@@ -37,6 +40,7 @@ namespace gdl {
 inline constexpr int kMaxRuntimeDims = GDL_MAX_RUNTIME_DIMS;
 inline constexpr int kMaxScalars = GDL_MAX_SCALARS;
 inline constexpr int kMaxInputCopies = GDL_MAX_INPUT_COPIES;
+inline constexpr int kMaxInputPointers = GDL_MAX_INPUT_POINTERS;
 
 // Every module also holds this kernel, taking a gdl_input_copies by value
 // (gdl_abi.cuh): the runtime's graph node that copies the inputs bound from

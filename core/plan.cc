@@ -29,6 +29,7 @@
 //    own bytes of the scratch area.
 #include "plan.h"
 
+#include "kernel_table.h"
 #include "plan_conflicts.h"
 
 #include <algorithm>
@@ -270,6 +271,40 @@ Access access_of(const Buffer& b, const std::vector<DimInfo>& dims) {
 
 bool overlaps(const Access& a, const Access& b) {
   return a.region == b.region && a.region != Region::kNone && a.begin < b.end && b.begin < a.end;
+}
+
+std::vector<bool> inputs_clobbered_by_run(const Plan& p) {
+  std::vector<bool> clobbered;
+  for (ValueId in : p.graph.leaves(ir::Op::kInput)) {
+    const Buffer& b = p.buffers[static_cast<size_t>(in)];
+    bool written = false;
+    for (const Step& s : p.steps) {
+      const Buffer& r = p.buffers[static_cast<size_t>(s.result)];
+      written |= b.bytes > 0 && r.bytes > 0 && overlaps(access_of(b, p.graph.dims), access_of(r, p.graph.dims));
+    }
+    clobbered.push_back(written);
+  }
+  return clobbered;
+}
+
+std::vector<int> input_pointer_slots(const Plan& p) {
+  const ir::Graph& g = p.graph;
+  std::vector<int> slot(g.nodes.size(), -1);
+  const std::vector<ValueId> inputs = g.leaves(ir::Op::kInput);
+  const std::vector<bool> clobbered = inputs_clobbered_by_run(p);
+  for (size_t i = 0; i < inputs.size() && i < static_cast<size_t>(kMaxInputPointers); ++i)
+    if (!clobbered[i] && p.buffers[static_cast<size_t>(inputs[i])].region == Region::kArena)
+      slot[static_cast<size_t>(inputs[i])] = static_cast<int>(i);
+  std::vector<bool> computed(g.nodes.size(), false);
+  for (const Step& s : p.steps)
+    for (ValueId v : s.values) computed[static_cast<size_t>(v)] = true;
+  // A view lies in its argument's buffer (memory.cc); values come after their arguments.
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const ir::Node& n = g.nodes[v];
+    if (!ir::is_leaf(n.op) && !computed[v] && !n.args.empty() && p.buffers[v].region == Region::kArena)
+      slot[v] = slot[static_cast<size_t>(n.args[0])];
+  }
+  return slot;
 }
 
 const char* conflict_name(Conflict c) {

@@ -211,6 +211,20 @@ struct Access {
 Access access_of(const Buffer& b, const std::vector<DimInfo>& dims);
 bool overlaps(const Access& a, const Access& b);
 
+// Per input (declaration order, the graph's kInput leaves): whether a run
+// writes into its buffer (an in-place update of it, or a step result placed
+// over it), so the next run needs it bound again.
+std::vector<bool> inputs_clobbered_by_run(const Plan& p);
+
+// Per value: the slot of gdl_args::inputs through which kernels read it,
+// or -1. A value gets its input's slot when it is an input or a view of one
+// (reshape, slice: no step computes it) and that input is readable in
+// place: its index is below kMaxInputPointers and no run writes into its
+// buffer. Codegen addresses such values from the slot's pointer; the
+// runtime points the slot at the arena buffer or at the caller's memory
+// (Session::bind_reference).
+std::vector<int> input_pointer_slots(const Plan& p);
+
 enum class Conflict { kNone, kReadAfterWrite, kWriteAfterRead, kWriteAfterWrite };
 const char* conflict_name(Conflict c);
 

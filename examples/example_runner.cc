@@ -151,7 +151,8 @@ int run_example(int argc, char** argv, ExampleSpec spec) {
                "the CPU reference and prints their costs",
                tool);
   tools::add_standard_flags(app, tool);
-  app.add_option("ARGS", words, "[PROGRAM.gdl|PROGRAM.gdlx] [DIM=VALUE ...] (default: " + path + ", dims at their upper bounds)");
+  app.add_option("ARGS", words, "[PROGRAM.gdl|PROGRAM.gdlx] [DIM=VALUE ...] (default: " + path + ", dims at their upper bounds)")
+      ->take_all();
   tools::CommandLineOutcome outcome = tools::parse_command_line(app, argc, argv, 2);
   for (size_t i = 0; outcome.go_on && i < words.size(); ++i) {
     std::string name, value;

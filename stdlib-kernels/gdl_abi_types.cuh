@@ -26,10 +26,16 @@
 
 #define GDL_MAX_RUNTIME_DIMS 8
 #define GDL_MAX_SCALARS 16
+#define GDL_MAX_INPUT_POINTERS 16
 
+// inputs[j]: where the kernels read input j (declaration order) this run:
+// its arena buffer, or the caller's memory for an input bound by reference
+// (Session::bind_reference). Only inputs that no step writes into and
+// whose index is below GDL_MAX_INPUT_POINTERS are read through it.
 struct gdl_args {
   int dims[GDL_MAX_RUNTIME_DIMS];
   float scalars[GDL_MAX_SCALARS];
+  const unsigned char* inputs[GDL_MAX_INPUT_POINTERS];
 };
 
 // The runtime's input copy node (gdl_input_copy, generated into every
@@ -50,5 +56,6 @@ struct gdl_input_copies {
 #define GDL_TENSOR_MAP_BYTES 128
 
 // Passed by value as kernel parameters: the host writes them byte for byte.
-static_assert(sizeof(gdl_args) == 4 * (GDL_MAX_RUNTIME_DIMS + GDL_MAX_SCALARS), "gdl_args has no padding");
+static_assert(sizeof(gdl_args) == 4 * (GDL_MAX_RUNTIME_DIMS + GDL_MAX_SCALARS) + 8 * GDL_MAX_INPUT_POINTERS,
+              "gdl_args has no padding");
 static_assert(sizeof(gdl_input_copies) == 24 * GDL_MAX_INPUT_COPIES, "gdl_input_copies has no padding");

@@ -1243,6 +1243,43 @@ TEST_CASE("codegen: the units are the whole source in order, each kernel in one,
   CHECK(defined.size() == table_symbols.size());  // no unit defines a kernel the table does not name
 }
 
+TEST_CASE("codegen: inputs and their views are read through gdl_args::inputs unless a run writes into them") {
+  const plan::Plan p = plan_of(test_programs::compile_text(R"(program refs;
+dim B in [1, 8];
+input x : f32[B, 16];
+input base : f32[8, 16];
+input at : i32[B];
+output y : f32[8, 16];
+output z : f32[B, 8];
+y = scatter(base, at, x, axis = 0);
+z = x[:, 4:12] * 2.0;
+)"));
+  const std::vector<bool> clobbered = plan::inputs_clobbered_by_run(p);
+  const std::vector<int> slots = plan::input_pointer_slots(p);
+  const std::vector<ir::ValueId> inputs = p.graph.leaves(ir::Op::kInput);
+  REQUIRE(inputs.size() == 3);
+  const std::string source = generate_cuda(p).source;
+  INFO(source);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    INFO(p.graph.node(inputs[i]).name);
+    CHECK(slots[static_cast<size_t>(inputs[i])] == (clobbered[i] ? -1 : static_cast<int>(i)));
+    const bool through_slot = source.find("args.inputs[" + std::to_string(i) + "]") != std::string::npos;
+    CHECK(through_slot == !clobbered[i]);
+  }
+  CHECK_FALSE(clobbered[0]);  // x is only read
+  // The slice of x is a view: x's slot, at its place inside x.
+  bool view_found = false;
+  for (size_t v = 0; v < p.graph.nodes.size(); ++v)
+    if (p.graph.nodes[v].op == ir::Op::kSlice && !p.graph.nodes[v].args.empty() && p.graph.nodes[v].args[0] == inputs[0]) {
+      view_found = true;
+      const bool computed = std::any_of(p.steps.begin(), p.steps.end(), [&](const plan::Step& st) {
+        return std::find(st.values.begin(), st.values.end(), static_cast<ir::ValueId>(v)) != st.values.end();
+      });
+      CHECK(slots[v] == (computed ? -1 : 0));
+    }
+  CHECK(view_found);
+}
+
 TEST_CASE("compile_cuda: a whole source is one unit naming the kernels it defines") {
   const std::string source =
       "#include \"gdl_abi.cuh\"\n"

@@ -474,7 +474,7 @@ TEST_CASE("hostile tools: gdlrun reads numbers whole and strictly") {
   const std::string run = kGdlrun + " " + t.write("p.gdl", kRuntimeDimProgram).string() + " --cpu ";
   check_error(t.run(run + "--dim B=1e3"), "gdlrun", "'1e3' is not an integer", 2);
   check_error(t.run(run + "--dim B=8x"), "gdlrun", "'8x' is not an integer", 2);
-  check_error(t.run(run + "--dim B="), "gdlrun", "is not an integer", 2);
+  check_error(t.run(run + "--dim B="), "gdlrun", "--dim expects NAME=VALUE, got 'B='", 2);
   check_error(t.run(run + "--dim B=99999999999999999999"), "gdlrun", "is not an integer", 2);
   check_error(t.run(run + "--set kv_len=nan"), "gdlrun", "'nan' is not a finite number", 2);
   check_error(t.run(run + "--set kv_len=inf"), "gdlrun", "'inf' is not a finite number", 2);

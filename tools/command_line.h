@@ -73,7 +73,7 @@ CLI::Option* add_assignments(CLI::App& app, const std::string& flag, std::map<st
           [&into, flag, what](const std::vector<std::string>& items) {
             for (const std::string& item : items) {
               std::string name, value;
-              if (!split_assignment(item, &name, &value))
+              if (!split_assignment(item, &name, &value) || value.empty())
                 throw CLI::ValidationError(flag + " expects NAME=VALUE, got '" + item + "'");
               if constexpr (std::is_same_v<T, std::string>) {
                 into[name] = value;
@@ -129,10 +129,19 @@ inline int report_command_line(const std::string& tool, const CommandLineOutcome
   return outcome.exit_code;
 }
 
-// An app named `tool` with --help and --version.
+// An app named `tool` with --help and --version; an option given twice
+// keeps its last value (as the tools did before CLI11).
 inline void add_standard_flags(CLI::App& app, const std::string& tool) {
   app.set_version_flag("--version", version_text(tool));
   app.get_formatter()->column_width(30);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+// A list option (`--only a,b`, repeatable) that takes exactly one word per
+// use: CLI11's vector options otherwise swallow the words after them
+// (`gdlc --dump-after=ir prog.gdl` would take prog.gdl as a pass).
+inline CLI::Option* one_word_each(CLI::Option* option) {
+  return option->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 }  // namespace gdl::tools

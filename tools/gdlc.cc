@@ -59,10 +59,11 @@ const char* emit_stop(const std::string& emit) {
   return "codegen";  // cuda
 }
 
-CLI::Validator pass_name() {
+// A pass's name; "all" too where `all` (--dump-after).
+CLI::Validator pass_name(bool all) {
   return CLI::Validator(
-      [](std::string& pass) -> std::string {
-        if (pass == "all" || gdl::is_pass_name(pass)) return "";
+      [all](std::string& pass) -> std::string {
+        if ((all && pass == "all") || gdl::is_pass_name(pass)) return "";
         return "unknown pass '" + pass + "' (gdlc --list-passes names them)";
       },
       "");
@@ -70,11 +71,11 @@ CLI::Validator pass_name() {
 
 // The options into `app` and `args`; what CLI11 cannot say alone (options
 // that only make sense together) is checked after parsing.
-void add_options(CLI::App& app, Args& args, bool& no_fuse, std::vector<std::string>& dumps) {
+void add_options(CLI::App& app, Args& args, bool& no_fuse, std::vector<std::string>& dumps, std::string& checked) {
   gdl::tools::add_standard_flags(app, "gdlc");
   app.add_option("FILE.gdl", args.input, "the program");
   CLI::App* check = app.add_subcommand("check", "check the program only (parse, types, shapes); diagnostics on stderr");
-  check->add_option("FILE.gdl", args.input, "the program")->required();
+  check->add_option("FILE.gdl", checked, "the program")->required();
   check->callback([&args] { args.check_only = true; });
   check->fallthrough();
   app.add_option("-o,--output", args.output,
@@ -103,10 +104,11 @@ void add_options(CLI::App& app, Args& args, bool& no_fuse, std::vector<std::stri
       ->default_val(args.pipeline.target.multiprocessors)
       ->type_name("N (1-4096)");
   app.add_option("--cache-dir", args.pipeline.codegen.cache_dir, "the NVRTC cache (\"-\": none)")->type_name("DIR");
-  app.add_option("--stop-after", args.pipeline.stop_after, "stop after this pass")->check(pass_name())->type_name("PASS");
-  app.add_option("--dump-after", dumps, "print the program after these passes (\"all\": every pass)")
+  app.add_option("--stop-after", args.pipeline.stop_after, "stop after this pass")->check(pass_name(false))->type_name("PASS");
+  gdl::tools::one_word_each(
+      app.add_option("--dump-after", dumps, "print the program after these passes (\"all\": every pass)"))
       ->delimiter(',')
-      ->check(pass_name())
+      ->check(pass_name(true))
       ->type_name("PASS[,PASS...]");
   app.add_option("--jobs,-j", args.pipeline.codegen.jobs, "NVRTC compiles at once (0: one per core)")
       ->check(gdl::tools::strict_number<int>("a count of jobs from 0 to 1024", 0, 1024))
@@ -130,7 +132,11 @@ void add_options(CLI::App& app, Args& args, bool& no_fuse, std::vector<std::stri
 }
 
 // What the options say together; "" when they fit.
-std::string check_together(Args& args, bool no_fuse, const std::vector<std::string>& dumps) {
+std::string check_together(Args& args, bool no_fuse, const std::vector<std::string>& dumps, const std::string& checked) {
+  if (!checked.empty()) {
+    if (!args.input.empty()) return "more than one input file ('" + args.input + "' and '" + checked + "')";
+    args.input = checked;
+  }
   for (const std::string& pass : dumps) {
     if (pass == "all") {
       args.pipeline.dump_after = gdl::pass_names();
@@ -233,13 +239,14 @@ int main(int argc, char** argv) {
   Args args;
   bool no_fuse = false;
   std::vector<std::string> dumps;
+  std::string checked;  // gdlc check FILE
   CLI::App app("gdlc: compiles a gdl program into an artifact (.gdlx) for gdlrun and the runtime, or prints one of "
                "its stages",
                "gdlc");
-  add_options(app, args, no_fuse, dumps);
+  add_options(app, args, no_fuse, dumps, checked);
   gdl::tools::CommandLineOutcome outcome = gdl::tools::parse_command_line(app, argc, argv, kExitUsage);
   if (outcome.go_on) {
-    const std::string error = check_together(args, no_fuse, dumps);
+    const std::string error = check_together(args, no_fuse, dumps, checked);
     if (!error.empty()) outcome = {false, kExitUsage, true, error};
   }
   if (!outcome.go_on) return gdl::tools::report_command_line("gdlc", outcome);

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <cctype>
 #include <chrono>
@@ -454,17 +455,26 @@ Expected<CompiledModule> compile_units(const std::string& prelude, const std::ve
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < to_compile.size();) {
       const size_t u = to_compile[i];
-      const auto unit_started = Clock::now();
-      results[u] = compiler.compile(prelude + units[u].text, keys[u], m.units[u]);
-      report(u, false, seconds_since(unit_started));
+      try {  // nothing may leave a thread (bad_alloc, a throwing progress callback)
+        const auto unit_started = Clock::now();
+        results[u] = compiler.compile(prelude + units[u].text, keys[u], m.units[u]);
+        report(u, false, seconds_since(unit_started));
+      } catch (const std::exception& e) {
+        results[u] = Status::Internal(std::string("compiling unit '") + units[u].label + "': " + e.what());
+      }
     }
   };
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t jobs = std::min(to_compile.size(), options.jobs > 0 ? static_cast<size_t>(options.jobs) : cores);
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < jobs; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
+  {
+    std::vector<std::jthread> threads;  // joined on every way out of this scope
+    try {
+      for (size_t t = 1; t < jobs; ++t) threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      // No more threads to be had: the ones started and this one do the rest.
+    }
+    work();
+  }
   for (const Status& r : results)
     if (!r.ok()) return r;
   m.from_cache = to_compile.empty();

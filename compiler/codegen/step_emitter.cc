@@ -244,8 +244,9 @@ std::string StepEmitter::pointer(ValueId v) {
   std::string name = "v" + std::to_string(v);
   std::string type = storage_type(n.type.dtype);
   std::string what = std::string(ir::op_name(n.op)) + (n.name.empty() ? "" : " \"" + one_line(n.name) + "\"");
-  pointer_lines_.push_back("const " + type + "* " + name + " = reinterpret_cast<const " + type + "*>(" + address(b) +
-                           ");  // %" + std::to_string(v) + " " + what + " : " + type_to_string(n.type, g.dims));
+  pointer_lines_.push_back("const " + type + "* " + name + " = reinterpret_cast<const " + type + "*>(" +
+                           input_or_address(v, b) + ");  // %" + std::to_string(v) + " " + what + " : " +
+                           type_to_string(n.type, g.dims));
   pointer_names_[v] = name;
   if (b.region == plan::Region::kParams) param_pointers.emplace_back(name, b.bytes);
   return name;
@@ -274,6 +275,23 @@ std::string StepEmitter::address(const plan::Buffer& b) {
     for (int d : t.dims) offset += " * (unsigned long long)" + dim(Dim::runtime(d));
   }
   return base + " + (" + offset + ")";
+}
+
+// An input (or a view of one) that the runtime may leave in the caller's
+// memory is read through its pointer slot, at its place inside the input:
+// `args.inputs[2] + 64ull`; anything else at its address in the arena.
+std::string StepEmitter::input_or_address(ValueId v, const plan::Buffer& b) {
+  if (input_slots_.empty()) input_slots_ = plan::input_pointer_slots(p);
+  const int slot = input_slots_.at(static_cast<size_t>(v));
+  if (slot < 0) return address(b);
+  const ValueId input = g.leaves(ir::Op::kInput).at(static_cast<size_t>(slot));
+  const plan::Buffer& whole = p.buffers.at(static_cast<size_t>(input));
+  plan::Buffer inside = b;  // the same terms, the offset from the input's start
+  inside.offset = b.offset - whole.offset;
+  std::string text = address(inside);
+  const std::string base = "arena + ";
+  GDL_INTERNAL_ASSERT(text.rfind(base, 0) == 0 && whole.terms.empty(), "an input's view outside the arena");
+  return "args.inputs[" + std::to_string(slot) + "] + " + text.substr(base.size());
 }
 
 bool StepEmitter::is_inline_leaf(ValueId v) const {

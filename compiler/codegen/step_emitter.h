@@ -130,6 +130,8 @@ class StepEmitter {
   void choose_index_type();
   std::string dim_name(int symbol) const;
   std::string address(const plan::Buffer& b);
+  std::string input_or_address(ir::ValueId v, const plan::Buffer& b);
+  std::vector<int> input_slots_;  // plan::input_pointer_slots, made at the first pointer
   ir::ValueId scalar_leaf(int slot) const;
   std::string scalar_local(ir::ValueId v);
   std::string launch_text(const LaunchRule& r) const;

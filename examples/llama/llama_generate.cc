@@ -199,7 +199,8 @@ int main(int argc, char** argv) {
       ->type_name("FILE.gdlx");
   app.add_option("--save-artifact", save_artifact, "write the compiled program")->type_name("FILE.gdlx");
   app.add_option("--cache-dir", cache_dir, "the NVRTC cache")->type_name("DIR");
-  app.add_option("--prompt", prompt_texts, "token ids of one prompt, separated by spaces or commas (repeatable)")
+  gdl::tools::one_word_each(
+      app.add_option("--prompt", prompt_texts, "token ids of one prompt, separated by spaces or commas (repeatable)"))
       ->type_name("IDS");
   app.add_option("--prompts", prompts_file, "one prompt per line")->type_name("FILE");
   const auto integer = [&](const char* flag, auto& into, int64_t lo, const char* help) {

@@ -9,7 +9,7 @@
 //   DLManagedTensor* y = *gdl::output_dlpack(*session, "y");   // torch::fromDLPack(y): a view
 //
 // Accepted tensors: f32, f16, bf16, i32 and bool (DLPack's kDLBool, code 6,
-// or kDLUInt of 8 bits), one lane, row-major and compact (strides null or
+// or kDLUInt of 8 bits, whose bytes must then be 0 or 1), one lane, row-major and compact (strides null or
 // equal to the row-major ones; axes of extent 1 may have any stride), on the
 // CPU (kDLCPU, kDLCUDAHost) or on the session's GPU (kDLCUDA, kDLCUDAManaged).
 // Anything else is InvalidArgument before anything is copied. What each

@@ -253,6 +253,12 @@ struct SessionStats {
   // Input copies bound: count, bytes, and bind's host time (staging copy, plus
   // the enqueue where bind copies itself).
   uint64_t input_copies = 0;
+  // bind_reference calls, and the inputs bound so that runs copied them from
+  // the caller's memory instead of reading them in place (one per input
+  // per run: an address not 256-byte aligned, an input a run writes into,
+  // or a step reading it through a cuBLASLt call).
+  uint64_t reference_binds = 0;
+  uint64_t reference_copies = 0;
   uint64_t input_copy_bytes = 0;
   double input_copy_us = 0;
   // Kernel node parameter updates (set_scalar, run-time dim changes).
@@ -363,6 +369,25 @@ class Session {
   Status bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
               const std::vector<int64_t>& shape, MemoryKind kind = MemoryKind::kHost);
 
+  // Binds an input to the caller's device memory by reference: no copy at
+  // bind, and every later run reads the input from `data` itself (the
+  // kernels' pointer to it is patched in the graph's nodes when it changes)
+  // until the input is bound again. The caller promises that the memory
+  // stays allocated, holds the input, and is not written while a run that
+  // reads it may be running (work on the session's stream after run() is
+  // ordered after it; other streams must wait for it). Writing it between
+  // runs changes what the next run reads; a run that is done keeps its
+  // results. Name, dtype, shape and bytes are checked as by bind. Where the
+  // kernels cannot read it in place (an address not 256-byte aligned, an
+  // input the program writes into, a step that reads it through a cuBLASLt
+  // call at this run's rows) the run copies it from `data` first, with the
+  // same lifetime rules (SessionStats::reference_copies counts these).
+  // FailedPrecondition for memory not on the session's device, for rows
+  // that run in a larger bucket (its padding would be read past the memory),
+  // and where neither way works; OutOfRange above a dim's bound.
+  Status bind_reference(const std::string& name, const void* data, size_t bytes, ElementType dtype,
+                        const std::vector<int64_t>& shape);
+
   // Sets a run-time dim that no input fixes (an input's bind sets it too).
   Status set_dim(const std::string& name, int64_t value);
 
@@ -443,19 +468,25 @@ class Session {
   // cudaGraphDestroy), for the caller's own graph: cudaGraphAddChildGraphNode
   // clones it into theirs, between their nodes. It is the graph run() would
   // launch now: the current run-time dims and scalars, the kernels chosen
-  // for them. Inputs: one whose latest bind was from device memory (and not
-  // yet consumed by a run) is copied from that memory at every launch of the
-  // caller's graph, so the caller's earlier nodes may write it there; every
-  // other input is read where the session holds it (a host bind not yet run
-  // is copied there before export_graph returns). Outputs land in the arena
-  // (output_view names them); states are read and written in place, as by
-  // run(). The session must outlive every graph made from it, and must not
-  // run (run, run_eager, set_state, bind) while such a graph may be running;
-  // binds, set_scalar and set_dim do not change an exported graph.
+  // for them, and its own copy of the dims' values (later set_scalar,
+  // set_dim and binds do not change it). Inputs: one last bound from device
+  // memory (bind with kDevice, or bind_reference) is read from that memory
+  // at every launch (copied by the graph, or read in place), so the
+  // caller's earlier nodes may write it there; every other input is read
+  // from the session's arena as it is when export_graph returns (pending
+  // host binds are copied there first; export_graph waits for that). The
+  // graph shares the session's arena: outputs land there (output_view
+  // describes them until the session's next run), states are read and
+  // written in place, and the session's later binds from the host change
+  // what it reads. The session must outlive every graph made from it and
+  // must not run while such a graph may be running; inputs that a run
+  // overwrites must be bound again before the session's next run.
   // FailedPrecondition where run() would refuse (an input or param not set,
-  // a dim above its bound), and for an input whose buffer a run reuses that
-  // was not bound from device memory (a second launch would read what the
-  // first left there).
+  // a dim above its bound); for an input bound from device memory that a
+  // graph cannot copy (rows padded to a bucket's, a dim served by node
+  // updates, memory on another device or not 16-byte aligned); and for an
+  // input a run overwrites that was bound from the host (a second launch
+  // would read what the first left there).
   Expected<CUgraph_st*> export_graph();
   // Waits for everything submitted on the session's stream.
   Status synchronize();

@@ -42,8 +42,9 @@ struct Held {
 
 void delete_held(DLManagedTensor* t) { delete static_cast<Held*>(t->manager_ctx); }
 
-Status on_session_device(const Session& session, const DlpackTensor& t) {
-  if (t.kind == MemoryKind::kDevice && t.device != session.device())
+Status on_session_device(const Session& session, const DlpackTensor& t, const DLTensor& tensor) {
+  // Managed memory is reachable from every device; other device memory must be the session's.
+  if (t.kind == MemoryKind::kDevice && tensor.device.device_type != kDLCUDAManaged && t.device != session.device())
     return Status::InvalidArgument("the DLPack tensor is on GPU " + std::to_string(t.device) + ", the session on GPU " +
                                    std::to_string(session.device()));
   return Status::Ok();
@@ -79,7 +80,7 @@ Expected<DlpackTensor> describe_dlpack(const DLTensor& tensor) {
     count *= static_cast<uint64_t>(e);
     t.shape.push_back(e);
   }
-  if (tensor.strides) {
+  if (tensor.strides && count > 0) {  // an empty tensor has no layout to check
     int64_t want = 1;
     for (int a = tensor.ndim; a-- > 0;) {
       if (tensor.shape[a] > 1 && tensor.strides[a] != want)
@@ -91,14 +92,14 @@ Expected<DlpackTensor> describe_dlpack(const DLTensor& tensor) {
   }
   t.bytes = static_cast<size_t>(count) * element_size(t.dtype);
   if (!tensor.data && t.bytes > 0) return Status::InvalidArgument("a DLPack tensor with elements and no data");
-  t.data = static_cast<const unsigned char*>(tensor.data) + tensor.byte_offset;
+  t.data = tensor.data ? static_cast<const unsigned char*>(tensor.data) + tensor.byte_offset : nullptr;
   return t;
 }
 
 Status bind_dlpack(Session& session, const std::string& input, const DLTensor& tensor) {
   Expected<DlpackTensor> t = describe_dlpack(tensor);
   if (!t) return t.status();
-  if (Status here = on_session_device(session, *t); !here.ok()) return here;
+  if (Status here = on_session_device(session, *t, tensor); !here.ok()) return here;
   return session.bind(input, t->data, t->bytes, t->dtype, t->shape, t->kind);
 }
 
@@ -117,7 +118,7 @@ Status set_param_dlpack(Session& session, const std::string& param, const DLTens
 Status set_state_dlpack(Session& session, const std::string& state, const DLTensor& tensor) {
   Expected<DlpackTensor> t = describe_dlpack(tensor);
   if (!t) return t.status();
-  if (Status here = on_session_device(session, *t); !here.ok()) return here;
+  if (Status here = on_session_device(session, *t, tensor); !here.ok()) return here;
   const TensorInfo* info = session.program().find_state(state);
   if (info && info->dtype != t->dtype)
     return Status::InvalidArgument("state '" + state + "' is " + element_type_name(info->dtype) + ", the tensor " +

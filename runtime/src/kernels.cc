@@ -21,6 +21,7 @@
 // those are off).
 #include "kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 
@@ -56,13 +57,14 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
   std::string device_arch = "sm_" + std::to_string(major * 10 + minor);
 
-  const bool use_cubin = a.module.arch == device_arch;
+  // Each unit's CUBIN where the arch is this device's, else its PTX.
+  const bool arch_matches = a.module.arch == device_arch;
   for (const ModuleUnit& unit : a.module.units)
-    if (use_cubin ? unit.cubin.empty() : unit.ptx.empty())
-      return Status::FailedPrecondition(use_cubin ? "a module unit of the artifact has no CUBIN for " + a.module.arch
-                                                  : "the artifact holds a CUBIN for " + a.module.arch + " only and no PTX; device " +
-                                                        std::to_string(device) + " is " + device_arch + ": recompile for " +
-                                                        device_arch);
+    if (unit.ptx.empty() && !(arch_matches && !unit.cubin.empty()))
+      return Status::FailedPrecondition("the artifact holds a CUBIN for " + a.module.arch + " only and no PTX; device " +
+                                        std::to_string(device) + " is " + device_arch + ": recompile for " + device_arch);
+  const bool use_cubin = arch_matches && std::all_of(a.module.units.begin(), a.module.units.end(),
+                                                      [](const ModuleUnit& u) { return !u.cubin.empty(); });
   image_ = use_cubin ? "cubin " + a.module.arch : "ptx (device is " + device_arch + ", cubin is " + a.module.arch + ")";
   image_ += ", " + std::to_string(a.module.units.size()) + " units";
   std::map<std::string, cudaLibrary_t> library_of;  // symbol -> the unit's library that defines it
@@ -74,6 +76,8 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     libraries_.push_back(library);
     for (const std::string& symbol : unit.symbols) library_of[symbol] = library;
   }
+  if (!library_of.count(kInputCopySymbol))  // verify_artifact requires it where there are kernels
+    return Status::DataLoss("the artifact's module has no input copy kernel");
   GDL_CUDA_TRY(cudaLibraryGetKernel(&input_copy_, library_of.at(kInputCopySymbol), kInputCopySymbol),
                "finding the input copy kernel");
   int smem_optin = 0, sms = 0, cooperative_launch = 0;
@@ -93,9 +97,11 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     cudaKernel_t kernel = nullptr;
     if (refusal.empty()) {
       kernel = by_symbol[k.symbol];
-      if (!kernel)  // verify_artifact: every symbol is in a unit
-        GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, library_of.at(k.symbol), k.symbol.c_str()),
-                     "finding kernel '" + k.symbol + "'");
+      if (!kernel) {
+        auto unit = library_of.find(k.symbol);
+        if (unit == library_of.end()) return Status::DataLoss("no module unit of the artifact defines kernel '" + k.symbol + "'");
+        GDL_CUDA_TRY(cudaLibraryGetKernel(&kernel, unit->second, k.symbol.c_str()), "finding kernel '" + k.symbol + "'");
+      }
       by_symbol[k.symbol] = kernel;
       // Raised for any dynamic amount, not only above 48 KiB: the default
       // limit counts the kernel's static shared memory too (a 48 KiB request

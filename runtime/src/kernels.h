@@ -21,6 +21,7 @@ namespace gdl::rt {
 struct KernelArgs {
   int32_t dims[kMaxRuntimeDims] = {};
   float scalars[kMaxScalars] = {};
+  const unsigned char* inputs[kMaxInputPointers] = {};
 };
 static_assert(sizeof(KernelArgs) == sizeof(gdl_args), "the kernels' gdl_args");
 

@@ -7,7 +7,9 @@
 //    did not.
 // 2. Build the public tables (dims with what keeps padding from serving
 //    them, inputs, params, outputs, scalars) and the name -> index maps, and
-//    mark inputs whose buffer a step's result overlaps.
+//    mark inputs whose buffer a step's result overlaps (plan.h
+//    inputs_clobbered_by_run) and the values kernels read through an
+//    input's pointer slot (input_pointer_slots).
 // resolve_dim_serving: each dim's policy from the session options, the
 // program's declaration and its padding blocker.
 // Any failure is DataLoss: the file passed its checksum, so the writer (or
@@ -32,14 +34,6 @@ TensorInfo describe_tensor(const ir::Node& n, const std::string& name, const ir:
   return t;
 }
 
-namespace {
-
-// Over every place a buffer takes at any binding (a view behind a run-time axis moves).
-bool overlaps(const plan::Buffer& a, const plan::Buffer& b, const std::vector<DimInfo>& dims) {
-  return a.bytes > 0 && b.bytes > 0 && plan::overlaps(plan::access_of(a, dims), plan::access_of(b, dims));
-}
-
-}  // namespace
 
 Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact) {
   if (std::string problem = verify_artifact(artifact); !problem.empty()) return Status::DataLoss("artifact " + problem);
@@ -75,11 +69,8 @@ Expected<std::shared_ptr<Program::Impl>> make_program_impl(Artifact artifact) {
     impl->scalars.push_back({n.name, to_public(n.type.dtype), n.attrs.value});
     impl->scalar_values.push_back(v);
   }
-  for (ir::ValueId in : impl->input_values) {
-    bool clobbered = false;
-    for (const plan::Step& s : impl->plan().steps) clobbered |= overlaps(impl->buffer_of(in), impl->buffer_of(s.result), g.dims);
-    impl->input_clobbered_by_run.push_back(clobbered);
-  }
+  impl->input_clobbered_by_run = plan::inputs_clobbered_by_run(impl->plan());
+  impl->value_input_slot = plan::input_pointer_slots(impl->plan());
   return impl;
 }
 

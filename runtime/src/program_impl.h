@@ -33,6 +33,7 @@ struct Program::Impl {
   // they must be bound again before the next run. (The planner keeps input
   // slots apart; this guards against an artifact that does not.)
   std::vector<bool> input_clobbered_by_run;
+  std::vector<int> value_input_slot;  // per value: its gdl_args::inputs slot or -1 (plan.h input_pointer_slots)
 
   // The shared params region of each device, alive while a session uses it.
   mutable std::mutex params_mutex;

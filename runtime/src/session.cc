@@ -68,6 +68,7 @@ Session::Impl::~Impl() {
   if (run_start) (void)cudaEventDestroy(run_start);
   if (run_end) (void)cudaEventDestroy(run_end);
   if (arena) (void)rt::device_free(arena);
+  for (void* b : export_buffers) (void)rt::device_free(b);
   if (stream && !options.stream) (void)cudaStreamDestroy(stream);  // a caller's stream is theirs
   if (capture_stream) (void)cudaStreamDestroy(capture_stream);
   (void)cudaGetLastError();
@@ -215,6 +216,13 @@ Status Session::Impl::init() {
   for (size_t s = 0; s < prog.scalars.size(); ++s)
     scalar_bits[s] = scalar_as_bits(rt::to_internal(prog.scalars[s].dtype), prog.scalars[s].default_value);
   step_dependencies(prog, step_dims, step_scalars);
+  for (const plan::Step& s : prog.plan().steps) {
+    uint32_t mask = 0;
+    for (ir::ValueId r : s.reads)
+      if (const int slot = prog.value_input_slot.at(static_cast<size_t>(r)); slot >= 0) mask |= 1u << slot;
+    step_inputs.push_back(mask);
+  }
+  prepare_references({});  // every slot at its arena buffer
   nvtx_run = "run " + prog.graph().program_name;
   nvtx_run_eager = "run_eager " + prog.graph().program_name;
   for (size_t s = 0; s < prog.plan().steps.size(); ++s)
@@ -255,6 +263,7 @@ rt::KernelArgs Session::Impl::kernel_args(const std::vector<int64_t>& layout_dim
   rt::KernelArgs a;
   for (size_t d = 0; d < layout_dims.size(); ++d) a.dims[d] = static_cast<int32_t>(layout_dims[d]);
   std::memcpy(a.scalars, scalar_bits, sizeof a.scalars);
+  std::copy(input_pointers.begin(), input_pointers.end(), a.inputs);
   return a;
 }
 
@@ -363,7 +372,7 @@ static std::vector<int64_t> extents(const TensorInfo& info, const std::vector<in
 }
 
 Status Session::Impl::bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
-                           const std::vector<int64_t>& shape, MemoryKind kind) {
+                           const std::vector<int64_t>& shape, MemoryKind kind, bool by_reference) {
   auto it = prog.input_index.find(name);
   if (it == prog.input_index.end()) {
     std::string hint = prog.param_index.count(name) ? " (use set_param)" : prog.scalar_index.count(name) ? " (use set_scalar)" : "";
@@ -400,11 +409,41 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
       above_bound |= shape_dims[d] > prog.dims[d].hi;
     }
 
+  bool in_place = false;  // by reference: read where it is, else copied by each run's copy node
+  if (by_reference) {
+    const std::string why = "input '" + name + "' cannot be bound by reference: ";
+    if (kind != MemoryKind::kDevice || !on_this_device)
+      return Status::FailedPrecondition(why + "the memory is not on the session's device " + std::to_string(device));
+    if (above_bound)
+      return Status::OutOfRange(why + "a run-time dim is above its upper bound (the eager fallback copies its inputs)");
+    if (extents(info, layout(values)) != shape)
+      return Status::FailedPrecondition(why + "its rows run in a larger bucket, whose padding rows would be read past "
+                                        "the caller's memory; bind it by copy, or at a bucket's capacity");
+    in_place = input_slot(index) >= 0 && reinterpret_cast<uintptr_t>(data) % plan::kAlignment == 0;
+    if (!in_place && !(copies_in_graph(index) && reinterpret_cast<uintptr_t>(data) % 16 == 0))
+      return Status::FailedPrecondition(why + "the kernels cannot read it in place (" +
+                                        (input_slot(index) < 0 ? "a run writes into its buffer, or it is input " +
+                                                                      std::to_string(index) + " of more than " +
+                                                                      std::to_string(kMaxInputPointers)
+                                                                : std::string("its address is not 256-byte aligned")) +
+                                        ") and the graph cannot copy it each run (a dim served by node updates, or "
+                                        "an address not 16-byte aligned); bind it by copy");
+  }
+
   // Everything is valid: from here on the bind takes effect.
   InputSlot& slot = inputs[index];
   slot.fallback_bytes.clear();
   slot.clear_pending();
-  if (above_bound) {
+  slot.reference = nullptr;
+  slot.device_data = kind == MemoryKind::kDevice && !above_bound ? data : nullptr;
+  slot.device_copyable = on_this_device && copies_in_graph(index) && extents(info, layout(values)) == shape &&
+                         reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  if (by_reference) {
+    slot.reference = data;
+    slot.reference_in_place = in_place;
+    slot.staged_bytes = bytes;
+    stats.reference_binds += 1;
+  } else if (above_bound) {
     // The arena slot is too small: keep the contents for the fallback run.
     slot.fallback_bytes.resize(bytes);
     if (kind == MemoryKind::kHost) {
@@ -462,6 +501,27 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   slot.bound_dims = shape_dims;
   dims = values;
   return Status::Ok();
+}
+
+void Session::Impl::prepare_references(const std::vector<int>& step_kernel) {
+  uint32_t through_library = 0;  // input slots a chosen cuBLASLt call reads
+  for (size_t s = 0; s < step_kernel.size() && s < step_inputs.size(); ++s)
+    if (prog.kernels().kernels[static_cast<size_t>(step_kernel[s])].library.active) through_library |= step_inputs[s];
+  input_pointers.fill(nullptr);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int slot = input_slot(i);
+    InputSlot& in = inputs[i];
+    const bool library_reads = slot >= 0 && ((through_library >> slot) & 1u);
+    const bool in_place = in.reference && in.reference_in_place && !library_reads;
+    if (slot >= 0)
+      input_pointers[static_cast<size_t>(slot)] =
+          in_place ? static_cast<const unsigned char*>(in.reference) : arena + prog.buffer_of(prog.input_values[i]).offset;
+    if (in.reference && !in_place) {  // the run's copy node reads it from the caller's memory
+      in.copy_pending = true;
+      in.device_source = in.reference;
+      stats.reference_copies += 1;
+    }
+  }
 }
 
 bool Session::Impl::copies_in_graph(size_t input) const {
@@ -676,6 +736,14 @@ Status Session::bind(const std::string& name, const void* data, size_t bytes, El
   return guarded("Session::bind", [&] {
     GDL_RETURN_IF_ERROR(impl_->make_current());
     return impl_->bind(name, data, bytes, dtype, shape, kind);
+  });
+}
+
+Status Session::bind_reference(const std::string& name, const void* data, size_t bytes, ElementType dtype,
+                               const std::vector<int64_t>& shape) {
+  return guarded("Session::bind_reference", [&] {
+    GDL_RETURN_IF_ERROR(impl_->make_current());
+    return impl_->bind(name, data, bytes, dtype, shape, MemoryKind::kDevice, /*by_reference=*/true);
   });
 }
 

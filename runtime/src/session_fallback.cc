@@ -68,6 +68,11 @@ struct Temporary {
 }  // namespace
 
 Status Session::Impl::run_fallback() {
+  for (InputSlot& in : inputs)  // bound by reference: into the arena first, with the others
+    if (in.reference) {
+      in.copy_pending = true;
+      in.device_source = in.reference;
+    }
   GDL_RETURN_IF_ERROR(flush_staged_inputs());  // the fallback reads in-range inputs from the arena
   Stopwatch total;
   // 1. The program for the raised bounds.
@@ -153,6 +158,8 @@ Status Session::Impl::run_fallback() {
   unsigned char* arena_arg = temp_arena.bytes;
   const unsigned char* params_arg = params_base;
   rt::KernelArgs args = kernel_args(dims);
+  for (size_t i = 0; i < fp.input_values.size() && i < static_cast<size_t>(kMaxInputPointers); ++i)
+    args.inputs[i] = temp_arena.bytes + fp.buffer_of(fp.input_values[i]).offset;  // its kernels read its own arena
   void* pointers[3] = {&arena_arg, &params_arg, &args};
   for (size_t i = 0; i < fp.plan().steps.size(); ++i) {
     const int k = cached->library.choose(fp.kernels(), i, dims, /*multi_step=*/false);

@@ -85,10 +85,26 @@ struct Session::Impl {
       device_source = nullptr;
     }
     bool bound = false;
+    // bind_reference: the caller's memory every run reads (in place through
+    // gdl_args::inputs where `in_place`, else copied by the graph's copy node).
+    const void* reference = nullptr;
+    bool reference_in_place = false;
+    // The last bind from device memory (bind with kDevice, or by reference),
+    // and whether a graph's copy node can copy it (export_graph copies it at
+    // every launch): unpadded, on this device, 16-byte aligned.
+    const void* device_data = nullptr;
+    bool device_copyable = false;
     std::vector<int64_t> bound_dims;
     std::vector<uint8_t> fallback_bytes;  // non-empty: the contents are here, not in the arena
   };
   std::vector<InputSlot> inputs;
+  std::vector<void*> export_buffers;  // device memory the exported graphs read (valid counts), freed with the session
+  // Where the kernels read each input this run (gdl_args::inputs), set by
+  // prepare_references; per step, the input slots its kernels read.
+  std::array<const unsigned char*, kMaxInputPointers> input_pointers{};
+  std::vector<uint32_t> step_inputs;
+  // Input i's pointer slot in gdl_args::inputs, or -1 (plan.h input_pointer_slots).
+  int input_slot(size_t input) const { return prog.value_input_slot.at(static_cast<size_t>(prog.input_values[input])); }
 
   // The valid-dims block (plan::kValidDimsOffset): what was last copied
   // there (-1: nothing yet), and a ring of pinned staging slots, each reused
@@ -127,6 +143,7 @@ struct Session::Impl {
     std::vector<CopyNode> copy_nodes;
     std::vector<int64_t> applied_layout, built_layout;
     std::array<float, kMaxScalars> applied_scalars{}, built_scalars{};
+    std::array<const unsigned char*, kMaxInputPointers> applied_inputs{};  // what its nodes' gdl_args::inputs hold
     size_t stats_index = 0;  // into stats.buckets
   };
   std::map<std::vector<int64_t>, std::unique_ptr<GraphInstance>> graphs;
@@ -163,7 +180,12 @@ struct Session::Impl {
   // session.cc
   Status init();
   Status bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
-              const std::vector<int64_t>& shape, MemoryKind kind);
+              const std::vector<int64_t>& shape, MemoryKind kind, bool by_reference = false);
+  // Per input bound by reference: read in place this run unless a step that
+  // reads it takes a cuBLASLt call at these kernels (the captured call holds
+  // the arena address), else copied from the caller's memory by the copy
+  // node; sets input_pointers for every input.
+  void prepare_references(const std::vector<int>& step_kernel);
   Status set_param(const std::string& name, const void* data, size_t bytes);
   Status set_dim(const std::string& name, int64_t value);
   Status set_scalar(const std::string& name, double value);
@@ -212,9 +234,10 @@ struct Session::Impl {
   // The nodes of a graph at these layout dims into g.graph (build_graph's
   // first half). An exported graph (export_graph) gets copy nodes only for
   // the entries of `export_copies` (per input: copy it at every launch) and
-  // no event after them.
+  // no event after them; `export_valid` (programs with run-time dims) is
+  // device memory holding the valid counts that a memcpy node writes first.
   Status add_graph_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims,
-                         const std::vector<bool>* export_copies = nullptr);
+                         const std::vector<bool>* export_copies = nullptr, const void* export_valid = nullptr);
   Expected<cudaGraph_t> export_graph();
   Status build_every_bucket();
   Status update_node(GraphInstance& g, size_t node_step, const std::vector<int64_t>& layout_dims);

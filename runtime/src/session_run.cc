@@ -192,7 +192,7 @@ rt::InputCopies Session::Impl::copy_entries(const GraphInstance::CopyNode& c, in
 }
 
 Status Session::Impl::add_graph_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims,
-                                      const std::vector<bool>* export_copies) {
+                                      const std::vector<bool>* export_copies, const void* export_valid) {
   const plan::Plan& p = prog.plan();
   const rt::KernelArgs args = kernel_args(layout_dims);
   GDL_CUDA_TRY(cudaGraphCreate(&g.graph, 0), "creating the graph");
@@ -218,6 +218,15 @@ Status Session::Impl::add_graph_nodes(GraphInstance& g, const std::vector<int64_
     CopyNodeParams node(library.input_copy(), c.grid, entries);
     GDL_CUDA_TRY(cudaGraphAddKernelNode(&c.node, g.graph, nullptr, 0, &node.cuda), "adding an input copy node");
     copies.push_back(c.node);
+  }
+  if (export_valid) {  // an exported graph writes its own valid counts, before everything
+    cudaGraphNode_t valid = nullptr;
+    GDL_CUDA_TRY(cudaGraphAddMemcpyNode1D(&valid, g.graph, nullptr, 0, arena + plan::kValidDimsOffset, export_valid,
+                                          sizeof(int32_t) * kMaxRuntimeDims, cudaMemcpyDeviceToDevice),
+                 "adding the exported graph's valid counts");
+    for (cudaGraphNode_t c : copies)
+      GDL_CUDA_TRY(cudaGraphAddDependencies(g.graph, &valid, &c, nullptr, 1), "ordering the valid counts before the copies");
+    if (copies.empty()) copies.push_back(valid);
   }
   if (!copies.empty() && !export_copies) {  // the session's own graphs only: its staging waits for the event
     cudaGraphNode_t recorded = nullptr;
@@ -264,8 +273,9 @@ Status Session::Impl::add_graph_nodes(GraphInstance& g, const std::vector<int64_
     // early anyway (gdl_chain.cuh). Edges from the copy nodes are
     // programmatic only into a kernel that starts work before its wait
     // (Kernel::early_start; the copy kernel lets it launch at once).
+    // (An exported graph's first kernels may wait on its memcpy node: ordinary edges from its copies.)
     const bool programmatic = options.overlap_launches && !deps.empty() && !kernel.cooperative && !from_cooperative &&
-                              (!from_copies || kernel.early_start);
+                              (!from_copies || (kernel.early_start && !export_copies));
     GDL_CUDA_TRY(cudaGraphAddKernelNode(&g.nodes[i], g.graph, programmatic ? nullptr : deps.data(),
                                         programmatic ? 0 : deps.size(), &node.cuda),
                  "adding the graph node of " + name);
@@ -307,6 +317,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
 
   g.applied_layout = g.built_layout = layout_dims;
   std::copy(std::begin(scalar_bits), std::end(scalar_bits), g.applied_scalars.begin());
+  g.applied_inputs = input_pointers;
   g.built_scalars = g.applied_scalars;
   stats.graph_build_us += build_us;
   stats.instantiate_us += instantiate_us;
@@ -349,38 +360,73 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
 }
 
 // The graph run() would launch now, built afresh (graph_for's graphs stay
-// the session's): copy nodes for the inputs bound from device memory since
-// the last run, the other pending binds copied into the arena now, the
-// valid-dims block written; the caller gets a clone to own.
+// the session's), with its own valid-dims block written by a memcpy node at
+// each launch and a copy node for every input bound from device memory that
+// the kernels do not read in place; the other pending binds copied into the
+// arena, and the stream synchronized, before it returns.
 Expected<cudaGraph_t> Session::Impl::export_graph() {
   GDL_RETURN_IF_ERROR(ready_to_run());
   if (above_bounds())
     return Status::FailedPrecondition("a run-time dim is above its upper bound: such a run takes the eager fallback, "
                                       "which has no graph to export");
   const std::vector<int64_t> layout_dims = layout(dims);
+  prepare_references(kernels_at(layout_dims));  // by reference: read in place, or copied at each launch
   std::vector<bool> copied_each_launch(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    copied_each_launch[i] = inputs[i].copy_pending && inputs[i].device_source != nullptr && copies_in_graph(i);
-    // A run reuses such an input's buffer: a second launch would read what the first left there.
-    if (prog.input_clobbered_by_run[i] && !copied_each_launch[i])
-      return Status::FailedPrecondition("input '" + prog.inputs[i].name + "' is overwritten by a run (its buffer is "
-                                        "reused after its last read): bind it from device memory before export_graph, "
-                                        "so that every launch copies it");
+    InputSlot& in = inputs[i];
+    const int slot = input_slot(i);
+    const bool in_place = in.reference && slot >= 0 && input_pointers[static_cast<size_t>(slot)] == in.reference;
+    const void* device_memory = in.reference ? in.reference : in.device_data;
+    const std::string& name = prog.inputs[i].name;
+    if (device_memory && !in_place) {
+      if (!in.device_copyable)
+        return Status::FailedPrecondition(
+            "input '" + name + "' was bound from device memory, which an exported graph copies at each launch, but the "
+            "graph cannot copy it (its rows are padded to a bucket's, a dim of it is served by node updates, or the "
+            "memory is on another device or not 16-byte aligned); bind it at a bucket's capacity, or from the host");
+      in.copy_pending = true;
+      in.device_source = device_memory;
+      copied_each_launch[i] = true;
+    } else if (!device_memory && prog.input_clobbered_by_run[i]) {
+      // A run reuses such an input's buffer: a second launch would read what the first left there.
+      return Status::FailedPrecondition("input '" + name + "' is overwritten by a run (its buffer is reused after its "
+                                        "last read): bind it from device memory before export_graph, so that every "
+                                        "launch copies it");
+    }
+  }
+  // The valid counts of this run, from memory of the export's own.
+  const void* valid_source = nullptr;
+  if (!prog.dims.empty()) {
+    std::array<int32_t, kMaxRuntimeDims> valid{};
+    for (size_t d = 0; d < dims.size(); ++d) valid[d] = static_cast<int32_t>(dims[d]);
+    void* kept = nullptr;
+    GDL_CUDA_TRY(rt::device_malloc(&kept, sizeof valid), "allocating the exported graph's valid counts");
+    export_buffers.push_back(kept);
+    GDL_CUDA_TRY(cudaMemcpy(kept, valid.data(), sizeof valid, cudaMemcpyHostToDevice),
+                 "writing the exported graph's valid counts");
+    valid_source = kept;
   }
   GraphInstance g;
-  Status built = add_graph_nodes(g, layout_dims, &copied_each_launch);
-  cudaGraph_t exported = nullptr;
-  if (built.ok() && cudaGraphClone(&exported, g.graph) != cudaSuccess)
-    built = Status::Internal(std::string("cloning the exported graph: ") + cudaGetErrorString(cudaGetLastError()));
-  if (g.graph) (void)cudaGraphDestroy(g.graph);
-  GDL_RETURN_IF_ERROR(built);
-  Status ready = flush_staged_inputs();  // host binds into the arena; the device ones also, harmlessly
-  if (ready.ok()) ready = write_valid_block();
-  if (!ready.ok()) {
-    (void)cudaGraphDestroy(exported);
-    return ready;
+  Status built = add_graph_nodes(g, layout_dims, &copied_each_launch, valid_source);
+  if (built.ok()) built = flush_staged_inputs();  // host binds into the arena; the device ones also, harmlessly
+  if (built.ok()) built = write_valid_block();
+  if (built.ok() && cudaStreamSynchronize(stream) != cudaSuccess)
+    built = Status::Internal(std::string("waiting for the copies before the export: ") +
+                             cudaGetErrorString(cudaGetLastError()));
+  if (!built.ok()) {
+    if (g.graph) (void)cudaGraphDestroy(g.graph);
+    return built;
   }
-  return exported;
+  stream_idle();
+  // The exported graph is the session's last run for output_view; a launch
+  // of it may overwrite the inputs a run clobbers, which must be bound again.
+  has_run = true;
+  last_run_dims = dims;
+  last_run_layout = layout_dims;
+  last_run_fallback = false;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (prog.input_clobbered_by_run[i]) inputs[i].bound = false;
+  return g.graph;
 }
 
 std::vector<int> Session::Impl::kernels_at(const std::vector<int64_t>& layout_dims) const {
@@ -495,22 +541,25 @@ Status Session::Impl::update_node(GraphInstance& g, size_t node_step, const std:
 }
 
 Status Session::Impl::sync_nodes(GraphInstance& g, const std::vector<int64_t>& layout_dims) {
-  uint32_t changed_dims = 0, changed_scalars = 0;
+  uint32_t changed_dims = 0, changed_scalars = 0, changed_inputs = 0;
   for (size_t d = 0; d < layout_dims.size(); ++d)
     if (g.applied_layout[d] != layout_dims[d]) changed_dims |= 1u << d;
   for (size_t s = 0; s < prog.scalars.size(); ++s)
     if (std::memcmp(&g.applied_scalars[s], &scalar_bits[s], sizeof(float)) != 0) changed_scalars |= 1u << s;
-  if (changed_dims == 0 && changed_scalars == 0) return Status::Ok();
+  for (size_t i = 0; i < input_pointers.size(); ++i)
+    if (g.applied_inputs[i] != input_pointers[i]) changed_inputs |= 1u << i;
+  if (changed_dims == 0 && changed_scalars == 0 && changed_inputs == 0) return Status::Ok();
   // A step's change updates the node that computes it: its own, or the
   // node of the first step of its kernel (once for all the kernel's steps).
   std::vector<bool> node_changed(step_dims.size(), false);
   for (size_t step = 0; step < step_dims.size(); ++step)
-    if ((step_dims[step] & changed_dims) || (step_scalars[step] & changed_scalars))
+    if ((step_dims[step] & changed_dims) || (step_scalars[step] & changed_scalars) || (step_inputs[step] & changed_inputs))
       node_changed[static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(g.step_kernel[step])].first_step)] = true;
   for (size_t step = 0; step < node_changed.size(); ++step)
     if (node_changed[step]) GDL_RETURN_IF_ERROR(update_node(g, step, layout_dims));
   g.applied_layout = layout_dims;
   std::copy(std::begin(scalar_bits), std::end(scalar_bits), g.applied_scalars.begin());
+  g.applied_inputs = input_pointers;
   return Status::Ok();
 }
 
@@ -545,6 +594,7 @@ Status Session::Impl::run() {
   if (!found) return found.status();
   GraphInstance& g = **found;
   Stopwatch submit;
+  prepare_references(g.step_kernel);
   GDL_RETURN_IF_ERROR(sync_nodes(g, layout_dims));
   bool copies = false;  // the inputs bound since the last copy are copied, the others not
   for (GraphInstance::CopyNode& c : g.copy_nodes) {
@@ -595,6 +645,8 @@ Status Session::Impl::run_eager() {
   const std::vector<int64_t> layout_dims = layout(dims);
   Stopwatch submit;
   GDL_RETURN_IF_ERROR(write_valid_block());
+  const std::vector<int> chosen = kernels_at(layout_dims);
+  prepare_references(chosen);
   // Timed from before the input copies, as a graph run's time includes its copy nodes.
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   GDL_RETURN_IF_ERROR(flush_staged_inputs());
@@ -602,7 +654,6 @@ Status Session::Impl::run_eager() {
   const unsigned char* params_arg = params->base();
   rt::KernelArgs args = kernel_args(layout_dims);
   void* pointers[3] = {&arena_arg, &params_arg, &args};
-  const std::vector<int> chosen = kernels_at(layout_dims);
   for (size_t i = 0; i < steps; ++i) {
     const Kernel& kernel = prog.kernels().kernels[static_cast<size_t>(chosen[i])];
     if (static_cast<size_t>(kernel.first_step) < i) continue;  // a later step of a kernel of several: it ran at the first
@@ -628,7 +679,6 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
   GDL_RETURN_IF_ERROR(ready_to_run());
   if (above_bounds())
     return Status::FailedPrecondition("profile_nodes: a run-time dim is above its upper bound; profile inside the bounds");
-  GDL_RETURN_IF_ERROR(flush_staged_inputs());
   repeats = std::max(repeats, 1);
   const size_t n = prog.plan().steps.size();
   const std::vector<int64_t> layout_dims = layout(dims);
@@ -640,6 +690,8 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
     if (!launch) return launch.status();
     launches.push_back(*launch);
   }
+  prepare_references(kernels);
+  GDL_RETURN_IF_ERROR(flush_staged_inputs());
   EventSet events;
   events.events.assign(2 * n, nullptr);
   for (cudaEvent_t& e : events.events) GDL_CUDA_TRY(rt::event_create(&e), "creating an event");

@@ -92,7 +92,8 @@ TEST_CASE("embedding: two sessions on the caller's stream, the second reading th
       CHECK(h->shape == std::vector<int64_t>{rows, 64});
       CHECK(h->strides == std::vector<int64_t>{64, 1});
       CHECK(h->dtype == ElementType::kF32);
-      // No host sync: the bind only records the pointer; the copy runs on the shared stream after the first run.
+      // No host sync: the copy runs on the shared stream after the first run (the graph's copy node at 16
+      // rows; at 5 and 1 rows, padded to the bucket, the bind enqueues it on the stream itself).
       GDL_REQUIRE_OK(second->bind("h", h->data, static_cast<size_t>(rows) * 64 * 4, ElementType::kF32, {rows, 64},
                                   MemoryKind::kDevice));
       GDL_REQUIRE_OK(second->run());
@@ -129,7 +130,8 @@ TEST_CASE("embedding: an output view under a padded inner axis has the bucket's 
   REQUIRE(cudaMemcpy2D(got.bytes.data(), 5 * 4, z->data, static_cast<size_t>(z->strides[0]) * 4, 5 * 4, 4,
                        cudaMemcpyDeviceToHost) == cudaSuccess);
   CHECK(expect_match({{"z", got}}, reference(inner, t), "strided view"));
-  CHECK(s->output_view("x").status().code() == StatusCode::kNotFound);  // an input, not an output
+  CHECK(s->output_view("x").status().code() == StatusCode::kInvalidArgument);  // an input, not an output
+  CHECK(s->output_view("nothing").status().code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("embedding: an exported graph runs as a child node between the caller's nodes, launch after launch") {
@@ -238,4 +240,110 @@ TEST_CASE("embedding: DLPack tensors in (device and host) and outputs and states
   CHECK(expect_match({{"m", device_tensor((*m)->dl_tensor.data, ElementType::kF32, {1000})}}, {{"m", want.at("m")}},
                      "state through DLPack"));
   (*m)->deleter(*m);
+}
+
+namespace {
+
+const char* kResidual = R"(program residual;
+dim B in [1, 64] buckets(16, 64);
+input x : f16[B, 256];
+input r : f16[B, 256];
+param w : f16[256, 256];
+output y : f16[B, 256];
+y = (x @ w) + r;
+)";
+
+}  // namespace
+
+TEST_CASE("embedding: bind_reference reads the caller's memory at every run, in place or copied by the run") {
+  if (cpu_only) return;
+  Program program = compile_text(kResidual);
+  std::unique_ptr<Session> s = make_session(program);
+  std::mt19937_64 rng(seed_for("bind by reference"));
+  const size_t row_bytes = 256 * 2;
+  DeviceBuffer dx(64 * row_bytes + 256), dr(64 * row_bytes);
+  for (int64_t rows : {16, 64}) {  // 16: the tiled kernel reads x in place; 64: cuBLASLt's call, which copies it
+    INFO("rows " << rows);
+    std::map<std::string, TensorData> t = random_bindings(program, {rows}, rng);
+    GDL_REQUIRE_OK(s->set_param("w", t.at("w").bytes.data(), t.at("w").bytes.size()));
+    REQUIRE(cudaMemcpy(dx.data, t.at("x").bytes.data(), t.at("x").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(dr.data, t.at("r").bytes.data(), t.at("r").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    const size_t bytes = static_cast<size_t>(rows) * row_bytes;
+    const uint64_t copies_before = s->stats().reference_copies;
+    GDL_REQUIRE_OK(s->bind_reference("x", dx.data, bytes, ElementType::kF16, {rows, 256}));
+    GDL_REQUIRE_OK(s->bind_reference("r", dr.data, bytes, ElementType::kF16, {rows, 256}));
+    CHECK(s->stats().input_copies == 0);  // nothing copied at bind
+    GDL_REQUIRE_OK(s->run());
+    GDL_REQUIRE_OK(s->synchronize());
+    const std::map<std::string, TensorData> first_want = reference(program, t);
+    // The run is done: changing the caller's memory now does not change its result.
+    TensorData x2 = random_tensor(*program.find_input("x"), {rows}, rng, {});
+    REQUIRE(cudaMemcpy(dx.data, x2.bytes.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(expect_match(read_outputs(*s), first_want, "the run before the change"));
+    // The next run, with no bind, reads the changed memory.
+    GDL_REQUIRE_OK(s->run());
+    t["x"] = x2;
+    CHECK(expect_match(read_outputs(*s), reference(program, t), "the next run, after the change"));
+    MESSAGE("rows " << rows << ": inputs copied by the runs " << s->stats().reference_copies - copies_before);
+    // The eager path reads it the same way.
+    GDL_REQUIRE_OK(s->run_eager());
+    CHECK(expect_match(read_outputs(*s), reference(program, t), "eager"));
+  }
+  // 16-byte but not 256-byte aligned: each run copies it from there.
+  std::map<std::string, TensorData> t = random_bindings(program, {16}, rng);
+  GDL_REQUIRE_OK(s->set_param("w", t.at("w").bytes.data(), t.at("w").bytes.size()));
+  unsigned char* shifted = static_cast<unsigned char*>(dx.data) + 16;
+  REQUIRE(cudaMemcpy(shifted, t.at("x").bytes.data(), t.at("x").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dr.data, t.at("r").bytes.data(), t.at("r").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  const uint64_t copies_before = s->stats().reference_copies;
+  GDL_REQUIRE_OK(s->bind_reference("x", shifted, 16 * row_bytes, ElementType::kF16, {16, 256}));
+  GDL_REQUIRE_OK(s->bind_reference("r", dr.data, 16 * row_bytes, ElementType::kF16, {16, 256}));
+  GDL_REQUIRE_OK(s->run());
+  CHECK(expect_match(read_outputs(*s), reference(program, t), "an unaligned reference, copied"));
+  CHECK(s->stats().reference_copies == copies_before + 1);
+  // Refused, changing nothing: padded rows, host memory, a misaligned address.
+  CHECK(s->bind_reference("x", dx.data, 5 * row_bytes, ElementType::kF16, {5, 256}).code() ==
+        StatusCode::kFailedPrecondition);
+  CHECK(s->bind_reference("x", t.at("x").bytes.data(), 16 * row_bytes, ElementType::kF16, {16, 256}).code() ==
+        StatusCode::kFailedPrecondition);
+  CHECK(s->bind_reference("x", static_cast<unsigned char*>(dx.data) + 2, 16 * row_bytes, ElementType::kF16, {16, 256})
+            .code() == StatusCode::kFailedPrecondition);
+  GDL_REQUIRE_OK(s->run());
+  CHECK(expect_match(read_outputs(*s), reference(program, t), "after the refusals"));
+}
+
+TEST_CASE("embedding: an exported graph keeps its dims when the session's runs move to another bucket") {
+  if (cpu_only) return;
+  Program scale = compile_text(kScale);
+  std::unique_ptr<Session> s = make_session(scale);
+  std::mt19937_64 rng(seed_for("exported dims"));
+  std::map<std::string, TensorData> at16 = random_bindings(scale, {16}, rng);
+  DeviceBuffer x(16 * 64 * 4), out(16 * 64 * 4);
+  REQUIRE(cudaMemcpy(x.data, at16.at("x").bytes.data(), 16 * 64 * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  GDL_REQUIRE_OK(s->bind("x", x.data, 16 * 64 * 4, ElementType::kF32, {16, 64}, MemoryKind::kDevice));
+  Expected<CUgraph_st*> exported = s->export_graph();
+  GDL_REQUIRE_OK(exported.status());
+  Expected<Session::TensorView> h = s->output_view("h");
+  GDL_REQUIRE_OK(h.status());
+  CHECK(h->shape == std::vector<int64_t>{16, 64});
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaGraphCreate(&graph, 0) == cudaSuccess);
+  cudaGraphNode_t child = nullptr, drain = nullptr;
+  REQUIRE(cudaGraphAddChildGraphNode(&child, graph, nullptr, 0, *exported) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(*exported) == cudaSuccess);
+  REQUIRE(cudaGraphAddMemcpyNode1D(&drain, graph, &child, 1, out.data, h->data, 16 * 64 * 4, cudaMemcpyDeviceToDevice) ==
+          cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  const std::map<std::string, TensorData> want = reference(scale, at16);
+  // The session runs 5 rows (bucket 16 too, other valid counts), then the exported graph its 16.
+  std::map<std::string, TensorData> at5 = random_bindings(scale, {5}, rng);
+  bind_all(*s, at5);
+  GDL_REQUIRE_OK(s->run());
+  CHECK(expect_match(read_outputs(*s), reference(scale, at5), "the session's own run at 5 rows"));
+  REQUIRE(cudaGraphLaunch(exec, s->stream()) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s->stream()) == cudaSuccess);
+  CHECK(expect_match({{"h", device_tensor(out.data, ElementType::kF32, {16, 64})}}, want, "the exported graph at 16 rows"));
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
 }
