@@ -23,8 +23,8 @@ namespace gdl {
 // 11: take_along_axis and paged_attention among the structured ops (the
 // opcodes after them moved). 12: a buffer's offset terms (a view behind a
 // run-time axis). 15: the module as units (one NVRTC compile each), each
-// naming its kernels.
-inline constexpr uint32_t kArtifactVersion = 15;
+// naming its kernels. 16: kernels read inputs through gdl_args::inputs.
+inline constexpr uint32_t kArtifactVersion = 16;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes

@@ -382,9 +382,11 @@ class Session {
   // input the program writes into, a step that reads it through a cuBLASLt
   // call at this run's rows) the run copies it from `data` first, with the
   // same lifetime rules (SessionStats::reference_copies counts these).
-  // FailedPrecondition for memory not on the session's device, for rows
-  // that run in a larger bucket (its padding would be read past the memory),
-  // and where neither way works; OutOfRange above a dim's bound.
+  // InvalidArgument for memory that is not device memory (as bind);
+  // FailedPrecondition for device memory of another device, for rows that
+  // run in a larger bucket (its padding would be read past the memory), and
+  // where neither way works; OutOfRange above a dim's bound. An input the
+  // program writes into stays bound from run to run (each run copies it).
   Status bind_reference(const std::string& name, const void* data, size_t bytes, ElementType dtype,
                         const std::vector<int64_t>& shape);
 
@@ -469,18 +471,20 @@ class Session {
   // clones it into theirs, between their nodes. It is the graph run() would
   // launch now: the current run-time dims and scalars, the kernels chosen
   // for them, and its own copy of the dims' values (later set_scalar,
-  // set_dim and binds do not change it). Inputs: one last bound from device
-  // memory (bind with kDevice, or bind_reference) is read from that memory
+  // set_dim and binds do not change it). Inputs: one bound by reference, or
+  // bound from device memory since the last run, is read from that memory
   // at every launch (copied by the graph, or read in place), so the
-  // caller's earlier nodes may write it there; every other input is read
+  // caller's earlier nodes may write it there, and that memory must then
+  // live as long as the graph may be launched; every other input is read
   // from the session's arena as it is when export_graph returns (pending
   // host binds are copied there first; export_graph waits for that). The
   // graph shares the session's arena: outputs land there (output_view
   // describes them until the session's next run), states are read and
   // written in place, and the session's later binds from the host change
   // what it reads. The session must outlive every graph made from it and
-  // must not run while such a graph may be running; inputs that a run
-  // overwrites must be bound again before the session's next run.
+  // must not run while such a graph may be running; the inputs the graph
+  // copies or a run overwrites must be bound again before the session's
+  // next run (bind_reference ones stay bound).
   // FailedPrecondition where run() would refuse (an input or param not set,
   // a dim above its bound); for an input bound from device memory that a
   // graph cannot copy (rows padded to a bucket's, a dim served by node

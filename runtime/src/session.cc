@@ -222,7 +222,7 @@ Status Session::Impl::init() {
       if (const int slot = prog.value_input_slot.at(static_cast<size_t>(r)); slot >= 0) mask |= 1u << slot;
     step_inputs.push_back(mask);
   }
-  prepare_references({});  // every slot at its arena buffer
+  prepare_references({}, /*count=*/false);  // every slot at its arena buffer
   nvtx_run = "run " + prog.graph().program_name;
   nvtx_run_eager = "run_eager " + prog.graph().program_name;
   for (size_t s = 0; s < prog.plan().steps.size(); ++s)
@@ -271,7 +271,7 @@ Status Session::Impl::write_valid_block() {
   if (prog.dims.empty()) return Status::Ok();
   std::array<int32_t, kMaxRuntimeDims> wanted{};
   for (size_t d = 0; d < dims.size(); ++d) wanted[d] = static_cast<int32_t>(dims[d]);
-  if (wanted == valid_on_device) return Status::Ok();
+  if (wanted == valid_on_device && !graphs_exported) return Status::Ok();  // an exported graph may have written others
   int slot = valid_next;
   valid_next = (valid_next + 1) % kValidRing;
   if (valid_copy_pending[slot]) {
@@ -503,7 +503,7 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
   return Status::Ok();
 }
 
-void Session::Impl::prepare_references(const std::vector<int>& step_kernel) {
+void Session::Impl::prepare_references(const std::vector<int>& step_kernel, bool count) {
   uint32_t through_library = 0;  // input slots a chosen cuBLASLt call reads
   for (size_t s = 0; s < step_kernel.size() && s < step_inputs.size(); ++s)
     if (prog.kernels().kernels[static_cast<size_t>(step_kernel[s])].library.active) through_library |= step_inputs[s];
@@ -519,7 +519,7 @@ void Session::Impl::prepare_references(const std::vector<int>& step_kernel) {
     if (in.reference && !in_place) {  // the run's copy node reads it from the caller's memory
       in.copy_pending = true;
       in.device_source = in.reference;
-      stats.reference_copies += 1;
+      if (count) stats.reference_copies += 1;
     }
   }
 }

@@ -143,7 +143,8 @@ struct Session::Impl {
     std::vector<CopyNode> copy_nodes;
     std::vector<int64_t> applied_layout, built_layout;
     std::array<float, kMaxScalars> applied_scalars{}, built_scalars{};
-    std::array<const unsigned char*, kMaxInputPointers> applied_inputs{};  // what its nodes' gdl_args::inputs hold
+    // What its nodes' gdl_args::inputs hold, and what the cudaGraph_t's hold.
+    std::array<const unsigned char*, kMaxInputPointers> applied_inputs{}, built_inputs{};
     size_t stats_index = 0;  // into stats.buckets
   };
   std::map<std::vector<int64_t>, std::unique_ptr<GraphInstance>> graphs;
@@ -185,7 +186,15 @@ struct Session::Impl {
   // reads it takes a cuBLASLt call at these kernels (the captured call holds
   // the arena address), else copied from the caller's memory by the copy
   // node; sets input_pointers for every input.
-  void prepare_references(const std::vector<int>& step_kernel);
+  // `count`: add the copies to SessionStats::reference_copies (once per run).
+  void prepare_references(const std::vector<int>& step_kernel, bool count);
+  bool references_bound() const {
+    for (const InputSlot& in : inputs)
+      if (in.reference) return true;
+    return false;
+  }
+  // Set once a graph was exported: its launches write the valid counts too.
+  bool graphs_exported = false;
   Status set_param(const std::string& name, const void* data, size_t bytes);
   Status set_dim(const std::string& name, int64_t value);
   Status set_scalar(const std::string& name, double value);

@@ -317,7 +317,7 @@ Status Session::Impl::build_graph(GraphInstance& g, const std::vector<int64_t>& 
 
   g.applied_layout = g.built_layout = layout_dims;
   std::copy(std::begin(scalar_bits), std::end(scalar_bits), g.applied_scalars.begin());
-  g.applied_inputs = input_pointers;
+  g.applied_inputs = g.built_inputs = input_pointers;
   g.built_scalars = g.applied_scalars;
   stats.graph_build_us += build_us;
   stats.instantiate_us += instantiate_us;
@@ -370,13 +370,14 @@ Expected<cudaGraph_t> Session::Impl::export_graph() {
     return Status::FailedPrecondition("a run-time dim is above its upper bound: such a run takes the eager fallback, "
                                       "which has no graph to export");
   const std::vector<int64_t> layout_dims = layout(dims);
-  prepare_references(kernels_at(layout_dims));  // by reference: read in place, or copied at each launch
-  std::vector<bool> copied_each_launch(inputs.size());
+  prepare_references(kernels_at(layout_dims), /*count=*/false);  // by reference: read in place, or copied
+  // 1. What each launch copies, decided before anything changes.
+  std::vector<const void*> launch_source(inputs.size(), nullptr);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    InputSlot& in = inputs[i];
+    const InputSlot& in = inputs[i];
     const int slot = input_slot(i);
     const bool in_place = in.reference && slot >= 0 && input_pointers[static_cast<size_t>(slot)] == in.reference;
-    const void* device_memory = in.reference ? in.reference : in.device_data;
+    const void* device_memory = in.reference ? in.reference : in.device_data;  // device binds not yet run
     const std::string& name = prog.inputs[i].name;
     if (device_memory && !in_place) {
       if (!in.device_copyable)
@@ -384,9 +385,7 @@ Expected<cudaGraph_t> Session::Impl::export_graph() {
             "input '" + name + "' was bound from device memory, which an exported graph copies at each launch, but the "
             "graph cannot copy it (its rows are padded to a bucket's, a dim of it is served by node updates, or the "
             "memory is on another device or not 16-byte aligned); bind it at a bucket's capacity, or from the host");
-      in.copy_pending = true;
-      in.device_source = device_memory;
-      copied_each_launch[i] = true;
+      launch_source[i] = device_memory;
     } else if (!device_memory && prog.input_clobbered_by_run[i]) {
       // A run reuses such an input's buffer: a second launch would read what the first left there.
       return Status::FailedPrecondition("input '" + name + "' is overwritten by a run (its buffer is reused after its "
@@ -394,7 +393,7 @@ Expected<cudaGraph_t> Session::Impl::export_graph() {
                                         "launch copies it");
     }
   }
-  // The valid counts of this run, from memory of the export's own.
+  // 2. The valid counts of this run, from memory of the export's own.
   const void* valid_source = nullptr;
   if (!prog.dims.empty()) {
     std::array<int32_t, kMaxRuntimeDims> valid{};
@@ -406,26 +405,46 @@ Expected<cudaGraph_t> Session::Impl::export_graph() {
                  "writing the exported graph's valid counts");
     valid_source = kept;
   }
+  // 3. The graph, its copy nodes reading those sources; the slots as they were if it fails.
+  std::vector<InputSlot> before = inputs;
+  std::vector<bool> copied_each_launch(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (launch_source[i]) {
+      inputs[i].copy_pending = true;
+      inputs[i].device_source = launch_source[i];
+      copied_each_launch[i] = true;
+    }
   GraphInstance g;
   Status built = add_graph_nodes(g, layout_dims, &copied_each_launch, valid_source);
-  if (built.ok()) built = flush_staged_inputs();  // host binds into the arena; the device ones also, harmlessly
+  if (!built.ok()) {
+    if (g.graph) (void)cudaGraphDestroy(g.graph);
+    inputs = std::move(before);
+    return built;
+  }
+  // 4. Pending binds into the arena (the device ones also, harmlessly), done before it returns.
+  built = flush_staged_inputs();
   if (built.ok()) built = write_valid_block();
   if (built.ok() && cudaStreamSynchronize(stream) != cudaSuccess)
     built = Status::Internal(std::string("waiting for the copies before the export: ") +
                              cudaGetErrorString(cudaGetLastError()));
   if (!built.ok()) {
-    if (g.graph) (void)cudaGraphDestroy(g.graph);
+    (void)cudaGraphDestroy(g.graph);
     return built;
   }
   stream_idle();
-  // The exported graph is the session's last run for output_view; a launch
-  // of it may overwrite the inputs a run clobbers, which must be bound again.
+  // The exported graph is the session's last run for output_view. Its
+  // launches write the valid counts and the inputs it copies (or a run
+  // overwrites) into the arena: the session writes its counts before each of
+  // its own runs from now on, and those inputs must be bound again first.
   has_run = true;
   last_run_dims = dims;
   last_run_layout = layout_dims;
   last_run_fallback = false;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (prog.input_clobbered_by_run[i]) inputs[i].bound = false;
+  graphs_exported = true;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i].device_data = nullptr;
+    if ((prog.input_clobbered_by_run[i] || copied_each_launch[i]) && !inputs[i].reference) inputs[i].bound = false;
+  }
   return g.graph;
 }
 
@@ -576,9 +595,10 @@ void Session::Impl::after_run(const std::vector<int64_t>& layout_dims, bool fall
   last_run_dims = dims;
   last_run_layout = layout_dims;
   last_run_fallback = fallback;
+  for (InputSlot& in : inputs) in.device_data = nullptr;  // a run consumed the device binds before it
   if (fallback) return;  // the fallback ran in an arena of its own: the inputs are intact
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (prog.input_clobbered_by_run[i]) inputs[i].bound = false;
+  for (size_t i = 0; i < inputs.size(); ++i)  // a reference is copied again by the next run
+    if (prog.input_clobbered_by_run[i] && !inputs[i].reference) inputs[i].bound = false;
 }
 
 Status Session::Impl::run() {
@@ -590,11 +610,14 @@ Status Session::Impl::run() {
     stats.runs += 1;
     return Status::Ok();
   }
+  // A graph built below takes this run's input pointers into nodes that
+  // sync_nodes does not update (a cuBLASLt step's norm kernel).
+  if (references_bound()) prepare_references(kernels_at(layout_dims), /*count=*/false);
   Expected<GraphInstance*> found = graph_for(bucket_key(dims), layout_dims);
   if (!found) return found.status();
   GraphInstance& g = **found;
   Stopwatch submit;
-  prepare_references(g.step_kernel);
+  prepare_references(g.step_kernel, /*count=*/true);
   GDL_RETURN_IF_ERROR(sync_nodes(g, layout_dims));
   bool copies = false;  // the inputs bound since the last copy are copied, the others not
   for (GraphInstance::CopyNode& c : g.copy_nodes) {
@@ -646,7 +669,7 @@ Status Session::Impl::run_eager() {
   Stopwatch submit;
   GDL_RETURN_IF_ERROR(write_valid_block());
   const std::vector<int> chosen = kernels_at(layout_dims);
-  prepare_references(chosen);
+  prepare_references(chosen, /*count=*/true);
   // Timed from before the input copies, as a graph run's time includes its copy nodes.
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
   GDL_RETURN_IF_ERROR(flush_staged_inputs());
@@ -690,7 +713,7 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
     if (!launch) return launch.status();
     launches.push_back(*launch);
   }
-  prepare_references(kernels);
+  prepare_references(kernels, /*count=*/false);
   GDL_RETURN_IF_ERROR(flush_staged_inputs());
   EventSet events;
   events.events.assign(2 * n, nullptr);
@@ -765,6 +788,7 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   costs.exec_update_us = update_time.elapsed_us() / repeats;
   g.applied_layout = g.built_layout;
   g.applied_scalars = g.built_scalars;
+  g.applied_inputs = g.built_inputs;
   for (GraphInstance::CopyNode& c : g.copy_nodes) c.state = -1;  // set again at the next run
 
   // 3. A second exec of the same graph, destroyed at once (not timed).

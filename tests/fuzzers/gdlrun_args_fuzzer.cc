@@ -126,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (parsed.outcome.is_error != (parsed.outcome.exit_code != 0)) fail("an error outcome with exit code 0, or the reverse");
     return 0;
   }
-  const std::optional<gdl::gdlrun::Args>& args = parsed.args;
+  std::optional<gdl::gdlrun::Args>& args = parsed.args;
   for (const auto& [name, value] : args->dims)
     if (value > kMaxDim) return 0;
   if (!args->input_files.empty()) {
