@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | probes | stalls | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | probes | stalls | nvtx | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -29,6 +29,9 @@
 #               kernel, fixed B), p10 (rows kernel, B at run time), p4 (rows
 #               or tensor cores at run time), p7 (4096-wide rows kernel) and
 #               of one W2 layer at B=1, 8 and 64; not part of `all`
+# 3h. nvtx:     the gdl domain's NVTX ranges and the kernel names in nsys's
+#               summary (where nsys is installed) and ncu's NVTX context,
+#               over gdlrun --explain on examples/mlp.gdl; not part of `all`
 # 3c-3g: the standalone CUDA experiments in bench/experiments/ (README.md
 #     there says what each asks), each built here with the device's nvcc;
 #     none is part of `all`.
@@ -208,6 +211,22 @@ if [[ $what == all || $what == probes ]]; then
     grep -q '^input len' "$p" && dims+=(--set len=4096)
     step "probe_$(basename "$p" .gdl)" 60 "$BUILD/gdlrun" "$p" --gpu --explain "${dims[@]}"
   done
+fi
+
+if [[ $what == nvtx ]]; then
+  # The NVTX ranges in the gdl domain as a profiler sees them: nsys's range
+  # summary where nsys is installed, else ncu's NVTX context of each
+  # kernel (--nvtx), over gdlrun --explain (graph runs, and eager runs whose
+  # kernels sit inside "step N: OPS"); and the kernel names.
+  NSYS=$(command -v nsys || true)
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [[ -n $NSYS ]]; then
+    step nvtx_nsys 240 "$NSYS" profile --trace=cuda,nvtx --force-overwrite=true -o "$OUT/nvtx_mlp" \
+      "$BUILD/gdlrun" examples/mlp.gdl --gpu --explain --dim B=8
+    step nvtx_nsys_stats 120 "$NSYS" stats --report nvtx_sum,cuda_gpu_kern_sum "$OUT/nvtx_mlp.nsys-rep"
+  fi
+  step nvtx_ncu 240 "$NCU" --nvtx --print-nvtx-rename kernel --launch-count 12 --metrics gpu__time_duration.sum \
+    "$BUILD/gdlrun" examples/mlp.gdl --gpu --explain --dim B=8
 fi
 
 if [[ $what == stalls ]]; then
@@ -396,6 +415,8 @@ PY
     soak)
       grep -E "replays in|threads,|sessions created|each failed in turn|after every fault|ERROR|test cases:|assertions:" "$log" |
         sed "s/^/$name: /" ;;
+    nvtx_*)
+      grep -E "gdl|step [0-9]+:|run |bind " "$log" | sort | uniq -c | sort -rn | head -20 | sed "s/^/$name: /" ;;
     memcheck_*|racecheck_*|initcheck_*|synccheck_*)
       grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases:|MISMATCH|match the CPU|killed" "$log" | sed "s/^/$name: /"
       grep -E "Invalid|out of bounds|Race reported|Hazard" "$log" | head -10 | sed "s/^/$name: /" ;;
