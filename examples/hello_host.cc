@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <vector>
 
+#include <cstring>
+
 #include "gdl/gdl.h"
+#include "gdl/version.h"
 
 static int fail(const gdl::Status& st) {
   std::fprintf(stderr, "%s\n", st.ToString().c_str());
@@ -13,10 +16,10 @@ static int fail(const gdl::Status& st) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: hello_host PROGRAM.gdlx   (a program with one f32 input and one f32 output)\n");
-    return 2;
-  }
+  const char* usage = "usage: hello_host PROGRAM.gdlx   (a program with one f32 input and one f32 output)\n";
+  if (argc == 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) return std::fputs(usage, stdout), 0;
+  if (argc == 2 && !std::strcmp(argv[1], "--version")) return std::puts("hello_host " GDL_VERSION_STRING), 0;
+  if (argc != 2) return std::fputs(usage, stderr), 2;
   gdl::Expected<gdl::Program> program = gdl::Program::load(argv[1]);
   if (!program.ok()) return fail(program.status());
   const gdl::TensorInfo& in = program->inputs().at(0);

@@ -4,9 +4,11 @@
 // bound, and each output's first values and element count are printed.
 //   build/gdlc examples/mlp.gdl -o mlp.gdlx && build/examples/load_and_run mlp.gdlx
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "gdl/gdl.h"
+#include "gdl/version.h"
 
 namespace {
 
@@ -28,10 +30,10 @@ std::vector<int64_t> upper_bound_shape(const gdl::TensorInfo& info) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: load_and_run PROGRAM.gdlx\n");
-    return 2;
-  }
+  const char* usage = "usage: load_and_run PROGRAM.gdlx   (every param and input from a fixed pattern, dims at their upper bounds)\n";
+  if (argc == 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) return std::fputs(usage, stdout), 0;
+  if (argc == 2 && !std::strcmp(argv[1], "--version")) return std::puts("load_and_run " GDL_VERSION_STRING), 0;
+  if (argc != 2) return std::fputs(usage, stderr), 2;
   gdl::Expected<gdl::Program> program = gdl::Program::load(argv[1]);
   GDL_EXIT_ON_ERROR(program.status(), 1);
   std::printf("%s: %zu kernel nodes, arena %llu bytes, params %llu bytes\n", program->name().c_str(),
