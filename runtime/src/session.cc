@@ -222,7 +222,10 @@ Status Session::Impl::init() {
       if (const int slot = prog.value_input_slot.at(static_cast<size_t>(r)); slot >= 0) mask |= 1u << slot;
     step_inputs.push_back(mask);
   }
-  prepare_references({}, /*count=*/false);  // every slot at its arena buffer
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (const int slot = input_slot(i); slot >= 0)
+      arena_input_pointers[static_cast<size_t>(slot)] = arena + prog.buffer_of(prog.input_values[i]).offset;
+  input_pointers = arena_input_pointers;
   nvtx_run = "run " + prog.graph().program_name;
   nvtx_run_eager = "run_eager " + prog.graph().program_name;
   for (size_t s = 0; s < prog.plan().steps.size(); ++s)
@@ -504,6 +507,10 @@ Status Session::Impl::bind(const std::string& name, const void* data, size_t byt
 }
 
 void Session::Impl::prepare_references(const std::vector<int>& step_kernel, bool count) {
+  if (!references_bound()) {  // the usual run: every slot at its arena buffer, no scan of the steps
+    input_pointers = arena_input_pointers;
+    return;
+  }
   uint32_t through_library = 0;  // input slots a chosen cuBLASLt call reads
   for (size_t s = 0; s < step_kernel.size() && s < step_inputs.size(); ++s)
     if (prog.kernels().kernels[static_cast<size_t>(step_kernel[s])].library.active) through_library |= step_inputs[s];

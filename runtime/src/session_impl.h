@@ -102,6 +102,7 @@ struct Session::Impl {
   // Where the kernels read each input this run (gdl_args::inputs), set by
   // prepare_references; per step, the input slots its kernels read.
   std::array<const unsigned char*, kMaxInputPointers> input_pointers{};
+  std::array<const unsigned char*, kMaxInputPointers> arena_input_pointers{};  // every slot at its arena buffer
   std::vector<uint32_t> step_inputs;
   // Input i's pointer slot in gdl_args::inputs, or -1 (plan.h input_pointer_slots).
   int input_slot(size_t input) const { return prog.value_input_slot.at(static_cast<size_t>(prog.input_values[input])); }

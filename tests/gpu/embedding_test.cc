@@ -339,8 +339,8 @@ TEST_CASE("embedding: an exported graph keeps its dims when the session's runs m
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
   const std::map<std::string, TensorData> want = reference(scale, at16);
-  // The session runs 5 rows (bucket 8), then the exported graph its 16, then the session 5 rows again:
-  // each writes its own valid counts.
+  // A run of 5 rows (bucket 8) by the session itself, then the exported graph's 16 rows, then 5 rows by
+  // the session again: each writes its own valid counts.
   std::map<std::string, TensorData> at5 = random_bindings(scale, {5}, rng);
   bind_all(*s, at5);
   GDL_REQUIRE_OK(s->run());
