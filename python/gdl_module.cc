@@ -1,0 +1,465 @@
+// The Python module `gdl` (pybind11): load or compile a program, make a
+// session, bind and read NumPy arrays and PyTorch (or any DLPack) tensors,
+// run. Device tensors go through DLPack without a host copy; outputs and
+// states come back as DLPack views of the session's memory
+// (torch.from_dlpack). Every failing gdl call raises gdl.Error, whose
+// message is the Status (docs/packaging.md, "Python").
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gdl/dlpack.h"
+#include "gdl/gdl.h"
+#include "gdl/jit.h"
+#include "gdl/version.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// DLPack's device types that gdl accepts (dlpack.h).
+constexpr int kDlpackCuda = kDLCUDA;
+constexpr int kDlpackCudaManaged = kDLCUDAManaged;
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const gdl::Status& status) {
+  if (!status.ok()) throw Error(status.ToString());
+}
+
+template <typename T>
+T take(gdl::Expected<T> expected) {
+  check(expected.status());
+  return std::move(expected).value();
+}
+
+// A DLManagedTensor taken out of a "dltensor" capsule: the capsule is
+// renamed "used_dltensor" as the protocol asks, and the tensor's deleter runs
+// when this is destroyed (the producer's memory lives until then).
+class ConsumedTensor {
+ public:
+  explicit ConsumedTensor(DLManagedTensor* tensor) : tensor_(tensor) {}
+  ConsumedTensor(const ConsumedTensor&) = delete;
+  ConsumedTensor& operator=(const ConsumedTensor&) = delete;
+  ~ConsumedTensor() {
+    if (tensor_->deleter) tensor_->deleter(tensor_);
+  }
+  const DLTensor& tensor() const { return tensor_->dl_tensor; }
+
+ private:
+  DLManagedTensor* tensor_;
+};
+
+bool is_device_tensor(const py::object& object) {
+  if (!py::hasattr(object, "__dlpack_device__")) return false;
+  const auto device = object.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+  return device.first == kDlpackCuda || device.first == kDlpackCudaManaged;
+}
+
+// Takes any object with __dlpack__ (a NumPy array, a PyTorch tensor, ...).
+// A device tensor is asked for on `stream`, so that its producer orders the
+// work that writes it before whatever the session does on that stream next.
+std::unique_ptr<ConsumedTensor> consume_dlpack(const py::object& object, uintptr_t stream) {
+  if (!py::hasattr(object, "__dlpack__"))
+    throw py::type_error("gdl takes arrays and tensors through DLPack: a " +
+                         py::str(py::type::of(object)).cast<std::string>() + " has no __dlpack__");
+  py::object capsule = is_device_tensor(object) ? object.attr("__dlpack__")(py::arg("stream") = stream)
+                                                : object.attr("__dlpack__")();
+  PyObject* raw = capsule.ptr();
+  auto* tensor = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(raw, "dltensor"));
+  if (!tensor) throw py::error_already_set();
+  PyCapsule_SetName(raw, "used_dltensor");
+  return std::make_unique<ConsumedTensor>(tensor);
+}
+
+// NumPy dtypes of gdl's element types. NumPy has no bfloat16: bf16 comes
+// back as float32 (every bf16 value is exactly a float32).
+py::dtype numpy_dtype(gdl::ElementType t) {
+  switch (t) {
+    case gdl::ElementType::kF32:
+    case gdl::ElementType::kBF16: return py::dtype::of<float>();
+    case gdl::ElementType::kF16: return py::dtype("float16");
+    case gdl::ElementType::kI32: return py::dtype::of<int32_t>();
+    case gdl::ElementType::kBool: return py::dtype::of<bool>();
+  }
+  check(gdl::Status(gdl::StatusCode::kInternal, "an element type without a NumPy dtype"));
+  return {};
+}
+
+// Raw bytes of `dtype` as a NumPy array of `shape` (bf16 widened to float32).
+py::array to_numpy(gdl::ElementType dtype, const std::vector<int64_t>& shape, const uint8_t* bytes, size_t count) {
+  py::array out(numpy_dtype(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+  if (dtype == gdl::ElementType::kBF16) {
+    auto* f = static_cast<float*>(out.mutable_data());
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t word = static_cast<uint32_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8)) << 16;
+      std::memcpy(&f[i], &word, 4);
+    }
+  } else {
+    std::memcpy(out.mutable_data(), bytes, count * gdl::element_size(dtype));
+  }
+  return out;
+}
+
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  return n;
+}
+
+// A host copy of a DLPack tensor, for the CPU reference.
+gdl::TensorData host_tensor(const std::string& name, const py::object& object) {
+  const std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(object, 0);
+  const gdl::DlpackTensor described = take(gdl::describe_dlpack(consumed->tensor()));
+  if (described.kind != gdl::MemoryKind::kHost)
+    check(gdl::Status(gdl::StatusCode::kInvalidArgument, "'" + name + "' is on a GPU; the CPU reference takes host arrays"));
+  const auto* data = static_cast<const uint8_t*>(described.data);
+  return {described.dtype, described.shape, std::vector<uint8_t>(data, data + described.bytes)};
+}
+
+py::list describe(const std::vector<gdl::TensorInfo>& tensors, const std::vector<gdl::RuntimeDimInfo>& dims) {
+  py::list out;
+  for (const gdl::TensorInfo& t : tensors) {
+    py::list shape;
+    for (const gdl::AxisInfo& axis : t.shape)
+      shape.append(axis.is_runtime() ? py::object(py::str(dims[axis.dim].name)) : py::object(py::int_(axis.extent)));
+    py::dict entry;
+    entry["name"] = t.name;
+    entry["dtype"] = gdl::element_type_name(t.dtype);
+    entry["shape"] = shape;
+    entry["type"] = t.type_text;
+    out.append(entry);
+  }
+  return out;
+}
+
+gdl::DimPolicyChoice dim_policy(const std::string& text) {
+  if (text == "declared") return gdl::DimPolicyChoice::kAsDeclared;
+  if (text == "buckets") return gdl::DimPolicyChoice::kBuckets;
+  if (text == "update") return gdl::DimPolicyChoice::kUpdate;
+  throw py::value_error("dim_policy is 'declared', 'buckets' or 'update', not '" + text + "'");
+}
+
+// A Session and the Python objects whose memory it may still read: tensors
+// bound from device memory (copied by the next run) and by reference (read
+// by every run until bound again).
+class PySession {
+ public:
+  PySession(const gdl::Program& program, gdl::SessionOptions options) : session_(take(gdl::Session::create(program, options))) {}
+  ~PySession() {
+    py::gil_scoped_release release;
+    (void)session_->synchronize();  // the held tensors are released after every run that reads them is done
+  }
+
+  void bind(const std::string& name, const py::object& tensor) {
+    std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
+    const gdl::DlpackTensor d = take(gdl::describe_dlpack(consumed->tensor()));
+    check(gdl::bind_dlpack(*session_, name, consumed->tensor()));
+    // Host memory is copied before bind returns; device memory by the next run.
+    if (d.kind == gdl::MemoryKind::kDevice) hold(name, std::move(consumed));
+  }
+
+  void bind_reference(const std::string& name, const py::object& tensor) {
+    std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
+    const gdl::DlpackTensor d = take(gdl::describe_dlpack(consumed->tensor()));
+    check(session_->bind_reference(name, d.data, d.bytes, d.dtype, d.shape));
+    hold(name, std::move(consumed));
+  }
+
+  void set_param(const std::string& name, const py::object& tensor) {
+    const std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
+    check(gdl::set_param_dlpack(*session_, name, consumed->tensor()));
+  }
+
+  void set_state(const std::string& name, const py::object& tensor) {
+    const std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
+    py::gil_scoped_release release;  // set_state returns once the state holds it
+    check(gdl::set_state_dlpack(*session_, name, consumed->tensor()));
+  }
+
+  void run() {
+    py::gil_scoped_release release;
+    check(session_->run());
+  }
+  void run_eager() {
+    py::gil_scoped_release release;
+    check(session_->run_eager());
+  }
+  void synchronize() { wait(); }
+
+  py::array read(const std::string& name) {
+    const std::vector<int64_t> shape = take(session_->shape_of(name));
+    const gdl::TensorInfo* info = session_->program().find_output(name);
+    if (!info) check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not an output"));
+    const size_t count = static_cast<size_t>(element_count(shape));
+    std::vector<uint8_t> bytes(count * gdl::element_size(info->dtype));
+    wait();
+    check(session_->read(name, bytes.data(), bytes.size()));
+    return to_numpy(info->dtype, shape, bytes.data(), count);
+  }
+
+  py::array read_state(const std::string& name) {
+    const gdl::TensorInfo* info = session_->program().find_state(name);
+    if (!info) check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not a state"));
+    std::vector<int64_t> shape;
+    for (const gdl::AxisInfo& axis : info->shape) shape.push_back(axis.extent);
+    const size_t count = static_cast<size_t>(element_count(shape));
+    std::vector<uint8_t> bytes(count * gdl::element_size(info->dtype));
+    wait();
+    check(session_->read_state(name, bytes.data(), bytes.size()));
+    return to_numpy(info->dtype, shape, bytes.data(), count);
+  }
+
+  gdl::Session& session() { return *session_; }
+  uintptr_t stream_handle() const { return reinterpret_cast<uintptr_t>(session_->stream()); }
+
+ private:
+  void hold(const std::string& name, std::unique_ptr<ConsumedTensor> consumed) {
+    // The tensor bound before under this name may still be read by a run in
+    // flight: it is retired, and released at the next wait for the stream
+    // (or here, once too many wait).
+    auto it = held_.find(name);
+    if (it != held_.end()) retired_.push_back(std::move(it->second));
+    held_[name] = std::move(consumed);
+    if (retired_.size() > kMaxRetired) wait();
+  }
+
+  // Waits for the stream, then releases the retired tensors.
+  void wait() {
+    {
+      py::gil_scoped_release release;
+      check(session_->synchronize());
+    }
+    retired_.clear();
+  }
+
+  static constexpr size_t kMaxRetired = 64;
+  std::unique_ptr<gdl::Session> session_;
+  std::map<std::string, std::unique_ptr<ConsumedTensor>> held_;
+  std::vector<std::unique_ptr<ConsumedTensor>> retired_;
+};
+
+// What a view capsule's DLManagedTensor owns: gdl's description of the
+// memory, and a reference to the Python session, whose memory it is.
+struct ViewContext {
+  DLManagedTensor* inner;
+  PyObject* session;
+};
+
+void delete_view(DLManagedTensor* self) {
+  auto* context = static_cast<ViewContext*>(self->manager_ctx);
+  context->inner->deleter(context->inner);
+  {
+    py::gil_scoped_acquire acquire;
+    Py_DECREF(context->session);
+  }
+  delete context;
+  delete self;
+}
+
+void delete_unused_capsule(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* tensor = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    tensor->deleter(tensor);
+  }
+}
+
+// An output or a state of a session as a DLPack producer: torch.from_dlpack
+// (or any consumer) makes a tensor over the session's memory, no copy.
+class DeviceView {
+ public:
+  DeviceView(py::object session, std::string name, bool state)
+      : session_(std::move(session)), name_(std::move(name)), state_(state) {}
+
+  py::tuple dlpack_device() const {
+    PySession& s = session_.cast<PySession&>();
+    return py::make_tuple(kDlpackCuda, s.session().device());
+  }
+
+  py::capsule dlpack(const py::object& stream) {
+    PySession& s = session_.cast<PySession&>();
+    // A consumer on another stream sees the session's work once it is done:
+    // without an event API here, the host waits for it.
+    const bool same_stream = !stream.is_none() && stream.cast<uintptr_t>() == s.stream_handle();
+    if (!same_stream) s.synchronize();
+    DLManagedTensor* inner =
+        take(state_ ? gdl::state_dlpack(s.session(), name_) : gdl::output_dlpack(s.session(), name_));
+    auto* outer = new DLManagedTensor{inner->dl_tensor, new ViewContext{inner, session_.ptr()}, delete_view};
+    Py_INCREF(session_.ptr());
+    return py::capsule(outer, "dltensor", &delete_unused_capsule);
+  }
+
+ private:
+  py::object session_;
+  std::string name_;
+  bool state_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(gdl, m) {
+  m.doc() = "gdl: compile static dataflow programs to CUDA graphs and run them (docs/packaging.md, \"Python\")";
+  m.attr("__version__") = GDL_VERSION_STRING;
+  py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+
+  py::class_<gdl::Program>(m, "Program", "A compiled program (.gdlx): its declarations and kernels.")
+      .def_static(
+          "load", [](const std::string& path) { return take(gdl::Program::load(path)); }, py::arg("path"),
+          "Reads a .gdlx artifact written by gdlc.")
+      .def_static(
+          "load_bytes",
+          [](const py::bytes& data) {
+            const std::string bytes = data;
+            return take(gdl::Program::load_memory(bytes.data(), bytes.size()));
+          },
+          py::arg("data"), "Reads a .gdlx artifact from memory.")
+      .def("save", [](const gdl::Program& p, const std::string& path) { check(p.save(path)); }, py::arg("path"))
+      .def_property_readonly("name", &gdl::Program::name)
+      .def_property_readonly("inputs", [](const gdl::Program& p) { return describe(p.inputs(), p.dims()); })
+      .def_property_readonly("params", [](const gdl::Program& p) { return describe(p.params(), p.dims()); })
+      .def_property_readonly("outputs", [](const gdl::Program& p) { return describe(p.outputs(), p.dims()); })
+      .def_property_readonly("states", [](const gdl::Program& p) { return describe(p.states(), p.dims()); })
+      .def_property_readonly("dims",
+                             [](const gdl::Program& p) {
+                               py::list out;
+                               for (const gdl::RuntimeDimInfo& d : p.dims()) {
+                                 py::dict entry;
+                                 entry["name"] = d.name;
+                                 entry["lo"] = d.lo;
+                                 entry["hi"] = d.hi;
+                                 entry["buckets"] = d.buckets;
+                                 out.append(entry);
+                               }
+                               return out;
+                             })
+      .def_property_readonly("scalars",
+                             [](const gdl::Program& p) {
+                               py::dict out;
+                               for (const gdl::ScalarInfo& s : p.scalars()) out[py::str(s.name)] = s.default_value;
+                               return out;
+                             })
+      .def_property_readonly("node_count", &gdl::Program::node_count)
+      .def_property_readonly("arena_bytes", &gdl::Program::arena_bytes)
+      .def_property_readonly("kernel_arch", &gdl::Program::kernel_arch)
+      .def("__repr__", [](const gdl::Program& p) {
+        return "<gdl.Program '" + p.name() + "', " + std::to_string(p.node_count()) + " kernel nodes>";
+      });
+
+  m.def(
+      "compile",
+      [](const std::string& path, const std::string& arch, const std::string& cache_dir, const py::dict& consts) {
+        gdl::jit::CompileSettings settings{arch, cache_dir, {}};
+        for (const auto& [key, value] : consts) {
+          // True/False as the language spells them; numbers and dtypes as str() gives them.
+          const bool is_bool = py::isinstance<py::bool_>(value);
+          settings.consts[py::str(key)] = is_bool ? (value.cast<bool>() ? "true" : "false") : std::string(py::str(value));
+        }
+        py::gil_scoped_release release;
+        return take(gdl::jit::compile(path, settings));
+      },
+      py::arg("path"), py::arg("arch") = "", py::arg("cache_dir") = "",
+      py::arg("consts") = py::dict(),
+      "Compiles a .gdl file in the process (gdlc's pipeline). consts: values by name, as gdlc -D.");
+
+  m.def(
+      "run_reference",
+      [](const gdl::Program& program, const py::dict& tensors, const std::map<std::string, double>& scalars) {
+        std::map<std::string, gdl::TensorData> in;
+        for (const auto& [key, value] : tensors) {
+          const std::string name = py::str(key);
+          in.emplace(name, host_tensor(name, py::reinterpret_borrow<py::object>(value)));
+        }
+        std::map<std::string, gdl::TensorData> out;
+        {
+          py::gil_scoped_release release;
+          out = take(gdl::jit::run_reference(program, in, scalars));
+        }
+        py::dict result;
+        for (const auto& [name, t] : out)
+          result[py::str(name)] = to_numpy(t.dtype, t.shape, t.bytes.data(), static_cast<size_t>(element_count(t.shape)));
+        return result;
+      },
+      py::arg("program"), py::arg("tensors"), py::arg("scalars") = std::map<std::string, double>{},
+      "Runs the program on the CPU reference interpreter: every input, param and state by name "
+      "(host arrays); returns every output and state after the run.");
+
+  py::class_<DeviceView>(m, "DeviceView",
+                         "An output or state in the session's GPU memory, for torch.from_dlpack. An output's "
+                         "view is valid until the session's next run.")
+      .def("__dlpack__", &DeviceView::dlpack, py::arg("stream") = py::none())
+      .def("__dlpack_device__", &DeviceView::dlpack_device);
+
+  py::class_<PySession>(m, "Session",
+                        "One execution context on one GPU: its stream, its arena, the program's graph.")
+      .def(py::init([](const gdl::Program& program, int device, uintptr_t stream, bool record_device_time,
+                       const std::string& policy, bool overlap_launches, bool multi_step_kernels,
+                       bool eager_fallback) {
+             gdl::SessionOptions options;
+             options.device = device;
+             options.stream = reinterpret_cast<CUstream_st*>(stream);
+             options.record_device_time = record_device_time;
+             options.dim_policy = dim_policy(policy);
+             options.overlap_launches = overlap_launches;
+             options.multi_step_kernels = multi_step_kernels;
+             if (eager_fallback) options.eager_fallback = gdl::jit::recompiler();
+             return std::make_unique<PySession>(program, options);
+           }),
+           py::arg("program"), py::arg("device") = 0, py::arg("stream") = 0, py::arg("record_device_time") = false,
+           py::arg("dim_policy") = "declared", py::arg("overlap_launches") = true,
+           py::arg("multi_step_kernels") = true, py::arg("eager_fallback") = false,
+           "stream: a cudaStream_t as an integer (torch.cuda.Stream.cuda_stream); 0 = the session's own.")
+      .def("bind", &PySession::bind, py::arg("name"), py::arg("tensor"),
+           "Binds an input by copy from any DLPack array or tensor: host memory is copied now, device "
+           "memory by the next run (the tensor is kept alive until then).")
+      .def("bind_reference", &PySession::bind_reference, py::arg("name"), py::arg("tensor"),
+           "Binds an input to a GPU tensor without a copy: every run reads it in place until it is bound "
+           "again (the tensor is kept alive until then). Do not write it while a run may read it.")
+      .def("set_param", &PySession::set_param, py::arg("name"), py::arg("tensor"))
+      .def("set_state", &PySession::set_state, py::arg("name"), py::arg("tensor"))
+      .def("reset_state", [](PySession& s, const std::string& name) { check(s.session().reset_state(name)); },
+           py::arg("name") = "")
+      .def("set_dim", [](PySession& s, const std::string& name, int64_t value) { check(s.session().set_dim(name, value)); },
+           py::arg("name"), py::arg("value"))
+      .def("set_scalar",
+           [](PySession& s, const std::string& name, double value) { check(s.session().set_scalar(name, value)); },
+           py::arg("name"), py::arg("value"))
+      .def("seed_rng", [](PySession& s, uint64_t seed) { check(s.session().seed_rng(seed)); }, py::arg("seed"))
+      .def("run", &PySession::run, "Replays the graph on the session's stream and returns without waiting.")
+      .def("run_eager", &PySession::run_eager)
+      .def("synchronize", &PySession::synchronize)
+      .def("read", &PySession::read, py::arg("name"),
+           "Waits for the last run and returns a copy of an output as a NumPy array (bf16 as float32).")
+      .def("read_state", &PySession::read_state, py::arg("name"))
+      .def("shape_of", [](PySession& s, const std::string& name) { return take(s.session().shape_of(name)); },
+           py::arg("name"))
+      .def(
+          "output",
+          [](py::object self, const std::string& name) {
+            PySession& s = self.cast<PySession&>();
+            if (!s.session().program().find_output(name))
+              check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not an output"));
+            return DeviceView(self, name, false);
+          },
+          py::arg("name"), "The output in GPU memory for torch.from_dlpack: valid until the next run.")
+      .def(
+          "state",
+          [](py::object self, const std::string& name) {
+            PySession& s = self.cast<PySession&>();
+            if (!s.session().program().find_state(name))
+              check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not a state"));
+            return DeviceView(self, name, true);
+          },
+          py::arg("name"), "The state in GPU memory for torch.from_dlpack: fixed for the session's life.")
+      .def_property_readonly("stream", &PySession::stream_handle, "The session's cudaStream_t as an integer.")
+      .def_property_readonly("device", [](PySession& s) { return s.session().device(); })
+      .def("stats", [](PySession& s) { return gdl::format_stats(s.session().stats()); },
+           "The session's counters as text (gdlrun --stats).");
+}
