@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | probes | stalls | nvtx | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | consumer | python | probes | stalls | nvtx | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -23,6 +23,11 @@
 #               part of `all`
 # 2. examples:  build-release/examples/run_{mlp,chain,attention}, and
 #               hello_host and load_and_run on artifacts/*.gdlx
+# 2b. consumer: examples/consumer as built against an installed tree by
+#               scripts/stage-device.sh (the embedded program, and gdl::jit)
+# 2c. python:  the Python module built here for this machine's Python, and
+#               tests/python/gdl_test.py with its GPU cases required; not
+#               part of `all`
 # 3. probes:    build-release/gdlrun --explain on each bench/probes/*.gdl
 # 3b. stalls:   ncu's duration, DRAM throughput and stall reasons (cycles
 #               per issued instruction) of the matmul probes p3 (rows
@@ -227,6 +232,39 @@ if [[ $what == nvtx ]]; then
   fi
   step nvtx_ncu 240 "$NCU" --nvtx --print-nvtx-rename kernel --launch-count 12 --metrics gpu__time_duration.sum \
     "$BUILD/gdlrun" examples/mlp.gdl --gpu --explain --dim B=8
+fi
+
+if [[ $what == all || $what == consumer ]]; then
+  # The consumer project (examples/consumer), built against an installed
+  # tree by scripts/stage-device.sh: the embedded program run at two batch
+  # sizes, and the program compiled in the process (gdl::jit).
+  if [ -d "$BUILD/consumer" ]; then
+    step consumer 60 env LD_LIBRARY_PATH="$BUILD/consumer:$LD_LIBRARY_PATH" "$BUILD/consumer/consumer"
+    step consumer_jit 120 env LD_LIBRARY_PATH="$BUILD/consumer:$LD_LIBRARY_PATH" "$BUILD/consumer/consumer_jit" \
+      examples/consumer/scale.gdl
+  fi
+fi
+
+if [[ $what == python ]]; then
+  # The Python module built here for this machine's Python (PYTHON, default
+  # python3) from python/gdl_module.cc and the archives staged by
+  # scripts/stage-device.sh, against pybind11's headers (the pybind11
+  # package, else the copy inside torch), then tests/python/gdl_test.py
+  # with its GPU cases required. The module lands in /tmp/gdl-python.
+  PY=${PYTHON:-python3}
+  lib=$BUILD/python/lib
+  pyinc=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  pybind=$("$PY" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null ||
+    "$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
+  suffix=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  mkdir -p /tmp/gdl-python
+  cp "$lib"/libantlr4-runtime.so* /tmp/gdl-python/
+  step python_build 300 g++ -std=c++20 -O2 -shared -fPIC -fvisibility=hidden -I include -I "$BUILD/python/include" \
+    -isystem "$pyinc" -isystem "$pybind" python/gdl_module.cc -o "/tmp/gdl-python/gdl$suffix" \
+    -Wl,--start-group "$lib"/libgdl_jit.a "$lib"/libgdl_runtime.a "$lib"/libgdl_compiler.a "$lib"/libgdl_core.a \
+    "$lib"/libgdl_antlr_parser.a -Wl,--end-group /tmp/gdl-python/libantlr4-runtime.so* -Wl,-rpath,'$ORIGIN' \
+    -L/usr/local/cuda/lib64 -lcublasLt -lnvrtc /usr/local/cuda/lib64/libcudart_static.a -lrt -ldl -lpthread
+  step python_test 300 env PYTHONPATH=/tmp/gdl-python GDL_PYTHON_REQUIRE_GPU=1 "$PY" tests/python/gdl_test.py
 fi
 
 if [[ $what == stalls ]]; then

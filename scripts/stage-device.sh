@@ -2,7 +2,8 @@
 # Builds the GPU binaries here (Release) and stages them under .device/ (git
 # ignored) for the GPU machine, with an NVRTC cache filled by compiling every
 # GPU test program once here, so the GPU machine spends its time running.
-# Then, on the GPU machine, from the repo root (carry build-pack):
+# Then, on the GPU machine, from the repo root (carry build-pack/device.tgz,
+# or build-pack/bench.tgz for the benchmarks):
 #   tar xzf build-pack/device.tgz
 #   BUILD=.device/build-release GDL_CACHE_DIR=$PWD/.device/cache scripts/gpu-check.sh tests
 #   bash bench/run.sh OUT          (GDL_BENCH_BIN=.device/build-release/bench/gdl_bench)
@@ -25,19 +26,25 @@ cp "$BUILD/bench/gdl_bench" "$stage/bench/"
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . && echo '' || echo ' with uncommitted changes')" \
   >"$stage/bench/built-from.txt"
 [ -x "$BUILD/bench/gdl_dynamic_bench" ] && cp "$BUILD/bench/gdl_dynamic_bench" "$stage/bench/"
+# The caches keep entries of older builds too: what goes into the packs is
+# what this staging opened (traced) or wrote (newer than the stamp).
+trace_dir=$(mktemp -d)
+touch "$trace_dir/stamp"
+traced() { strace -f -qq -e trace=openat -o "$trace_dir/trace.$((++traces))" "$@"; }
+traces=0
 # Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program.
 GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \
-  "$stage/tests/gdl_gpu_tests" -tc="ops:*,reduce ops:*,state:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*,soak:*,faults:*,fuzz: saved*" >/dev/null || true
+  traced "$stage/tests/gdl_gpu_tests" -tc="ops:*,reduce ops:*,state:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*,soak:*,faults:*,fuzz: saved*,embedding*,dynamic*,semantics*,limits*,harness*" >/dev/null || true
 # The benchmark's programs into their own cache (GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache).
 mkdir -p .device/bench-cache
 for program in bench/workloads/*.gdl bench/l2_flush.gdl; do
-  LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 traced "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
 done
 # The shape sweep's programs (bench/sweep.sh), into the same cache.
 rm -rf /tmp/stage-device-sweep
 python3 bench/sweep.py programs /tmp/stage-device-sweep >/dev/null
 for program in /tmp/stage-device-sweep/*.gdl; do
-  LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 traced "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
 done
 rm -rf /tmp/stage-device.gdlx /tmp/stage-device-sweep
 # The examples as artifacts, for the hosts that link the runtime alone
@@ -46,11 +53,44 @@ for ex in chain mlp attention; do
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$stage/gdlc" "examples/$ex.gdl" -o "$stage/artifacts/$ex.gdlx" --arch=sm_90 \
     --cache-dir=.device/cache >/dev/null
 done
-# What the GPU machine does not run goes; the rest is stripped and packed:
-# the device tool carries at most 64 MiB, the pack about a third of that.
-# On the GPU machine, from the repo root: tar xzf build-pack/device.tgz
+# The consumer project (examples/consumer) built against an installed tree,
+# as scripts/test-consumer.sh does here; gpu-check.sh consumer runs it with
+# the installed runtime library beside it.
+rm -rf /tmp/stage-device-consumer
+cmake --install "$BUILD" --prefix /tmp/stage-device-consumer/prefix >/dev/null
+cmake -S examples/consumer -B /tmp/stage-device-consumer/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH=/tmp/stage-device-consumer/prefix >/dev/null
+GDL_CACHE_DIR=$PWD/.device/cache cmake --build /tmp/stage-device-consumer/build -j "${JOBS:-2}" >/dev/null
+mkdir -p "$stage/consumer"
+cp /tmp/stage-device-consumer/build/consumer /tmp/stage-device-consumer/build/consumer_jit "$stage/consumer/"
+cp -P /tmp/stage-device-consumer/prefix/lib*/libgdl_runtime.so* "$stage/consumer/"
+rm -rf /tmp/stage-device-consumer
+# The Python module is built on the GPU machine, for its own Python
+# (gpu-check.sh python): the archives it links, the headers it includes
+# beyond include/, and ANTLR's shared runtime (Debian's static one is not
+# position independent).
+py=$stage/python
+mkdir -p "$py/lib" "$py/include/gdl" "$py/include/dlpack"
+cp "$BUILD"/libgdl_{jit,runtime,compiler,core,antlr_parser}.a "$py/lib/"
+cp "$(readlink -f /usr/lib/x86_64-linux-gnu/libantlr4-runtime.so)" "$py/lib/"
+cp "$BUILD/generated/include/gdl/version.h" "$py/include/gdl/"
+cp /usr/include/dlpack/dlpack.h "$py/include/dlpack/"
+strip --strip-debug "$py"/lib/*.a
+# What the GPU machine does not run goes; the rest is stripped and packed.
 rm -f "$stage/gdlc" "$stage/bench/gdl_dynamic_bench"
-strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage/bench/gdl_bench" "$stage/gdlrun"
+strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage/bench/gdl_bench" "$stage/gdlrun" \
+  "$stage"/consumer/consumer "$stage"/consumer/consumer_jit
+# Two packs, each under the device tool's 64 MiB: device.tgz for the tests
+# and examples (the binaries and the tests' cache entries), bench.tgz for
+# the benchmarks (gdl_bench, gdlrun and the bench cache's entries).
+used_entries() {  # CACHE: its entries this staging opened or wrote, relative to the repo
+  { grep -h -v ' = -1 ' "$trace_dir"/trace.* | grep -oE "\.device/$1/[^\"]+" || true
+    find ".device/$1" -type f -newer "$trace_dir/stamp"; } | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done
+}
 mkdir -p build-pack
-tar czf build-pack/device.tgz .device
-du -sh .device build-pack/device.tgz
+used_entries cache >"$trace_dir/cache.list"
+used_entries bench-cache >"$trace_dir/bench.list"
+tar czf build-pack/device.tgz .device/build-release -T "$trace_dir/cache.list"
+tar czf build-pack/bench.tgz .device/build-release/bench .device/build-release/gdlrun -T "$trace_dir/bench.list"
+rm -rf "$trace_dir"
+du -sh build-pack/device.tgz build-pack/bench.tgz
