@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,21 +42,52 @@ T take(gdl::Expected<T> expected) {
   return std::move(expected).value();
 }
 
-// A DLManagedTensor taken out of a "dltensor" capsule: the capsule is
-// renamed "used_dltensor" as the protocol asks, and the tensor's deleter runs
-// when this is destroyed (the producer's memory lives until then).
+// A tensor taken from Python, as a DLTensor, with what keeps its memory
+// alive: a DLManagedTensor out of a "dltensor" capsule (renamed
+// "used_dltensor" as the protocol asks; its deleter runs when this is
+// destroyed), or a NumPy array described through the buffer protocol (which
+// takes read-only arrays too, that NumPy's __dlpack__ refuses).
 class ConsumedTensor {
  public:
-  explicit ConsumedTensor(DLManagedTensor* tensor) : tensor_(tensor) {}
+  explicit ConsumedTensor(DLManagedTensor* managed) : managed_(managed), tensor_(managed->dl_tensor) {}
+  explicit ConsumedTensor(py::array array) : array_(std::move(array)) {
+    tensor_.data = const_cast<void*>(array_.data());
+    tensor_.device = {kDLCPU, 0};
+    tensor_.ndim = static_cast<int32_t>(array_.ndim());
+    tensor_.dtype = dlpack_dtype(array_.dtype());
+    for (py::ssize_t a = 0; a < array_.ndim(); ++a) {
+      shape_.push_back(array_.shape(a));
+      strides_.push_back(array_.strides(a) / static_cast<int64_t>(array_.itemsize()));
+      if (array_.strides(a) % static_cast<int64_t>(array_.itemsize()) != 0) strides_.back() = -1;  // refused as not compact
+    }
+    tensor_.shape = shape_.data();
+    tensor_.strides = strides_.data();
+  }
   ConsumedTensor(const ConsumedTensor&) = delete;
   ConsumedTensor& operator=(const ConsumedTensor&) = delete;
   ~ConsumedTensor() {
-    if (tensor_->deleter) tensor_->deleter(tensor_);
+    if (managed_ && managed_->deleter) managed_->deleter(managed_);
   }
-  const DLTensor& tensor() const { return tensor_->dl_tensor; }
+  const DLTensor& tensor() const { return tensor_; }
 
  private:
-  DLManagedTensor* tensor_;
+  // NumPy's dtypes as DLPack's codes; those gdl does not take get a code
+  // that describe_dlpack names in its refusal.
+  static DLDataType dlpack_dtype(const py::dtype& dtype) {
+    const uint8_t bits = static_cast<uint8_t>(dtype.itemsize() * 8);
+    switch (dtype.kind()) {
+      case 'f': return {kDLFloat, bits, 1};
+      case 'i': return {kDLInt, bits, 1};
+      case 'u': return {kDLUInt, bits, 1};
+      case 'b': return {kDLUInt, 8, 1};  // gdl/dlpack.h takes u8 as bool (its bytes are 0 or 1)
+      default: return {kDLOpaqueHandle, bits, 1};
+    }
+  }
+
+  DLManagedTensor* managed_ = nullptr;
+  py::array array_;
+  DLTensor tensor_{};
+  std::vector<int64_t> shape_, strides_;
 };
 
 bool is_device_tensor(const py::object& object) {
@@ -64,12 +96,13 @@ bool is_device_tensor(const py::object& object) {
   return device.first == kDlpackCuda || device.first == kDlpackCudaManaged;
 }
 
-// Takes any object with __dlpack__ (a NumPy array, a PyTorch tensor, ...).
+// Takes a NumPy array, or any object with __dlpack__ (a PyTorch tensor, ...).
 // A device tensor is asked for on `stream`, so that its producer orders the
 // work that writes it before whatever the session does on that stream next.
 std::unique_ptr<ConsumedTensor> consume_dlpack(const py::object& object, uintptr_t stream) {
+  if (py::isinstance<py::array>(object)) return std::make_unique<ConsumedTensor>(py::reinterpret_borrow<py::array>(object));
   if (!py::hasattr(object, "__dlpack__"))
-    throw py::type_error("gdl takes arrays and tensors through DLPack: a " +
+    throw py::type_error("gdl takes NumPy arrays and DLPack tensors: a " +
                          py::str(py::type::of(object)).cast<std::string>() + " has no __dlpack__");
   py::object capsule = is_device_tensor(object) ? object.attr("__dlpack__")(py::arg("stream") = stream)
                                                 : object.attr("__dlpack__")();
@@ -150,60 +183,63 @@ gdl::DimPolicyChoice dim_policy(const std::string& text) {
 
 // A Session and the Python objects whose memory it may still read: tensors
 // bound from device memory (copied by the next run) and by reference (read
-// by every run until bound again).
+// by every run until bound again). A Session takes one thread at a time,
+// and Python threads may share this object: every call on it holds `calls_`,
+// taken with the GIL released (so that a thread waiting for it never holds
+// the GIL that the thread inside may need back).
 class PySession {
  public:
-  PySession(const gdl::Program& program, gdl::SessionOptions options) : session_(take(gdl::Session::create(program, options))) {}
+  PySession(const gdl::Program& program, gdl::SessionOptions options, py::object stream_owner)
+      : session_(take(gdl::Session::create(program, options))), stream_owner_(std::move(stream_owner)) {}
   ~PySession() {
-    py::gil_scoped_release release;
-    (void)session_->synchronize();  // the held tensors are released after every run that reads them is done
+    // The held tensors are released after every run that reads them is done.
+    (void)locked([&] { return session_->synchronize(); });
   }
 
   void bind(const std::string& name, const py::object& tensor) {
     std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
     const gdl::DlpackTensor d = take(gdl::describe_dlpack(consumed->tensor()));
-    check(gdl::bind_dlpack(*session_, name, consumed->tensor()));
+    check(locked([&] { return gdl::bind_dlpack(*session_, name, consumed->tensor()); }));
     // Host memory is copied before bind returns; device memory by the next run.
-    if (d.kind == gdl::MemoryKind::kDevice) hold(name, std::move(consumed));
+    hold(name, d.kind == gdl::MemoryKind::kDevice ? std::move(consumed) : nullptr);
   }
 
   void bind_reference(const std::string& name, const py::object& tensor) {
     std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
     const gdl::DlpackTensor d = take(gdl::describe_dlpack(consumed->tensor()));
-    check(session_->bind_reference(name, d.data, d.bytes, d.dtype, d.shape));
+    check(locked([&] { return session_->bind_reference(name, d.data, d.bytes, d.dtype, d.shape); }));
     hold(name, std::move(consumed));
   }
 
   void set_param(const std::string& name, const py::object& tensor) {
     const std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
-    check(gdl::set_param_dlpack(*session_, name, consumed->tensor()));
+    check(locked([&] { return gdl::set_param_dlpack(*session_, name, consumed->tensor()); }));
   }
 
   void set_state(const std::string& name, const py::object& tensor) {
     const std::unique_ptr<ConsumedTensor> consumed = consume_dlpack(tensor, stream_handle());
-    py::gil_scoped_release release;  // set_state returns once the state holds it
-    check(gdl::set_state_dlpack(*session_, name, consumed->tensor()));
+    // set_state returns once the state holds it.
+    check(locked([&] { return gdl::set_state_dlpack(*session_, name, consumed->tensor()); }));
   }
 
-  void run() {
-    py::gil_scoped_release release;
-    check(session_->run());
-  }
-  void run_eager() {
-    py::gil_scoped_release release;
-    check(session_->run_eager());
-  }
+  void run() { check(locked([&] { return session_->run(); })); }
+  void run_eager() { check(locked([&] { return session_->run_eager(); })); }
   void synchronize() { wait(); }
 
   py::array read(const std::string& name) {
-    const std::vector<int64_t> shape = take(session_->shape_of(name));
     const gdl::TensorInfo* info = session_->program().find_output(name);
     if (!info) check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not an output"));
-    const size_t count = static_cast<size_t>(element_count(shape));
-    std::vector<uint8_t> bytes(count * gdl::element_size(info->dtype));
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
     wait();
-    check(session_->read(name, bytes.data(), bytes.size()));
-    return to_numpy(info->dtype, shape, bytes.data(), count);
+    check(locked([&] {
+      gdl::Expected<std::vector<int64_t>> valid = session_->shape_of(name);
+      if (!valid.ok()) return valid.status();
+      shape = *valid;
+      bytes.resize(static_cast<size_t>(element_count(shape)) * gdl::element_size(info->dtype));
+      return session_->read(name, bytes.data(), bytes.size());
+    }));
+    return to_numpy(info->dtype, shape, bytes.data(), static_cast<size_t>(element_count(shape)));
   }
 
   py::array read_state(const std::string& name) {
@@ -214,10 +250,20 @@ class PySession {
     const size_t count = static_cast<size_t>(element_count(shape));
     std::vector<uint8_t> bytes(count * gdl::element_size(info->dtype));
     wait();
-    check(session_->read_state(name, bytes.data(), bytes.size()));
+    check(locked([&] { return session_->read_state(name, bytes.data(), bytes.size()); }));
     return to_numpy(info->dtype, shape, bytes.data(), count);
   }
 
+  // Runs `call` on the session with the GIL released and `calls_` held.
+  template <typename Call>
+  auto locked(Call call) -> decltype(call()) {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(calls_);
+    return call();
+  }
+
+  const gdl::Program& program() const { return session_->program(); }
+  int device() const { return session_->device(); }
   gdl::Session& session() { return *session_; }
   uintptr_t stream_handle() const { return reinterpret_cast<uintptr_t>(session_->stream()); }
 
@@ -227,22 +273,23 @@ class PySession {
     // flight: it is retired, and released at the next wait for the stream
     // (or here, once too many wait).
     auto it = held_.find(name);
-    if (it != held_.end()) retired_.push_back(std::move(it->second));
+    if (it != held_.end() && it->second) retired_.push_back(std::move(it->second));
     held_[name] = std::move(consumed);
     if (retired_.size() > kMaxRetired) wait();
   }
 
-  // Waits for the stream, then releases the retired tensors.
+  // Waits for the stream, then releases the tensors retired before the wait
+  // began (another thread may retire more meanwhile, read by runs after it).
   void wait() {
-    {
-      py::gil_scoped_release release;
-      check(session_->synchronize());
-    }
+    std::vector<std::unique_ptr<ConsumedTensor>> done = std::move(retired_);
     retired_.clear();
+    check(locked([&] { return session_->synchronize(); }));
   }
 
   static constexpr size_t kMaxRetired = 64;
   std::unique_ptr<gdl::Session> session_;
+  py::object stream_owner_;  // the caller's stream object, kept alive as long as the session uses it
+  std::mutex calls_;
   std::map<std::string, std::unique_ptr<ConsumedTensor>> held_;
   std::vector<std::unique_ptr<ConsumedTensor>> retired_;
 };
@@ -257,7 +304,9 @@ struct ViewContext {
 void delete_view(DLManagedTensor* self) {
   auto* context = static_cast<ViewContext*>(self->manager_ctx);
   context->inner->deleter(context->inner);
-  {
+  // A consumer may free its tensor from any thread, or after the
+  // interpreter is gone (then the session's reference is left).
+  if (Py_IsInitialized()) {
     py::gil_scoped_acquire acquire;
     Py_DECREF(context->session);
   }
@@ -281,20 +330,36 @@ class DeviceView {
 
   py::tuple dlpack_device() const {
     PySession& s = session_.cast<PySession&>();
-    return py::make_tuple(kDlpackCuda, s.session().device());
+    return py::make_tuple(kDlpackCuda, s.device());
   }
 
-  py::capsule dlpack(const py::object& stream) {
+  // The DLPack protocol's producer call. stream: the consumer's stream
+  // (an integer: -1 asks for no synchronization). A consumer on another
+  // stream sees the session's work once it is done: without events here,
+  // the host waits for it. A view is all gdl hands out: copy=True, or
+  // another device, is a BufferError.
+  py::capsule dlpack(const py::object& stream, const py::object& max_version, const py::object& dl_device,
+                     const py::object& copy) {
+    (void)max_version;  // the legacy capsule is what DLPack 0.6 makes; consumers take it at any max_version
     PySession& s = session_.cast<PySession&>();
-    // A consumer on another stream sees the session's work once it is done:
-    // without an event API here, the host waits for it.
-    const bool same_stream = !stream.is_none() && stream.cast<uintptr_t>() == s.stream_handle();
-    if (!same_stream) s.synchronize();
-    DLManagedTensor* inner =
-        take(state_ ? gdl::state_dlpack(s.session(), name_) : gdl::output_dlpack(s.session(), name_));
-    auto* outer = new DLManagedTensor{inner->dl_tensor, new ViewContext{inner, session_.ptr()}, delete_view};
+    if (!copy.is_none() && copy.cast<bool>())
+      throw py::buffer_error("gdl hands out views of the session's memory: copy=True is not supported");
+    if (!dl_device.is_none() && dl_device.cast<std::pair<int, int>>() != std::make_pair(kDlpackCuda, s.device()))
+      throw py::buffer_error("gdl's outputs are on CUDA device " + std::to_string(s.device()));
+    const int64_t consumer = stream.is_none() ? 1 : stream.cast<int64_t>();  // None: the legacy default stream
+    if (consumer != -1 && static_cast<uintptr_t>(consumer) != s.stream_handle()) s.synchronize();
+    DLManagedTensor* inner = take(s.locked([&] {
+      return state_ ? gdl::state_dlpack(s.session(), name_) : gdl::output_dlpack(s.session(), name_);
+    }));
+    auto* context = new ViewContext{inner, session_.ptr()};
+    auto* outer = new DLManagedTensor{inner->dl_tensor, context, delete_view};
     Py_INCREF(session_.ptr());
-    return py::capsule(outer, "dltensor", &delete_unused_capsule);
+    try {
+      return py::capsule(outer, "dltensor", &delete_unused_capsule);
+    } catch (...) {
+      delete_view(outer);
+      throw;
+    }
   }
 
  private:
@@ -394,28 +459,32 @@ PYBIND11_MODULE(gdl, m) {
   py::class_<DeviceView>(m, "DeviceView",
                          "An output or state in the session's GPU memory, for torch.from_dlpack. An output's "
                          "view is valid until the session's next run.")
-      .def("__dlpack__", &DeviceView::dlpack, py::arg("stream") = py::none())
+      .def("__dlpack__", &DeviceView::dlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", &DeviceView::dlpack_device);
 
   py::class_<PySession>(m, "Session",
                         "One execution context on one GPU: its stream, its arena, the program's graph.")
-      .def(py::init([](const gdl::Program& program, int device, uintptr_t stream, bool record_device_time,
+      .def(py::init([](const gdl::Program& program, int device, const py::object& stream, bool record_device_time,
                        const std::string& policy, bool overlap_launches, bool multi_step_kernels,
                        bool eager_fallback) {
              gdl::SessionOptions options;
              options.device = device;
-             options.stream = reinterpret_cast<CUstream_st*>(stream);
+             // A stream object (torch.cuda.Stream, or anything with cuda_stream) is kept alive by the session.
+             const py::object handle = py::hasattr(stream, "cuda_stream") ? stream.attr("cuda_stream") : stream;
+             options.stream = reinterpret_cast<CUstream_st*>(handle.is_none() ? 0 : handle.cast<uintptr_t>());
              options.record_device_time = record_device_time;
              options.dim_policy = dim_policy(policy);
              options.overlap_launches = overlap_launches;
              options.multi_step_kernels = multi_step_kernels;
              if (eager_fallback) options.eager_fallback = gdl::jit::recompiler();
-             return std::make_unique<PySession>(program, options);
+             return std::make_unique<PySession>(program, options, stream);
            }),
-           py::arg("program"), py::arg("device") = 0, py::arg("stream") = 0, py::arg("record_device_time") = false,
-           py::arg("dim_policy") = "declared", py::arg("overlap_launches") = true,
+           py::arg("program"), py::arg("device") = 0, py::arg("stream") = py::none(),
+           py::arg("record_device_time") = false, py::arg("dim_policy") = "declared", py::arg("overlap_launches") = true,
            py::arg("multi_step_kernels") = true, py::arg("eager_fallback") = false,
-           "stream: a cudaStream_t as an integer (torch.cuda.Stream.cuda_stream); 0 = the session's own.")
+           "stream: the caller's CUDA stream, a torch.cuda.Stream (kept alive by the session) or a cudaStream_t "
+           "as an integer (the caller keeps it alive); None = a stream of the session's own.")
       .def("bind", &PySession::bind, py::arg("name"), py::arg("tensor"),
            "Binds an input by copy from any DLPack array or tensor: host memory is copied now, device "
            "memory by the next run (the tensor is kept alive until then).")
@@ -424,27 +493,31 @@ PYBIND11_MODULE(gdl, m) {
            "again (the tensor is kept alive until then). Do not write it while a run may read it.")
       .def("set_param", &PySession::set_param, py::arg("name"), py::arg("tensor"))
       .def("set_state", &PySession::set_state, py::arg("name"), py::arg("tensor"))
-      .def("reset_state", [](PySession& s, const std::string& name) { check(s.session().reset_state(name)); },
+      .def("reset_state", [](PySession& s, const std::string& name) { check(s.locked([&] { return s.session().reset_state(name); })); },
            py::arg("name") = "")
-      .def("set_dim", [](PySession& s, const std::string& name, int64_t value) { check(s.session().set_dim(name, value)); },
+      .def("set_dim", [](PySession& s, const std::string& name, int64_t value) {
+             check(s.locked([&] { return s.session().set_dim(name, value); }));
+           },
            py::arg("name"), py::arg("value"))
       .def("set_scalar",
-           [](PySession& s, const std::string& name, double value) { check(s.session().set_scalar(name, value)); },
+           [](PySession& s, const std::string& name, double value) {
+             check(s.locked([&] { return s.session().set_scalar(name, value); }));
+           },
            py::arg("name"), py::arg("value"))
-      .def("seed_rng", [](PySession& s, uint64_t seed) { check(s.session().seed_rng(seed)); }, py::arg("seed"))
+      .def("seed_rng", [](PySession& s, uint64_t seed) { check(s.locked([&] { return s.session().seed_rng(seed); })); }, py::arg("seed"))
       .def("run", &PySession::run, "Replays the graph on the session's stream and returns without waiting.")
       .def("run_eager", &PySession::run_eager)
       .def("synchronize", &PySession::synchronize)
       .def("read", &PySession::read, py::arg("name"),
            "Waits for the last run and returns a copy of an output as a NumPy array (bf16 as float32).")
       .def("read_state", &PySession::read_state, py::arg("name"))
-      .def("shape_of", [](PySession& s, const std::string& name) { return take(s.session().shape_of(name)); },
+      .def("shape_of", [](PySession& s, const std::string& name) { return take(s.locked([&] { return s.session().shape_of(name); })); },
            py::arg("name"))
       .def(
           "output",
           [](py::object self, const std::string& name) {
             PySession& s = self.cast<PySession&>();
-            if (!s.session().program().find_output(name))
+            if (!s.program().find_output(name))
               check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not an output"));
             return DeviceView(self, name, false);
           },
@@ -453,13 +526,13 @@ PYBIND11_MODULE(gdl, m) {
           "state",
           [](py::object self, const std::string& name) {
             PySession& s = self.cast<PySession&>();
-            if (!s.session().program().find_state(name))
+            if (!s.program().find_state(name))
               check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not a state"));
             return DeviceView(self, name, true);
           },
           py::arg("name"), "The state in GPU memory for torch.from_dlpack: fixed for the session's life.")
       .def_property_readonly("stream", &PySession::stream_handle, "The session's cudaStream_t as an integer.")
-      .def_property_readonly("device", [](PySession& s) { return s.session().device(); })
-      .def("stats", [](PySession& s) { return gdl::format_stats(s.session().stats()); },
+      .def_property_readonly("device", &PySession::device)
+      .def("stats", [](PySession& s) { return gdl::format_stats(s.locked([&] { return s.session().stats(); })); },
            "The session's counters as text (gdlrun --stats).");
 }

@@ -259,10 +259,10 @@ if [[ $what == python ]]; then
   suffix=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
   mkdir -p /tmp/gdl-python
   cp "$lib"/libantlr4-runtime.so* /tmp/gdl-python/
-  step python_build 300 g++ -std=c++20 -O2 -shared -fPIC -fvisibility=hidden -I include -I "$BUILD/python/include" \
+  step python_build 300 g++ -std=c++20 -O2 -DNDEBUG -shared -fPIC -fvisibility=hidden -I include -I "$BUILD/python/include" \
     -isystem "$pyinc" -isystem "$pybind" python/gdl_module.cc -o "/tmp/gdl-python/gdl$suffix" \
     -Wl,--start-group "$lib"/libgdl_jit.a "$lib"/libgdl_runtime.a "$lib"/libgdl_compiler.a "$lib"/libgdl_core.a \
-    "$lib"/libgdl_antlr_parser.a -Wl,--end-group /tmp/gdl-python/libantlr4-runtime.so* -Wl,-rpath,'$ORIGIN' \
+    "$lib"/libgdl_antlr_parser.a -Wl,--end-group /tmp/gdl-python/libantlr4-runtime.so* -Wl,-rpath,'$ORIGIN' -Wl,-rpath,/usr/local/cuda/lib64 \
     -L/usr/local/cuda/lib64 -lcublasLt -lnvrtc /usr/local/cuda/lib64/libcudart_static.a -lrt -ldl -lpthread
   step python_test 300 env PYTHONPATH=/tmp/gdl-python GDL_PYTHON_REQUIRE_GPU=1 "$PY" tests/python/gdl_test.py
 fi
