@@ -328,6 +328,14 @@ class DeviceView {
   DeviceView(py::object session, std::string name, bool state)
       : session_(std::move(session)), name_(std::move(name)), state_(state) {}
 
+  // The view of output (or state) `name` of the Python session `session`.
+  static DeviceView of(py::object session, const std::string& name, bool state) {
+    const gdl::Program& program = session.cast<PySession&>().program();
+    if (!(state ? program.find_state(name) : program.find_output(name)))
+      check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not " + (state ? "a state" : "an output")));
+    return DeviceView(std::move(session), name, state);
+  }
+
   py::tuple dlpack_device() const {
     PySession& s = session_.cast<PySession&>();
     return py::make_tuple(kDlpackCuda, s.device());
@@ -514,22 +522,10 @@ PYBIND11_MODULE(gdl, m) {
       .def("shape_of", [](PySession& s, const std::string& name) { return take(s.locked([&] { return s.session().shape_of(name); })); },
            py::arg("name"))
       .def(
-          "output",
-          [](py::object self, const std::string& name) {
-            PySession& s = self.cast<PySession&>();
-            if (!s.program().find_output(name))
-              check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not an output"));
-            return DeviceView(self, name, false);
-          },
+          "output", [](py::object self, const std::string& name) { return DeviceView::of(self, name, false); },
           py::arg("name"), "The output in GPU memory for torch.from_dlpack: valid until the next run.")
       .def(
-          "state",
-          [](py::object self, const std::string& name) {
-            PySession& s = self.cast<PySession&>();
-            if (!s.program().find_state(name))
-              check(gdl::Status(gdl::StatusCode::kNotFound, "'" + name + "' is not a state"));
-            return DeviceView(self, name, true);
-          },
+          "state", [](py::object self, const std::string& name) { return DeviceView::of(self, name, true); },
           py::arg("name"), "The state in GPU memory for torch.from_dlpack: fixed for the session's life.")
       .def_property_readonly("stream", &PySession::stream_handle, "The session's cudaStream_t as an integer.")
       .def_property_readonly("device", &PySession::device)

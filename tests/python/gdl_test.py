@@ -169,6 +169,16 @@ class GpuTest(unittest.TestCase):
         cls.rng = np.random.default_rng(11)
         cls.w = cls.rng.standard_normal((64, 32), dtype=np.float32)
 
+    def torch(self):
+        """PyTorch, or a skip where it is not installed (a failure on the GPU machine)."""
+        try:
+            import torch
+        except ImportError:
+            if os.environ.get("GDL_PYTHON_REQUIRE_GPU") == "1":
+                raise
+            self.skipTest("torch is not installed")
+        return torch
+
     def session(self, **kwargs):
         s = gdl.Session(self.program, **kwargs)
         s.set_param("w", self.w)
@@ -224,12 +234,7 @@ class GpuTest(unittest.TestCase):
         np.testing.assert_allclose(s.read("y"), want["y"], rtol=2e-3, atol=2e-3)
 
     def test_torch_tensors(self):
-        try:
-            import torch
-        except ImportError:
-            if os.environ.get("GDL_PYTHON_REQUIRE_GPU") == "1":
-                raise
-            self.skipTest("torch is not installed")
+        torch = self.torch()
         if not torch.cuda.is_available():
             self.fail("a gdl session exists but torch sees no GPU")
         w = torch.from_numpy(self.w)
@@ -284,12 +289,7 @@ class GpuTest(unittest.TestCase):
             s.bind("x", torch.randn(64, 2, device="cuda").t())
 
     def test_lifetimes(self):
-        try:
-            import torch
-        except ImportError:
-            if os.environ.get("GDL_PYTHON_REQUIRE_GPU") == "1":
-                raise
-            self.skipTest("torch is not installed")
+        torch = self.torch()
         s = self.session()
         # The session keeps a tensor bound by copy from the device until its run is done:
         # freed on the Python side and its memory reused, the run still reads the values bound.
