@@ -418,20 +418,23 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
                 serial_check.err_vs_torch);
   }
 
-  // 5. Device time per run: graph, eager, and graph with ordinary edges;
+  // 5. Device time per run: graph, graph with the inputs bound by reference
+  //    (read in place: no copy node, where the session can), eager, and
+  //    graph with ordinary edges;
   //    beside it the host time of each run's submission as the session
   //    times it (SessionStats::last_submit_us, last_eager_submit_us), the
   //    GPU busy with the flush: what the launch of each graph costs the host.
   std::map<std::string, double> medians;  // for the log line
   std::map<std::string, double> submit_medians;
-  for (const char* mode : {"graph", "eager", "graph_serial"}) {
+  for (const char* mode : {"graph", "graph_reference", "eager", "graph_serial"}) {
     const bool eager = std::strcmp(mode, "eager") == 0;
+    const BindPath path = std::strcmp(mode, "graph_reference") == 0 ? BindPath::kReference : BindPath::kDevice;
     gdl::Session& timed_session = std::strcmp(mode, "graph_serial") == 0 ? serial : s;
     std::vector<double> times, submits;
     for (int i = 0; i < opt.warmup + runs; ++i) {
       size_t k = pick(i);
       BENCH_TRY(flush.run(i));
-      BENCH_TRY(bind_set(timed_session, v.sets[k], sets[k], BindPath::kDevice));
+      BENCH_TRY(bind_set(timed_session, v.sets[k], sets[k], path));
       BENCH_TRY(eager ? timed_session.run_eager() : timed_session.run());
       const gdl::SessionStats st = timed_session.stats();  // a copy: one per run
       if (st.last_device_us < 0) return Status::Internal("no device time recorded");

@@ -268,7 +268,10 @@ struct SessionStats {
   uint64_t eager_runs = 0;
   // Kernels of several steps launched (graph and eager runs), and the
   // kernels this device cannot run, with why (a cooperative kernel whose
-  // blocks do not all fit at once): the steps' other kernels serve them.
+  // blocks do not all fit at once, a kernel for a band of rows that needs
+  // more shared memory than the device has): the steps' other kernels serve
+  // them. A step's last kernel, which serves every row count, must run:
+  // otherwise Session::create is FailedPrecondition.
   uint64_t multi_step_launches = 0;
   std::vector<std::string> kernel_refusals;
   // Set when the program's kernel choices aim at a GPU with another count of

@@ -87,8 +87,18 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "reading the multiprocessor count");
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&cooperative_launch, cudaDevAttrCooperativeLaunch, device),
                "reading cooperative launch support");
+  // A kernel that is one of a step's choices but not its last can be left
+  // out where the device cannot run it: the step's next choice serves its
+  // rows (KernelLibrary::choose). Any other kernel the device cannot run
+  // refuses the session.
+  std::vector<bool> optional(a.kernels.kernels.size(), false);
+  for (const std::vector<int>& choices : a.kernels.step_choices)
+    for (size_t i = 0; i + 1 < choices.size(); ++i) optional.at(static_cast<size_t>(choices[i])) = true;
+  for (const std::vector<int>& choices : a.kernels.step_choices)
+    if (!choices.empty()) optional.at(static_cast<size_t>(choices.back())) = false;
   std::map<std::string, cudaKernel_t> by_symbol;
-  for (const Kernel& k : a.kernels.kernels) {
+  for (size_t index = 0; index < a.kernels.kernels.size(); ++index) {
+    const Kernel& k = a.kernels.kernels[index];
     const LaunchRule& rule = k.launch;
     std::string refusal;
     if (rule.shared_bytes > static_cast<unsigned>(smem_optin))
@@ -123,7 +133,7 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
       else if (static_cast<int64_t>(per_sm) * sms < blocks)
         refusal = std::to_string(blocks) + " blocks, the device holds " + std::to_string(per_sm * sms) + " at once";
     }
-    if (!refusal.empty() && !k.cooperative)
+    if (!refusal.empty() && !optional[index])
       return Status::FailedPrecondition("kernel '" + k.symbol + "' cannot run on device " + std::to_string(device) + ": " +
                                         refusal);
     if (!refusal.empty()) refusals_.push_back("kernel '" + k.symbol + "': " + refusal);
