@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -24,7 +25,8 @@ namespace py = pybind11;
 
 namespace {
 
-// DLPack's device types that gdl accepts (dlpack.h).
+// DLPack's device types that gdl accepts (dlpack.h), as the ints that
+// __dlpack_device__ tuples hold.
 constexpr int kDlpackCuda = kDLCUDA;
 constexpr int kDlpackCudaManaged = kDLCUDAManaged;
 
@@ -131,11 +133,8 @@ py::dtype numpy_dtype(gdl::ElementType t) {
 py::array to_numpy(gdl::ElementType dtype, const std::vector<int64_t>& shape, const uint8_t* bytes, size_t count) {
   py::array out(numpy_dtype(dtype), std::vector<py::ssize_t>(shape.begin(), shape.end()));
   if (dtype == gdl::ElementType::kBF16) {
-    auto* f = static_cast<float*>(out.mutable_data());
-    for (size_t i = 0; i < count; ++i) {
-      const uint32_t word = static_cast<uint32_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8)) << 16;
-      std::memcpy(&f[i], &word, 4);
-    }
+    const std::vector<double> values = gdl::decode_elements(dtype, bytes, count);
+    std::copy(values.begin(), values.end(), static_cast<float*>(out.mutable_data()));
   } else {
     std::memcpy(out.mutable_data(), bytes, count * gdl::element_size(dtype));
   }
