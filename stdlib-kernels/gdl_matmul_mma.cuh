@@ -9,21 +9,13 @@
 
 #include <mma.h>
 
+#include "gdl_cp_async.cuh"
 #include "gdl_matmul_prologue.cuh"
 #include "gdl_matmul_tiles.cuh"
 
 namespace gdl {
 
 // ------------------------------------------------------------ matmul_mma
-
-// 16 bytes global -> shared without passing through registers (cp.async;
-// the copy lands by the matching cp_async_wait), and the group fences.
-GDL_DEV void cp_async16(void* smem_dst, const void* src) {
-  const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-GDL_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int Pending> GDL_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory"); }
 
 // Stages one 16-byte vector: an asynchronous copy when it is whole and
 // aligned, else (an edge, an unaligned operand) a load and a store here,

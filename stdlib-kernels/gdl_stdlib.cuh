@@ -19,4 +19,5 @@
 #include "gdl_split.cuh"
 #include "gdl_matmul.cuh"
 #include "gdl_attention.cuh"
+#include "gdl_attention_group.cuh"
 #include "gdl_chain.cuh"

@@ -702,6 +702,68 @@ TEST_CASE("codegen: streamed attention groups query heads by the rows and the he
   CHECK(heads(16, 256) == 2);  // 512 head dims of registers at most
 }
 
+// The tensor-core group kernel takes every f16/bf16 attention with two or
+// more query heads a k/v head and head dims that are multiples of 64 (up
+// to 256), at any row count: the whole group a task up to 16 heads, else
+// its largest divisor below; single heads, f32 and other head dims keep
+// the streamed kernel, a paged block that no stage of 16 or more positions
+// divides (with a warp's 16 columns) too; sm_80 has it.
+TEST_CASE("codegen: grouped query heads take the tensor-core group kernel by dtype, head dims and group") {
+  struct Case {
+    std::string type, batch, nh, kvh, d, block;  // block: paged cache's block size ("": contiguous)
+    int heads, positions;                        // 0: not the group kernel
+  };
+  const std::vector<Case> cases = {
+      {"bf16", "1", "32", "8", "128", "", 4, 64},   {"f16", "16", "32", "8", "128", "", 4, 64},
+      {"f16", "16", "32", "8", "64", "", 4, 64},    {"bf16", "2", "64", "4", "192", "", 16, 64},
+      {"f16", "2", "64", "2", "128", "", 16, 64},   {"bf16", "2", "48", "2", "64", "", 12, 64},
+      {"f16", "2", "12", "2", "256", "", 6, 64},    {"f32", "16", "32", "8", "128", "", 0, 0},
+      {"f16", "16", "32", "32", "128", "", 0, 0},   {"f16", "4", "8", "2", "80", "", 0, 0},
+      {"f16", "4", "8", "2", "128", "16", 4, 16},   {"f16", "4", "8", "2", "64", "16", 0, 0},
+      {"bf16", "4", "8", "2", "64", "32", 4, 32},   {"bf16", "4", "8", "2", "128", "12", 0, 0},
+  };
+  for (const Case& k : cases)
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const bool paged = !k.block.empty();
+      INFO(k.type << " B = " << k.batch << ", " << k.nh << " query heads over " << k.kvh << ", D = " << k.d
+                  << (paged ? ", paged block " + k.block : std::string()) << ", " << arch);
+      const std::string q = k.type + "[" + k.batch + ", " + k.nh + ", " + k.d + "]";
+      const std::string cache =
+          paged ? k.type + "[64, " + k.kvh + ", " + k.block + ", " + k.d + "]" : k.type + "[" + k.batch + ", " + k.kvh + ", 2048, " + k.d + "]";
+      const std::string text =
+          "program grouped;\ninput q : " + q + ";\nparam k : " + cache + ";\nparam v : " + cache +
+          ";\ninput len : i32[" + k.batch + "];\n" + (paged ? "input blocks : i32[" + k.batch + ", 16];\n" : "") +
+          "output o : " + q + ";\no = " + (paged ? "paged_attention(q, k, v, len, blocks)" : "attention(q, k, v, len)") +
+          ";\n";
+      SourceFile file = source_from_string("grouped.gdl", text);
+      DiagnosticSink diags;
+      std::optional<ir::Graph> g = compile_to_ir(file, diags);
+      INFO(diags.render(file));
+      REQUIRE(g.has_value());
+      plan::Plan p = plan_of(*g);
+      GeneratedCode code = generate_cuda(p, arch);
+      const std::string call = "gdl::attention_group<" + k.d + ", " + k.d + ", " + std::to_string(k.positions) + ", ";
+      CHECK((code.source.find(call) != std::string::npos) == (k.heads > 0));
+      if (k.heads > 0) {
+        const size_t at = code.source.find(call);
+        CHECK(code.source.find(", " + std::to_string(k.heads) + ", int>(", at) < code.source.find("\n", at));
+        CHECK(code.source.find("// attention kernel: grouped query heads on tensor cores, " + std::to_string(k.heads) +
+                               " query head(s) a task") != std::string::npos);
+        REQUIRE(code.kernels.step_choices.size() == 1);
+        CHECK(own_kernel(code, 0).launch.shared_bytes > 0u);
+      }
+      if (std::string(arch) == "sm_90") {
+        if (k.heads > 0) require_compiles(code);
+        continue;
+      }
+      CompileOptions options = options_in("-");
+      options.arch = arch;
+      auto module = compile_cuda(code.source, options);
+      INFO(module.status().message());
+      CHECK(module.ok());
+    }
+}
+
 TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the launch has a block per SM at most") {
   for (DType t : kFloats) {
     INFO(dtype_name(t));

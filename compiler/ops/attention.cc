@@ -19,10 +19,12 @@
 // sum of v_t; no position gives a zero row. Over a run-time T that buckets
 // pad, positions past its valid count are padding whatever len says.
 //
-// Kernels (gdl_attention.cuh; plan/kernel_choice.h choose_attention): the
+// Kernels (plan/kernel_choice.h choose_attention): the grouped one
+// (gdl_attention_group.cuh: the query heads of a k/v head on tensor cores,
+// f16/bf16 heads of multiples of 64, sm_80) and, in gdl_attention.cuh, the
 // streamed one (k and v through a ring of bulk copies, sm_90, head dims of
 // whole 16-byte vectors, 16-byte aligned operands, a stage within one block
-// of a paged cache) or the split one; both split a row's positions over
+// of a paged cache) or the split one; all split a row's positions over
 // several blocks.
 #include <algorithm>
 #include <cmath>
@@ -302,6 +304,27 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   auto buffer = [&](ir::ValueId id) -> const plan::Buffer& { return e.p.buffers.at(static_cast<size_t>(id)); };
   auto aligned16 = [&](ir::ValueId id) { return plan::buffer_alignment(buffer(id)) >= 16; };
   const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
+  const std::string type = storage_type(n.type.dtype);
+  if (choice.group_splits > 0 && aligned && e.sm >= 80) {  // cp.async, ldmatrix and bf16 mma: sm_80
+    const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
+    const std::string ring = std::to_string(choice.group_positions) + ", " + std::to_string(choice.group_stages) +
+                             ", " + std::to_string(choice.group_heads);  // P, STAGES, HEADS
+    const std::string bytes = std::to_string(choice.group_shared_bytes);
+    body += "  // attention kernel: grouped query heads on tensor cores, " + std::to_string(choice.group_heads) +
+            " query head(s) a task, " + std::to_string(choice.group_splits) +
+            " block(s) per task over the positions, a ring of " + bytes + " bytes\n";
+    body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
+    body += "  static_assert(gdl::AttentionGroup<" + layout + ", " + type + ", " + ring + ">::bytes == " + bytes +
+            ", \"the shared memory gdlc asks the launch for\");\n";
+    const std::string scratch = e.split_scratch(choice.group_splits, false, choice.scratch, body);
+    body += "  gdl::attention_group<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " + out +
+            ", " + len.text() + ", " + kv + ", rows, positions, " + float_literal(n.attrs.value) + ", " + scratch +
+            ", attention_ring);\n";
+    rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.group_heads}, {{Dim::constant(choice.group_splits)}, 1}},
+                       kAttentionBlock);
+    rule.shared_bytes = choice.group_shared_bytes;
+    return body;
+  }
   if (choice.stream_splits > 0 && aligned && e.sm >= 90) {  // bulk copies and mbarrier byte counts: sm_90
     const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
     const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
@@ -310,7 +333,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
             " block(s) per row over the positions, a ring of " + bytes + " bytes, " +
             std::to_string(choice.stream_heads) + " query head(s) a task\n";
     body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
-    body += "  static_assert(gdl::AttentionStream<" + layout + ", " + storage_type(n.type.dtype) + ", " + ring +
+    body += "  static_assert(gdl::AttentionStream<" + layout + ", " + type + ", " + ring +
             ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
     const std::string scratch = e.split_scratch(choice.stream_splits, false, choice.scratch, body);
     // k and v params (a KV cache that persists across runs): their first copies go out before the

@@ -165,6 +165,17 @@ int64_t attention_heads_cap() {
   static const int64_t n = env_count("GDL_ATTENTION_HEADS");
   return n >= 1 ? std::min<int64_t>(n, kAttentionMaxStreamHeads) : kAttentionMaxStreamHeads;
 }
+// GDL_ATTENTION_GROUPED=0 leaves grouped query heads to the streamed
+// kernel; =all takes the tensor-core group kernel for single heads (one
+// query head a k/v head) too: A/B knobs of the rule in choose_attention.
+bool attention_grouped_allowed() {
+  static const bool allowed = !env_is("GDL_ATTENTION_GROUPED", "0");
+  return allowed;
+}
+bool attention_grouped_for_single_heads() {
+  static const bool all = env_is("GDL_ATTENTION_GROUPED", "all");
+  return all;
+}
 int64_t attention_splits_wanted() {
   static const int64_t n = env_count("GDL_ATTENTION_SPLITS");
   return n;
@@ -353,6 +364,8 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
 
   const Dim& d = qs.back();
   const Dim& dv = vs.back();
+  const Dim& nh = qs[qs.size() - 2];   // query heads
+  const Dim& kvh = ks[ks.size() - 3];  // k/v heads
   const int64_t esize = static_cast<int64_t>(dtype_size(n.type.dtype));
   const bool float_type = n.type.dtype == DType::kF16 || n.type.dtype == DType::kBF16 || n.type.dtype == DType::kF32;
   const bool whole_vectors = !d.is_runtime() && !dv.is_runtime() && (d.extent * esize) % 16 == 0 &&
@@ -391,8 +404,6 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       // the copies it saves (measured on the H200, 32 query heads over 8,
       // head dim 128: B=16 at 32768 positions 1511 -> 1212 us grouped, B=1
       // at 4096 positions 22.1 -> 35.7 us).
-      const Dim& nh = qs[qs.size() - 2];
-      const Dim& kvh = ks[ks.size() - 3];
       const bool rows_fill = rows_min >= g.target.multiprocessors * per_sm;
       if (rows_fill && !nh.is_runtime() && !kvh.is_runtime() && kvh.extent > 0 && nh.extent % kvh.extent == 0) {
         // Each head holds q and its accumulators in registers: at most
@@ -409,7 +420,48 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
     }
   }
   c.stream_early = attention_kv_early_allowed();
-  const int most = std::max(c.splits, c.stream_splits);
+
+  // gdl::attention_group: the task takes every query head of its k/v head
+  // (or the largest divisor of the group up to 16, the rows of an mma tile)
+  // whatever the row count, since its math for a group costs about what it
+  // costs for one head. Stages of 64 positions by default: 4 slices of 16,
+  // two warps a slice each computing half the columns (a narrower stage
+  // leaves a warp fewer than 16 columns); over a paged cache halved until
+  // it divides the block.
+  const bool static_heads = !nh.is_runtime() && !kvh.is_runtime() && kvh.extent > 0 && nh.extent % kvh.extent == 0;
+  const int64_t group = static_heads ? nh.extent / kvh.extent : 0;
+  const bool group_dims = esize == 2 && float_type && !d.is_runtime() && !dv.is_runtime() && d.extent % 64 == 0 &&
+                          dv.extent % 64 == 0 && d.extent <= 256 && dv.extent <= 256;
+  if (attention_grouped_allowed() && group_dims &&
+      (group >= 2 || (group == 1 && attention_grouped_for_single_heads()))) {
+    int64_t heads = std::min(group, kAttentionMaxGroupHeads);
+    while (group % heads != 0) --heads;
+    constexpr int64_t kWarps = 8;  // gdl::kAttentionThreads / 32
+    const int64_t fewest = std::max<int64_t>(16, 16 * kWarps * 16 / dv.extent);  // a warp's columns: at least 16
+    int64_t positions = attention_stage_positions() > 0 ? attention_stage_positions() : 64;
+    positions = std::clamp<int64_t>(pow2_at_least(positions), fewest, 16 * kWarps);
+    if (a.paged())
+      while (positions / 2 >= fewest && ks[2].extent % positions != 0) positions /= 2;
+    if (!a.paged() || ks[2].extent % positions == 0) {
+      const int64_t stage = positions * (d.extent + dv.extent) * esize;
+      const int64_t merge = positions / 16 * heads * (2 + dv.extent) * 4;  // the warps' results, in the ring
+      const int64_t shared_per_sm = g.target.shared_bytes_per_sm;
+      int64_t stages = std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12);
+      while (stages > 2 && stages * stage > shared_per_sm - 8 * 1024) --stages;
+      while (stages * stage < merge) ++stages;
+      if (stages * stage <= shared_per_sm - 8 * 1024) {
+        c.group_heads = static_cast<int>(heads);
+        c.group_positions = static_cast<int>(positions);
+        c.group_stages = static_cast<int>(stages);
+        c.group_shared_bytes = static_cast<uint32_t>(stages * stage);
+        const int64_t per_sm = std::max<int64_t>(1, shared_per_sm / (c.group_shared_bytes + 1024));
+        const int64_t wanted = attention_splits_wanted();
+        c.group_splits = splits_for(wanted > 0 ? wanted * ceil_div(rows_min, heads) : g.target.multiprocessors * per_sm,
+                                    std::max(kMinPositionsPerSplit, positions), heads);
+      }
+    }
+  }
+  const int most = std::max({c.splits, c.stream_splits, c.group_splits});
   if (most > 1) {
     c.scratch.tickets = rows_max;
     c.scratch.partial_floats = rows_max * most * (2 + dv_max);

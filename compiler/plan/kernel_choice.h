@@ -135,6 +135,8 @@ inline constexpr int64_t kAttentionStreamRingBytes = 96 * 1024;
 // Query heads of one k/v head that a streamed attention task takes together.
 inline constexpr int64_t kAttentionMaxStreamHeads = 4;
 inline constexpr int64_t kAttentionStreamHeadsDims = 512;  // head dims of a task's heads together
+// Query heads of one k/v head that a gdl::attention_group task takes: the 16 rows of an mma tile.
+inline constexpr int64_t kAttentionMaxGroupHeads = 16;
 // Tiled kernels of one matmul step at most (matmul_tile_bands): the last
 // band serves every run above it, with the K splits of the largest rows.
 inline constexpr int64_t kMaxTileBands = 5;
@@ -150,6 +152,16 @@ struct AttentionChoice {
   int stream_positions = 0;          // positions of k and v per stage
   uint32_t stream_shared_bytes = 0;  // the ring: == gdl::AttentionStream<D, DV, T, positions, stages>::bytes
   bool stream_early = false;         // over a param KV cache, copies before the wait (KV_EARLY; GDL_ATTENTION_KV_EARLY=1)
+  // gdl::attention_group (gdl_attention_group.cuh), the query heads of a k/v
+  // head on tensor cores: possible for f16/bf16 with static head dims that
+  // are multiples of 64 (up to 256) and at least two query heads a k/v head;
+  // codegen takes it before the others when q, k and v are 16-byte aligned
+  // and the target has cp.async and ldmatrix (sm_80). 0 when not possible.
+  int group_splits = 0;
+  int group_heads = 0;               // query rows per task (HEADS)
+  int group_stages = 0;              // stages of its ring
+  int group_positions = 0;           // positions of k and v per stage (P)
+  uint32_t group_shared_bytes = 0;   // == gdl::AttentionGroup<D, DV, T, P, stages, heads>::bytes
   SplitScratchSize scratch;  // enough for either kernel
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);

@@ -123,6 +123,35 @@ TEST_CASE("attention: grouped query heads share each k/v stage, every group size
       }
 }
 
+// The tensor-core group kernel (gdl_attention_group.cuh) at its edges: 16
+// query heads a k/v head (A's rows 8-15 hold heads), a group of 6 (rows
+// past the group are padding), head dims 64 to 256 with DV != D, and
+// lengths at and around the 64-position stages, one stage, several splits
+// and the whole cache.
+TEST_CASE("attention: grouped heads on tensor cores, groups up to 16, head dims up to 256") {
+  const std::string text =
+      "program gqa_edges;\ninput q : {T}[4, {NH}, {D}];\nparam k : {T}[4, 2, 1000, {D}];\n"
+      "param v : {T}[4, 2, 1000, {DV}];\ninput len : i32[4];\noutput y : {T}[4, {NH}, {DV}];\n"
+      "y = attention(q, k, v, len, scale = 0.05);\n";
+  struct Case {
+    std::string nh, d, dv;
+  };
+  const std::vector<Case> cases = {{"32", "128", "128"}, {"12", "64", "64"}, {"4", "256", "256"},
+                                   {"16", "192", "64"},  {"8", "64", "256"}};
+  for (const std::string t : {"f16", "bf16"})
+    for (const Case& c : cases) {
+      INFO(t << ": " << c.nh << " query heads over 2, D = " << c.d << ", DV = " << c.dv);
+      Program program = compile_text(with(text, {{"{T}", t}, {"{NH}", c.nh}, {"{D}", c.d}, {"{DV}", c.dv}}));
+      for (const std::vector<double>& len :
+           std::vector<std::vector<double>>{{1, 15, 16, 17}, {63, 64, 65, 129}, {999, 1000, 2000, 500}}) {
+        INFO("len " << len[0] << ", " << len[1] << ", " << len[2] << ", " << len[3]);
+        const Adjust adjust = [&](std::map<std::string, TensorData>& bind) { set_ints(bind, "len", len); };
+        CHECK(check_program(program, seed_for("gqa_edges/" + t + c.nh + c.d + c.dv + std::to_string(len[0])), {}, {},
+                            {}, adjust));
+      }
+    }
+}
+
 TEST_CASE("paged_attention: sequences of different lengths share one pool") {
   const std::string text =
       "program paged;\ninput q : {T}[5, {Q}8, {D}];\ninput k_pool : {T}[40, 2, {BS}, {D}];\n"
