@@ -32,9 +32,11 @@ trace_dir=$(mktemp -d)
 touch "$trace_dir/stamp"
 traced() { strace -f -qq -e trace=openat -o "$trace_dir/trace.$((++traces))" "$@"; }
 traces=0
-# Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program.
+# Fill the NVRTC cache: the GPU tests' CPU-only mode compiles every test program
+# (the cases that need a session fail there after compiling theirs; --no-breaks:
+# doctest would stop the traced process at the first failure).
 GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \
-  traced "$stage/tests/gdl_gpu_tests" -tc="ops:*,reduce ops:*,state:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*,soak:*,faults:*,fuzz: saved*,embedding*,dynamic*,semantics*,limits*,harness*" >/dev/null || true
+  traced "$stage/tests/gdl_gpu_tests" --no-breaks=true -tc="ops:*,reduce ops:*,state:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*,soak:*,faults:*,fuzz: saved*,embedding*,dynamic*,semantics*,limits*,harness*" >/dev/null || true
 # The benchmark's programs into their own cache (GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache).
 mkdir -p .device/bench-cache
 for program in bench/workloads/*.gdl bench/l2_flush.gdl; do
@@ -85,7 +87,7 @@ strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage/ben
 # the benchmarks (gdl_bench, gdlrun and the bench cache's entries).
 used_entries() {  # CACHE: its entries this staging opened or wrote, relative to the repo
   { grep -h -v ' = -1 ' "$trace_dir"/trace.* | grep -oE "\.device/$1/[^\"]+" || true
-    find ".device/$1" -type f -newer "$trace_dir/stamp"; } | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done
+    find ".device/$1" -type f -newer "$trace_dir/stamp"; } | sort -u | while read -r f; do if [ -f "$f" ]; then echo "$f"; fi; done  # (a last missing entry must not fail the loop)
 }
 mkdir -p build-pack
 used_entries cache >"$trace_dir/cache.list"

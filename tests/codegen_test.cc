@@ -28,6 +28,7 @@
 #include "plan/check.h"
 #include "plan/print.h"
 #include "cpu_program.h"
+#include "scoped_env.h"
 #include "stand_in_module.h"
 
 namespace gdl {
@@ -709,6 +710,34 @@ TEST_CASE("codegen: streamed attention groups query heads by the rows and the he
 // the streamed kernel, a paged block that no stage of 16 or more positions
 // divides (with a warp's 16 columns) too; sm_80 has it.
 TEST_CASE("codegen: grouped query heads take the tensor-core group kernel by dtype, head dims and group") {
+  // Off by default (kernel_choice.cc grouped_attention): without the knob no step takes it.
+  {
+    GraphBuilder b;
+    b.g.program_name = "grouped_default";
+    ValueId q = b.input("q", {DType::kBF16, dims({c(16), c(32), c(128)})});
+    ValueId k = b.param("k", {DType::kBF16, dims({c(16), c(8), c(1024), c(128)})});
+    ValueId v = b.param("v", {DType::kBF16, dims({c(16), c(8), c(1024), c(128)})});
+    ValueId len = b.input("len", {DType::kI32, dims({c(16)})});
+    ValueId o = b.op(Op::kAttention, {q, k, v, len}, {DType::kBF16, dims({c(16), c(32), c(128)})},
+                     testing::value_attrs(0.1));
+    b.output("o", o);
+    plan::Plan p = plan_of(b.g);
+    CHECK(choose_attention(p.graph, p.graph.node(o)).group_splits == 0);
+  }
+  testing::ScopedEnv grouped("GDL_ATTENTION_GROUPED", "1");
+  {  // "all": single heads too, a head a task
+    GraphBuilder b;
+    b.g.program_name = "grouped_single";
+    ValueId q = b.input("q", {DType::kF16, dims({c(4), c(8), c(64)})});
+    ValueId k = b.param("k", {DType::kF16, dims({c(4), c(8), c(1024), c(64)})});
+    ValueId len = b.input("len", {DType::kI32, dims({c(4)})});
+    ValueId o = b.op(Op::kAttention, {q, k, k, len}, {DType::kF16, dims({c(4), c(8), c(64)})}, testing::value_attrs(0.1));
+    b.output("o", o);
+    plan::Plan p = plan_of(b.g);
+    CHECK(choose_attention(p.graph, p.graph.node(o)).group_splits == 0);
+    testing::ScopedEnv all("GDL_ATTENTION_GROUPED", "all");
+    CHECK(choose_attention(p.graph, p.graph.node(o)).group_heads == 1);
+  }
   struct Case {
     std::string type, batch, nh, kvh, d, block;  // block: paged cache's block size ("": contiguous)
     int heads, positions;                        // 0: not the group kernel

@@ -165,16 +165,16 @@ int64_t attention_heads_cap() {
   static const int64_t n = env_count("GDL_ATTENTION_HEADS");
   return n >= 1 ? std::min<int64_t>(n, kAttentionMaxStreamHeads) : kAttentionMaxStreamHeads;
 }
-// GDL_ATTENTION_GROUPED=0 leaves grouped query heads to the streamed
-// kernel; =all takes the tensor-core group kernel for single heads (one
-// query head a k/v head) too: A/B knobs of the rule in choose_attention.
-bool attention_grouped_allowed() {
-  static const bool allowed = !env_is("GDL_ATTENTION_GROUPED", "0");
-  return allowed;
-}
-bool attention_grouped_for_single_heads() {
-  static const bool all = env_is("GDL_ATTENTION_GROUPED", "all");
-  return all;
+// Which attention steps take gdl::attention_group, from GDL_ATTENTION_GROUPED
+// (read at every choice, so that a test can set it): "1" those with two or
+// more query heads a k/v head, "all" single heads too, anything else none.
+// Off by default until the kernel has been checked and timed against the
+// streamed one on a GPU.
+enum class GroupedAttention { kNone, kGroups, kAll };
+GroupedAttention grouped_attention() {
+  if (env_is("GDL_ATTENTION_GROUPED", "all")) return GroupedAttention::kAll;
+  if (env_is("GDL_ATTENTION_GROUPED", "1")) return GroupedAttention::kGroups;
+  return GroupedAttention::kNone;
 }
 int64_t attention_splits_wanted() {
   static const int64_t n = env_count("GDL_ATTENTION_SPLITS");
@@ -432,8 +432,8 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   const int64_t group = static_heads ? nh.extent / kvh.extent : 0;
   const bool group_dims = esize == 2 && float_type && !d.is_runtime() && !dv.is_runtime() && d.extent % 64 == 0 &&
                           dv.extent % 64 == 0 && d.extent <= 256 && dv.extent <= 256;
-  if (attention_grouped_allowed() && group_dims &&
-      (group >= 2 || (group == 1 && attention_grouped_for_single_heads()))) {
+  const GroupedAttention grouped = grouped_attention();
+  if (group_dims && ((grouped != GroupedAttention::kNone && group >= 2) || (grouped == GroupedAttention::kAll && group == 1))) {
     int64_t heads = std::min(group, kAttentionMaxGroupHeads);
     while (group % heads != 0) --heads;
     constexpr int64_t kWarps = 8;  // gdl::kAttentionThreads / 32

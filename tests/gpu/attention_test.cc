@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "scoped_env.h"
 
 using namespace gdl;
 using namespace gdl::gpu_test;
@@ -35,10 +36,12 @@ TEST_CASE("attention with start: causal queries over a contiguous cache") {
       "program causal;\ninput q : {T}[3, {Q}, 8, {D}];\ninput k : {T}[3, 2, 300, {D}];\n"
       "input v : {T}[3, 2, 300, {D}];\ninput len : i32[3];\ninput start : i32[3];\n"
       "output y : {T}[3, {Q}, 8, {D}];\ny = attention(q, k, v, len, start = start);\n";
+  for (const char* grouped : {"0", "1"})  // the streamed kernel, then the group kernel where it applies
   for (const std::string t : {"f32", "f16", "bf16"})
     for (const std::string d : {"64", "128", "40"})
       for (const std::string q : {"1", "7", "33"}) {
-        INFO(t << " D = " << d << " Q = " << q);
+        testing::ScopedEnv knob("GDL_ATTENTION_GROUPED", grouped);
+        INFO("GDL_ATTENTION_GROUPED=" << grouped << ", " << t << " D = " << d << " Q = " << q);
         Program program = compile_text(with(text, {{"{T}", t}, {"{D}", d}, {"{Q}", q}}));
         const double queries = std::stod(q);
         // A prefill from 0; a chunk after 250 cached positions; a chunk cut short by len.
@@ -105,10 +108,13 @@ TEST_CASE("attention: grouped query heads share each k/v stage, every group size
   };
   const std::vector<Case> cases = {{"3", "8", "8"}, {"3", "8", "4"}, {"3", "6", "2"}, {"12", "32", "32"},
                                    {"12", "32", "16"}, {"12", "32", "8"}, {"12", "32", "4"}, {"12", "24", "8"}};
+  for (const char* grouped : {"0", "1"})  // the streamed kernel, then the group kernel where it applies
   for (const std::string t : {"f32", "f16", "bf16"})
     for (const std::string d : {"64", "128"})
       for (const Case& c : cases) {
-        INFO(t << " D = " << d << ", B = " << c.b << ": " << c.nh << " query heads over " << c.kvh);
+        testing::ScopedEnv knob("GDL_ATTENTION_GROUPED", grouped);
+        INFO("GDL_ATTENTION_GROUPED=" << grouped << ", " << t << " D = " << d << ", B = " << c.b << ": " << c.nh
+                                      << " query heads over " << c.kvh);
         Program program =
             compile_text(with(text, {{"{T}", t}, {"{D}", d}, {"{B}", c.b}, {"{NH}", c.nh}, {"{KVH}", c.kvh}}));
         const size_t b = std::stoul(c.b);
@@ -138,6 +144,7 @@ TEST_CASE("attention: grouped heads on tensor cores, groups up to 16, head dims 
   };
   const std::vector<Case> cases = {{"32", "128", "128"}, {"12", "64", "64"}, {"4", "256", "256"},
                                    {"16", "192", "64"},  {"8", "64", "256"}};
+  testing::ScopedEnv grouped("GDL_ATTENTION_GROUPED", "1");
   for (const std::string t : {"f16", "bf16"})
     for (const Case& c : cases) {
       INFO(t << ": " << c.nh << " query heads over 2, D = " << c.d << ", DV = " << c.dv);
@@ -157,11 +164,14 @@ TEST_CASE("paged_attention: sequences of different lengths share one pool") {
       "program paged;\ninput q : {T}[5, {Q}8, {D}];\ninput k_pool : {T}[40, 2, {BS}, {D}];\n"
       "input v_pool : {T}[40, 2, {BS}, {D}];\ninput blocks : i32[5, 8];\ninput len : i32[5];\n{START_DECL}"
       "output y : {T}[5, {Q}8, {D}];\ny = paged_attention(q, k_pool, v_pool, len, blocks{START});\n";
+  for (const char* grouped : {"0", "1"})  // the streamed kernel, then the group kernel where it applies
   for (const std::string t : {"f32", "f16", "bf16"})
     for (const std::string d : {"128", "40"})
       for (const std::string bs : {"16", "64", "12"})
         for (bool causal : {false, true}) {
-          INFO(t << " D = " << d << " block " << bs << (causal ? " causal" : ""));
+          testing::ScopedEnv knob("GDL_ATTENTION_GROUPED", grouped);
+          INFO("GDL_ATTENTION_GROUPED=" << grouped << ", " << t << " D = " << d << " block " << bs
+                                        << (causal ? " causal" : ""));
           Program program = compile_text(with(text, {{"{T}", t},
                                                      {"{D}", d},
                                                      {"{BS}", bs},
