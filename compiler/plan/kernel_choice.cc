@@ -33,7 +33,12 @@
 // 5. Scratch: one ticket per tile and splits partial tiles, for whichever
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
-// choose_attention: where the rows alone fill the GPU, the streamed
+// choose_attention: with GDL_ATTENTION_GROUPED, f16/bf16 grouped-query
+// attention with head dims of multiples of 64 takes gdl::attention_group:
+// a task is the query heads of one k/v head (up to 16), stages of 64
+// positions (fewer over a paged cache, to divide its block), its splits
+// aiming at the blocks its ring and registers let a multiprocessor hold.
+// Otherwise, where the rows alone fill the GPU, the streamed
 // kernel's tasks take the query heads of a k/v head together (up to
 // kAttentionMaxStreamHeads of them), copying each stage of k and v once for
 // all. For the split kernel, positions split into about
@@ -51,6 +56,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 
 #include "frontend/diagnostics.h"
@@ -437,7 +443,8 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
     int64_t heads = std::min(group, kAttentionMaxGroupHeads);
     while (group % heads != 0) --heads;
     constexpr int64_t kWarps = 8;  // gdl::kAttentionThreads / 32
-    const int64_t fewest = std::max<int64_t>(16, 16 * kWarps * 16 / dv.extent);  // a warp's columns: at least 16
+    // A warp's columns, DV * P / (16 * kWarps), must be a multiple of 16: P a multiple of 2048 / gcd(DV, 2048).
+    const int64_t fewest = std::max<int64_t>(16, 16 * kWarps * 16 / std::gcd(dv.extent, int64_t{16 * kWarps * 16}));
     int64_t positions = attention_stage_positions() > 0 ? attention_stage_positions() : 64;
     positions = std::clamp<int64_t>(pow2_at_least(positions), fewest, 16 * kWarps);
     if (a.paged())
@@ -454,7 +461,12 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
         c.group_positions = static_cast<int>(positions);
         c.group_stages = static_cast<int>(stages);
         c.group_shared_bytes = static_cast<uint32_t>(stages * stage);
-        const int64_t per_sm = std::max<int64_t>(1, shared_per_sm / (c.group_shared_bytes + 1024));
+        // Blocks a multiprocessor holds: by the ring, and by registers (a block
+        // holds q's fragments and D * DV / 128 accumulators a lane: ptxas gives
+        // about 128 registers for heads of 128, over 190 for 192 and 256).
+        const int64_t by_registers = d.extent + dv.extent <= 256 ? 2 : 1;
+        const int64_t per_sm =
+            std::clamp<int64_t>(shared_per_sm / (c.group_shared_bytes + 1024), 1, by_registers);
         const int64_t wanted = attention_splits_wanted();
         c.group_splits = splits_for(wanted > 0 ? wanted * ceil_div(rows_min, heads) : g.target.multiprocessors * per_sm,
                                     std::max(kMinPositionsPerSplit, positions), heads);
