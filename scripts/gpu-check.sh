@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | consumer | python | probes | stalls | nvtx | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention]
+#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | consumer | python | probes | stalls | nvtx | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention | attention-grouped]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -78,6 +78,14 @@
 #               tests (both kernels of gdl_attention.cuh: the streamed one's
 #               ring of bulk copies, the split one's shared scores) and
 #               racecheck on W3's probe p9; not part of `all`
+# 4d. attention-grouped: the tensor-core group kernel (gdl_attention_group.cuh,
+#               GDL_ATTENTION_GROUPED=1) beside the streamed one: with the
+#               tests' binary, the attention GPU tests (which run both) and
+#               memcheck and racecheck on its edge cases; with gdl_bench, the
+#               sweep's attention rows under both (GDL_BENCH_BIN,
+#               GDL_BENCH_COMPILE_CACHE as for bench/sweep.sh; PyTorch's side
+#               measured once), reports in $OUT/attn-streamed and
+#               $OUT/attn-grouped; not part of `all`
 # Then a short summary: one line per step with its exit code and time, and
 # the lines that matter from each log.
 set -uo pipefail
@@ -405,6 +413,28 @@ if [[ $what == sanitizer-attention ]]; then
     "$BUILD/tests/gdl_gpu_tests" "--test-case=kernels: attention with head dims*,ops: attention*"
   step racecheck_attention_p9 240 "$SANITIZER" --tool racecheck --error-exitcode 99 \
     "$BUILD/gdlrun" bench/probes/p9_attention.gdl --gpu --check --set len=4096 --print 0
+fi
+
+if [[ $what == attention-grouped ]]; then
+  if [ -x "$BUILD/tests/gdl_gpu_tests" ]; then
+    step attention_tests 400 "$BUILD/tests/gdl_gpu_tests" --duration=true \
+      "--test-case=attention*,paged_attention*,kernels: attention*"
+    step memcheck_grouped 200 env GDL_ATTENTION_GROUPED=1 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+      "$BUILD/tests/gdl_gpu_tests" "--test-case=attention: grouped heads on*"
+    step racecheck_grouped 300 env GDL_ATTENTION_GROUPED=1 "$SANITIZER" --tool racecheck --error-exitcode 99 \
+      "$BUILD/tests/gdl_gpu_tests" "--test-case=attention: grouped heads on*,paged_attention*"
+  fi
+  bench_bin=${GDL_BENCH_BIN:-$BUILD/bench/gdl_bench}
+  if [ -x "$bench_bin" ]; then
+    data=/tmp/gdl-sweep-data
+    step sweep_attn_streamed 420 env GDL_SWEEP_ONLY=attn GDL_SWEEP_RUNS=30 bash bench/sweep.sh "$OUT/attn-streamed" "$data"
+    mkdir -p "$OUT/attn-grouped"
+    step sweep_attn_grouped 260 env GDL_ATTENTION_GROUPED=1 "$bench_bin" --data "$data" \
+      --out "$OUT/attn-grouped/gdl.json" --repo . --sweep --runs 30 --warmup 10 --time-budget-s 200 --only attn \
+      ${GDL_BENCH_COMPILE_CACHE:+--compile-cache "$GDL_BENCH_COMPILE_CACHE"}
+    step sweep_attn_grouped_report 60 python3 bench/sweep.py report --torch "$OUT/attn-streamed/torch.json" \
+      --gdl "$OUT/attn-grouped/gdl.json" --out "$OUT/attn-grouped/sweep.json" --md "$OUT/attn-grouped/sweep.md"
+  fi
 fi
 
 echo
