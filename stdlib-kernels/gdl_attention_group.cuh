@@ -185,7 +185,8 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
-          p[i][e] = (h == 1 && !kHigh) || s[i][e] == -inf_f32() ? 0.0f : exp2f(s[i][e] - m[h]);
+          const bool head = g + 8 * h < HEADS;  // rows past the group hold zeros of q: they weigh nothing
+          p[i][e] = !head || s[i][e] == -inf_f32() ? 0.0f : exp2f(s[i][e] - m[h]);
           l[h] += p[i][e];
         }
       const unsigned pa[4] = {Vec16<T>::pack(p[0][0], p[0][1]), Vec16<T>::pack(p[0][2], p[0][3]),
