@@ -39,6 +39,7 @@
 #include "passes/ir_print.h"
 #include "passes/ir_verify.h"
 #include "passes/padding.h"
+#include "ops/op_def.h"
 #include "plan/chains.h"
 #include "plan/check.h"
 #include "plan/deps.h"
@@ -114,7 +115,27 @@ bool padding(Compilation& c, Context&) {
   return true;
 }
 
-bool in_place(Compilation& c, Context&) {
+// A node the GPU runtime cannot run yet (a collective), reported at its
+// call; false when there is none. Its IR, the CPU reference and `gdlc
+// check` take such a program; the first pass towards the GPU stops it.
+bool report_unsupported_on_gpu(const ir::Graph& g, DiagnosticSink& diags) {
+  for (const ir::Node& n : g.nodes)
+    if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
+      const std::string what = ir::op_name(n.op);
+      diags.error(n.loc, what + ": the GPU runtime does not run collectives yet",
+                  "so far only the compiler's CPU reference (interpret_ranks) runs them",
+                  static_cast<uint32_t>(what.size()));
+      return true;
+    }
+  return false;
+}
+
+bool in_place(Compilation& c, Context& x) {
+  DiagnosticSink unsupported;
+  if (report_unsupported_on_gpu(*c.graph, x.file ? x.diags : unsupported)) {
+    if (!x.file) x.status = Status::CompileError(unsupported.render(SourceFile(c.graph->program_name + ".gdl", "")));
+    return false;
+  }
   place_in_place_writes(*c.graph);
   return true;
 }
@@ -282,7 +303,8 @@ plan::Plan plan_program(ir::Graph graph, const plan::PlanOptions& options) {
   Compilation c;
   c.graph = std::move(graph);
   Context x{nullptr, diags, pipeline, Status::Ok()};
-  run_passes(c, x, pass_index("inplace"), pass_index("scratch"));
+  const bool planned = run_passes(c, x, pass_index("inplace"), pass_index("scratch"));
+  GDL_INTERNAL_ASSERT(planned && c.plan, "plan_program: the graph cannot be planned: " + x.status.message());
   return std::move(*c.plan);
 }
 
@@ -307,7 +329,7 @@ Expected<Artifact> compile_program_file(const std::string& path, const PipelineO
   if (!fatal.empty()) return Status::NotFound(fatal);
   if (!file) return Status::CompileError(diags.render(SourceFile(path, "")));
   std::optional<ir::Graph> graph = compile_to_ir(*file, diags, options);
-  if (!graph) return Status::CompileError(diags.render(*file));
+  if (!graph || report_unsupported_on_gpu(*graph, diags)) return Status::CompileError(diags.render(*file));
   return build_artifact(std::move(*graph), options);
 }
 

@@ -382,6 +382,9 @@ ir::Graph read_graph(Reader& r) {
     ir::Node& n = g.nodes[i];
     std::string where = "node %" + std::to_string(i);
     n.op = r.enumeration(static_cast<ir::Op>(ir::kOpCount - 1), "op");
+    // gdlc makes no artifact with a collective yet (compiler/pipeline.cc), and the runtime runs none.
+    if (!r.failed() && (n.op == ir::Op::kAllReduce || n.op == ir::Op::kAllGather || n.op == ir::Op::kReduceScatter))
+      r.fail(where + " is a collective (" + std::string(ir::op_name(n.op)) + "), which this runtime does not run");
     n.args.resize(r.count(4, "argument"));
     for (ir::ValueId& a : n.args) {
       a = r.i32();

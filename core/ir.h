@@ -51,7 +51,9 @@ inline constexpr ValueId kNoValue = -1;
   /* Random numbers (compiler/ops/random.cc). */                                                       \
   X(kRandUniform, "rand") X(kRandNormal, "randn") X(kRngAdvance, "rng_advance")                         \
   /* Rotary position embedding (compiler/ops/rope.cc). */                                              \
-  X(kRope, "rope")
+  X(kRope, "rope")                                                                                     \
+  /* Collectives over the program's process group (compiler/ops/collective.cc). */                    \
+  X(kAllReduce, "all_reduce") X(kAllGather, "all_gather") X(kReduceScatter, "reduce_scatter")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,
@@ -123,9 +125,25 @@ struct Target {
   bool operator==(const Target&) const = default;
 };
 
+// The ranks that run a program together (`group NAME ranks(N);`): every
+// rank runs the same program, and its collectives combine the ranks'
+// values. ranks == 0: the program declares no group.
+struct ProcessGroup {
+  std::string name;
+  int64_t ranks = 0;
+  SourceLoc loc;
+  bool operator==(const ProcessGroup&) const = default;
+};
+
+inline constexpr int64_t kMaxGroupRanks = 1024;
+
+// How all_reduce and reduce_scatter combine the ranks' elements (Attrs::ints[0]).
+enum class CollectiveReduce : int64_t { kSum, kProd, kMax, kMin, kAvg };
+
 struct Graph {
   std::string program_name;
   Target target;
+  ProcessGroup group;
   std::vector<DimInfo> dims;     // run-time dims; Dim::symbol indexes this
   std::vector<Node> nodes;       // topological; ValueId == index
   std::vector<Output> outputs;   // declaration order

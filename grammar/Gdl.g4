@@ -18,13 +18,16 @@ item        : declaration | statement ;
 
 // ------------------------------------------------------------- declarations
 
-declaration : dimDecl | constDecl | tensorDecl | fnDecl ;
+declaration : dimDecl | constDecl | tensorDecl | fnDecl | groupDecl ;
 
 // dim B in [1, 64] buckets(1, 8, 64) policy(update);
 dimDecl     : DIM NAME IN LBRACK lo=expr COMMA hi=expr RBRACK dimClause* SEMI ;
 dimClause   : BUCKETS LPAREN expr (COMMA expr)* RPAREN     # bucketsClause
             | POLICY LPAREN value=(BUCKETS | NAME) RPAREN  # policyClause
             ;
+
+// group tp ranks(2);  (the ranks that run the program together; `ranks` is checked by parse.cc)
+groupDecl   : GROUP NAME clause=NAME LPAREN expr RPAREN SEMI ;
 
 // const H = 1024;
 constDecl   : CONST NAME ASSIGN expr SEMI ;
@@ -107,6 +110,7 @@ IN      : 'in' ;
 BUCKETS : 'buckets' ;
 POLICY  : 'policy' ;
 CONST   : 'const' ;
+GROUP   : 'group' ;
 PARAM   : 'param' ;
 INPUT   : 'input' ;
 OUTPUT  : 'output' ;

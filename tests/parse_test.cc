@@ -170,6 +170,21 @@ TEST_CASE("parse: the language sketch of docs/language.md") {
   CHECK(m.body[2]->as<ast::AssignStmt>().name == "y");
 }
 
+TEST_CASE("parse: a process group and collectives") {
+  Parsed p = parse(
+      "program tp;\ngroup world ranks(2 * N);\nconst N = 1;\ninput x : f32[4];\noutput y : f32[4];\n"
+      "y = all_reduce(x, op = max);\n");
+  REQUIRE(p.module != nullptr);
+  CHECK(p.diags.all().empty());
+  REQUIRE(p.module->groups.size() == 1);
+  const ast::GroupDecl& g = p.module->groups[0];
+  CHECK(g.name == "world");
+  CHECK(g.loc == SourceLoc{2, 1});
+  CHECK(g.name_loc == SourceLoc{2, 7});
+  CHECK(g.ranks->kind == ast::ExprKind::kBinary);
+  CHECK(print_ast(*p.module).find("(group world 2:1") != std::string::npos);
+}
+
 TEST_CASE("parse: the example in docs/language.md itself still parses") {
   std::ifstream in(std::string(GDL_SOURCE_DIR) + "/docs/language.md");
   REQUIRE(in.good());

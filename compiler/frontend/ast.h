@@ -204,6 +204,14 @@ struct DimDecl {
   SourceLoc policy_loc;
 };
 
+// group NAME ranks(expr);
+struct GroupDecl {
+  SourceLoc loc;
+  std::string name;
+  SourceLoc name_loc;
+  ExprPtr ranks;
+};
+
 // const NAME = expr;
 struct ConstDecl {
   SourceLoc loc;
@@ -247,6 +255,7 @@ struct Module {
   std::string program_name;
   SourceLoc program_loc;
   std::vector<DimDecl> dims;
+  std::vector<GroupDecl> groups;
   std::vector<ConstDecl> consts;
   std::vector<TensorDecl> tensors;
   std::vector<FnDecl> fns;

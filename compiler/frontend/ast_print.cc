@@ -78,6 +78,11 @@ class Printer {
   void module(const ast::Module& m) {
     line("(program " + m.program_name + " " + at(m.program_loc) + ")");
     for (const ast::DimDecl& d : m.dims) dim(d);
+    for (const ast::GroupDecl& d : m.groups) {
+      open("group " + d.name + " " + at(d.loc));
+      expr(*d.ranks);
+      close();
+    }
     for (const ast::ConstDecl& d : m.consts) {
       open("const " + d.name + " " + at(d.loc));
       expr(*d.value);

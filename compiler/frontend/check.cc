@@ -173,7 +173,7 @@ bool is_host_effect(std::string_view name) {
   return kNames.count(name) > 0;
 }
 
-enum class GlobalKind { kDim, kConst, kParam, kInput, kOutput, kScalar, kState, kFn };
+enum class GlobalKind { kDim, kConst, kParam, kInput, kOutput, kScalar, kState, kFn, kGroup };
 
 // "an input", "a param", ...
 const char* kind_name(GlobalKind k) {
@@ -186,6 +186,7 @@ const char* kind_name(GlobalKind k) {
     case GlobalKind::kScalar: return "a scalar";
     case GlobalKind::kState: return "a state";
     case GlobalKind::kFn: return "a fn";
+    case GlobalKind::kGroup: return "a process group";
   }
   return "a name";
 }
@@ -211,6 +212,7 @@ struct Body {
   std::vector<std::map<std::string, Local>> scopes;
   std::multimap<std::string, SourceLoc> all_lets;  // every let/loop variable of this body, any block
   int loop_depth = 0;
+  int if_depth = 0;  // inside an `if` or `else` block
 };
 
 struct CallEdge {
@@ -228,6 +230,7 @@ class Checker {
     for (const ast::FnDecl& fn : m_.fns) check_fn(fn);
     check_program_body();
     check_recursion();
+    check_collectives_in_branches();
     for (const ast::TensorDecl& t : m_.tensors)
       if (t.role == ast::TensorRole::kOutput && !assigned_.count(t.name) && !globals_duplicate_.count(&t))
         diags_.error(t.name_loc, "output '" + t.name + "' is never assigned",
@@ -269,6 +272,14 @@ class Checker {
       declare(t.name, t.name_loc, kind, &t);
     }
     for (const ast::FnDecl& f : m_.fns) declare(f.name, f.name_loc, GlobalKind::kFn, &f);
+    for (size_t i = 0; i < m_.groups.size(); ++i) {
+      const ast::GroupDecl& g = m_.groups[i];
+      declare(g.name, g.name_loc, GlobalKind::kGroup, &g);
+      if (i > 0)
+        diags_.error(g.loc, "a program runs over one process group; '" + m_.groups[0].name + "' is declared at " +
+                                loc_text(m_.groups[0].loc),
+                     "its collectives all run over that group", 5);
+    }
   }
 
   void check_declarations() {
@@ -280,6 +291,7 @@ class Checker {
       for (const ast::ExprPtr& b : d.buckets) expr(*b);
     }
     for (const ast::ConstDecl& c : m_.consts) expr(*c.value);
+    for (const ast::GroupDecl& g : m_.groups) expr(*g.ranks);
     for (const ast::TensorDecl& t : m_.tensors) {
       type(t.type);
       if (t.init) expr(*t.init);
@@ -496,10 +508,12 @@ class Checker {
         // Each branch starts from the same assignment state; after the if an
         // output counts as assigned when either branch may assign it.
         auto entry = assigned_;
+        ++body_->if_depth;
         scoped_block(i.then_body);
         auto after_then = std::move(assigned_);
         assigned_ = entry;
         scoped_block(i.else_body);
+        --body_->if_depth;
         for (auto& kv : after_then) assigned_.insert(kv);
         break;
       }
@@ -636,6 +650,9 @@ class Checker {
       case GlobalKind::kFn:
         diags_.error(a.name_loc, "cannot assign to fn '" + a.name + "'", "bind the value with let", len);
         return;
+      case GlobalKind::kGroup:
+        diags_.error(a.name_loc, "cannot assign to process group '" + a.name + "'", "bind the value with let", len);
+        return;
     }
   }
 
@@ -706,6 +723,9 @@ class Checker {
     g->second.used = true;
     if (g->second.kind == GlobalKind::kFn) {
       diags_.error(n.loc, "fn '" + n.name + "' is used as a value", "call it: " + n.name + "(...)", len);
+    } else if (g->second.kind == GlobalKind::kGroup) {
+      diags_.error(n.loc, "process group '" + n.name + "' is used as a value",
+                   "its collectives name it implicitly: all_reduce(x), all_gather(x, axis = 0)", len);
     } else if (g->second.kind == GlobalKind::kState && body_->fn) {
       diags_.error(n.loc, "state '" + n.name + "' cannot be read inside fn '" + body_->fn->name + "'",
                    "pass its value as an argument: a fn computes from its arguments and params", len);
@@ -789,12 +809,21 @@ class Checker {
       if (g->second.kind == GlobalKind::kFn) {
         g->second.used = true;
         if (body_->fn) calls_[body_->fn->name].push_back({c.callee, c.loc});
+        if (body_->if_depth > 0) branch_calls_.push_back({c.callee, c.loc});
       } else {
         diags_.error(c.loc, "'" + c.callee + "' is " + kind_name(g->second.kind) + ", not a fn",
                      "only fns and standard ops can be called", len);
       }
     } else if ((op = ops::find_callable(c.callee))) {
       // a standard op: the lowering checks its arguments
+      if (ops::fusion_class(op->op) == ops::FusionClass::kCollective) {
+        if (body_->fn) collective_fns_.insert(body_->fn->name);
+        if (body_->if_depth > 0)
+          diags_.error(c.loc, c.callee + " inside an if: every rank must run the same collectives in the same order",
+                       "compute it before the if (a group of one rank makes it a copy) and choose between values "
+                       "with where(cond, a, b)",
+                       len);
+      }
     } else if (is_host_effect(c.callee)) {
       diags_.error(c.loc, c.callee + "(...) is a host side effect that a CUDA graph replay cannot perform",
                    "make the value an output and read it after the run", len);
@@ -816,12 +845,39 @@ class Checker {
       const bool dtype_parameter =
           op && (a.keyword == "dtype" ||
                  (a.keyword.empty() && i < op->params.size() && std::string_view(op->params[i]) == "dtype"));
-      const bool type_argument = dtype_parameter && a.value->kind == ast::ExprKind::kName;
-      if (!type_argument) expr(*a.value);
+      // all_reduce(x, op = max): a collective's `op` is a reduction's name, checked by the lowering.
+      const bool op_parameter =
+          op && ops::fusion_class(op->op) == ops::FusionClass::kCollective &&
+          (a.keyword == "op" || (a.keyword.empty() && i < op->params.size() && std::string_view(op->params[i]) == "op"));
+      const bool name_argument = (dtype_parameter || op_parameter) && a.value->kind == ast::ExprKind::kName;
+      if (!name_argument) expr(*a.value);
     }
   }
 
   // ---------------------------------------------------------------- recursion
+
+  // A fn that runs a collective, itself or through the fns it calls, may
+  // not be called inside an if either (a direct call was reported already).
+  void check_collectives_in_branches() {
+    std::set<std::string> runs = collective_fns_;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const auto& [fn, edges] : calls_)
+        if (!runs.count(fn))
+          for (const CallEdge& e : edges)
+            if (runs.count(e.callee)) {
+              runs.insert(fn);
+              grew = true;
+              break;
+            }
+    }
+    for (const CallEdge& e : branch_calls_)
+      if (runs.count(e.callee))
+        diags_.error(e.loc, "fn '" + e.callee + "' runs a collective and is called inside an if: every rank must run the "
+                                                  "same collectives in the same order",
+                     "call it before the if and choose between values with where(cond, a, b)",
+                     static_cast<uint32_t>(e.callee.size()));
+  }
 
   void check_recursion() {
     std::map<std::string, int> state;  // 1 = on the path, 2 = done
@@ -907,6 +963,8 @@ class Checker {
   std::set<const void*> globals_duplicate_;  // declarations rejected as duplicates
   std::set<std::string> program_lets_;
   std::map<std::string, std::vector<CallEdge>> calls_;
+  std::set<std::string> collective_fns_;  // fns that call a collective themselves
+  std::vector<CallEdge> branch_calls_;    // fn calls inside an if or else block, any body
   std::map<std::string, SourceLoc> assigned_;  // outputs assigned on the current path
   std::vector<Unused> unused_;
   Body* body_ = nullptr;

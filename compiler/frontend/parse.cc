@@ -83,6 +83,7 @@ class AstBuilder {
       else if (auto* c = d->constDecl()) module->consts.push_back(const_decl(c));
       else if (auto* c = d->tensorDecl()) module->tensors.push_back(tensor_decl(c));
       else if (auto* c = d->fnDecl()) module->fns.push_back(fn_decl(c));
+      else if (auto* c = d->groupDecl()) module->groups.push_back(group_decl(c));
     }
     return module;
   }
@@ -133,6 +134,18 @@ class AstBuilder {
       }
     }
     return d;
+  }
+
+  ast::GroupDecl group_decl(GdlParser::GroupDeclContext* c) {
+    ast::GroupDecl g;
+    g.loc = loc_of(c->GROUP());
+    g.name = c->NAME(0)->getText();
+    g.name_loc = loc_of(c->NAME(0));
+    if (c->clause->getText() != "ranks")
+      error(loc_of(c->clause), "a group declares its size as ranks(N), got '" + c->clause->getText() + "'",
+            "write group " + g.name + " ranks(2);", span(c->clause, c->clause));
+    g.ranks = expr(c->expr()).expr;
+    return g;
   }
 
   ast::ConstDecl const_decl(GdlParser::ConstDeclContext* c) {

@@ -24,9 +24,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
+#include <thread>
 
 #include "interp/host_ops.h"
+#include "ops/collective.h"
 #include "ops/op_def.h"
 
 #include "passes/padding.h"
@@ -252,6 +256,25 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
       owned[i] = filled(DType::kI32, {}, static_cast<double>(b.valid_dims.empty() ? b.dims.at(d) : b.valid_dims.at(d)));
     } else if (n.op == Op::kConstant) {
       owned[i] = filled(n.type.dtype, concrete_shape(n.type.shape, b.dims), n.attrs.value);
+    } else if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
+      const HostTensor& mine = *value.at(static_cast<size_t>(n.args.at(0)));
+      std::vector<HostTensor> everyone;
+      if (g.group.ranks <= 1) {
+        everyone.push_back(mine);
+      } else if (!b.ranks) {
+        return Status::FailedPrecondition(std::string(ir::op_name(n.op)) + " at " + std::to_string(n.loc.line) + ":" +
+                                          std::to_string(n.loc.col) + " combines the values of " +
+                                          std::to_string(g.group.ranks) + " ranks: run every rank together (interpret_ranks)");
+      } else {
+        std::optional<std::vector<HostTensor>> got = b.ranks->exchange(b.rank, mine);
+        if (!got) return Status::FailedPrecondition("another rank of the group failed before " + std::string(ir::op_name(n.op)));
+        everyone = std::move(*got);
+      }
+      std::vector<const HostTensor*> pointers;
+      for (const HostTensor& t : everyone) pointers.push_back(&t);
+      owned[i] = ops::combine_collective(n, pointers, g.group.ranks <= 1 ? 0 : b.rank);
+      for (ir::ValueId a : n.args)
+        if (last_use[static_cast<size_t>(a)] == i) release(static_cast<size_t>(a));
     } else {
       args.clear();
       for (ir::ValueId a : n.args) args.push_back(value.at(static_cast<size_t>(a)));
@@ -273,6 +296,91 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
   for (const ir::StateUpdate& u : g.state_updates)
     results[g.node(u.state).name] = *value.at(static_cast<size_t>(u.value));
   return results;
+}
+
+namespace {
+
+// The ranks' values of each collective, round by round: a rank gives its
+// value to the round it reaches next and waits until every rank has given
+// theirs (or one has failed).
+class ThreadExchange final : public RankExchange {
+ public:
+  explicit ThreadExchange(int ranks) : ranks_(ranks), next_round_(static_cast<size_t>(ranks), 0) {}
+
+  std::optional<std::vector<HostTensor>> exchange(int rank, const HostTensor& mine) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t at = next_round_.at(static_cast<size_t>(rank))++;
+    Round& round = rounds_[at];  // a map's entries stay where they are while others come and go
+    if (round.values.empty()) round.values.resize(static_cast<size_t>(ranks_));
+    round.values[static_cast<size_t>(rank)] = mine;
+    ++round.given;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return failed_ || round.given == ranks_; });
+    if (failed_) return std::nullopt;
+    std::vector<HostTensor> everyone = round.values;
+    if (++round.taken == ranks_) rounds_.erase(at);
+    return everyone;
+  }
+
+  void fail() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  struct Round {
+    std::vector<HostTensor> values;
+    int given = 0, taken = 0;
+  };
+  const int ranks_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<uint64_t, Round> rounds_;
+  std::vector<uint64_t> next_round_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const ir::Graph& g,
+                                                                         std::vector<Bindings> per_rank) {
+  const int64_t ranks = std::max<int64_t>(1, g.group.ranks);
+  if (static_cast<int64_t>(per_rank.size()) != ranks)
+    return Status::InvalidArgument("bindings for " + std::to_string(per_rank.size()) + " rank(s); program " +
+                                   g.program_name + " runs on " + std::to_string(ranks));
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    if (Status s = validate_bindings(g, per_rank[r]); !s.ok())
+      return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+  ThreadExchange exchange(static_cast<int>(ranks));
+  std::vector<std::optional<Expected<std::map<std::string, HostTensor>>>> results(per_rank.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    threads.emplace_back([&, r] {
+      Bindings& b = per_rank[r];
+      b.rank = static_cast<int>(r);
+      b.ranks = &exchange;
+      try {
+        results[r].emplace(interpret(g, b));
+      } catch (const std::exception& e) {  // an internal error: reported as one, after the other ranks stop
+        results[r].emplace(Status::Internal(e.what()));
+      }
+      if (!results[r]->ok()) exchange.fail();
+    });
+  for (std::thread& t : threads) t.join();
+  // The first rank that failed by itself, rather than because another did.
+  std::optional<Status> first;
+  for (size_t r = 0; r < results.size(); ++r)
+    if (!results[r]->ok()) {
+      const Status& s = results[r]->status();
+      const bool own = s.message().find("another rank of the group failed") == std::string::npos;
+      if (!first || own) first = Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+      if (own) break;
+    }
+  if (first) return *first;
+  std::vector<std::map<std::string, HostTensor>> out;
+  for (auto& r : results) out.push_back(std::move(*r).value());
+  return out;
 }
 
 }  // namespace gdl

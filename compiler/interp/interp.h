@@ -30,11 +30,26 @@ namespace gdl {
 // positions, and mean divides by the valid count; every other op computes
 // the padding too. The valid part of every output (valid_part) then equals
 // the plain run.
+// The other ranks of the program's process group, for a run of one rank:
+// exchange(rank, mine) returns every rank's value of the collective that
+// the ranks reach next (they reach the same ones in the same order), in
+// rank order, once every rank has given its own; nullopt when the run of
+// another rank failed. interpret_ranks makes one for its ranks.
+class RankExchange {
+ public:
+  virtual ~RankExchange() = default;
+  virtual std::optional<std::vector<HostTensor>> exchange(int rank, const HostTensor& mine) = 0;
+};
+
 struct Bindings {
   std::vector<int64_t> dims;                   // value of each run-time dim (Graph::dims order); capacity in capacity mode
   std::map<std::string, HostTensor> tensors;   // inputs, params and states (their values at run start) by name
   std::map<std::string, double> scalars;       // run-time scalars; missing ones take their default
   std::vector<int64_t> valid_dims;             // capacity mode: the valid value of each run-time dim; empty otherwise
+  // A program with a process group of more than one rank: which rank this
+  // run is, and how its collectives reach the others (interpret_ranks).
+  int rank = 0;
+  RankExchange* ranks = nullptr;
 };
 
 // Evaluates one non-leaf node from its argument values (args[i] is the value
@@ -68,7 +83,17 @@ std::optional<int64_t> reference_elements(const Shape& s, const std::vector<int6
 Status validate_bindings(const ir::Graph& g, const Bindings& b);
 
 // Runs the whole graph; returns every output, and every state's value at
-// the end of the run, by name.
+// the end of the run, by name. A collective over a group of more than one
+// rank needs b.ranks (FailedPrecondition without it); over one rank it is
+// its argument's value.
 Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const Bindings& b);
+
+// Runs the graph once per rank of its process group, each rank on its own
+// thread with its own bindings (per_rank[r] for rank r; their rank and
+// ranks fields are set here), the collectives exchanging values between
+// them. Every rank's bindings are checked before any runs. Returns each
+// rank's outputs and states, in rank order.
+Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const ir::Graph& g,
+                                                                         std::vector<Bindings> per_rank);
 
 }  // namespace gdl

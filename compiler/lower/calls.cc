@@ -18,6 +18,7 @@
 #include "frontend/check.h"
 #include "internal_error.h"
 #include "lower/lowerer.h"
+#include "ops/collective.h"
 
 namespace gdl::lowering {
 
@@ -27,7 +28,7 @@ namespace gdl::lowering {
 class CallQuery final : public ops::TypeQuery {
  public:
   CallQuery(Lowerer& l, const ops::OpDef& def, std::string what, SourceLoc loc, uint32_t length, size_t operands)
-      : TypeQuery(l.graph_.dims, std::move(what), {}),
+      : TypeQuery(l.graph_.dims, l.graph_.group.ranks, std::move(what), {}),
         l_(l),
         def_(def),
         loc_(loc),
@@ -223,6 +224,23 @@ class CallQuery final : public ops::TypeQuery {
     }
     *out = *dtype;
     return true;
+  }
+
+  // A reduction's name, read from the source: all_reduce(x, op = max).
+  bool reduction(size_t slot, int64_t* out) override {
+    const ast::Arg* a = slots_[slot].arg;
+    GDL_INTERNAL_ASSERT(a != nullptr, "a reduction parameter bound to an evaluated value");
+    const ast::Expr& e = *a->value;
+    const std::string name = e.kind == ast::ExprKind::kName ? e.as<ast::NameExpr>().name : std::string();
+    if (std::optional<ir::CollectiveReduce> r = ops::collective_reduce_named(name)) {
+      *out = static_cast<int64_t>(*r);
+      return true;
+    }
+    std::string message = name.empty() ? "the reduction of " + what() + " is a name" : "unknown reduction '" + name + "' in " + what();
+    if (!name.empty())
+      if (auto near = closest_spelling(name, {"sum", "prod", "max", "min", "avg"})) message += "; did you mean '" + *near + "'?";
+    l_.fail(start_of(e), message, "the reductions are sum, prod, max, min and avg (floats only)", e.length);
+    return turn_down(), false;
   }
 
   std::vector<ops::SubscriptForm> subscript_forms() const override { return forms_; }

@@ -12,6 +12,25 @@
 
 namespace gdl::lowering {
 
+// The process group: its size, a compile-time integer in [1, kMaxGroupRanks]
+// (every rank's shapes follow from it); the checker allows one.
+void Lowerer::lower_group() {
+  if (m_.groups.empty()) return;
+  const ast::GroupDecl& d = m_.groups.front();
+  graph_.group = ir::ProcessGroup{d.name, 1, d.loc};  // stands while the size is wrong: the collectives are still checked
+  std::optional<int64_t> ranks = static_int(eval(*d.ranks), "the ranks of group '" + d.name + "'");
+  if (!ranks) return;
+  if (*ranks < 1 || *ranks > ir::kMaxGroupRanks) {
+    diags_.error(start_of(*d.ranks),
+                 "group '" + d.name + "' has " + std::to_string(*ranks) + " ranks; a group has 1 to " +
+                     std::to_string(ir::kMaxGroupRanks),
+                 "write group " + d.name + " ranks(N) with the number of GPUs that run the program together",
+                 d.ranks->length);
+    return;
+  }
+  graph_.group = ir::ProcessGroup{d.name, *ranks, d.loc};
+}
+
 void Lowerer::lower_dims() {
   for (const ast::DimDecl& d : m_.dims) {
     DimInfo info;

@@ -45,6 +45,7 @@ std::optional<ir::Graph> Lowerer::run() {
   for (const ast::ConstDecl& c : m_.consts)
     if (!consts_.count(c.name)) consts_[c.name].decl = &c;  // a duplicate: check_module reports it
   lower_dims();
+  lower_group();
   for (const ast::ConstDecl& c : m_.consts) const_value(c.name);
   lower_leaves();
   for (const ast::FnDecl& f : m_.fns) resolve_signature(f);

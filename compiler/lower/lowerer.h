@@ -216,6 +216,7 @@ class Lowerer {
 
   // -------------------------------------------------- declarations.cc
   void lower_dims();
+  void lower_group();
   Value const_value(const std::string& name);
   // A dtype name: a type, or a dtype parameter of the fn being inlined.
   std::optional<DType> dtype_named(const std::string& name) const;

@@ -42,6 +42,7 @@ enum class FusionClass : uint8_t {
   kMatmul,        // anchors an epilogue
   kAttention,
   kUpdate,        // scatter, update_slice: a kernel over the elements they write, over their base's buffer
+  kCollective,    // all_reduce, all_gather, reduce_scatter: the ranks of the process group combine values
 };
 
 // ------------------------------------------------------------ type rules
@@ -82,6 +83,8 @@ class TypeQuery {
   virtual ~TypeQuery() = default;
 
   const std::vector<DimInfo>& dims() const { return dims_; }
+  // The size of the program's process group (ir::ProcessGroup; 0: it declares none).
+  int64_t group_ranks() const { return group_ranks_; }
   // How the op was written, for messages: "'+'", "min", "layernorm".
   const std::string& what() const { return what_; }
   std::string text(const TensorType& t) const { return type_to_string(t, dims_); }
@@ -120,6 +123,9 @@ class TypeQuery {
   virtual bool extent(size_t slot, const std::string& what, size_t result_axis, Dim* out) = 0;
   virtual bool shape(size_t slot, Shape* out) = 0;                                       // reshape's target
   virtual bool dtype(size_t slot, DType* out) = 0;                                       // cast's target
+  // A collective's reduction, written as a name (all_reduce(x, op = max)):
+  // its ir::CollectiveReduce code into *out; ir::verify answers Attrs::ints[0].
+  virtual bool reduction(size_t slot, int64_t* out) = 0;
   // Per axis of a slice, how the source wrote it; empty where the query
   // does not know (ir::verify).
   virtual std::vector<SubscriptForm> subscript_forms() const { return {}; }
@@ -133,11 +139,12 @@ class TypeQuery {
   }
 
  protected:
-  TypeQuery(const std::vector<DimInfo>& dims, std::string what, ir::Attrs attrs)
-      : dims_(dims), what_(std::move(what)), attrs_(std::move(attrs)) {}
+  TypeQuery(const std::vector<DimInfo>& dims, int64_t group_ranks, std::string what, ir::Attrs attrs)
+      : dims_(dims), group_ranks_(group_ranks), what_(std::move(what)), attrs_(std::move(attrs)) {}
 
  private:
   const std::vector<DimInfo>& dims_;
+  int64_t group_ranks_;
   std::string what_;
   ir::Attrs attrs_;
 };

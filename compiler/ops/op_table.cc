@@ -29,6 +29,7 @@ const Table& table() {
     add_update_ops(defs);
     add_random_ops(defs);
     add_rope_ops(defs);
+    add_collective_ops(defs);
     add_leaf_ops(defs);
     Table t;
     t.by_op.resize(ir::kOpCount);

@@ -7,6 +7,7 @@ namespace gdl::ir {
 
 std::string print_ir(const Graph& g) {
   std::string out = "program " + g.program_name + "\n";
+  if (g.group.ranks > 0) out += "group " + g.group.name + " ranks(" + std::to_string(g.group.ranks) + ")\n";
   for (const DimInfo& d : g.dims) {
     out += "dim " + d.name + " in [" + std::to_string(d.lo) + ", " + std::to_string(d.hi) + "] buckets(";
     for (size_t i = 0; i < d.buckets.size(); ++i) out += (i ? ", " : "") + std::to_string(d.buckets[i]);

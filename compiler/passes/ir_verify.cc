@@ -23,7 +23,7 @@ namespace {
 class NodeQuery final : public ops::TypeQuery {
  public:
   NodeQuery(const Graph& g, const Node& n, const ops::OpDef& def)
-      : TypeQuery(g.dims, op_name(n.op), n.attrs), g_(g), n_(n), def_(def) {}
+      : TypeQuery(g.dims, g.group.ranks, op_name(n.op), n.attrs), g_(g), n_(n), def_(def) {}
 
   size_t operand_count() const override { return def_.operands == 0 ? n_.args.size() : def_.operands; }
   bool given(size_t slot) const override { return slot >= operand_count() || slot < n_.args.size(); }
@@ -52,6 +52,9 @@ class NodeQuery final : public ops::TypeQuery {
   bool integers(size_t, const std::string&, std::vector<int64_t>* out) override { return *out = n_.attrs.ints, true; }
   bool shape(size_t, Shape* out) override { return *out = n_.type.shape, true; }
   bool dtype(size_t, DType* out) override { return *out = n_.type.dtype, true; }
+  bool reduction(size_t, int64_t* out) override {
+    return !n_.attrs.ints.empty() && (*out = n_.attrs.ints[0], true);
+  }
 
  private:
   // The parameter a slot stands for (a variadic op's attributes follow its operands).
