@@ -236,8 +236,10 @@ class CallQuery final : public ops::TypeQuery {
       *out = static_cast<int64_t>(*r);
       return true;
     }
-    std::string message = name.empty() ? "the reduction of " + what() + " is a name" : "unknown reduction '" + name + "' in " + what();
-    if (!name.empty())
+    std::string message =
+        name.empty() ? "the reduction of " + what() + " must be a name" : "unknown reduction '" + name + "' in " + what();
+    if (name == "mean" || name == "average") message += "; did you mean 'avg'?";
+    else if (!name.empty())
       if (auto near = closest_spelling(name, {"sum", "prod", "max", "min", "avg"})) message += "; did you mean '" + *near + "'?";
     l_.fail(start_of(e), message, "the reductions are sum, prod, max, min and avg (floats only)", e.length);
     return turn_down(), false;
@@ -807,6 +809,10 @@ Value Lowerer::index(const ast::IndexExpr& ix) {
       } else {
         std::optional<int64_t> n = static_int(written, "a slice stop");
         if (!n) return Value::error();
+        // Stops below -1 stand for run-time lengths in the slice's bounds (ops::runtime_length_stop).
+        if (*n < -1)
+          return fail(start_of(*s.stop), "slice stop " + std::to_string(*n) + " is negative: a slice a:b counts from 0",
+                      "write the stop as a position in 0..extent (no negative indices)", s.stop->length);
         stop = *n;
       }
       forms[axis] = ops::SubscriptForm::kRange;
