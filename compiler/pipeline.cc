@@ -133,7 +133,7 @@ bool report_unsupported_on_gpu(const ir::Graph& g, DiagnosticSink& diags) {
 bool in_place(Compilation& c, Context& x) {
   DiagnosticSink unsupported;
   if (report_unsupported_on_gpu(*c.graph, x.file ? x.diags : unsupported)) {
-    if (!x.file) x.status = Status::CompileError(unsupported.render(SourceFile(c.graph->program_name + ".gdl", "")));
+    if (!x.file) x.status = Status::CompileError(unsupported.render(SourceFile("program " + c.graph->program_name, "")));
     return false;
   }
   place_in_place_writes(*c.graph);

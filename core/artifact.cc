@@ -115,6 +115,9 @@ void write_shape(Writer& w, const Shape& s) {
 
 void write_graph(Writer& w, const ir::Graph& g) {
   w.str(g.program_name);
+  w.str(g.group.name);
+  w.i64(g.group.ranks);
+  write_loc(w, g.group.loc);
   w.i64(g.target.multiprocessors);
   w.i64(g.target.shared_bytes_per_sm);
   w.vec(g.dims, [&](const DimInfo& d) {
@@ -360,6 +363,10 @@ Shape read_shape(Reader& r, const std::vector<DimInfo>& dims, const std::string&
 ir::Graph read_graph(Reader& r) {
   ir::Graph g;
   g.program_name = r.str("program name");
+  g.group.name = r.str("group name");
+  g.group.ranks = r.i64();
+  g.group.loc = read_loc(r);
+  if (g.group.ranks < 0 || g.group.ranks > ir::kMaxGroupRanks) r.fail("the process group's size is out of range");
   g.target.multiprocessors = r.i64();
   g.target.shared_bytes_per_sm = r.i64();
   if (g.target.multiprocessors < 1 || g.target.multiprocessors > 4096 || g.target.shared_bytes_per_sm < 16 * 1024 ||

@@ -298,6 +298,26 @@ TEST_CASE("artifact: serialize then deserialize gives back everything") {
   CHECK(serialize_artifact(*back) == file);
 }
 
+// The process group travels with the graph; a collective node is refused
+// (the runtime runs none yet), as gdlc never writes one.
+TEST_CASE("artifact: the process group round trips, and a collective is refused") {
+  Artifact a = sample_artifact();
+  a.plan.graph.group = ir::ProcessGroup{"world", 4, SourceLoc{2, 1}};
+  Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
+  REQUIRE(back.ok());
+  CHECK(back->plan.graph.group == a.plan.graph.group);
+  for (ir::Node& n : a.plan.graph.nodes)
+    if (n.args.size() == 1 && !ir::is_leaf(n.op)) {
+      n.op = ir::Op::kAllReduce;
+      break;
+    }
+  Expected<Artifact> refused = deserialize_artifact(serialize_artifact(a));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kDataLoss);
+  CHECK(refused.status().message().find("is a collective (all_reduce), which this runtime does not run") !=
+        std::string::npos);
+}
+
 TEST_CASE("artifact: write_artifact and read_artifact round trip through a file") {
   auto path = std::filesystem::temp_directory_path() / ("gdl_artifact_test_" + std::to_string(::getpid()) + ".gdlx");
   Artifact a = sample_artifact();

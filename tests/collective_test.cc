@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "cpu_program.h"
 
@@ -94,7 +95,6 @@ TEST_CASE("collectives: avg, a run-time dim beside the moved axis, and collectiv
   Expected<std::vector<std::map<std::string, HostTensor>>> got = interpret_ranks(g, per_rank);
   REQUIRE_MESSAGE(got.ok(), got.status().message());
   for (int r = 0; r < 3; ++r) {
-    const HostTensor& xr = per_rank[static_cast<size_t>(r)].tensors.at("x");
     for (int64_t i = 0; i < 10; ++i) {
       // Three rounds of h = mean over ranks of h, plus this rank's x.
       std::vector<double> h(3);
@@ -109,9 +109,10 @@ TEST_CASE("collectives: avg, a run-time dim beside the moved axis, and collectiv
     }
     const HostTensor& gathered = (*got)[static_cast<size_t>(r)].at("g");
     CHECK(gathered.shape == std::vector<int64_t>{5, 6});
-    CHECK(gathered.data[1] == per_rank[0].tensors.at("x").data[1]);
-    CHECK(gathered.data[2 * 6 + 5] == per_rank[2].tensors.at("x").data[2 * 2 + 1]);
-    CHECK(xr.shape == std::vector<int64_t>{5, 2});
+    for (int64_t row = 0; row < 5; ++row)
+      for (int64_t col = 0; col < 6; ++col)
+        CHECK(gathered.data[static_cast<size_t>(row * 6 + col)] ==
+              per_rank[static_cast<size_t>(col / 2)].tensors.at("x").data[static_cast<size_t>(row * 2 + col % 2)]);
   }
 }
 
@@ -130,6 +131,7 @@ TEST_CASE("collectives: a group of one rank computes the program without them") 
   Expected<std::vector<std::map<std::string, HostTensor>>> ranks = interpret_ranks(with, {b});
   REQUIRE(ranks.ok());
   CHECK((*ranks)[0].at("y").data == c->at("y").data);
+  CHECK((*ranks)[0].at("z").data == c->at("z").data);
 }
 
 TEST_CASE("collectives: refusals name the rank, and nothing hangs") {
@@ -154,6 +156,77 @@ TEST_CASE("collectives: refusals name the rank, and nothing hangs") {
   Expected<std::vector<std::map<std::string, HostTensor>>> wrong = interpret_ranks(g, {b, bad});
   REQUIRE_FALSE(wrong.ok());
   CHECK(wrong.status().message().rfind("rank 1: ", 0) == 0);
+}
+
+TEST_CASE("collectives: i32 sums and products wrap, reduce_scatter with strides on both sides, f16 rounding") {
+  const ir::Graph g = compile_text(
+      "program wrap;\ngroup world ranks(2);\ninput i : i32[2];\ninput x : f16[2, 6, 3];\n"
+      "output s : i32[2];\noutput p : i32[2];\noutput r : f16[2, 3, 3];\noutput h : f16[2, 6, 3];\n"
+      "s = all_reduce(i);\np = all_reduce(i, op = prod);\nr = reduce_scatter(x, axis = 1, op = max);\nh = all_reduce(x);\n");
+  std::mt19937 rng(21);
+  std::vector<Bindings> per_rank = {random_bindings(g, {}, rng), random_bindings(g, {}, rng)};
+  for (Bindings& b : per_rank) b.tensors.at("i").data = {2147483647, 65536};
+  Expected<std::vector<std::map<std::string, HostTensor>>> got = interpret_ranks(g, per_rank);
+  REQUIRE_MESSAGE(got.ok(), got.status().message());
+  for (int r = 0; r < 2; ++r) {
+    const std::map<std::string, HostTensor>& out = (*got)[static_cast<size_t>(r)];
+    CHECK(out.at("s").data == std::vector<double>{-2, 131072});
+    CHECK(out.at("p").data == std::vector<double>{1, 0});
+    auto x = [&](int k, int64_t a, int64_t b, int64_t c) {
+      return per_rank[static_cast<size_t>(k)].tensors.at("x").data.at(static_cast<size_t>((a * 6 + b) * 3 + c));
+    };
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t c = 0; c < 3; ++c)
+          CHECK(out.at("r").data.at(static_cast<size_t>((a * 3 + b) * 3 + c)) ==
+                std::max(x(0, a, r * 3 + b, c), x(1, a, r * 3 + b, c)));
+    for (int64_t e = 0; e < 36; ++e)
+      CHECK(out.at("h").data.at(static_cast<size_t>(e)) ==
+            round_to_dtype(x(0, 0, 0, e) + x(1, 0, 0, e), DType::kF16));  // the f16 sum, rounded once
+  }
+}
+
+TEST_CASE("collectives: a rank that fails releases the others, which say so") {
+  // The exchange itself: rank 1 gives one round and fails; rank 0's second round is released.
+  ThreadRankExchange exchange(2);
+  const HostTensor one{DType::kF32, {1}, {1.0}};
+  std::shared_ptr<const std::vector<HostTensor>> first, second;
+  std::thread rank0([&] {
+    first = exchange.exchange(0, one);
+    second = exchange.exchange(0, one);
+  });
+  REQUIRE(exchange.exchange(1, HostTensor{DType::kF32, {1}, {2.0}}) != nullptr);
+  exchange.fail();
+  rank0.join();
+  REQUIRE(first != nullptr);
+  CHECK((*first)[1].data == std::vector<double>{2.0});
+  CHECK(second == nullptr);
+
+  // The interpreter's side: a collective whose exchange failed ends the run with why.
+  class Failed final : public RankExchange {
+   public:
+    std::shared_ptr<const std::vector<HostTensor>> exchange(int, const HostTensor&) override { return nullptr; }
+    void fail() override {}
+  } failed;
+  const ir::Graph g = compile_text(
+      "program two;\ngroup world ranks(2);\ninput x : f32[3];\noutput y : f32[3];\ny = all_gather(x)[0:3];\n");
+  std::mt19937 rng(4);
+  Bindings b = random_bindings(g, {}, rng);
+  b.rank = 1;
+  b.ranks = &failed;
+  Expected<std::map<std::string, HostTensor>> run = interpret(g, b);
+  REQUIRE_FALSE(run.ok());
+  CHECK(run.status().message() == "another rank of the group failed before all_gather");
+
+  // The ranks bind one value of each run-time dim.
+  const ir::Graph dims = compile_text(
+      "program dims;\ngroup world ranks(2);\ndim B in [1, 4];\ninput x : f32[B, 2];\noutput y : f32[B, 2];\n"
+      "y = all_reduce(x);\n");
+  Expected<std::vector<std::map<std::string, HostTensor>>> apart =
+      interpret_ranks(dims, {random_bindings(dims, {2}, rng), random_bindings(dims, {3}, rng)});
+  REQUIRE_FALSE(apart.ok());
+  CHECK(apart.status().code() == StatusCode::kInvalidArgument);
+  CHECK(apart.status().message() == "rank 1 binds dim B = 3, rank 0 2: the ranks of a group run at the same dims");
 }
 
 TEST_CASE("collectives: the GPU pipeline refuses them at the call") {

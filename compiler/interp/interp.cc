@@ -4,7 +4,9 @@
 //    param bound with its dtype and concrete shape, no unknown names.
 // 2. interpret: walk the nodes in topological order. Leaves come from the
 //    bindings (inputs, params, run-time scalars) or from attrs.value
-//    (constants, scalar defaults). Every other node goes through eval_node.
+//    (constants, scalar defaults). A collective combines every rank's value
+//    of its argument (Bindings::ranks; ops::combine_collective). Every
+//    other node goes through eval_node.
 //    A value is released after its last use, so a long program holds only
 //    its live values (params are read in place when already rounded).
 // 3. eval_node: the op's CPU rule (its entry in ops/: elementwise rules per
@@ -27,6 +29,7 @@
 #include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "interp/host_ops.h"
@@ -258,20 +261,20 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
       owned[i] = filled(n.type.dtype, concrete_shape(n.type.shape, b.dims), n.attrs.value);
     } else if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
       const HostTensor& mine = *value.at(static_cast<size_t>(n.args.at(0)));
-      std::vector<HostTensor> everyone;
+      std::shared_ptr<const std::vector<HostTensor>> everyone;
       if (g.group.ranks <= 1) {
-        everyone.push_back(mine);
+        everyone = std::make_shared<const std::vector<HostTensor>>(1, mine);
       } else if (!b.ranks) {
         return Status::FailedPrecondition(std::string(ir::op_name(n.op)) + " at " + std::to_string(n.loc.line) + ":" +
                                           std::to_string(n.loc.col) + " combines the values of " +
                                           std::to_string(g.group.ranks) + " ranks: run every rank together (interpret_ranks)");
       } else {
-        std::optional<std::vector<HostTensor>> got = b.ranks->exchange(b.rank, mine);
-        if (!got) return Status::FailedPrecondition("another rank of the group failed before " + std::string(ir::op_name(n.op)));
-        everyone = std::move(*got);
+        everyone = b.ranks->exchange(b.rank, mine);
+        if (!everyone)
+          return Status::FailedPrecondition("another rank of the group failed before " + std::string(ir::op_name(n.op)));
       }
       std::vector<const HostTensor*> pointers;
-      for (const HostTensor& t : everyone) pointers.push_back(&t);
+      for (const HostTensor& t : *everyone) pointers.push_back(&t);
       owned[i] = ops::combine_collective(n, pointers, g.group.ranks <= 1 ? 0 : b.rank);
       for (ir::ValueId a : n.args)
         if (last_use[static_cast<size_t>(a)] == i) release(static_cast<size_t>(a));
@@ -298,50 +301,30 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
   return results;
 }
 
-namespace {
+ThreadRankExchange::ThreadRankExchange(int ranks) : ranks_(ranks), next_round_(static_cast<size_t>(ranks), 0) {}
 
-// The ranks' values of each collective, round by round: a rank gives its
-// value to the round it reaches next and waits until every rank has given
-// theirs (or one has failed).
-class ThreadExchange final : public RankExchange {
- public:
-  explicit ThreadExchange(int ranks) : ranks_(ranks), next_round_(static_cast<size_t>(ranks), 0) {}
-
-  std::optional<std::vector<HostTensor>> exchange(int rank, const HostTensor& mine) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t at = next_round_.at(static_cast<size_t>(rank))++;
-    Round& round = rounds_[at];  // a map's entries stay where they are while others come and go
-    if (round.values.empty()) round.values.resize(static_cast<size_t>(ranks_));
-    round.values[static_cast<size_t>(rank)] = mine;
-    ++round.given;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return failed_ || round.given == ranks_; });
-    if (failed_) return std::nullopt;
-    std::vector<HostTensor> everyone = round.values;
-    if (++round.taken == ranks_) rounds_.erase(at);
-    return everyone;
-  }
-
-  void fail() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    failed_ = true;
+std::shared_ptr<const std::vector<HostTensor>> ThreadRankExchange::exchange(int rank, const HostTensor& mine) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t at = next_round_.at(static_cast<size_t>(rank))++;
+  Round& round = rounds_[at];  // a map's entries stay where they are while others come and go
+  if (round.values.empty()) round.values.resize(static_cast<size_t>(ranks_));
+  round.values[static_cast<size_t>(rank)] = mine;
+  if (++round.given == ranks_) {
+    round.done = std::make_shared<const std::vector<HostTensor>>(std::move(round.values));
     changed_.notify_all();
   }
+  changed_.wait(lock, [&] { return failed_ || round.done != nullptr; });
+  if (failed_) return nullptr;
+  std::shared_ptr<const std::vector<HostTensor>> everyone = round.done;
+  if (++round.taken == ranks_) rounds_.erase(at);
+  return everyone;
+}
 
- private:
-  struct Round {
-    std::vector<HostTensor> values;
-    int given = 0, taken = 0;
-  };
-  const int ranks_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<uint64_t, Round> rounds_;
-  std::vector<uint64_t> next_round_;
-  bool failed_ = false;
-};
-
-}  // namespace
+void ThreadRankExchange::fail() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failed_ = true;
+  changed_.notify_all();
+}
 
 Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const ir::Graph& g,
                                                                          std::vector<Bindings> per_rank) {
@@ -349,24 +332,42 @@ Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const i
   if (static_cast<int64_t>(per_rank.size()) != ranks)
     return Status::InvalidArgument("bindings for " + std::to_string(per_rank.size()) + " rank(s); program " +
                                    g.program_name + " runs on " + std::to_string(ranks));
-  for (size_t r = 0; r < per_rank.size(); ++r)
+  for (size_t r = 0; r < per_rank.size(); ++r) {
     if (Status s = validate_bindings(g, per_rank[r]); !s.ok())
       return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
-  ThreadExchange exchange(static_cast<int>(ranks));
+    // Every rank's collectives move values of one shape: the ranks run at the same dims.
+    for (size_t d = 0; d < g.dims.size(); ++d) {
+      auto dim = [&](const Bindings& b) { return b.valid_dims.empty() ? b.dims.at(d) : b.valid_dims.at(d); };
+      if (per_rank[r].dims.at(d) != per_rank[0].dims.at(d) || dim(per_rank[r]) != dim(per_rank[0]))
+        return Status::InvalidArgument("rank " + std::to_string(r) + " binds dim " + g.dims[d].name + " = " +
+                                       std::to_string(dim(per_rank[r])) + ", rank 0 " + std::to_string(dim(per_rank[0])) +
+                                       ": the ranks of a group run at the same dims");
+    }
+  }
+  ThreadRankExchange exchange(static_cast<int>(ranks));
   std::vector<std::optional<Expected<std::map<std::string, HostTensor>>>> results(per_rank.size());
   std::vector<std::thread> threads;
-  for (size_t r = 0; r < per_rank.size(); ++r)
-    threads.emplace_back([&, r] {
-      Bindings& b = per_rank[r];
-      b.rank = static_cast<int>(r);
-      b.ranks = &exchange;
-      try {
-        results[r].emplace(interpret(g, b));
-      } catch (const std::exception& e) {  // an internal error: reported as one, after the other ranks stop
-        results[r].emplace(Status::Internal(e.what()));
-      }
-      if (!results[r]->ok()) exchange.fail();
-    });
+  auto run_rank = [&](size_t r) {
+    Bindings& b = per_rank[r];
+    b.rank = static_cast<int>(r);
+    b.ranks = &exchange;
+    try {
+      results[r].emplace(interpret(g, b));
+    } catch (const std::exception& e) {  // an internal error: reported as one, after the other ranks stop
+      results[r].emplace(Status::Internal(e.what()));
+    } catch (...) {
+      results[r].emplace(Status::Internal("an exception that is not a std::exception"));
+    }
+    if (!results[r]->ok()) exchange.fail();
+  };
+  try {
+    for (size_t r = 0; r < per_rank.size(); ++r) threads.emplace_back(run_rank, r);
+  } catch (const std::system_error& e) {  // no thread for a rank: release the ranks that wait for it
+    exchange.fail();
+    for (std::thread& t : threads) t.join();
+    return Status::ResourceExhausted("interpret_ranks: no thread for rank " + std::to_string(threads.size()) + " of " +
+                                     std::to_string(ranks) + ": " + e.what());
+  }
   for (std::thread& t : threads) t.join();
   // The first rank that failed by itself, rather than because another did.
   std::optional<Status> first;

@@ -7,7 +7,10 @@
 // representable in that dtype and encodes to raw bytes without loss.
 #pragma once
 
+#include <condition_variable>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +21,41 @@
 #include "ir.h"
 
 namespace gdl {
+
+// The other ranks of the program's process group, for a run of one rank:
+// exchange(rank, mine) returns every rank's value of the collective that
+// the ranks reach next (they reach the same ones in the same order), in
+// rank order, once every rank has given its own, shared by the ranks;
+// nullptr when another rank failed (fail()).
+class RankExchange {
+ public:
+  virtual ~RankExchange() = default;
+  virtual std::shared_ptr<const std::vector<HostTensor>> exchange(int rank, const HostTensor& mine) = 0;
+  virtual void fail() = 0;
+};
+
+// The exchange of ranks that run on threads of one process
+// (interpret_ranks): a rank gives its value to the round it reaches next and
+// waits until every rank has given theirs, or one has failed.
+class ThreadRankExchange final : public RankExchange {
+ public:
+  explicit ThreadRankExchange(int ranks);
+  std::shared_ptr<const std::vector<HostTensor>> exchange(int rank, const HostTensor& mine) override;
+  void fail() override;
+
+ private:
+  struct Round {
+    std::vector<HostTensor> values;
+    int given = 0, taken = 0;
+    std::shared_ptr<const std::vector<HostTensor>> done;  // every value, once given
+  };
+  const int ranks_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<uint64_t, Round> rounds_;
+  std::vector<uint64_t> next_round_;
+  bool failed_ = false;
+};
 
 // Capacity mode (the buckets policy): when valid_dims is not empty, `dims`
 // holds the capacity of each run-time dim (the extents values are laid out
@@ -30,17 +68,6 @@ namespace gdl {
 // positions, and mean divides by the valid count; every other op computes
 // the padding too. The valid part of every output (valid_part) then equals
 // the plain run.
-// The other ranks of the program's process group, for a run of one rank:
-// exchange(rank, mine) returns every rank's value of the collective that
-// the ranks reach next (they reach the same ones in the same order), in
-// rank order, once every rank has given its own; nullopt when the run of
-// another rank failed. interpret_ranks makes one for its ranks.
-class RankExchange {
- public:
-  virtual ~RankExchange() = default;
-  virtual std::optional<std::vector<HostTensor>> exchange(int rank, const HostTensor& mine) = 0;
-};
-
 struct Bindings {
   std::vector<int64_t> dims;                   // value of each run-time dim (Graph::dims order); capacity in capacity mode
   std::map<std::string, HostTensor> tensors;   // inputs, params and states (their values at run start) by name
@@ -91,8 +118,9 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
 // Runs the graph once per rank of its process group, each rank on its own
 // thread with its own bindings (per_rank[r] for rank r; their rank and
 // ranks fields are set here), the collectives exchanging values between
-// them. Every rank's bindings are checked before any runs. Returns each
-// rank's outputs and states, in rank order.
+// them. Every rank's bindings are checked before any runs, and the ranks
+// must bind the same run-time dims (and valid dims). Returns each rank's
+// outputs and states, in rank order.
 Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const ir::Graph& g,
                                                                          std::vector<Bindings> per_rank);
 

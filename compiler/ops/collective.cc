@@ -119,8 +119,18 @@ std::string reduce_text(const ir::Attrs& a) {
 std::string gather_text(const ir::Attrs& a) { return "axis=" + std::to_string(a.axis); }
 std::string scatter_text(const ir::Attrs& a) { return gather_text(a) + ", " + reduce_text(a); }
 
-// Element i of the ranks' values combined by `r`, in rank order.
-double reduce_at(CollectiveReduce r, std::span<const HostTensor* const> ranks, int64_t i) {
+// Element i of the ranks' values combined by `r`, in rank order: in double,
+// i32 sums and products in 64-bit integers wrapped to 32 bits at each step
+// (as the language's i32 arithmetic and NCCL wrap).
+double reduce_at(CollectiveReduce r, std::span<const HostTensor* const> ranks, int64_t i, DType dtype) {
+  if (dtype == DType::kI32 && (r == CollectiveReduce::kSum || r == CollectiveReduce::kProd)) {
+    auto acc = static_cast<int64_t>(ranks[0]->data.at(static_cast<size_t>(i)));
+    for (size_t k = 1; k < ranks.size(); ++k) {
+      const auto v = static_cast<int64_t>(ranks[k]->data.at(static_cast<size_t>(i)));
+      acc = static_cast<int64_t>(host::wrap_i32(r == CollectiveReduce::kSum ? acc + v : acc * v));
+    }
+    return static_cast<double>(acc);
+  }
   double acc = ranks[0]->data.at(static_cast<size_t>(i));
   for (size_t k = 1; k < ranks.size(); ++k) {
     const double v = ranks[k]->data.at(static_cast<size_t>(i));
@@ -162,7 +172,7 @@ HostTensor combine_collective(const Node& n, std::span<const HostTensor* const> 
   switch (n.op) {
     case ir::Op::kAllReduce:
       out.data.resize(mine.data.size());
-      for (int64_t i = 0; i < mine.size(); ++i) out.data[static_cast<size_t>(i)] = reduce_at(reduce, ranks, i);
+      for (int64_t i = 0; i < mine.size(); ++i) out.data[static_cast<size_t>(i)] = reduce_at(reduce, ranks, i, mine.dtype);
       break;
     case ir::Op::kAllGather: {
       const int64_t along = mine.shape[axis];
@@ -179,7 +189,7 @@ HostTensor combine_collective(const Node& n, std::span<const HostTensor* const> 
       out.data.reserve(mine.data.size() / ranks.size());
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t j = 0; j < part * inner; ++j)
-          out.data.push_back(reduce_at(reduce, ranks, (o * mine.shape[axis] + rank * part) * inner + j));
+          out.data.push_back(reduce_at(reduce, ranks, (o * mine.shape[axis] + rank * part) * inner + j, mine.dtype));
       break;
     }
     default: GDL_INTERNAL_ASSERT(false, std::string(ir::op_name(n.op)) + " is not a collective");
