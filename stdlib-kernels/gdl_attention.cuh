@@ -566,6 +566,19 @@ template <typename I, int P> struct StreamRange {
   GDL_DEV I first(int j) const { return (lo + (I)j) * (I)P; }
   GDL_DEV int count(int j) const { return (int)(valid - first(j) < (I)P ? valid - first(j) : (I)P); }
 };
+
+// Whether a streamed task has nothing to compute: its HEADS rows (at o)
+// have no valid position, and split 0 writes them as zeros; or the rows'
+// positions end before this split's stages (nothing to add).
+template <int HEADS, typename I, typename TO>
+GDL_DEV bool task_without_work(TO* o, I valid, I split, int stages, I DV) {
+  if (valid <= 0) {
+    if (split == 0)
+      for (I d = (I)threadIdx.x; d < (I)HEADS * DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
+    return true;
+  }
+  return stages == 0;
+}
 }  // namespace att
 
 // KV_EARLY (k and v are params, which no kernel writes): the kernel waits
@@ -650,12 +663,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
       early.stages = 0;
     }
     TO* o = out + row * DV;
-    if (valid <= 0) {
-      if (split == 0)
-        for (I d = tid; d < (I)HEADS * DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
-      continue;
-    }
-    if (range.stages == 0) continue;  // past the row's parts: nothing to add
+    if (att::task_without_work<HEADS>(o, valid, split, range.stages, (I)DV)) continue;
     const int stages = range.stages;
     if (tid == 0)
       for (int j = in_flight; j < NS && j < stages; ++j) issue(row, range, j);

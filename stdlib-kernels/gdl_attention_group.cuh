@@ -87,12 +87,7 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
     const I valid = len <= 0 ? (I)0 : ((I)len < positions ? (I)len : positions);
     const Range range(valid, split, S);
     TO* o = out + row * DV;
-    if (valid <= 0) {
-      if (split == 0)
-        for (I d = tid; d < (I)HEADS * DV; d += kAttentionThreads) o[d] = cvt<TO>(0.0f);
-      continue;
-    }
-    if (range.stages == 0) continue;  // past the row's parts: nothing to add
+    if (att::task_without_work<HEADS>(o, valid, split, range.stages, (I)DV)) continue;
     const int stages = range.stages;
     // Stage j's positions held (0: none stored, a paged block outside the pool) and its first rows in k and v.
     auto stage_count = [&](int j, I& at) {
