@@ -123,7 +123,7 @@ bool report_unsupported_on_gpu(const ir::Graph& g, DiagnosticSink& diags) {
     if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
       const std::string what = ir::op_name(n.op);
       diags.error(n.loc, what + ": the GPU runtime does not run collectives yet",
-                  "so far only the compiler's CPU reference (interpret_ranks) runs them",
+                  "gdlrun PROGRAM --cpu runs every rank of the group on the CPU reference",
                   static_cast<uint32_t>(what.size()));
       return true;
     }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -384,6 +385,36 @@ TEST_CASE("tools: --help and --version answer on stdout with exit 0; an unknown 
   const ToolRun checked = t.run(kGdlc + " check " + program.string());
   INFO(checked.err);
   CHECK(checked.exit_code == 0);
+}
+
+TEST_CASE("tools: gdlrun runs every rank of a process group on the CPU reference") {
+  Tools t;
+  const fs::path program = t.write("tp.gdl",
+                                   "program tp;\ngroup world ranks(3);\ninput x : f32[2, 6];\noutput s : f32[2, 6];\n"
+                                   "output part : f32[2, 2];\ns = all_reduce(x);\npart = reduce_scatter(x, axis = 1);\n");
+  fs::create_directories(t.path("out"));
+  const ToolRun r = t.run(kGdlrun + " '" + program.string() + "' --cpu --seed 5 --print 0 --out '" +
+                          t.path("out").string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("program tp on the CPU reference, 3 ranks of group world, no run-time dims, seeds 5..7") !=
+        std::string::npos);
+  CHECK(r.out.find("rank 2:") != std::string::npos);
+  auto floats = [&](const std::string& name) {
+    const std::string bytes = Tools::contents(t.path("out") / name);
+    std::vector<float> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), v.size() * 4);
+    return v;
+  };
+  const std::vector<float> s0 = floats("s.rank0.bin"), s2 = floats("s.rank2.bin");
+  REQUIRE(s0.size() == 12);
+  CHECK(s0 == s2);  // every rank gets the sum
+  CHECK(floats("part.rank0.bin").size() == 4);
+  CHECK(floats("part.rank0.bin") != floats("part.rank1.bin"));  // each rank its own part
+  // On the GPU the same program is refused at the collective, and says what runs it.
+  const ToolRun gpu = t.run(kGdlrun + " '" + program.string() + "' --gpu");
+  CHECK(gpu.exit_code != 0);
+  CHECK(gpu.err.find("gdlrun PROGRAM --cpu runs every rank") != std::string::npos);
 }
 
 TEST_CASE("hostile tools: gdlc -o refuses a device or a link instead of replacing it") {

@@ -15,6 +15,11 @@
 // runs; --stats prints the session's stats (buckets, padding, node updates,
 // re-instantiations, fallbacks, arena). Both need the GPU.
 //
+// A program over a process group of several ranks (`group NAME ranks(N);`)
+// runs every rank on the CPU reference at once, rank r drawing the inputs
+// not given from seed + r (given files and fills go to every rank), and
+// prints each rank's outputs (--out writes NAME.rankR.bin).
+//
 // FILE holds the raw little-endian elements of the tensor's dtype (f16/bf16
 // as their 16-bit patterns), row-major: a regular file of exactly the
 // tensor's size, checked before it is read. --set fills a tensor with one
@@ -99,6 +104,46 @@ double relative_error(const gdl::HostTensor& got, const gdl::HostTensor& want) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// A program over a process group of several ranks, on the CPU reference:
+// every rank at once (gdl::interpret_ranks), rank r drawing the inputs not
+// given from seed + r; its outputs printed, and written as NAME.rankR.bin.
+int run_ranks(const Args& args, const gdl::ir::Graph& graph, const std::string& dims_text) {
+  std::vector<gdl::Bindings> per_rank;
+  for (int64_t r = 0; r < graph.group.ranks; ++r) {
+    Args rank_args = args;
+    rank_args.seed = args.seed + static_cast<uint64_t>(r);
+    gdl::Expected<gdl::Bindings> b = make_bindings(graph, rank_args);
+    if (!b.ok()) {
+      std::fprintf(stderr, "gdlrun: error: rank %lld: %s\n", static_cast<long long>(r), b.status().message().c_str());
+      return kExitBadInput;
+    }
+    per_rank.push_back(std::move(b).value());
+  }
+  gdl::Expected<std::vector<std::map<std::string, gdl::HostTensor>>> ranks = gdl::interpret_ranks(graph, per_rank);
+  if (!ranks.ok()) {
+    std::fprintf(stderr, "gdlrun: error: %s\n", ranks.status().message().c_str());
+    return kExitBadInput;
+  }
+  std::printf("program %s on the CPU reference, %lld ranks of group %s,%s seeds %llu..%llu\n", graph.program_name.c_str(),
+              static_cast<long long>(graph.group.ranks), graph.group.name.c_str(),
+              dims_text.empty() ? " no run-time dims," : dims_text.c_str(), static_cast<unsigned long long>(args.seed),
+              static_cast<unsigned long long>(args.seed + static_cast<uint64_t>(graph.group.ranks) - 1));
+  for (size_t r = 0; r < ranks->size(); ++r) {
+    std::printf("rank %zu:\n", r);
+    for (const gdl::ir::Output& o : graph.outputs) {
+      const gdl::HostTensor& value = (*ranks)[r].at(o.name);
+      print_output(o.name, value, args.print_count);
+      const std::string file = o.name + ".rank" + std::to_string(r);
+      if (!args.out_dir.empty() && !write_output(args.out_dir, file, value)) {
+        std::fprintf(stderr, "gdlrun: error: cannot write %s/%s.bin\n", args.out_dir.c_str(), file.c_str());
+        return kExitUsage;
+      }
+    }
+  }
+  if (args.gpu.explain || args.gpu.stats) std::fprintf(stderr, "gdlrun: --explain and --stats need the GPU run\n");
+  return kExitOk;
+}
+
 int run(const Args& args) {
   gdl::Expected<gdl::ir::Graph> graph = load_graph(args.program, args.consts);
   if (!graph.ok()) {
@@ -131,6 +176,7 @@ int run(const Args& args) {
       std::fprintf(stderr, "gdlrun: no GPU run (%s); running on the CPU reference interpreter\n", why_not.c_str());
     }
   }
+  if (!gpu_outputs && graph->group.ranks > 1) return run_ranks(args, *graph, dims_text);
   if (!gpu_outputs || args.check) {
     gdl::Expected<std::map<std::string, gdl::HostTensor>> cpu = gdl::interpret(*graph, *bindings);
     if (!cpu.ok()) {
