@@ -25,6 +25,7 @@
 #include "interp/interp.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <limits>
@@ -259,32 +260,33 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
       owned[i] = filled(DType::kI32, {}, static_cast<double>(b.valid_dims.empty() ? b.dims.at(d) : b.valid_dims.at(d)));
     } else if (n.op == Op::kConstant) {
       owned[i] = filled(n.type.dtype, concrete_shape(n.type.shape, b.dims), n.attrs.value);
-    } else if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
-      const HostTensor& mine = *value.at(static_cast<size_t>(n.args.at(0)));
-      std::shared_ptr<const std::vector<HostTensor>> everyone;
-      if (g.group.ranks <= 1) {
-        everyone = std::make_shared<const std::vector<HostTensor>>(1, mine);
-      } else if (!b.ranks) {
-        return Status::FailedPrecondition(std::string(ir::op_name(n.op)) + " at " + std::to_string(n.loc.line) + ":" +
-                                          std::to_string(n.loc.col) + " combines the values of " +
-                                          std::to_string(g.group.ranks) + " ranks: run every rank together (interpret_ranks)");
-      } else {
-        everyone = b.ranks->exchange(b.rank, mine);
-        if (!everyone)
-          return Status::FailedPrecondition("another rank of the group failed before " + std::string(ir::op_name(n.op)));
-      }
-      std::vector<const HostTensor*> pointers;
-      for (const HostTensor& t : *everyone) pointers.push_back(&t);
-      owned[i] = ops::combine_collective(n, pointers, g.group.ranks <= 1 ? 0 : b.rank);
-      for (ir::ValueId a : n.args)
-        if (last_use[static_cast<size_t>(a)] == i) release(static_cast<size_t>(a));
     } else {
-      args.clear();
-      for (ir::ValueId a : n.args) args.push_back(value.at(static_cast<size_t>(a)));
-      arg_valid.clear();
-      if (!b.valid_dims.empty())
-        for (ir::ValueId a : n.args) arg_valid.push_back(concrete_shape(g.node(a).type.shape, b.valid_dims));
-      owned[i] = eval_node(n, args, b.dims, arg_valid);
+      if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
+        // Every rank's value of the argument: this rank's alone in a group of one.
+        const HostTensor& mine = *value.at(static_cast<size_t>(n.args.at(0)));
+        std::shared_ptr<const std::vector<HostTensor>> everyone;
+        std::vector<const HostTensor*> ranks{&mine};
+        if (g.group.ranks > 1) {
+          if (!b.ranks)
+            return Status::FailedPrecondition(std::string(ir::op_name(n.op)) + " at " + std::to_string(n.loc.line) +
+                                              ":" + std::to_string(n.loc.col) + " combines the values of " +
+                                              std::to_string(g.group.ranks) +
+                                              " ranks: run every rank together (interpret_ranks)");
+          everyone = b.ranks->exchange(b.rank, mine);
+          if (!everyone)
+            return Status::FailedPrecondition("another rank of the group failed before " + std::string(ir::op_name(n.op)));
+          ranks.clear();
+          for (const HostTensor& t : *everyone) ranks.push_back(&t);
+        }
+        owned[i] = ops::combine_collective(n, ranks, g.group.ranks > 1 ? b.rank : 0);
+      } else {
+        args.clear();
+        for (ir::ValueId a : n.args) args.push_back(value.at(static_cast<size_t>(a)));
+        arg_valid.clear();
+        if (!b.valid_dims.empty())
+          for (ir::ValueId a : n.args) arg_valid.push_back(concrete_shape(g.node(a).type.shape, b.valid_dims));
+        owned[i] = eval_node(n, args, b.dims, arg_valid);
+      }
       for (ir::ValueId a : n.args)
         if (last_use[static_cast<size_t>(a)] == i) release(static_cast<size_t>(a));
     }
@@ -346,6 +348,8 @@ Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const i
   }
   ThreadRankExchange exchange(static_cast<int>(ranks));
   std::vector<std::optional<Expected<std::map<std::string, HostTensor>>>> results(per_rank.size());
+  // The rank that failed first, by itself: the others fail after it, released by exchange.fail().
+  std::atomic<int> first_failed{-1};
   std::vector<std::thread> threads;
   auto run_rank = [&](size_t r) {
     Bindings& b = per_rank[r];
@@ -358,7 +362,10 @@ Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const i
     } catch (...) {
       results[r].emplace(Status::Internal("an exception that is not a std::exception"));
     }
-    if (!results[r]->ok()) exchange.fail();
+    if (results[r]->ok()) return;
+    int none = -1;
+    first_failed.compare_exchange_strong(none, static_cast<int>(r));
+    exchange.fail();
   };
   try {
     for (size_t r = 0; r < per_rank.size(); ++r) threads.emplace_back(run_rank, r);
@@ -369,16 +376,10 @@ Expected<std::vector<std::map<std::string, HostTensor>>> interpret_ranks(const i
                                      std::to_string(ranks) + ": " + e.what());
   }
   for (std::thread& t : threads) t.join();
-  // The first rank that failed by itself, rather than because another did.
-  std::optional<Status> first;
-  for (size_t r = 0; r < results.size(); ++r)
-    if (!results[r]->ok()) {
-      const Status& s = results[r]->status();
-      const bool own = s.message().find("another rank of the group failed") == std::string::npos;
-      if (!first || own) first = Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
-      if (own) break;
-    }
-  if (first) return *first;
+  if (const int r = first_failed.load(); r >= 0) {
+    const Status& s = results[static_cast<size_t>(r)]->status();
+    return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+  }
   std::vector<std::map<std::string, HostTensor>> out;
   for (auto& r : results) out.push_back(std::move(*r).value());
   return out;
