@@ -305,17 +305,20 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   auto aligned16 = [&](ir::ValueId id) { return plan::buffer_alignment(buffer(id)) >= 16; };
   const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
   const std::string type = storage_type(n.type.dtype);
+  const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
+  // A ring kernel's dynamic shared memory, checked against what its layout struct says.
+  auto declare_ring = [&](const std::string& layout_struct, const std::string& bytes) {
+    body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
+    body += "  static_assert(" + layout_struct + "::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
+  };
   if (choice.group_splits > 0 && aligned && e.sm >= 80) {  // cp.async, ldmatrix and bf16 mma: sm_80
-    const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
     const std::string ring = std::to_string(choice.group_positions) + ", " + std::to_string(choice.group_stages) +
                              ", " + std::to_string(choice.group_heads);  // P, STAGES, HEADS
     const std::string bytes = std::to_string(choice.group_shared_bytes);
     body += "  // attention kernel: grouped query heads on tensor cores, " + std::to_string(choice.group_heads) +
             " query head(s) a task, " + std::to_string(choice.group_splits) +
             " block(s) per task over the positions, a ring of " + bytes + " bytes\n";
-    body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
-    body += "  static_assert(gdl::AttentionGroup<" + layout + ", " + type + ", " + ring + ">::bytes == " + bytes +
-            ", \"the shared memory gdlc asks the launch for\");\n";
+    declare_ring("gdl::AttentionGroup<" + layout + ", " + type + ", " + ring + ">", bytes);
     const std::string scratch = e.split_scratch(choice.group_splits, false, choice.scratch, body);
     body += "  gdl::attention_group<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " + out +
             ", " + len.text() + ", " + kv + ", rows, positions, " + float_literal(n.attrs.value) + ", " + scratch +
@@ -326,15 +329,12 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     return body;
   }
   if (choice.stream_splits > 0 && aligned && e.sm >= 90) {  // bulk copies and mbarrier byte counts: sm_90
-    const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
     const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
     const std::string bytes = std::to_string(choice.stream_shared_bytes);
     body += "  // attention kernel: streamed, " + std::to_string(choice.stream_splits) +
             " block(s) per row over the positions, a ring of " + bytes + " bytes, " +
             std::to_string(choice.stream_heads) + " query head(s) a task\n";
-    body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
-    body += "  static_assert(gdl::AttentionStream<" + layout + ", " + type + ", " + ring +
-            ">::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
+    declare_ring("gdl::AttentionStream<" + layout + ", " + type + ", " + ring + ">", bytes);
     const std::string scratch = e.split_scratch(choice.stream_splits, false, choice.scratch, body);
     // k and v params (a KV cache that persists across runs): their first copies go out before the
     // kernel waits for the ones it depends on (gdl_attention.cuh KV_EARLY), so it waits in its body.

@@ -206,6 +206,16 @@ int64_t attention_ring_bytes() {
   return bytes;
 }
 
+// The stages of a streamed attention kernel's ring of `stage` bytes each:
+// about attention_ring_bytes() of them, 2 to 12, leaving 8 KiB of the
+// multiprocessor's shared memory for the block's static shared memory (a
+// large ring, by the knob).
+int64_t ring_stages(int64_t stage, int64_t shared_per_sm) {
+  int64_t stages = std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12);
+  while (stages > 2 && stages * stage > shared_per_sm - 8 * 1024) --stages;
+  return stages;
+}
+
 // Whether the `splits` K splits of each of `units` output tiles (or rows
 // kernel strips) run as one thread-block cluster: 2 to kMaxClusterSplits
 // of them, and only where every block of the launch can have a
@@ -394,10 +404,8 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
         while (positions / 2 % unit == 0 && positions / 2 >= unit && ks[2].extent % positions != 0) positions /= 2;
       const bool contiguous = !a.paged() || ks[2].extent % positions == 0;
       const int64_t stage = positions * (d.extent + dv.extent) * esize;
-      c.stream_stages = static_cast<int>(std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12));
-      // A large ring (the knob) leaves room for the block's static shared memory.
       const int64_t shared_per_sm = g.target.shared_bytes_per_sm;
-      while (c.stream_stages > 2 && c.stream_stages * stage > shared_per_sm - 8 * 1024) --c.stream_stages;
+      c.stream_stages = static_cast<int>(ring_stages(stage, shared_per_sm));
       c.stream_positions = static_cast<int>(positions);
       c.stream_shared_bytes = static_cast<uint32_t>(c.stream_stages * stage);
       const int64_t per_sm = std::max<int64_t>(1, shared_per_sm / (c.stream_shared_bytes + 1024));
@@ -453,8 +461,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       const int64_t stage = positions * (d.extent + dv.extent) * esize;
       const int64_t merge = positions / 16 * heads * (2 + dv.extent) * 4;  // the warps' results, in the ring
       const int64_t shared_per_sm = g.target.shared_bytes_per_sm;
-      int64_t stages = std::clamp<int64_t>(attention_ring_bytes() / stage, 2, 12);
-      while (stages > 2 && stages * stage > shared_per_sm - 8 * 1024) --stages;
+      int64_t stages = ring_stages(stage, shared_per_sm);
       while (stages * stage < merge) ++stages;
       if (stages * stage <= shared_per_sm - 8 * 1024) {
         c.group_heads = static_cast<int>(heads);
