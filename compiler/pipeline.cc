@@ -8,6 +8,7 @@
 //   matmul-operands transposes and column slices read by matmuls in place (not with optimize off)
 //   dce             drop what no output needs                  (not with optimize off)
 //   padding         which run-time dims padding cannot serve
+//   collectives     collectives laid out as NCCL moves memory (contiguous parts, arguments in buffers)
 //   inplace         in-place writes made legal, states' final values in their storage
 //   schedule        IR -> plan: one step per computed value, views
 //   fuse            fewer steps: elementwise chains, epilogues, norm prologues
@@ -31,6 +32,7 @@
 #include "frontend/source_loader.h"
 #include "internal_error.h"
 #include "lower/lower.h"
+#include "passes/collective_layout.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/inplace.h"
@@ -115,27 +117,12 @@ bool padding(Compilation& c, Context&) {
   return true;
 }
 
-// A node the GPU runtime cannot run yet (a collective), reported at its
-// call; false when there is none. Its IR, the CPU reference and `gdlc
-// check` take such a program; the first pass towards the GPU stops it.
-bool report_unsupported_on_gpu(const ir::Graph& g, DiagnosticSink& diags) {
-  for (const ir::Node& n : g.nodes)
-    if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
-      const std::string what = ir::op_name(n.op);
-      diags.error(n.loc, what + ": the GPU runtime does not run collectives yet",
-                  "gdlrun PROGRAM --cpu runs every rank of the group on the CPU reference",
-                  static_cast<uint32_t>(what.size()));
-      return true;
-    }
-  return false;
+bool collectives(Compilation& c, Context&) {
+  lay_out_collectives(*c.graph);
+  return true;
 }
 
-bool in_place(Compilation& c, Context& x) {
-  DiagnosticSink unsupported;
-  if (report_unsupported_on_gpu(*c.graph, x.file ? x.diags : unsupported)) {
-    if (!x.file) x.status = Status::CompileError(unsupported.render(SourceFile("program " + c.graph->program_name, "")));
-    return false;
-  }
+bool in_place(Compilation& c, Context&) {
   place_in_place_writes(*c.graph);
   return true;
 }
@@ -206,6 +193,7 @@ const std::vector<Pass>& passes() {
       {"matmul-operands", optimize<fold_matmul_operands>},
       {"dce", optimize<eliminate_dead_code>},
       {"padding", padding},
+      {"collectives", collectives},
       {"inplace", in_place},
       {"schedule", schedule},
       {"fuse", fuse},
@@ -303,7 +291,7 @@ plan::Plan plan_program(ir::Graph graph, const plan::PlanOptions& options) {
   Compilation c;
   c.graph = std::move(graph);
   Context x{nullptr, diags, pipeline, Status::Ok()};
-  const bool planned = run_passes(c, x, pass_index("inplace"), pass_index("scratch"));
+  const bool planned = run_passes(c, x, pass_index("collectives"), pass_index("scratch"));
   GDL_INTERNAL_ASSERT(planned && c.plan, "plan_program: the graph cannot be planned: " + x.status.message());
   return std::move(*c.plan);
 }
@@ -313,7 +301,7 @@ Expected<Artifact> build_artifact(ir::Graph graph, const PipelineOptions& option
   Compilation c;
   c.graph = std::move(graph);
   Context x{nullptr, diags, options, Status::Ok()};
-  if (!run_passes(c, x, pass_index("inplace"), pass_index("nvrtc"))) return x.status;
+  if (!run_passes(c, x, pass_index("collectives"), pass_index("nvrtc"))) return x.status;
   Artifact artifact;
   artifact.plan = std::move(*c.plan);
   artifact.kernels = std::move(c.code->kernels);
@@ -329,7 +317,7 @@ Expected<Artifact> compile_program_file(const std::string& path, const PipelineO
   if (!fatal.empty()) return Status::NotFound(fatal);
   if (!file) return Status::CompileError(diags.render(SourceFile(path, "")));
   std::optional<ir::Graph> graph = compile_to_ir(*file, diags, options);
-  if (!graph || report_unsupported_on_gpu(*graph, diags)) return Status::CompileError(diags.render(*file));
+  if (!graph) return Status::CompileError(diags.render(*file));
   return build_artifact(std::move(*graph), options);
 }
 

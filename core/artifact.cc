@@ -27,7 +27,8 @@
 // area (aligned, not overlapping each other) and the params region, a
 // library matmul's operands inside their buffers, its product, workspace
 // and normalized rows (row length K) inside the scratch area, its norm
-// kernel one of its step's; per step
+// kernel one of its step's; a collective's call the whole of its step,
+// over contiguous parts of buffers; per step
 // choices that name kernels covering it, ending in one that always applies
 // and is not cooperative; a kernel over several steps chosen alike by each
 // of them (the same choices before it); a module image when there are steps.
@@ -237,6 +238,7 @@ void write_kernels(Writer& w, const KernelTable& t) {
     w.u64(l.workspace_bytes);
     w.i32(l.prologue_kernel);
     w.u64(l.normalized_offset);
+    w.i32(k.collective);
   });
   w.vec(t.step_choices, [&](const std::vector<int>& c) { w.vec(c, [&](int k) { w.i32(k); }); });
 }
@@ -389,9 +391,6 @@ ir::Graph read_graph(Reader& r) {
     ir::Node& n = g.nodes[i];
     std::string where = "node %" + std::to_string(i);
     n.op = r.enumeration(static_cast<ir::Op>(ir::kOpCount - 1), "op");
-    // gdlc makes no artifact with a collective yet (compiler/pipeline.cc), and the runtime runs none.
-    if (!r.failed() && (n.op == ir::Op::kAllReduce || n.op == ir::Op::kAllGather || n.op == ir::Op::kReduceScatter))
-      r.fail(where + " is a collective (" + std::string(ir::op_name(n.op)) + "), which this runtime does not run");
     n.args.resize(r.count(4, "argument"));
     for (ir::ValueId& a : n.args) {
       a = r.i32();
@@ -555,6 +554,7 @@ KernelTable read_kernels(Reader& r, const ir::Graph& g) {
     l.workspace_bytes = r.u64();
     l.prologue_kernel = r.i32();
     l.normalized_offset = r.u64();
+    k.collective = r.i32();
   }
   t.step_choices.resize(r.count(4, "step's choices"));
   for (std::vector<int>& c : t.step_choices) {
@@ -631,6 +631,46 @@ std::string verify_library_matmul(const plan::Plan& p, const KernelTable& t, con
   return "";
 }
 
+// A collective's NCCL call (kernel_table.h Kernel::collective): the result
+// of its one step, a collective over contiguous parts whose argument and
+// result have buffers of their own; nothing of a kernel about it.
+std::string verify_collective_call(const plan::Plan& p, const Kernel& k) {
+  const ir::Graph& g = p.graph;
+  if (k.collective < 0 || static_cast<size_t>(k.collective) >= g.nodes.size()) return "names a value that does not exist";
+  const ir::Node& n = g.node(k.collective);
+  if (n.op != ir::Op::kAllReduce && n.op != ir::Op::kAllGather && n.op != ir::Op::kReduceScatter)
+    return "names a value that is no collective";
+  if (k.first_step != k.last_step || p.steps[static_cast<size_t>(k.first_step)].result != k.collective ||
+      p.steps[static_cast<size_t>(k.first_step)].values.size() != 1)
+    return "is not the whole of its step";
+  if (!k.symbol.empty() || k.cooperative || k.early_start || !k.tensor_maps.empty() || k.library.active ||
+      k.library.prologue_kernel != -1 || !applies_always(k) || !k.scalars_used.empty())
+    return "has the fields of a kernel";
+  const auto stored = [&](ir::ValueId v, bool arena_only) {
+    const plan::Region r = p.buffers[static_cast<size_t>(v)].region;
+    return r == plan::Region::kArena || (!arena_only && r == plan::Region::kParams);
+  };
+  if (n.args.size() != 1 || !stored(n.args[0], false) || !stored(k.collective, true))
+    return "has an argument or result without a buffer";
+  if (g.group.ranks < 1) return "runs in a program without a process group";
+  // The call moves the argument's element count (all_gather: per rank; reduce_scatter: ranks times the result's).
+  const TensorType& x = g.node(n.args[0]).type;
+  const auto axis = static_cast<size_t>(n.attrs.axis), rank = static_cast<size_t>(x.rank());
+  bool fits = x.dtype == n.type.dtype && x.rank() == n.type.rank() && (n.op == ir::Op::kAllReduce || axis < rank);
+  for (size_t i = 0; fits && i < rank; ++i) {
+    const Dim &a = x.shape[i], &b = n.type.shape[i];
+    if (n.op == ir::Op::kAllReduce || i != axis) {
+      fits = a == b;
+    } else {
+      const Dim& part = n.op == ir::Op::kAllGather ? a : b;
+      const Dim& whole = n.op == ir::Op::kAllGather ? b : a;
+      fits = !a.is_runtime() && !b.is_runtime() && part.extent * g.group.ranks == whole.extent;
+    }
+    if (fits && n.op != ir::Op::kAllReduce && i < axis) fits = !a.is_runtime() && a.extent == 1;
+  }
+  return fits ? "" : "moves parts that do not fit its argument and result (or are not contiguous)";
+}
+
 uint64_t read_le(const uint8_t* p, int n) {
   uint64_t v = 0;
   for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
@@ -653,7 +693,7 @@ std::string verify_module(const Artifact& a) {
   }
   if (!defined.count(kInputCopySymbol)) return "no module unit defines the input copy kernel";
   for (const Kernel& k : a.kernels.kernels)
-    if (!defined.count(k.symbol)) return "no module unit defines kernel '" + k.symbol + "'";
+    if (!k.is_collective() && !defined.count(k.symbol)) return "no module unit defines kernel '" + k.symbol + "'";
   return "";
 }
 
@@ -682,6 +722,11 @@ std::string verify_artifact(const Artifact& a) {
   for (size_t i = 0; i < t.kernels.size(); ++i) {
     const Kernel& k = t.kernels[i];
     const std::string where = "kernel " + std::to_string(i) + " ('" + k.symbol + "')";
+    if (k.is_collective()) {
+      if (std::string problem = verify_collective_call(p, k); !problem.empty())
+        return "kernel " + std::to_string(i) + " (a collective) " + problem;
+      continue;
+    }
     if (k.symbol.empty()) return "kernel " + std::to_string(i) + " has no symbol";
     const LaunchRule& r = k.launch;
     if (r.block < 1 || r.block > 1024 || r.grid_y < 1 || r.grid_y > 65535 || r.items_per_block < 1)

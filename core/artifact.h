@@ -24,7 +24,8 @@ namespace gdl {
 // opcodes after them moved). 12: a buffer's offset terms (a view behind a
 // run-time axis). 15: the module as units (one NVRTC compile each), each
 // naming its kernels. 16: kernels read inputs through gdl_args::inputs.
-inline constexpr uint32_t kArtifactVersion = 17;
+// 17: the process group. 18: collectives, as NCCL calls in the kernel table.
+inline constexpr uint32_t kArtifactVersion = 18;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes

@@ -101,9 +101,9 @@ struct LibraryMatmul {
   uint64_t normalized_offset = 0;
 };
 
-// One kernel of the module.
+// One kernel of the module, or a collective's NCCL call.
 struct Kernel {
-  std::string symbol;       // the extern "C" kernel name
+  std::string symbol;       // the extern "C" kernel name; "" for a collective
   LaunchRule launch;
   int first_step = 0, last_step = 0;  // the plan steps it computes
   // It applies while the rows, the element count of `rows` at the run's
@@ -124,6 +124,14 @@ struct Kernel {
   bool cooperative = false;
   std::vector<TensorMap> tensor_maps;
   LibraryMatmul library;  // active: a cuBLASLt product runs before the kernel
+  // A collective step (all_reduce, all_gather, reduce_scatter, laid out by
+  // compiler/passes/collective_layout.h) is no kernel: the runtime calls
+  // NCCL over the session's communicator (in a graph, a child graph node
+  // captured once per graph), reading the collective's argument and writing
+  // the collective (this IR value) where the plan places them at the run's
+  // layout dims; each rank's part is contiguous. -1: a kernel.
+  int32_t collective = -1;
+  bool is_collective() const { return collective >= 0; }
 };
 
 struct KernelTable {

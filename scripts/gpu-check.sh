@@ -3,7 +3,7 @@
 # build folder made here by scripts/build-release.sh (carried as
 # build-release/), runs from the repo root, and writes every log under $OUT.
 #
-#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | consumer | python | probes | stalls | nvtx | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention | attention-grouped]
+#   scripts/gpu-check.sh [all | tests | fuzz | soak | llama | sanitizers | examples | consumer | python | probes | stalls | nvtx | stream | kvread | persistent | tmastream | clusterrows | sanitizer | sanitizer-examples | sanitizer-tests | sanitizer-chain | sanitizer-attention | attention-grouped | collectives]
 #
 # `all` can take longer than one 10-minute device command; run the parts
 # one per command if so (tests, examples, sanitizer-examples, sanitizer-tests).
@@ -86,6 +86,12 @@
 #               GDL_BENCH_COMPILE_CACHE as for bench/sweep.sh; PyTorch's side
 #               measured once), reports in $OUT/attn-streamed and
 #               $OUT/attn-grouped; not part of `all`
+# 4e. collectives: the collective GPU tests (a group of one rank; with two
+#               GPUs or more also the multi-gpu:* cases: a tensor-parallel
+#               MLP on two GPUs, ranks whose programs differ) and memcheck
+#               over the one-rank case. NCCL comes from GDL_NCCL_LIBRARY, or
+#               the loader's path, or PyTorch's wheel (nvidia-nccl); NVLink
+#               multicast stays off (NCCL_NVLS_ENABLE=0); not part of `all`
 # Then a short summary: one line per step with its exit code and time, and
 # the lines that matter from each log.
 set -uo pipefail
@@ -435,6 +441,21 @@ if [[ $what == attention-grouped ]]; then
     step sweep_attn_grouped_report 60 python3 bench/sweep.py report --torch "$OUT/attn-streamed/torch.json" \
       --gdl "$OUT/attn-grouped/gdl.json" --out "$OUT/attn-grouped/sweep.json" --md "$OUT/attn-grouped/sweep.md"
   fi
+fi
+
+if [[ $what == collectives ]]; then
+  export NCCL_NVLS_ENABLE=0  # the device machines' rule: no NVLink multicast
+  if [ -z "${GDL_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+    found=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__ or nvidia.nccl.__path__[0]))' 2>/dev/null)
+    found=$(find ${found:+"$found"} /opt /usr/local -name 'libnccl.so.2' 2>/dev/null | head -1)
+    [ -n "$found" ] && export GDL_NCCL_LIBRARY=$found
+  fi
+  echo "NCCL: ${GDL_NCCL_LIBRARY:-libnccl.so.2 on the library path}" | tee "$OUT/nccl.txt"
+  nvidia-smi --query-gpu=index,name --format=csv >> "$OUT/nccl.txt" 2>&1
+  step collective_tests 400 "$BUILD/tests/gdl_gpu_tests" --duration=true -s \
+    "--test-case=collectives*,multi-gpu:*,semantics: a group of one rank*,semantics: wrong communicators*"
+  step memcheck_collectives 300 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+    "$BUILD/tests/gdl_gpu_tests" "--test-case=collectives: a group of one rank*"
 fi
 
 echo

@@ -298,24 +298,43 @@ TEST_CASE("artifact: serialize then deserialize gives back everything") {
   CHECK(serialize_artifact(*back) == file);
 }
 
-// The process group travels with the graph; a collective node is refused
-// (the runtime runs none yet), as gdlc never writes one.
-TEST_CASE("artifact: the process group round trips, and a collective is refused") {
-  Artifact a = sample_artifact();
-  a.plan.graph.group = ir::ProcessGroup{"world", 4, SourceLoc{2, 1}};
+// The process group travels with the graph, and a collective step's NCCL
+// call with the kernel table; a call that does not fit its step, its
+// program or its values is refused.
+TEST_CASE("artifact: the process group and the collectives' calls round trip; malformed calls are refused") {
+  Artifact a;
+  a.plan = plan_program(test_programs::compile_text(
+      "program tp;\ngroup world ranks(4);\ninput x : f32[2, 8];\noutput s : f32[2, 8];\noutput g : f32[8, 8];\n"
+      "s = all_reduce(x * 2.0);\ng = all_gather(x);\n"));
+  GeneratedCode code = generate_cuda(a.plan, "sm_90");
+  a.kernels = code.kernels;
+  a.cuda_source = code.source;
+  a.module = stand_in_module(a.kernels);
   Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
-  REQUIRE(back.ok());
+  REQUIRE_MESSAGE(back.ok(), back.status().message());
   CHECK(back->plan.graph.group == a.plan.graph.group);
-  for (ir::Node& n : a.plan.graph.nodes)
-    if (n.args.size() == 1 && !ir::is_leaf(n.op)) {
-      n.op = ir::Op::kAllReduce;
-      break;
-    }
-  Expected<Artifact> refused = deserialize_artifact(serialize_artifact(a));
-  REQUIRE_FALSE(refused.ok());
-  CHECK(refused.status().code() == StatusCode::kDataLoss);
-  CHECK(refused.status().message().find("is a collective (all_reduce), which this runtime does not run") !=
-        std::string::npos);
+  CHECK(back->plan.graph.group.ranks == 4);
+  size_t call = a.kernels.kernels.size();
+  for (size_t k = 0; k < a.kernels.kernels.size(); ++k) {
+    CHECK(back->kernels.kernels[k].collective == a.kernels.kernels[k].collective);
+    if (a.kernels.kernels[k].is_collective() && call == a.kernels.kernels.size()) call = k;
+  }
+  REQUIRE(call < a.kernels.kernels.size());
+  const auto refused = [&](const std::function<void(Artifact&)>& spoil, const std::string& why) {
+    Artifact bad = a;
+    spoil(bad);
+    Expected<Artifact> read = deserialize_artifact(serialize_artifact(bad));
+    REQUIRE_FALSE(read.ok());
+    CHECK(read.status().code() == StatusCode::kDataLoss);
+    CHECK_MESSAGE(read.status().message().find(why) != std::string::npos, read.status().message());
+  };
+  refused([&](Artifact& b) { b.kernels.kernels[call].collective = 0; }, "names a value that is no collective");
+  refused([&](Artifact& b) { b.kernels.kernels[call].collective = 1 << 20; }, "names a value that does not exist");
+  refused([&](Artifact& b) { b.kernels.kernels[call].symbol = "gdl_fake"; }, "has the fields of a kernel");
+  refused([&](Artifact& b) { b.kernels.kernels[call].cooperative = true; }, "has the fields of a kernel");
+  refused([&](Artifact& b) { b.plan.graph.group.ranks = 0; }, "runs in a program without a process group");
+  refused([&](Artifact& b) { b.plan.graph.group.ranks = 3; }, "moves parts that do not fit");  // the gather's 8 rows
+  refused([&](Artifact& b) { b.kernels.kernels[call].collective = -1; }, "has no symbol");
 }
 
 TEST_CASE("artifact: write_artifact and read_artifact round trip through a file") {

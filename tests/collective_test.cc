@@ -2,16 +2,22 @@
 // program's process group on its own thread, and its all_reduce,
 // all_gather and reduce_scatter are checked against the same combination
 // written out here, on fresh random values per rank; one rank computes
-// each collective as its argument; the GPU pipeline refuses them.
+// each collective as its argument. Planned for the GPU, every rank's plan
+// computes the same, and the kernel table names each NCCL call.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include "artifact.h"
 #include "cpu_program.h"
+#include "gdl/gdl.h"
+#include "ops/op_def.h"
 
 namespace gdl {
 namespace {
@@ -229,19 +235,136 @@ TEST_CASE("collectives: a rank that fails releases the others, which say so") {
   CHECK(apart.status().message() == "rank 1 binds dim B = 3, rank 0 2: the ranks of a group run at the same dims");
 }
 
-TEST_CASE("collectives: the GPU pipeline refuses them at the call") {
-  const std::string path = "/tmp/gdl_collective_refused.gdl";
+// Each rank's plan run on its own thread (run_planned, the ranks exchanging
+// through one ThreadRankExchange): rank r's outputs.
+std::vector<std::map<std::string, HostTensor>> run_planned_ranks(const plan::Plan& p, std::vector<Bindings> per_rank) {
+  ThreadRankExchange exchange(static_cast<int>(per_rank.size()));
+  std::vector<std::optional<Expected<std::map<std::string, HostTensor>>>> results(per_rank.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    threads.emplace_back([&, r] {
+      per_rank[r].rank = static_cast<int>(r);
+      per_rank[r].ranks = &exchange;
+      results[r].emplace(plan::run_planned(p, per_rank[r]));
+      if (!results[r]->ok()) exchange.fail();
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<std::map<std::string, HostTensor>> out;
+  for (auto& r : results) {
+    REQUIRE_MESSAGE(r->ok(), r->status().message());
+    out.push_back(std::move(*r).value());
+  }
+  return out;
+}
+
+TEST_CASE("collectives: planned for NCCL, each rank's plan computes what the interpreter does") {
+  // Gathers and scatters along inner axes (moved to the front around the
+  // call), a run-time dim beside them, a reduction of a run-time scalar (no
+  // storage of its own), collectives fed by fused kernels and feeding them.
+  const std::string text =
+      "program tp;\ngroup world ranks(3);\ndim B in [1, 8] buckets(4, 8);\ninput x : f16[B, 12];\n"
+      "param w : f16[12, 6];\nscalar alpha : f32 = 1.5;\n"
+      "output y : f16[B, 6];\noutput g : f16[B, 36];\noutput r : f32[B, 4];\noutput a : f32;\noutput g3 : bf16[B, 9, 4];\n"
+      "y = all_reduce(silu(x @ w)) * 2.0;\ng = all_gather(x, axis = 1);\n"
+      "r = reduce_scatter(cast(x, f32) + 1.0, axis = 1, op = max);\na = all_reduce(alpha, op = avg);\n"
+      "g3 = all_gather(reshape(cast(x, bf16), [B, 3, 4]) * 0.5, axis = 1);\n";
+  const ir::Graph g = compile_text(text);
+  const plan::Plan p = plan_program(g);
+  // Every collective is a step of its own whose parts are contiguous.
+  int collectives = 0;
+  for (const plan::Step& s : p.steps) {
+    const ir::Node& n = p.graph.node(s.result);
+    if (ops::fusion_class(n.op) != ops::FusionClass::kCollective) continue;
+    collectives += 1;
+    CHECK(s.values.size() == 1);
+    if (n.op != ir::Op::kAllReduce) CHECK(n.attrs.axis == 0);
+    CHECK(p.buffers[static_cast<size_t>(n.args[0])].region == plan::Region::kArena);
+  }
+  CHECK(collectives == 5);
+  for (int64_t b : {3, 8}) {
+    INFO("B = " << b);
+    std::mt19937 rng(static_cast<unsigned>(40 + b));
+    std::vector<Bindings> per_rank;
+    for (int r = 0; r < 3; ++r) {
+      per_rank.push_back(random_bindings(g, {b}, rng));
+      per_rank.back().scalars["alpha"] = 0.25 + r;
+    }
+    Expected<std::vector<std::map<std::string, HostTensor>>> want = interpret_ranks(g, per_rank);
+    REQUIRE_MESSAGE(want.ok(), want.status().message());
+    const std::vector<std::map<std::string, HostTensor>> got = run_planned_ranks(p, per_rank);
+    for (size_t r = 0; r < 3; ++r)
+      for (const auto& [name, value] : (*want)[r]) {
+        INFO("rank " << r << ", " << name);
+        CHECK(got[r].at(name).shape == value.shape);
+        CHECK(got[r].at(name).data == value.data);
+      }
+    CHECK((*want)[1].at("a").data == std::vector<double>{1.25});  // the mean of 0.25, 1.25 and 2.25
+  }
+}
+
+TEST_CASE("collectives: gdlc compiles them into an artifact whose kernel table names the NCCL calls") {
+  const std::string path = "/tmp/gdl_collective_artifact.gdl";
   {
     std::ofstream out(path);
-    out << "program gpu;\ngroup world ranks(2);\ninput x : f32[3];\noutput y : f32[3];\ny = all_reduce(x);\n";
+    out << "program gpu;\ngroup world ranks(2);\ninput x : f32[3, 4];\noutput y : f32[3, 4];\noutput z : f32[3, 8];\n"
+           "y = all_reduce(x);\nz = all_gather(x, axis = 1);\n";
   }
   Expected<Artifact> artifact = compile_program_file(path);
-  REQUIRE_FALSE(artifact.ok());
-  CHECK(artifact.status().code() == StatusCode::kCompileError);
-  CHECK(artifact.status().message().find(path + ":5:5: error: all_reduce: the GPU runtime does not run collectives yet") !=
-        std::string::npos);
-  CHECK(artifact.status().message().find("^~~~~~~~~~") != std::string::npos);
   std::remove(path.c_str());
+  REQUIRE_MESSAGE(artifact.ok(), artifact.status().message());
+  int calls = 0;
+  for (size_t s = 0; s < artifact->plan.steps.size(); ++s) {
+    const Kernel& k = artifact->kernels.kernels[static_cast<size_t>(artifact->kernels.step_choices[s].back())];
+    if (!k.is_collective()) continue;
+    calls += 1;
+    CHECK(k.symbol.empty());
+    CHECK(k.collective == artifact->plan.steps[s].result);
+    CHECK(artifact->kernels.step_choices[s].size() == 1);
+  }
+  CHECK(calls == 2);
+  CHECK(artifact->cuda_source.find("all_reduce") == std::string::npos);  // no kernel text for the calls
+  Expected<Artifact> back = deserialize_artifact(serialize_artifact(*artifact));
+  REQUIRE_MESSAGE(back.ok(), back.status().message());
+  CHECK(back->kernels.kernels.size() == artifact->kernels.kernels.size());
+}
+
+TEST_CASE("collectives: a dim that sets a collective's count is bucket-served, and NCCL missing is Unavailable") {
+  const std::string path = "/tmp/gdl_collective_dims.gdl";
+  {
+    std::ofstream out(path);
+    out << "program dims;\ngroup world ranks(2);\ndim B in [1, 8];\ndim S in [1, 4] policy(update);\n"
+           "input x : f32[B, 4];\ninput t : f32[S];\noutput y : f32[B, 4];\noutput u : f32[S];\n"
+           "y = all_reduce(x);\nu = t * 2.0;\n";
+  }
+  Expected<Artifact> artifact = compile_program_file(path);
+  std::remove(path.c_str());
+  REQUIRE_MESSAGE(artifact.ok(), artifact.status().message());
+  const std::vector<uint8_t> bytes = serialize_artifact(*artifact);
+  Expected<Program> program = Program::load_memory(bytes.data(), bytes.size());
+  REQUIRE_MESSAGE(program.ok(), program.status().message());
+  CHECK(program->group_ranks() == 2);
+  Expected<std::vector<DimServing>> declared = program->dim_serving();
+  REQUIRE_MESSAGE(declared.ok(), declared.status().message());
+  CHECK_FALSE(declared->at(0).update);
+  CHECK(declared->at(1).update);  // S feeds no collective: node updates serve it as declared
+  SessionOptions update;
+  update.dim_policies["B"] = DimPolicyChoice::kUpdate;
+  Expected<std::vector<DimServing>> refused = program->dim_serving(update);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(refused.status().message() ==
+        "run-time dim B of program dims sets the element count of a collective, whose captured NCCL call cannot "
+        "change it, so buckets must serve it; it would be served by node updates (as asked)");
+
+  // NCCL is loaded at the first communicator: from GDL_NCCL_LIBRARY when set.
+  // (No other case of this binary loads it, so this one decides what the process gets.)
+  setenv("GDL_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+  Expected<CommunicatorId> id = Communicator::new_id();
+  unsetenv("GDL_NCCL_LIBRARY");
+  REQUIRE_FALSE(id.ok());
+  CHECK(id.status().code() == StatusCode::kUnavailable);
+  CHECK(id.status().message().find("NCCL could not be loaded from /nonexistent/libnccl.so.2") != std::string::npos);
+  CHECK(id.status().message().find("GDL_NCCL_LIBRARY") != std::string::npos);
 }
 
 }  // namespace

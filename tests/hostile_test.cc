@@ -411,10 +411,12 @@ TEST_CASE("tools: gdlrun runs every rank of a process group on the CPU reference
   CHECK(s0 == s2);  // every rank gets the sum
   CHECK(floats("part.rank0.bin").size() == 4);
   CHECK(floats("part.rank0.bin") != floats("part.rank1.bin"));  // each rank its own part
-  // On the GPU the same program is refused at the collective, and says what runs it.
+  // gdlrun makes no communicators: --gpu says what runs the ranks on GPUs, before it looks for one.
   const ToolRun gpu = t.run(kGdlrun + " '" + program.string() + "' --gpu");
-  CHECK(gpu.exit_code != 0);
-  CHECK(gpu.err.find("gdlrun PROGRAM --cpu runs every rank") != std::string::npos);
+  CHECK(gpu.exit_code == 2);
+  CHECK(gpu.err.find("runs over a group of 3 ranks; gdlrun runs every rank on the CPU reference only (--cpu)") !=
+        std::string::npos);
+  CHECK(gpu.err.find("Session::create_ranks") != std::string::npos);
 }
 
 TEST_CASE("hostile tools: gdlc -o refuses a device or a link instead of replacing it") {

@@ -27,9 +27,9 @@ struct Failpoints {
 };
 
 TEST_CASE("pipeline: every pass has a name and runs in the order listed") {
-  const std::vector<std::string> expected = {"parse", "consts", "check", "lower", "fold-constants", "cse", "matmul-operands",
-                                             "dce", "padding", "inplace", "schedule", "fuse", "memory", "dependencies", "chains", "scratch",
-                                             "codegen", "nvrtc"};
+  const std::vector<std::string> expected = {"parse", "consts", "check", "lower", "fold-constants", "cse",
+                                             "matmul-operands", "dce", "padding", "collectives", "inplace", "schedule",
+                                             "fuse", "memory", "dependencies", "chains", "scratch", "codegen", "nvrtc"};
   CHECK(pass_names() == expected);
   CHECK(is_pass_name("fuse"));
   CHECK_FALSE(is_pass_name("fusion"));

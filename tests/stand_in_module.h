@@ -16,7 +16,7 @@ inline CompiledModule stand_in_module(const KernelTable& table, const std::strin
   ModuleUnit unit;
   std::set<std::string> seen;
   for (const Kernel& k : table.kernels)
-    if (seen.insert(k.symbol).second) unit.symbols.push_back(k.symbol);
+    if (!k.is_collective() && seen.insert(k.symbol).second) unit.symbols.push_back(k.symbol);
   unit.symbols.push_back(kInputCopySymbol);
   unit.ptx = ptx;
   m.units.push_back(std::move(unit));

@@ -165,7 +165,15 @@ int run(const Args& args) {
   std::map<std::string, gdl::HostTensor> outputs;
   std::optional<std::map<std::string, gdl::HostTensor>> gpu_outputs;
   std::string gpu_report;  // --explain, --stats
-  if (args.device != Args::Device::kCpu) {
+  if (graph->group.ranks > 1 && args.device == Args::Device::kGpu) {  // one session per rank, each on its GPU
+    std::fprintf(stderr,
+                 "gdlrun: error: --gpu: program %s runs over a group of %lld ranks; gdlrun runs every rank on the CPU "
+                 "reference only (--cpu). On GPUs each rank's session needs its communicator: gdl::Communicator::join "
+                 "in each rank's process, or Communicator::create_local and Session::create_ranks in one process\n",
+                 graph->program_name.c_str(), static_cast<long long>(graph->group.ranks));
+    return kExitUsage;
+  }
+  if (args.device != Args::Device::kCpu && graph->group.ranks <= 1) {
     std::string why_not;
     gpu_outputs = gdl::tools::run_on_gpu(args.program, *bindings, &why_not, args.gpu, &gpu_report);
     if (!gpu_outputs) {

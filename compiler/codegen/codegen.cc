@@ -11,6 +11,8 @@
 //    kernel in row groups (chain_kernel.h), put in front of the choices of
 //    every step of the chain.
 // 4. The runtime's input copy kernel.
+// A collective step has no kernel: its table entry names the NCCL call
+// (kernel_table.h Kernel::collective).
 // Each step's kernels, each chain's and the input copy make SourceUnits
 // (compiled apart, in parallel), consecutive small ones merged
 // (merge_small_units); `source` is the prelude and every unit in this order. Everything is emitted in step and value order from
@@ -24,6 +26,7 @@
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "internal_error.h"
+#include "ops/op_def.h"
 #include "plan/chains.h"
 
 namespace gdl {
@@ -95,6 +98,16 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
     unit.symbols.push_back(k.symbol);
   };
   for (size_t s = 0; s < p.steps.size(); ++s) {
+    const ir::Node& result = g.node(p.steps[s].result);
+    if (ops::fusion_class(result.op) == ops::FusionClass::kCollective) {  // an NCCL call, no kernel
+      Kernel call;
+      call.collective = p.steps[s].result;
+      call.first_step = call.last_step = static_cast<int>(s);
+      call.depends_on_dims = !all_constant(result.type.shape) || !all_constant(g.node(result.args[0]).type.shape);
+      table.step_choices[s].push_back(static_cast<int>(table.kernels.size()));
+      table.kernels.push_back(std::move(call));
+      continue;
+    }
     SourceUnit unit;
     unit.label = "step " + std::to_string(s) + ": " + plan::step_ops(p, p.steps[s]);
     Kernel own;

@@ -262,23 +262,9 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
       owned[i] = filled(n.type.dtype, concrete_shape(n.type.shape, b.dims), n.attrs.value);
     } else {
       if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {
-        // Every rank's value of the argument: this rank's alone in a group of one.
-        const HostTensor& mine = *value.at(static_cast<size_t>(n.args.at(0)));
-        std::shared_ptr<const std::vector<HostTensor>> everyone;
-        std::vector<const HostTensor*> ranks{&mine};
-        if (g.group.ranks > 1) {
-          if (!b.ranks)
-            return Status::FailedPrecondition(std::string(ir::op_name(n.op)) + " at " + std::to_string(n.loc.line) +
-                                              ":" + std::to_string(n.loc.col) + " combines the values of " +
-                                              std::to_string(g.group.ranks) +
-                                              " ranks: run every rank together (interpret_ranks)");
-          everyone = b.ranks->exchange(b.rank, mine);
-          if (!everyone)
-            return Status::FailedPrecondition("another rank of the group failed before " + std::string(ir::op_name(n.op)));
-          ranks.clear();
-          for (const HostTensor& t : *everyone) ranks.push_back(&t);
-        }
-        owned[i] = ops::combine_collective(n, ranks, g.group.ranks > 1 ? b.rank : 0);
+        Expected<HostTensor> combined = eval_collective(g, n, *value.at(static_cast<size_t>(n.args.at(0))), b);
+        if (!combined) return combined.status();
+        owned[i] = std::move(combined).value();
       } else {
         args.clear();
         for (ir::ValueId a : n.args) args.push_back(value.at(static_cast<size_t>(a)));
@@ -301,6 +287,19 @@ Expected<std::map<std::string, HostTensor>> interpret(const ir::Graph& g, const 
   for (const ir::StateUpdate& u : g.state_updates)
     results[g.node(u.state).name] = *value.at(static_cast<size_t>(u.value));
   return results;
+}
+
+Expected<HostTensor> eval_collective(const ir::Graph& g, const ir::Node& n, const HostTensor& mine, const Bindings& b) {
+  if (g.group.ranks <= 1) return ops::combine_collective(n, std::vector<const HostTensor*>{&mine}, 0);
+  if (!b.ranks)
+    return Status::FailedPrecondition(std::string(ir::op_name(n.op)) + " at " + std::to_string(n.loc.line) + ":" +
+                                      std::to_string(n.loc.col) + " combines the values of " +
+                                      std::to_string(g.group.ranks) + " ranks: run every rank together (interpret_ranks)");
+  std::shared_ptr<const std::vector<HostTensor>> everyone = b.ranks->exchange(b.rank, mine);
+  if (!everyone) return Status::FailedPrecondition("another rank of the group failed before " + std::string(ir::op_name(n.op)));
+  std::vector<const HostTensor*> ranks;
+  for (const HostTensor& t : *everyone) ranks.push_back(&t);
+  return ops::combine_collective(n, ranks, b.rank);
 }
 
 ThreadRankExchange::ThreadRankExchange(int ranks) : ranks_(ranks), next_round_(static_cast<size_t>(ranks), 0) {}

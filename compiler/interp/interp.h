@@ -87,6 +87,13 @@ struct Bindings {
 HostTensor eval_node(const ir::Node& node, std::span<const HostTensor* const> args,
                      const std::vector<int64_t>& dims, std::span<const std::vector<int64_t>> arg_valid = {});
 
+// The value of collective node n on rank b.rank from this rank's value of
+// its argument: every rank's value through b.ranks (a group of more than one
+// rank; FailedPrecondition without it, or when another rank failed),
+// combined (ops::combine_collective). The interpreter and run_planned both
+// evaluate collectives here.
+Expected<HostTensor> eval_collective(const ir::Graph& g, const ir::Node& n, const HostTensor& mine, const Bindings& b);
+
 // Capacity mode helpers. pad_to_capacity lays a tensor of shape `s` at the
 // valid dims out at the capacity dims, `fill` in the padding;
 // valid_part copies the valid block of a tensor laid out at capacity.

@@ -2,12 +2,14 @@
 // laid out as planned (poisoned with 0xFF, NaN in every float dtype):
 // 1. bind inputs, params and states by copy into their buffers;
 // 2. per step, decode the values it reads from their buffers, evaluate its
-//    values with the interpreter's eval_node, encode its result;
+//    values with the interpreter's eval_node (a collective: eval_collective,
+//    through the bindings' rank exchange), encode its result;
 // 3. decode the outputs and the states from their buffers.
 #include "plan/run_planned.h"
 
 #include <deque>
 
+#include "ops/op_def.h"
 #include "plan/check.h"
 
 namespace gdl::plan {
@@ -84,7 +86,14 @@ Expected<std::map<std::string, HostTensor>> run_planned(const Plan& p, const Bin
           args.push_back(&loaded.back());
         }
       }
-      HostTensor result = eval_node(n, args, b.dims);
+      HostTensor result;
+      if (ops::fusion_class(n.op) == ops::FusionClass::kCollective) {  // the ranks' values through b.ranks
+        Expected<HostTensor> combined = eval_collective(g, n, *args.at(0), b);
+        if (!combined) return combined.status();
+        result = std::move(combined).value();
+      } else {
+        result = eval_node(n, args, b.dims);
+      }
       if (result.size() != element_count(n.type.shape, b.dims))
         return Status::Internal("step " + std::to_string(s) + ": " + value_ref(v) + " has the wrong element count");
       local[v] = std::move(result);

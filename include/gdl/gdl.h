@@ -124,6 +124,49 @@ class Recompiler {
                                       const std::string& arch) const = 0;
 };
 
+// A program's process group (`group NAME ranks(N);`, docs/language.md
+// "Collectives") on GPUs: each rank's sessions run on one GPU and reach the
+// other ranks through this rank's communicator, an NCCL communicator. NCCL
+// (libnccl.so.2, or the path in GDL_NCCL_LIBRARY) is loaded when the first
+// communicator is made; without it these calls are Unavailable.
+//
+// One process per GPU: one process makes an id, hands it to the others
+// (any way it likes: MPI, a file, a socket), and every rank joins with it.
+//   CommunicatorId id = *gdl::Communicator::new_id();          // on rank 0, then sent
+//   auto comm = gdl::Communicator::join(id, rank, 2, device);   // on every rank
+//   auto s = gdl::Session::create(prog, {.device = device, .communicator = *comm});
+// One process driving several GPUs: create_local, then one session per rank,
+// made with Session::create_ranks (or each on its own thread).
+struct CommunicatorId {
+  char bytes[128] = {};  // NCCL's ncclUniqueId
+};
+
+class Communicator {
+ public:
+  // A new group's id.
+  static Expected<CommunicatorId> new_id();
+  // This process's rank `rank` of `ranks` on GPU `device`: every rank calls
+  // it with the same id, and it returns once all of them have.
+  static Expected<std::shared_ptr<Communicator>> join(const CommunicatorId& id, int rank, int ranks, int device);
+  // One communicator per device of this process, rank i on devices[i] (each
+  // GPU at most once).
+  static Expected<std::vector<std::shared_ptr<Communicator>>> create_local(const std::vector<int>& devices);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int ranks() const;
+  int device() const;
+
+  struct Impl;
+  Impl& internals() { return *impl_; }
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 struct SessionOptions {
   int device = 0;
   // Records CUDA events around each run so stats() can report device time.
@@ -163,6 +206,16 @@ struct SessionOptions {
   // bound as the next one's input). The session never destroys it; it must
   // outlive the session. nullptr: the session creates a stream of its own.
   CUstream_st* stream = nullptr;
+  // This rank's communicator (on `device`, of as many ranks as the
+  // program's group), for a program with a process group of more than one
+  // rank; a group of one rank makes its own when none is given, and a
+  // program without a group ignores it. Session::create compares the
+  // collectives of every rank's program over it (their order, ops, dtypes
+  // and shapes) and fails with FailedPrecondition on every rank where they
+  // differ, rather than letting the runs wait for each other; it returns
+  // once every rank has created its session. Every rank must then run the
+  // same sequence of runs with the same run-time dims.
+  std::shared_ptr<Communicator> communicator = nullptr;
 };
 
 // How Session::create would serve each run-time dim of a program.
@@ -194,6 +247,9 @@ class Program {
   const std::vector<TensorInfo>& outputs() const;
   const std::vector<ScalarInfo>& scalars() const;
   const std::vector<TensorInfo>& states() const;   // session-owned tensors kept from run to run
+  // The ranks of its process group (`group NAME ranks(N);`): N, or 0 for a
+  // program without one (SessionOptions::communicator).
+  int group_ranks() const;
   // nullptr when there is no such name.
   const TensorInfo* find_input(const std::string& name) const;
   const TensorInfo* find_param(const std::string& name) const;
@@ -322,6 +378,15 @@ class Session {
  public:
   // No usable GPU or driver: Unavailable. A bad device index: InvalidArgument.
   static Expected<std::unique_ptr<Session>> create(const Program& program, const SessionOptions& options = {});
+  // The sessions of every rank of a group in one process (options[r] with
+  // rank r's communicator and device, Communicator::create_local), made
+  // together: one thread cannot make them one by one, since each waits for
+  // the others' collectives. Either every session is made or none. Their
+  // graph runs (run()) may then be driven from one thread, every rank's run
+  // launched before any is read; eager runs (run_eager) wait inside NCCL for
+  // the other ranks, so each rank's needs a thread of its own.
+  static Expected<std::vector<std::unique_ptr<Session>>> create_ranks(const Program& program,
+                                                                      const std::vector<SessionOptions>& options);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gdl/gdl.h"
 
@@ -36,6 +37,14 @@ Expected<Program> compile(const std::string& path, const CompileSettings& settin
 Expected<std::map<std::string, TensorData>> run_reference(const Program& program,
                                                           const std::map<std::string, TensorData>& tensors,
                                                           const std::map<std::string, double>& scalars = {});
+
+// The same for every rank of a program's process group, each with its own
+// tensors (and scalars, when given: one map per rank), run together so that
+// their collectives combine their values (docs/language.md "Collectives").
+// Returns each rank's outputs and states, in rank order.
+Expected<std::vector<std::map<std::string, TensorData>>> run_reference_ranks(
+    const Program& program, const std::vector<std::map<std::string, TensorData>>& tensors,
+    const std::vector<std::map<std::string, double>>& scalars = {});
 
 // The compiler behind SessionOptions::eager_fallback.
 std::shared_ptr<const Recompiler> recompiler();

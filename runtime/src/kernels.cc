@@ -99,6 +99,10 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
   std::map<std::string, cudaKernel_t> by_symbol;
   for (size_t index = 0; index < a.kernels.kernels.size(); ++index) {
     const Kernel& k = a.kernels.kernels[index];
+    if (k.is_collective()) {  // an NCCL call (collectives.h), no kernel
+      kernels_.push_back(nullptr);
+      continue;
+    }
     const LaunchRule& rule = k.launch;
     std::string refusal;
     if (rule.shared_bytes > static_cast<unsigned>(smem_optin))

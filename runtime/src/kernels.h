@@ -38,7 +38,7 @@ Expected<LaunchDims> launch_dims(const LaunchRule& rule, const std::vector<int64
 
 // What one launch of a step runs.
 struct StepLaunch {
-  cudaKernel_t kernel;
+  cudaKernel_t kernel;  // nullptr for a collective step (an NCCL call, collectives.h)
   LaunchDims dims;
   bool cooperative = false;  // every block resident at once (cudaLaunchAttributeCooperative)
 };

@@ -11,11 +11,13 @@
 //    inputs_clobbered_by_run) and the values kernels read through an
 //    input's pointer slot (input_pointer_slots).
 // resolve_dim_serving: each dim's policy from the session options, the
-// program's declaration and its padding blocker.
+// program's declaration and its padding blocker; a dim that sets a
+// collective's element count must be bucket-served.
 // Any failure is DataLoss: the file passed its checksum, so the writer (or
 // whoever made the file) is at fault, not the caller.
 #include <cstring>
 
+#include "collectives.h"
 #include "cuda_util.h"
 #include "internal_error.h"
 #include "program_impl.h"
@@ -82,6 +84,7 @@ Expected<std::vector<DimServing>> resolve_dim_serving(const Program::Impl& progr
       return Status::NotFound("SessionOptions::dim_policies names '" + name + "', but program " +
                               program.graph().program_name + " has no run-time dim of that name");
   }
+  const uint32_t collective_dims = rt::collective_dims(program.plan(), program.kernels());
   std::vector<DimServing> out;
   for (const RuntimeDimInfo& d : program.dims) {
     DimPolicyChoice choice = options.dim_policy;
@@ -92,6 +95,12 @@ Expected<std::vector<DimServing>> resolve_dim_serving(const Program::Impl& progr
       serving.update = true;
       serving.why_update = d.padding_blocker;
     }
+    if (serving.update && ((collective_dims >> out.size()) & 1u))
+      return Status::FailedPrecondition(
+          "run-time dim " + d.name + " of program " + program.graph().program_name +
+          " sets the element count of a collective, whose captured NCCL call cannot change it, so buckets must serve "
+          "it; it would be served by node updates (" +
+          (serving.why_update.empty() ? std::string("as asked") : serving.why_update) + ")");
     out.push_back(std::move(serving));
   }
   return out;
@@ -141,6 +150,7 @@ const std::vector<TensorInfo>& Program::params() const { return impl_->params; }
 const std::vector<TensorInfo>& Program::outputs() const { return impl_->outputs; }
 const std::vector<ScalarInfo>& Program::scalars() const { return impl_->scalars; }
 const std::vector<TensorInfo>& Program::states() const { return impl_->states; }
+int Program::group_ranks() const { return static_cast<int>(impl_->graph().group.ranks); }
 const TensorInfo* Program::find_state(const std::string& n) const { return rt::find_in(impl_->states, impl_->state_index, n); }
 const TensorInfo* Program::find_input(const std::string& n) const { return rt::find_in(impl_->inputs, impl_->input_index, n); }
 const TensorInfo* Program::find_param(const std::string& n) const { return rt::find_in(impl_->params, impl_->param_index, n); }

@@ -69,6 +69,8 @@ Session::Impl::~Impl() {
   if (run_end) (void)cudaEventDestroy(run_end);
   if (arena) (void)rt::device_free(arena);
   for (void* b : export_buffers) (void)rt::device_free(b);
+  if (signatures) (void)rt::device_free(signatures);
+  if (collective_warmup) (void)rt::device_free(collective_warmup);
   if (stream && !options.stream) (void)cudaStreamDestroy(stream);  // a caller's stream is theirs
   if (capture_stream) (void)cudaStreamDestroy(capture_stream);
   (void)cudaGetLastError();
@@ -128,7 +130,7 @@ static void step_dependencies(const Program::Impl& prog, std::vector<uint32_t>& 
   }
 }
 
-Status Session::Impl::init() {
+Status Session::Impl::init(bool join_group) {
   int count = 0;
   GDL_CUDA_TRY(cudaGetDeviceCount(&count), "counting CUDA devices");
   if (count == 0) return Status::Unavailable("no usable GPU: the CUDA runtime found no device");
@@ -142,6 +144,10 @@ Status Session::Impl::init() {
     return Status::InvalidArgument("program " + prog.graph().program_name +
                                    " has state, which the eager fallback does not carry between its arena and the "
                                    "session's; create the session without SessionOptions::eager_fallback");
+  if (options.eager_fallback && prog.graph().group.ranks > 0)
+    return Status::InvalidArgument("program " + prog.graph().program_name +
+                                   " has a process group, whose ranks would have to take the eager fallback together; "
+                                   "create the session without SessionOptions::eager_fallback");
   int major = 0, minor = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "reading the compute capability");
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "reading the compute capability");
@@ -172,6 +178,13 @@ Status Session::Impl::init() {
   stats.library_load_us = load_time.elapsed_us();
   stats.module_image = library.image();
   stats.kernel_refusals = library.refusals();
+  GDL_RETURN_IF_ERROR(use_communicator());
+  if (communicator && join_group) {
+    GDL_RETURN_IF_ERROR(enqueue_signature_exchange());
+    GDL_RETURN_IF_ERROR(compare_signatures());
+    for (const rt::CollectiveCall& shape : rt::collective_shapes(prog.plan(), prog.kernels()))
+      GDL_RETURN_IF_ERROR(warm_up_collective(shape));
+  }
   // Kernel choices made for another GPU run correctly here, maybe slower.
   int sms = 0;
   GDL_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "reading the multiprocessor count");
@@ -236,6 +249,69 @@ Status Session::Impl::init() {
   stats.params_bytes = prog.plan().params_bytes;
   if (options.build_buckets_at_create) GDL_RETURN_IF_ERROR(build_every_bucket());
   return Status::Ok();
+}
+
+Status Session::Impl::use_communicator() {
+  const ir::ProcessGroup& group = prog.graph().group;
+  if (group.ranks == 0) return Status::Ok();  // no collectives: a communicator given is not used
+  const std::string program = "program " + prog.graph().program_name + " runs over a group of " +
+                              std::to_string(group.ranks) + " rank(s) (group " + group.name + ")";
+  if (options.communicator) {
+    communicator = options.communicator;
+    if (communicator->ranks() != group.ranks)
+      return Status::InvalidArgument(program + ", SessionOptions::communicator is one of " +
+                                     std::to_string(communicator->ranks()) + " ranks");
+    if (communicator->device() != device)
+      return Status::InvalidArgument("SessionOptions::communicator is rank " + std::to_string(communicator->rank()) +
+                                     " on device " + std::to_string(communicator->device()) + ", the session's device is " +
+                                     std::to_string(device));
+  } else if (group.ranks == 1) {
+    Expected<std::vector<std::shared_ptr<Communicator>>> own = Communicator::create_local({device});
+    if (!own) return own.status();
+    communicator = std::move((*own)[0]);
+    GDL_RETURN_IF_ERROR(make_current());
+  } else {
+    return Status::InvalidArgument(program + ": pass this rank's communicator in SessionOptions::communicator "
+                                   "(gdl::Communicator::join, one process per GPU; create_local, one process for all)");
+  }
+  const size_t bytes = sizeof(rt::CollectiveSignature) * static_cast<size_t>(group.ranks + 1);
+  GDL_CUDA_TRY(rt::device_malloc(&signatures, bytes), "allocating the collective signatures");
+  for (const rt::CollectiveCall& shape : rt::collective_shapes(prog.plan(), prog.kernels()))
+    collective_warmup_bytes = std::max(collective_warmup_bytes, shape.send_bytes + shape.receive_bytes);
+  if (collective_warmup_bytes > 0)
+    GDL_CUDA_TRY(rt::device_malloc(&collective_warmup, collective_warmup_bytes), "allocating the collectives' scratch");
+  return Status::Ok();
+}
+
+Status Session::Impl::enqueue_signature_exchange() {
+  const rt::CollectiveSignature mine = rt::collective_signature(prog.plan(), prog.kernels());
+  auto* all = static_cast<unsigned char*>(signatures);
+  unsigned char* own = all + sizeof mine * static_cast<size_t>(communicator->ranks());
+  GDL_CUDA_TRY(cudaMemcpyAsync(own, &mine, sizeof mine, cudaMemcpyHostToDevice, stream), "writing the collective signature");
+  rt::CollectiveCall gather;
+  gather.op = ir::Op::kAllGather;
+  gather.dtype = ncclUint64;
+  gather.count = sizeof mine / sizeof(uint64_t);
+  gather.send = own;
+  gather.receive = all;
+  return enqueue_collective_call(gather, stream);
+}
+
+Status Session::Impl::compare_signatures() {
+  const rt::CollectiveSignature mine = rt::collective_signature(prog.plan(), prog.kernels());
+  std::vector<rt::CollectiveSignature> all(static_cast<size_t>(communicator->ranks()));
+  GDL_CUDA_TRY(cudaMemcpyAsync(all.data(), signatures, sizeof mine * all.size(), cudaMemcpyDeviceToHost, stream),
+               "reading the ranks' collective signatures");
+  GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting for the ranks' collective signatures");
+  std::string differ;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].hash != mine.hash || all[r].calls != mine.calls || all[r].ranks != mine.ranks)
+      differ += (differ.empty() ? "" : ", ") + std::to_string(r) + " (" + std::to_string(all[r].calls) + " collectives)";
+  if (differ.empty()) return Status::Ok();
+  return Status::FailedPrecondition(
+      "rank " + std::to_string(communicator->rank()) + " runs program " + prog.graph().program_name + " with " +
+      std::to_string(mine.calls) + " collectives, and the collectives of rank(s) " + differ +
+      " differ in order, op, dtype or shape: every rank of a group must run the same program's collectives");
 }
 
 bool Session::Impl::above_bounds() const {
@@ -511,9 +587,10 @@ void Session::Impl::prepare_references(const std::vector<int>& step_kernel, bool
     input_pointers = arena_input_pointers;
     return;
   }
-  uint32_t through_library = 0;  // input slots a chosen cuBLASLt call reads
+  uint32_t through_library = 0;  // input slots a chosen cuBLASLt or NCCL call reads
   for (size_t s = 0; s < step_kernel.size() && s < step_inputs.size(); ++s)
-    if (prog.kernels().kernels[static_cast<size_t>(step_kernel[s])].library.active) through_library |= step_inputs[s];
+    if (const Kernel& k = prog.kernels().kernels[static_cast<size_t>(step_kernel[s])]; k.library.active || k.is_collective())
+      through_library |= step_inputs[s];  // a captured call holds the arena's address
   input_pointers.fill(nullptr);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int slot = input_slot(i);
@@ -728,6 +805,63 @@ Expected<std::unique_ptr<Session>> Session::create(const Program& program, const
     auto impl = std::make_unique<Impl>(program, program.impl_, options);
     GDL_RETURN_IF_ERROR(impl->init());
     return std::unique_ptr<Session>(new Session(std::move(impl)));
+  });
+}
+
+Expected<std::vector<std::unique_ptr<Session>>> Session::create_ranks(const Program& program,
+                                                                    const std::vector<SessionOptions>& options) {
+  return guarded("Session::create_ranks", [&]() -> Expected<std::vector<std::unique_ptr<Session>>> {
+    const int64_t ranks = program.impl_->graph().group.ranks;
+    if (ranks > 1 && static_cast<int64_t>(options.size()) != ranks)
+      return Status::InvalidArgument("Session::create_ranks: program " + program.name() + " runs over " +
+                                     std::to_string(ranks) + " ranks, got options for " + std::to_string(options.size()));
+    std::vector<bool> seen(options.size(), false);
+    for (const SessionOptions& o : options)
+      if (o.communicator && o.communicator->rank() < static_cast<int>(seen.size())) {
+        if (seen[static_cast<size_t>(o.communicator->rank())])
+          return Status::InvalidArgument("Session::create_ranks: two options name rank " +
+                                         std::to_string(o.communicator->rank()) + "'s communicator");
+        seen[static_cast<size_t>(o.communicator->rank())] = true;
+      }
+    std::vector<std::unique_ptr<Impl>> impls;
+    for (const SessionOptions& o : options) {
+      if (!o.communicator && program.impl_->graph().group.ranks > 1)
+        return Status::InvalidArgument("Session::create_ranks: options[" + std::to_string(impls.size()) +
+                                       "] has no communicator (Communicator::create_local makes one per device)");
+      impls.push_back(std::make_unique<Impl>(program, program.impl_, o));
+      GDL_RETURN_IF_ERROR(impls.back()->init(/*join_group=*/false));
+    }
+    // One thread drives every rank: their exchanges go to NCCL as one group.
+    if (!impls.empty() && impls[0]->communicator) {
+      const rt::NcclApi& api = *impls[0]->communicator->internals().api;
+      if (ncclResult_t r = api.group_start(); r != ncclSuccess) return rt::nccl_error(api, r, "starting an NCCL group");
+      Status enqueued = Status::Ok();
+      for (auto& impl : impls) {
+        if (enqueued.ok()) enqueued = impl->make_current();
+        if (enqueued.ok()) enqueued = impl->enqueue_signature_exchange();
+      }
+      const ncclResult_t ended = api.group_end();
+      GDL_RETURN_IF_ERROR(enqueued);
+      if (ended != ncclSuccess) return rt::nccl_error(api, ended, "ending an NCCL group");
+      for (auto& impl : impls) {
+        GDL_RETURN_IF_ERROR(impl->make_current());
+        GDL_RETURN_IF_ERROR(impl->compare_signatures());
+      }
+      // Each collective size's first call, one a group: it connects then, as it will run alone.
+      for (const rt::CollectiveCall& shape : rt::collective_shapes(impls[0]->prog.plan(), impls[0]->prog.kernels())) {
+        if (ncclResult_t r = api.group_start(); r != ncclSuccess) return rt::nccl_error(api, r, "starting an NCCL group");
+        for (auto& impl : impls) {
+          if (enqueued.ok()) enqueued = impl->make_current();
+          if (enqueued.ok()) enqueued = impl->warm_up_collective(shape);
+        }
+        const ncclResult_t done = api.group_end();
+        GDL_RETURN_IF_ERROR(enqueued);
+        if (done != ncclSuccess) return rt::nccl_error(api, done, "ending an NCCL group");
+      }
+    }
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (auto& impl : impls) sessions.push_back(std::unique_ptr<Session>(new Session(std::move(impl))));
+    return sessions;
   });
 }
 

@@ -8,9 +8,12 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <memory>
 #include <vector>
 
+#include "collectives.h"
 #include "device_params.h"
 #include "gdl/profile.h"
 #include "gdl/gdl.h"
@@ -37,6 +40,16 @@ struct Session::Impl {
   // the stream their graph nodes are captured on.
   mutable rt::LibraryMatmuls library_matmuls;
   cudaStream_t capture_stream = nullptr;
+  // Collectives (collectives.h): this rank's communicator (a program with a
+  // process group), the device memory the ranks' signatures are gathered in
+  // when the session starts, and the scratch that each NCCL call's first,
+  // uncaptured call runs on, with the calls (op, dtype, reduction, count)
+  // that had theirs.
+  std::shared_ptr<Communicator> communicator;
+  void* signatures = nullptr;
+  void* collective_warmup = nullptr;
+  size_t collective_warmup_bytes = 0;
+  std::set<std::tuple<int, int, int, size_t>> collectives_warmed;
 
   // Run-time dims: how each is served (update: node updates; else buckets),
   // and the current value of each (what the run is for).
@@ -180,7 +193,25 @@ struct Session::Impl {
   ~Impl();
 
   // session.cc
-  Status init();
+  // `join_group`: the program's collectives compared with every rank's
+  // (Session::create_ranks does it for its sessions together instead).
+  Status init(bool join_group = true);
+  // The communicator of a program with a process group (SessionOptions::
+  // communicator, or its own for a group of one rank) and the memory of the
+  // signature exchange.
+  Status use_communicator();
+  // Every rank's collective signature gathered over the communicator (the
+  // communicator's first call, uncaptured), then compared with this rank's
+  // once the stream is done: FailedPrecondition naming the ranks whose
+  // programs differ.
+  Status enqueue_signature_exchange();
+  Status compare_signatures();
+  // The first call of a collective's size and type, uncaptured, on scratch
+  // memory (NCCL connects what a size needs at its first call, which a
+  // capture must not hold, and which waits for the other ranks); nothing
+  // when that call had its first already. Session::create makes every one
+  // the program can make (rt::collective_shapes).
+  Status warm_up_collective(const rt::CollectiveCall& shape);
   Status bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
               const std::vector<int64_t>& shape, MemoryKind kind, bool by_reference = false);
   // Per input bound by reference: read in place this run unless a step that
@@ -218,6 +249,13 @@ struct Session::Impl {
   // Kernel k's cuBLASLt product on `s` (a library matmul kernel), then the kernel itself.
   Status launch_step_eager(int k, const rt::StepLaunch& launch, void** args, const std::vector<int64_t>& layout_dims,
                            cudaStream_t s);
+  // A collective step's NCCL call on `s`, over this rank's communicator.
+  Status enqueue_collective_step(int k, const std::vector<int64_t>& layout_dims, cudaStream_t s);
+  Status enqueue_collective_call(const rt::CollectiveCall& call, cudaStream_t s);
+  // A child graph node holding kernel k's NCCL call, captured (after its
+  // first call of that size, warm_up_collective).
+  Expected<cudaGraphNode_t> add_collective_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,
+                                                const std::vector<int64_t>& layout_dims);
   // A graph node holding kernel k's cuBLASLt call, captured once (after an
   // uncaptured call on the session stream), after `deps`.
   Expected<cudaGraphNode_t> add_library_matmul_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,

@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives.h"
 #include "cuda_util.h"
 #include "session_impl.h"
 
@@ -244,21 +245,28 @@ Status Session::Impl::add_graph_nodes(GraphInstance& g, const std::vector<int64_
       g.nodes[i] = g.nodes[static_cast<size_t>(kernel.first_step)];
       continue;
     }
-    Expected<rt::StepLaunch> launch = library.launch(table, k, layout_dims);
-    if (!launch) return launch.status();
     const std::string name = kernel_name(k);
     std::vector<cudaGraphNode_t> deps;
-    bool from_cooperative = false;  // a dep's kernel is cooperative
+    bool from_cooperative = false;  // a dep's node is a cooperative kernel or a child graph (ordinary edges only)
     for (size_t s = i; s <= static_cast<size_t>(kernel.last_step); ++s)
       for (int d : p.steps[s].deps)
         if (d < static_cast<int>(i)) {
           deps.push_back(g.nodes[static_cast<size_t>(d)]);
-          from_cooperative |= table.kernels[static_cast<size_t>(g.step_kernel[static_cast<size_t>(d)])].cooperative;
+          const Kernel& from = table.kernels[static_cast<size_t>(g.step_kernel[static_cast<size_t>(d)])];
+          from_cooperative |= from.cooperative || from.is_collective();
         }
     std::sort(deps.begin(), deps.end());  // steps of one kernel share a node: one edge each
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     bool from_copies = deps.empty() && !copies.empty();
     if (from_copies) deps = copies;  // a kernel without a dep waits for the input copies
+    if (kernel.is_collective()) {  // its NCCL call, captured
+      Expected<cudaGraphNode_t> call = add_collective_node(g.graph, k, deps, layout_dims);
+      if (!call) return call.status();
+      g.nodes[i] = *call;
+      continue;
+    }
+    Expected<rt::StepLaunch> launch = library.launch(table, k, layout_dims);
+    if (!launch) return launch.status();
     if (kernel.library.active) {  // its cuBLASLt call first, and the kernel after it
       Expected<cudaGraphNode_t> call = add_library_matmul_node(g.graph, k, deps, layout_dims);
       if (!call) return call.status();
@@ -501,9 +509,64 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
   return node;
 }
 
+Status Session::Impl::enqueue_collective_call(const rt::CollectiveCall& call, cudaStream_t s) {
+  Communicator::Impl& c = communicator->internals();
+  return rt::enqueue_collective(*c.api, c.comm, call, s);
+}
+
+Status Session::Impl::enqueue_collective_step(int k, const std::vector<int64_t>& layout_dims, cudaStream_t s) {
+  return enqueue_collective_call(
+      rt::collective_call(prog.plan(), prog.kernels().kernels[static_cast<size_t>(k)], layout_dims, arena, params->base()),
+      s);
+}
+
+Expected<cudaGraphNode_t> Session::Impl::add_collective_node(cudaGraph_t graph, int k,
+                                                             const std::vector<cudaGraphNode_t>& deps,
+                                                             const std::vector<int64_t>& layout_dims) {
+  const std::string name = kernel_name(k);
+  const rt::CollectiveCall call =
+      rt::collective_call(prog.plan(), prog.kernels().kernels[static_cast<size_t>(k)], layout_dims, arena, params->base());
+  GDL_RETURN_IF_ERROR(warm_up_collective(call));  // done in Session::create for every size a bucket makes
+  if (!capture_stream)
+    GDL_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "creating the capture stream");
+  GDL_CUDA_TRY(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal), "capturing the NCCL call of " + name);
+  Status called = enqueue_collective_call(call, capture_stream);
+  cudaGraph_t captured = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(capture_stream, &captured);
+  if (!called.ok() && captured) (void)cudaGraphDestroy(captured);
+  GDL_RETURN_IF_ERROR(called);
+  GDL_CUDA_TRY(ended, "capturing the NCCL call of " + name);
+  cudaGraphNode_t node = nullptr;
+  const cudaError_t added = cudaGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(), captured);
+  (void)cudaGraphDestroy(captured);  // the node holds a copy
+  GDL_CUDA_TRY(added, "adding the NCCL node of " + name);
+  return node;
+}
+
+Status Session::Impl::warm_up_collective(const rt::CollectiveCall& shape) {
+  if (!collectives_warmed.insert({static_cast<int>(shape.op), static_cast<int>(shape.dtype), static_cast<int>(shape.reduce),
+                                  shape.count})
+           .second)
+    return Status::Ok();
+  const size_t bytes = shape.send_bytes + shape.receive_bytes;
+  if (bytes > collective_warmup_bytes) {
+    GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting before the collectives' scratch grows");
+    if (collective_warmup) GDL_CUDA_TRY(rt::device_free(collective_warmup), "freeing the collectives' scratch");
+    collective_warmup = nullptr;
+    collective_warmup_bytes = 0;
+    GDL_CUDA_TRY(rt::device_malloc(&collective_warmup, bytes), "allocating the collectives' scratch");
+    collective_warmup_bytes = bytes;
+  }
+  rt::CollectiveCall first = shape;
+  first.send = collective_warmup;
+  first.receive = static_cast<unsigned char*>(collective_warmup) + shape.send_bytes;
+  return enqueue_collective_call(first, stream);
+}
+
 Status Session::Impl::launch_step_eager(int k, const rt::StepLaunch& launch, void** args,
                                         const std::vector<int64_t>& layout_dims, cudaStream_t s) {
   NvtxRange range(nvtx_steps.at(static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(k)].first_step)));
+  if (prog.kernels().kernels[static_cast<size_t>(k)].is_collective()) return enqueue_collective_step(k, layout_dims, s);
   const LibraryMatmul& l = prog.kernels().kernels[static_cast<size_t>(k)].library;
   if (l.active) {  // the norm kernel (if any), then cuBLASLt's product, then the kernel
     if (l.prologue_kernel >= 0) {
@@ -521,6 +584,7 @@ std::string Session::Impl::kernel_name(int kernel) const {
   const std::string steps = k.first_step == k.last_step
                                 ? "step " + std::to_string(k.first_step)
                                 : "steps " + std::to_string(k.first_step) + "-" + std::to_string(k.last_step);
+  if (k.is_collective()) return steps + " (NCCL " + ir::op_name(prog.graph().node(k.collective).op) + ")";
   return steps + " (kernel '" + k.symbol + "')";
 }
 
@@ -574,8 +638,10 @@ Status Session::Impl::sync_nodes(GraphInstance& g, const std::vector<int64_t>& l
   for (size_t step = 0; step < step_dims.size(); ++step)
     if ((step_dims[step] & changed_dims) || (step_scalars[step] & changed_scalars) || (step_inputs[step] & changed_inputs))
       node_changed[static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(g.step_kernel[step])].first_step)] = true;
+  // A collective's node never changes: its dims are bucket-served and its inputs read in the arena.
   for (size_t step = 0; step < node_changed.size(); ++step)
-    if (node_changed[step]) GDL_RETURN_IF_ERROR(update_node(g, step, layout_dims));
+    if (node_changed[step] && !prog.kernels().kernels[static_cast<size_t>(g.step_kernel[step])].is_collective())
+      GDL_RETURN_IF_ERROR(update_node(g, step, layout_dims));
   g.applied_layout = layout_dims;
   std::copy(std::begin(scalar_bits), std::end(scalar_bits), g.applied_scalars.begin());
   g.applied_inputs = input_pointers;
@@ -741,9 +807,11 @@ Expected<std::vector<NodeTime>> Session::Impl::profile_nodes(int repeats) {
   }
   after_run(layout_dims, false);
   std::vector<NodeTime> out;
-  for (size_t i = 0; i < n; ++i)
-    out.push_back({prog.kernels().kernels[static_cast<size_t>(kernels[i])].symbol, median(submit[i]), median(device[i]),
-                   prog.plan().steps[i].deps});
+  for (size_t i = 0; i < n; ++i) {
+    const Kernel& k = prog.kernels().kernels[static_cast<size_t>(kernels[i])];
+    const std::string what = k.is_collective() ? std::string("nccl ") + ir::op_name(prog.graph().node(k.collective).op) : k.symbol;
+    out.push_back({what, median(submit[i]), median(device[i]), prog.plan().steps[i].deps});
+  }
   return out;
 }
 
@@ -765,7 +833,8 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   std::vector<std::pair<cudaGraphNode_t, rt::StepLaunch>> launches;  // per node: a multi-step kernel's steps share one
   for (size_t i = 0; i < costs.nodes; ++i) {
     const int k = g.step_kernel[i];
-    if (static_cast<size_t>(prog.kernels().kernels[static_cast<size_t>(k)].first_step) < i) continue;
+    const Kernel& kernel = prog.kernels().kernels[static_cast<size_t>(k)];
+    if (static_cast<size_t>(kernel.first_step) < i || kernel.is_collective()) continue;  // no kernel node of its own
     Expected<rt::StepLaunch> launch = library.launch(prog.kernels(), k, g.applied_layout);
     if (!launch) return launch.status();
     launches.emplace_back(g.nodes[i], *launch);
