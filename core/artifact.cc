@@ -640,12 +640,17 @@ std::string verify_collective_call(const plan::Plan& p, const Kernel& k) {
   const ir::Node& n = g.node(k.collective);
   if (n.op != ir::Op::kAllReduce && n.op != ir::Op::kAllGather && n.op != ir::Op::kReduceScatter)
     return "names a value that is no collective";
-  if (k.first_step != k.last_step || p.steps[static_cast<size_t>(k.first_step)].result != k.collective ||
+  if (k.first_step < 0 || k.first_step != k.last_step || static_cast<size_t>(k.first_step) >= p.steps.size() ||
+      p.steps[static_cast<size_t>(k.first_step)].result != k.collective ||
       p.steps[static_cast<size_t>(k.first_step)].values.size() != 1)
     return "is not the whole of its step";
+  const LaunchRule none;
   if (!k.symbol.empty() || k.cooperative || k.early_start || !k.tensor_maps.empty() || k.library.active ||
-      k.library.prologue_kernel != -1 || !applies_always(k) || !k.scalars_used.empty())
+      k.library.prologue_kernel != -1 || !applies_always(k) || !k.rows.empty() || !k.scalars_used.empty() ||
+      !(k.launch.work == none.work) || k.launch.items_per_block != none.items_per_block ||
+      k.launch.grid_y != none.grid_y || k.launch.block != none.block || k.launch.shared_bytes != none.shared_bytes)
     return "has the fields of a kernel";
+  if (n.type.dtype == DType::kBool) return "moves bool values, which NCCL has no type for";
   const auto stored = [&](ir::ValueId v, bool arena_only) {
     const plan::Region r = p.buffers[static_cast<size_t>(v)].region;
     return r == plan::Region::kArena || (!arena_only && r == plan::Region::kParams);

@@ -332,6 +332,9 @@ TEST_CASE("artifact: the process group and the collectives' calls round trip; ma
   refused([&](Artifact& b) { b.kernels.kernels[call].collective = 1 << 20; }, "names a value that does not exist");
   refused([&](Artifact& b) { b.kernels.kernels[call].symbol = "gdl_fake"; }, "has the fields of a kernel");
   refused([&](Artifact& b) { b.kernels.kernels[call].cooperative = true; }, "has the fields of a kernel");
+  refused([&](Artifact& b) { b.kernels.kernels[call].launch.grid_y = 7; }, "has the fields of a kernel");
+  refused([&](Artifact& b) { b.kernels.kernels[call].first_step = b.kernels.kernels[call].last_step = 1 << 20; },
+          "is not the whole of its step");
   refused([&](Artifact& b) { b.plan.graph.group.ranks = 0; }, "runs in a program without a process group");
   refused([&](Artifact& b) { b.plan.graph.group.ranks = 3; }, "moves parts that do not fit");  // the gather's 8 rows
   refused([&](Artifact& b) { b.kernels.kernels[call].collective = -1; }, "has no symbol");

@@ -84,6 +84,7 @@ void lay_out_collectives(ir::Graph& g) {
     Node along_front = n;
     along_front.args[0] = front;
     along_front.attrs.axis = 0;
+    along_front.name.clear();  // the name goes to the value the program sees
     along_front.type = permuted(n.type, to_front);
     const ValueId moved = g.add(std::move(along_front));
     Node restored = transpose_of(moved, g.node(moved).type, back, n.loc);

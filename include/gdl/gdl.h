@@ -136,7 +136,10 @@ class Recompiler {
 //   auto comm = gdl::Communicator::join(id, rank, 2, device);   // on every rank
 //   auto s = gdl::Session::create(prog, {.device = device, .communicator = *comm});
 // One process driving several GPUs: create_local, then one session per rank,
-// made with Session::create_ranks (or each on its own thread).
+// made with Session::create_ranks (or each on its own thread). NCCL's rules
+// hold: a communicator serves one session at a time (its calls are issued in
+// one order), and a communicator must outlive every graph exported from a
+// session that uses it.
 struct CommunicatorId {
   char bytes[128] = {};  // NCCL's ncclUniqueId
 };

@@ -175,15 +175,19 @@ CollectiveSignature collective_signature(const plan::Plan& p, const KernelTable&
     const Kernel& k = t.kernels.at(static_cast<size_t>(choices.back()));
     if (!k.is_collective()) continue;
     const ir::Node& n = g.node(k.collective);
+    const TensorType& x = g.node(n.args.at(0)).type;
     text += "; " + std::string(ir::op_name(n.op)) + " " + std::to_string(n.attrs.ints.empty() ? 0 : n.attrs.ints[0]) + " " +
-            type_to_string(g.node(n.args.at(0)).type, g.dims);
-    for (const Dim& d : g.node(n.args.at(0)).type.shape)  // a run-time dim by its bounds and buckets, not its name
-      if (d.is_runtime()) {
-        const DimInfo& info = g.dims.at(static_cast<size_t>(d.symbol));
-        text += " [" + std::to_string(info.lo) + "," + std::to_string(info.hi) + ":";
-        for (int64_t b : info.buckets) text += " " + std::to_string(b);
-        text += "]";
+            dtype_name(x.dtype);
+    for (const Dim& d : x.shape) {  // a run-time dim by its bounds and buckets, not its name
+      if (!d.is_runtime()) {
+        text += " " + std::to_string(d.extent);
+        continue;
       }
+      const DimInfo& info = g.dims.at(static_cast<size_t>(d.symbol));
+      text += " [" + std::to_string(info.lo) + "," + std::to_string(info.hi) + ":";
+      for (int64_t b : info.buckets) text += " " + std::to_string(b);
+      text += "]";
+    }
     s.calls += 1;
   }
   s.hash = fnv1a(text);
@@ -198,6 +202,9 @@ uint32_t collective_dims(const plan::Plan& p, const KernelTable& t) {
     for (const Shape* s : {&n.type.shape, &p.graph.node(n.args.at(0)).type.shape})
       for (const Dim& d : *s)
         if (d.is_runtime()) mask |= 1u << d.symbol;
+    for (ir::ValueId v : {k.collective, n.args.at(0)})  // a view behind a run-time axis moves with it
+      for (const plan::OffsetTerm& t : p.buffers.at(static_cast<size_t>(v)).terms)
+        for (int d : t.dims) mask |= 1u << d;
   }
   return mask;
 }
@@ -234,12 +241,7 @@ namespace {
 
 // The device index checked, made current for NCCL's calls.
 Status use_device(int device) {
-  int count = 0;
-  GDL_CUDA_TRY(cudaGetDeviceCount(&count), "counting CUDA devices");
-  if (count == 0) return Status::Unavailable("no usable GPU: the CUDA runtime found no device");
-  if (device < 0 || device >= count)
-    return Status::InvalidArgument("device " + std::to_string(device) + " does not exist; there are " +
-                                   std::to_string(count) + " devices");
+  GDL_RETURN_IF_ERROR(rt::check_device_index(device));
   GDL_CUDA_TRY(cudaSetDevice(device), "making device " + std::to_string(device) + " current");
   return Status::Ok();
 }

@@ -30,6 +30,18 @@ inline Status cuda_error(cudaError_t e, const std::string& what) {
   return Status::Internal(text);
 }
 
+// Whether `device` names a device of this machine: Unavailable without any,
+// InvalidArgument for an index out of range.
+inline Status check_device_index(int device) {
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) return cuda_error(e, "counting CUDA devices");
+  if (count == 0) return Status::Unavailable("no usable GPU: the CUDA runtime found no device");
+  if (device < 0 || device >= count)
+    return Status::InvalidArgument("device " + std::to_string(device) + " does not exist; there are " +
+                                   std::to_string(count) + " devices");
+  return Status::Ok();
+}
+
 // The CUDA calls that tests can make fail (gdl/testing.h fail_call): each
 // asks its fault site first and returns what the device would on refusal.
 // The allocations are noted in the ledger (testing::live_allocations) and

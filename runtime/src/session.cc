@@ -131,12 +131,7 @@ static void step_dependencies(const Program::Impl& prog, std::vector<uint32_t>& 
 }
 
 Status Session::Impl::init(bool join_group) {
-  int count = 0;
-  GDL_CUDA_TRY(cudaGetDeviceCount(&count), "counting CUDA devices");
-  if (count == 0) return Status::Unavailable("no usable GPU: the CUDA runtime found no device");
-  if (device < 0 || device >= count)
-    return Status::InvalidArgument("device " + std::to_string(device) + " does not exist; there are " +
-                                   std::to_string(count) + " devices");
+  GDL_RETURN_IF_ERROR(rt::check_device_index(device));
   GDL_RETURN_IF_ERROR(make_current());
   Expected<std::vector<DimServing>> serving = rt::resolve_dim_serving(prog, options);
   if (!serving) return serving.status();
@@ -247,7 +242,8 @@ Status Session::Impl::init(bool join_group) {
   stats.node_count = prog.plan().steps.size();
   stats.arena_bytes = prog.plan().arena_bytes;
   stats.params_bytes = prog.plan().params_bytes;
-  if (options.build_buckets_at_create) GDL_RETURN_IF_ERROR(build_every_bucket());
+  // With a group made by create_ranks, its graphs are built once every rank has made its first calls.
+  if (options.build_buckets_at_create && (join_group || !communicator)) GDL_RETURN_IF_ERROR(build_every_bucket());
   return Status::Ok();
 }
 
@@ -858,6 +854,11 @@ Expected<std::vector<std::unique_ptr<Session>>> Session::create_ranks(const Prog
         GDL_RETURN_IF_ERROR(enqueued);
         if (done != ncclSuccess) return rt::nccl_error(api, done, "ending an NCCL group");
       }
+      for (auto& impl : impls)
+        if (impl->options.build_buckets_at_create) {
+          GDL_RETURN_IF_ERROR(impl->make_current());
+          GDL_RETURN_IF_ERROR(impl->build_every_bucket());
+        }
     }
     std::vector<std::unique_ptr<Session>> sessions;
     for (auto& impl : impls) sessions.push_back(std::unique_ptr<Session>(new Session(std::move(impl))));

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -256,6 +257,11 @@ struct Session::Impl {
   // first call of that size, warm_up_collective).
   Expected<cudaGraphNode_t> add_collective_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,
                                                 const std::vector<int64_t>& layout_dims);
+  // A child graph node after `after` holding what `enqueue` puts on a
+  // stream, captured on the capture stream (a cuBLASLt or NCCL call).
+  Expected<cudaGraphNode_t> add_captured_node(cudaGraph_t graph, const std::vector<cudaGraphNode_t>& after,
+                                              const std::string& what,
+                                              const std::function<Status(cudaStream_t)>& enqueue);
   // A graph node holding kernel k's cuBLASLt call, captured once (after an
   // uncaptured call on the session stream), after `deps`.
   Expected<cudaGraphNode_t> add_library_matmul_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,

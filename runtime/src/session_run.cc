@@ -492,20 +492,27 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
   // do (the call reads whatever its operands hold: the scratch is rewritten
   // before it is read in every run).
   GDL_RETURN_IF_ERROR(library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), stream));
+  return add_captured_node(graph, after, "the cuBLASLt call of " + name, [&](cudaStream_t s) {
+    return library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), s);
+  });
+}
+
+Expected<cudaGraphNode_t> Session::Impl::add_captured_node(cudaGraph_t graph, const std::vector<cudaGraphNode_t>& after,
+                                                           const std::string& what,
+                                                           const std::function<Status(cudaStream_t)>& enqueue) {
   if (!capture_stream)
     GDL_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "creating the capture stream");
-  GDL_CUDA_TRY(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal),
-               "capturing the cuBLASLt call of " + name);
-  Status called = library_matmuls.enqueue(prog.plan(), prog.kernels(), k, layout_dims, arena, params->base(), capture_stream);
+  GDL_CUDA_TRY(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal), "capturing " + what);
+  Status called = enqueue(capture_stream);
   cudaGraph_t captured = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(capture_stream, &captured);
   if (!called.ok() && captured) (void)cudaGraphDestroy(captured);
   GDL_RETURN_IF_ERROR(called);
-  GDL_CUDA_TRY(ended, "capturing the cuBLASLt call of " + name);
+  GDL_CUDA_TRY(ended, "capturing " + what);
   cudaGraphNode_t node = nullptr;
   const cudaError_t added = cudaGraphAddChildGraphNode(&node, graph, after.data(), after.size(), captured);
   (void)cudaGraphDestroy(captured);  // the node holds a copy
-  GDL_CUDA_TRY(added, "adding the cuBLASLt node of " + name);
+  GDL_CUDA_TRY(added, "adding the node of " + what);
   return node;
 }
 
@@ -523,24 +530,11 @@ Status Session::Impl::enqueue_collective_step(int k, const std::vector<int64_t>&
 Expected<cudaGraphNode_t> Session::Impl::add_collective_node(cudaGraph_t graph, int k,
                                                              const std::vector<cudaGraphNode_t>& deps,
                                                              const std::vector<int64_t>& layout_dims) {
-  const std::string name = kernel_name(k);
   const rt::CollectiveCall call =
       rt::collective_call(prog.plan(), prog.kernels().kernels[static_cast<size_t>(k)], layout_dims, arena, params->base());
   GDL_RETURN_IF_ERROR(warm_up_collective(call));  // done in Session::create for every size a bucket makes
-  if (!capture_stream)
-    GDL_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "creating the capture stream");
-  GDL_CUDA_TRY(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal), "capturing the NCCL call of " + name);
-  Status called = enqueue_collective_call(call, capture_stream);
-  cudaGraph_t captured = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(capture_stream, &captured);
-  if (!called.ok() && captured) (void)cudaGraphDestroy(captured);
-  GDL_RETURN_IF_ERROR(called);
-  GDL_CUDA_TRY(ended, "capturing the NCCL call of " + name);
-  cudaGraphNode_t node = nullptr;
-  const cudaError_t added = cudaGraphAddChildGraphNode(&node, graph, deps.data(), deps.size(), captured);
-  (void)cudaGraphDestroy(captured);  // the node holds a copy
-  GDL_CUDA_TRY(added, "adding the NCCL node of " + name);
-  return node;
+  return add_captured_node(graph, deps, "the NCCL call of " + kernel_name(k),
+                           [&](cudaStream_t s) { return enqueue_collective_call(call, s); });
 }
 
 Status Session::Impl::warm_up_collective(const rt::CollectiveCall& shape) {
@@ -840,6 +834,7 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
     launches.emplace_back(g.nodes[i], *launch);
   }
   costs.nodes = launches.size();
+  if (costs.nodes == 0) return costs;  // every node is a collective's
   Stopwatch set_params_time;
   for (int r = 0; r < repeats; ++r)
     for (const auto& [graph_node, launch] : launches) {
