@@ -86,9 +86,11 @@
 #               GDL_BENCH_COMPILE_CACHE as for bench/sweep.sh; PyTorch's side
 #               measured once), reports in $OUT/attn-streamed and
 #               $OUT/attn-grouped; not part of `all`
-# 4e. collectives: the collective GPU tests (a group of one rank; with two
-#               GPUs or more also the multi-gpu:* cases: a tensor-parallel
-#               MLP on two GPUs, ranks whose programs differ) and memcheck
+# 4e. collectives: the collective GPU tests (a group of one rank, the
+#               tensor-parallel Llama decoder at TP=1 against llama.gdl; with
+#               two GPUs or more also the multi-gpu:* cases: a
+#               tensor-parallel MLP and the decoder at TP=2 on two GPUs,
+#               ranks whose programs differ) and memcheck
 #               over the one-rank case. NCCL comes from GDL_NCCL_LIBRARY, or
 #               the loader's path, or PyTorch's wheel (nvidia-nccl); NVLink
 #               multicast stays off (NCCL_NVLS_ENABLE=0); not part of `all`
@@ -453,7 +455,7 @@ if [[ $what == collectives ]]; then
   echo "NCCL: ${GDL_NCCL_LIBRARY:-libnccl.so.2 on the library path}" | tee "$OUT/nccl.txt"
   nvidia-smi --query-gpu=index,name --format=csv >> "$OUT/nccl.txt" 2>&1
   step collective_tests 400 "$BUILD/tests/gdl_gpu_tests" --duration=true -s \
-    "--test-case=collectives*,multi-gpu:*,semantics: a group of one rank*,semantics: wrong communicators*"
+    "--test-case=collectives*,multi-gpu:*,semantics: a group of one rank*,semantics: wrong communicators*,semantics: the tensor-parallel*"
   step memcheck_collectives 300 "$SANITIZER" --tool memcheck --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" "--test-case=collectives: a group of one rank*"
 fi

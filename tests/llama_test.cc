@@ -17,6 +17,7 @@
 #include "cpu_program.h"
 #include "gdl/llama.h"
 #include "gdl/weights.h"
+#include "llama_tp_split.h"
 #include "program_impl.h"
 
 namespace gdl {
@@ -238,14 +239,17 @@ LlamaServing tiny_serving() {
   return s;
 }
 
-ir::Graph compile_llama(const LlamaConfig& config, const LlamaServing& serving) {
-  const std::string path = std::string(GDL_SOURCE_DIR) + "/examples/llama/llama.gdl";
+// examples/llama/`file` for this config and serving, with `extra` consts (TP).
+ir::Graph compile_llama(const LlamaConfig& config, const LlamaServing& serving, const std::string& file_name = "llama.gdl",
+                        const std::map<std::string, std::string>& extra = {}) {
+  const std::string path = std::string(GDL_SOURCE_DIR) + "/examples/llama/" + file_name;
   DiagnosticSink diags;
   std::string fatal;
   std::optional<SourceFile> file = load_source(path, diags, &fatal);
   REQUIRE_MESSAGE(file.has_value(), fatal);
   PipelineOptions options;
   options.const_settings = llama_const_settings(config, serving);
+  options.const_settings.insert(extra.begin(), extra.end());
   std::optional<ir::Graph> g = compile_to_ir(*file, diags, options);
   INFO(diags.render(*file));
   REQUIRE(g.has_value());
@@ -258,47 +262,127 @@ std::vector<TensorInfo> param_infos(const ir::Graph& g) {
   return out;
 }
 
-// One sequence's part of a step.
-struct Part {
-  std::vector<int32_t> tokens;
-  int32_t start = 0;                // position of its first token
-  std::vector<int32_t> blocks;      // its block table
-};
+// The bindings of llama.gdl's graph `g` for `model`: its params from a
+// safetensors checkpoint through gdl's loader and mapping, the rope tables,
+// a cache of random garbage (every position read must have been written),
+// the generator at seed 5.
+Bindings load_tiny_model(const TinyModel& model, const ir::Graph& g, const LlamaConfig& config,
+                         const LlamaServing& serving, const std::string& name) {
+  const fs::path dir = fresh_dir(name);
+  write_safetensors(dir / "model.safetensors", model.tensors());
+  Expected<Checkpoint> checkpoint = Checkpoint::open(dir.string());
+  REQUIRE_MESSAGE(checkpoint.ok(), checkpoint.status().message());
+  LoadReport report;
+  Expected<std::map<std::string, TensorData>> params = assemble_params(*checkpoint, llama_weight_mapping(config), param_infos(g), &report);
+  REQUIRE_MESSAGE(params.ok(), params.status().message());
+  CHECK(report.params_unset == std::vector<std::string>{"rope_cos", "rope_sin"});
+  Bindings b;
+  for (const auto& [param, t] : *params) b.tensors[param] = from_data(t);
+  std::vector<float> cos, sin;
+  const int64_t positions = serving.max_context;
+  llama_rope_tables(config, positions, &cos, &sin);
+  b.tensors["rope_cos"] = tensor(DType::kF32, {positions, 8}, std::vector<double>(cos.begin(), cos.end()));
+  b.tensors["rope_sin"] = tensor(DType::kF32, {positions, 8}, std::vector<double>(sin.begin(), sin.end()));
+  std::mt19937 rng(3);
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::kState) b.tensors[n.name] = test_programs::random_tensor(rng, n.type.dtype, concrete_shape(n.type.shape, {}));
+  b.tensors["rng.state"] = tensor(DType::kI32, {4}, {5, 0, 0, 0});
+  fs::remove_all(dir);
+  return b;
+}
+
+using llama_tp::Part;
+
+// A step's inputs for the sequences' parts (greedy: temperature 0).
+void set_step_inputs(Bindings& b, const std::vector<Part>& parts) {
+  for (const llama_tp::StepInput& in : llama_tp::step_inputs(parts))
+    b.tensors[in.name] = tensor(in.is_float ? DType::kF32 : DType::kI32, in.shape, in.values);
+  b.dims = {b.tensors.at("tokens").shape[0], b.tensors.at("last").shape[0]};
+}
+
+// Rank r's bindings of llama_tp.gdl from llama.gdl's `whole`.
+Bindings rank_bindings(const Bindings& whole, int64_t r, int64_t ranks, const LlamaConfig& c) {
+  Bindings b = whole;
+  for (const llama_tp::Split& split :
+       llama_tp::rank_splits(r, ranks, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size)) {
+    HostTensor& t = b.tensors.at(split.name);
+    t.data = llama_tp::take_ranges(t.data, &t.shape, split.axis, split.ranges);
+  }
+  return b;
+}
 
 }  // namespace
+
+TEST_CASE("llama: the tensor-parallel decoder over two ranks gives the single decoder's logits and tokens") {
+  // llama_tp.gdl at TP = 2 (heads and MLP columns split, an all_reduce after
+  // attention and after the MLP) on the CPU reference, every rank on its
+  // own thread, against llama.gdl over the same weights, step by step:
+  // prompt chunks, a sequence joining, decode steps into new blocks.
+  const TinyModel model = make_tiny_model(11);
+  Expected<LlamaConfig> config = LlamaConfig::parse(kTinyConfig);
+  REQUIRE_MESSAGE(config.ok(), config.status().message());
+  const LlamaServing serving = tiny_serving();
+  const ir::Graph single = compile_llama(*config, serving);
+  const ir::Graph tp = compile_llama(*config, serving, "llama_tp.gdl", {{"TP", "2"}});
+  REQUIRE(tp.group.ranks == 2);
+  Bindings whole = load_tiny_model(model, single, *config, serving, "tp");
+  std::vector<Bindings> ranks = {rank_bindings(whole, 0, 2, *config), rank_bindings(whole, 1, 2, *config)};
+
+  std::vector<int32_t> seq_a = {11, 200, 37, 5, 99, 142, 8}, seq_b = {250, 3, 77, 120, 45};
+  const std::vector<int32_t> blocks_a = {5, 0, 9, 2, 14, 3, 6, 1}, blocks_b = {7, 12, 4, 10, 13, 8, 11, 15};
+  double worst = 0;
+  int compared = 0;
+  auto run_step = [&](const std::vector<Part>& parts) {
+    set_step_inputs(whole, parts);
+    for (Bindings& b : ranks) set_step_inputs(b, parts);
+    Expected<std::map<std::string, HostTensor>> want = interpret(single, whole);
+    REQUIRE_MESSAGE(want.ok(), want.status().message());
+    Expected<std::vector<std::map<std::string, HostTensor>>> got = interpret_ranks(tp, ranks);
+    REQUIRE_MESSAGE(got.ok(), got.status().message());
+    for (const char* state : {"k_pool", "v_pool", "rng.state"}) {
+      whole.tensors[state] = want->at(state);
+      for (size_t r = 0; r < 2; ++r) ranks[r].tensors[state] = (*got)[r].at(state);
+    }
+    for (size_t r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      worst = std::max(worst, max_relative((*got)[r].at("logits").data, want->at("logits").data));
+      CHECK((*got)[r].at("next").data == want->at("next").data);
+      CHECK((*got)[r].at("logits").data == (*got)[0].at("logits").data);  // every rank the same sums
+      compared += 1;
+    }
+    std::vector<int32_t> next;
+    for (double v : want->at("next").data) next.push_back(static_cast<int32_t>(v));
+    return next;
+  };
+  run_step({{{seq_a.begin(), seq_a.begin() + 4}, 0, blocks_a}});
+  seq_a.push_back(run_step({{{seq_a.begin() + 4, seq_a.end()}, 4, blocks_a}})[0]);
+  std::vector<int32_t> n = run_step({{{seq_a.back()}, static_cast<int32_t>(seq_a.size() - 1), blocks_a}, {seq_b, 0, blocks_b}});
+  seq_a.push_back(n[0]);
+  seq_b.push_back(n[1]);
+  for (int step = 0; step < 5; ++step) {
+    n = run_step({{{seq_a.back()}, static_cast<int32_t>(seq_a.size() - 1), blocks_a},
+                  {{seq_b.back()}, static_cast<int32_t>(seq_b.size() - 1), blocks_b}});
+    seq_a.push_back(n[0]);
+    seq_b.push_back(n[1]);
+  }
+  MESSAGE("tensor-parallel vs single decoder: largest relative difference of the logits " << worst);
+  CHECK(compared == 16);
+  CHECK(worst > 0);     // the partial sums are rounded apart: not the same arithmetic
+  CHECK(worst < 1e-5);  // f32, each partial product rounded once more
+}
 
 TEST_CASE("llama: a checkpoint loaded by mapping, run step by step on the CPU reference, equals the model in doubles") {
   const TinyModel model = make_tiny_model(7);
   const fs::path dir = fresh_dir("cpu");
-  write_safetensors(dir / "model.safetensors", model.tensors());
   std::ofstream(dir / "config.json") << kTinyConfig;
-
   Expected<LlamaConfig> config = LlamaConfig::read(dir.string());
+  fs::remove_all(dir);
   REQUIRE_MESSAGE(config.ok(), config.status().message());
   CHECK(config->num_kv_heads == 2);
   CHECK(config->eos_token_ids == std::vector<int64_t>{2});
   const LlamaServing serving = tiny_serving();
   const ir::Graph g = compile_llama(*config, serving);
-
-  Expected<Checkpoint> checkpoint = Checkpoint::open(dir.string());
-  REQUIRE_MESSAGE(checkpoint.ok(), checkpoint.status().message());
-  LoadReport report;
-  Expected<std::map<std::string, TensorData>> params = assemble_params(*checkpoint, llama_weight_mapping(*config), param_infos(g), &report);
-  REQUIRE_MESSAGE(params.ok(), params.status().message());
-  CHECK(report.params_unset == std::vector<std::string>{"rope_cos", "rope_sin"});
-
-  Bindings b;
-  for (const auto& [name, t] : *params) b.tensors[name] = from_data(t);
-  std::vector<float> cos, sin;
-  const int64_t positions = serving.max_context;
-  llama_rope_tables(*config, positions, &cos, &sin);
-  b.tensors["rope_cos"] = tensor(DType::kF32, {positions, 8}, std::vector<double>(cos.begin(), cos.end()));
-  b.tensors["rope_sin"] = tensor(DType::kF32, {positions, 8}, std::vector<double>(sin.begin(), sin.end()));
-  // The cache starts as garbage, not zeros: every position read must have been written.
-  std::mt19937 rng(3);
-  for (const ir::Node& n : g.nodes)
-    if (n.op == ir::Op::kState) b.tensors[n.name] = test_programs::random_tensor(rng, n.type.dtype, concrete_shape(n.type.shape, {}));
-  b.tensors["rng.state"] = tensor(DType::kI32, {4}, {5, 0, 0, 0});
+  Bindings b = load_tiny_model(model, g, *config, serving, "cpu");
 
   // Two sequences: A's prompt in two chunks, then decode; B joins while A
   // decodes (its whole prompt beside A's token), then both decode.
@@ -308,27 +392,8 @@ TEST_CASE("llama: a checkpoint loaded by mapping, run step by step on the CPU re
   std::vector<std::vector<double>> logits_a, logits_b;
   size_t done_a = 0, done_b = 0;
   auto run_step = [&](std::vector<Part> parts) {
-    std::vector<double> tokens, pos, seq, tables, last, temperature, top_p;
-    for (size_t s = 0; s < parts.size(); ++s) {
-      for (size_t i = 0; i < parts[s].tokens.size(); ++i) {
-        tokens.push_back(parts[s].tokens[i]);
-        pos.push_back(parts[s].start + static_cast<int32_t>(i));
-        seq.push_back(static_cast<double>(s));
-      }
-      last.push_back(static_cast<double>(tokens.size() - 1));
-      tables.insert(tables.end(), parts[s].blocks.begin(), parts[s].blocks.end());
-      temperature.push_back(0.0);
-      top_p.push_back(1.0);
-    }
-    const int64_t T = static_cast<int64_t>(tokens.size()), S = static_cast<int64_t>(parts.size());
-    b.dims = {T, S};
-    b.tensors["tokens"] = tensor(DType::kI32, {T}, tokens);
-    b.tensors["pos"] = tensor(DType::kI32, {T}, pos);
-    b.tensors["seq"] = tensor(DType::kI32, {T}, seq);
-    b.tensors["tables"] = tensor(DType::kI32, {S, 8}, tables);
-    b.tensors["last"] = tensor(DType::kI32, {S}, last);
-    b.tensors["temperature"] = tensor(DType::kF32, {S}, temperature);
-    b.tensors["top_p"] = tensor(DType::kF32, {S}, top_p);
+    const int64_t S = static_cast<int64_t>(parts.size());
+    set_step_inputs(b, parts);
     Expected<std::map<std::string, HostTensor>> out = interpret(g, b);
     REQUIRE_MESSAGE(out.ok(), out.status().message());
     for (const char* state : {"k_pool", "v_pool", "rng.state"}) b.tensors[state] = out->at(state);
@@ -394,7 +459,6 @@ TEST_CASE("llama: a checkpoint loaded by mapping, run step by step on the CPU re
     CHECK(seq_a[i] == std::max_element(ref_a[i - 1].begin(), ref_a[i - 1].end()) - ref_a[i - 1].begin());
   for (size_t i = 5; i < seq_b.size(); ++i)
     CHECK(seq_b[i] == std::max_element(ref_b[i - 1].begin(), ref_b[i - 1].end()) - ref_b[i - 1].begin());
-  fs::remove_all(dir);
 }
 
 TEST_CASE("llama: sampling follows the temperature and keeps to the nucleus of the top candidates") {
