@@ -328,8 +328,6 @@ TEST_CASE("llama: the tensor-parallel decoder over two ranks gives the single de
   Bindings whole = load_tiny_model(model, single, *config, serving, "tp");
   std::vector<Bindings> ranks = {rank_bindings(whole, 0, 2, *config), rank_bindings(whole, 1, 2, *config)};
 
-  std::vector<int32_t> seq_a = {11, 200, 37, 5, 99, 142, 8}, seq_b = {250, 3, 77, 120, 45};
-  const std::vector<int32_t> blocks_a = {5, 0, 9, 2, 14, 3, 6, 1}, blocks_b = {7, 12, 4, 10, 13, 8, 11, 15};
   double worst = 0;
   int compared = 0;
   auto run_step = [&](const std::vector<Part>& parts) {
@@ -354,17 +352,7 @@ TEST_CASE("llama: the tensor-parallel decoder over two ranks gives the single de
     for (double v : want->at("next").data) next.push_back(static_cast<int32_t>(v));
     return next;
   };
-  run_step({{{seq_a.begin(), seq_a.begin() + 4}, 0, blocks_a}});
-  seq_a.push_back(run_step({{{seq_a.begin() + 4, seq_a.end()}, 4, blocks_a}})[0]);
-  std::vector<int32_t> n = run_step({{{seq_a.back()}, static_cast<int32_t>(seq_a.size() - 1), blocks_a}, {seq_b, 0, blocks_b}});
-  seq_a.push_back(n[0]);
-  seq_b.push_back(n[1]);
-  for (int step = 0; step < 5; ++step) {
-    n = run_step({{{seq_a.back()}, static_cast<int32_t>(seq_a.size() - 1), blocks_a},
-                  {{seq_b.back()}, static_cast<int32_t>(seq_b.size() - 1), blocks_b}});
-    seq_a.push_back(n[0]);
-    seq_b.push_back(n[1]);
-  }
+  llama_tp::run_two_sequences(run_step);
   MESSAGE("tensor-parallel vs single decoder: largest relative difference of the logits " << worst);
   CHECK(compared == 16);
   CHECK(worst > 0);     // the partial sums are rounded apart: not the same arithmetic

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +92,26 @@ inline std::vector<StepInput> step_inputs(const std::vector<Part>& parts) {
   return {{"tokens", false, {T}, tokens},     {"pos", false, {T}, pos},           {"seq", false, {T}, seq},
           {"tables", false, {S, blocks}, tables}, {"last", false, {S}, last}, {"temperature", true, {S}, temperature},
           {"top_p", true, {S}, top_p}};
+}
+
+// Eight steps of two sequences through `step` (the next token of each
+// sequence in the step, in order): A's prompt in two chunks, then A's first
+// decode beside B's whole prompt, then five decode steps of both, A
+// crossing into new blocks.
+inline void run_two_sequences(const std::function<std::vector<int32_t>(const std::vector<Part>&)>& step) {
+  std::vector<int32_t> a = {11, 200, 37, 5, 99, 142, 8}, b = {250, 3, 77, 120, 45};
+  const std::vector<int32_t> blocks_a = {5, 0, 9, 2, 14, 3, 6, 1}, blocks_b = {7, 12, 4, 10, 13, 8, 11, 15};
+  step({{{a.begin(), a.begin() + 4}, 0, blocks_a}});
+  a.push_back(step({{{a.begin() + 4, a.end()}, 4, blocks_a}}).at(0));
+  std::vector<int32_t> next = step({{{a.back()}, static_cast<int32_t>(a.size() - 1), blocks_a}, {b, 0, blocks_b}});
+  a.push_back(next.at(0));
+  b.push_back(next.at(1));
+  for (int i = 0; i < 5; ++i) {
+    next = step({{{a.back()}, static_cast<int32_t>(a.size() - 1), blocks_a},
+                 {{b.back()}, static_cast<int32_t>(b.size() - 1), blocks_b}});
+    a.push_back(next.at(0));
+    b.push_back(next.at(1));
+  }
 }
 
 }  // namespace gdl::llama_tp

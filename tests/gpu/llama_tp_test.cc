@@ -108,8 +108,6 @@ void compare_with_single_decoder(int ranks) {
       GDL_REQUIRE_OK(rank_sessions[static_cast<size_t>(r)]->set_param(p.name, mine.at(p.name).bytes.data(), mine.at(p.name).bytes.size()));
   }
   // Every session's cache and generator start at zero: the same on every side.
-  std::vector<int32_t> seq_a = {11, 200, 37, 5, 99, 142, 8}, seq_b = {250, 3, 77, 120, 45};
-  const std::vector<int32_t> blocks_a = {5, 0, 9, 2, 14, 3, 6, 1}, blocks_b = {7, 12, 4, 10, 13, 8, 11, 15};
   double worst = 0;
   int tokens_compared = 0;
   auto step = [&](const std::vector<Part>& parts) {
@@ -150,17 +148,7 @@ void compare_with_single_decoder(int ranks) {
     for (double v : decode_elements(ElementType::kI32, want.at("next").bytes.data(), sequences)) out.push_back(static_cast<int32_t>(v));
     return out;
   };
-  step({{{seq_a.begin(), seq_a.begin() + 4}, 0, blocks_a}});
-  seq_a.push_back(step({{{seq_a.begin() + 4, seq_a.end()}, 4, blocks_a}})[0]);
-  std::vector<int32_t> n = step({{{seq_a.back()}, static_cast<int32_t>(seq_a.size() - 1), blocks_a}, {seq_b, 0, blocks_b}});
-  seq_a.push_back(n[0]);
-  seq_b.push_back(n[1]);
-  for (int i = 0; i < 5; ++i) {
-    n = step({{{seq_a.back()}, static_cast<int32_t>(seq_a.size() - 1), blocks_a},
-              {{seq_b.back()}, static_cast<int32_t>(seq_b.size() - 1), blocks_b}});
-    seq_a.push_back(n[0]);
-    seq_b.push_back(n[1]);
-  }
+  llama_tp::run_two_sequences(step);
   MESSAGE("llama_tp.gdl at TP=" << ranks << " vs llama.gdl: worst relative error of the logits " << worst << ", "
                                 << tokens_compared << " greedy tokens compared");
   CHECK(tokens_compared >= 8 * ranks);
