@@ -327,6 +327,30 @@ TEST_CASE("llama: the tensor-parallel decoder over two ranks gives the single de
   REQUIRE(tp.group.ranks == 2);
   Bindings whole = load_tiny_model(model, single, *config, serving, "tp");
   std::vector<Bindings> ranks = {rank_bindings(whole, 0, 2, *config), rank_bindings(whole, 1, 2, *config)};
+  {
+    // Each rank's params straight from the checkpoint by its mapping (parts
+    // of rows and of columns) are the split ones.
+    const fs::path dir = fresh_dir("tp_mapping");
+    write_safetensors(dir / "model.safetensors", model.tensors());
+    Expected<Checkpoint> checkpoint = Checkpoint::open(dir.string());
+    REQUIRE_MESSAGE(checkpoint.ok(), checkpoint.status().message());
+    for (int64_t r = 0; r < 2; ++r) {
+      const WeightMapping mapping = llama_weight_mapping(*config, r, 2);
+      REQUIRE_FALSE(mapping.rules.empty());
+      CHECK(mapping.text().find("o_proj.weight[:," + std::to_string(r * 32) + ":" + std::to_string(r * 32 + 32) + "]") !=
+            std::string::npos);
+      Expected<std::map<std::string, TensorData>> params = assemble_params(*checkpoint, mapping, param_infos(tp));
+      REQUIRE_MESSAGE(params.ok(), params.status().message());
+      for (const auto& loaded : *params) {
+        INFO("rank " << r << ", " << loaded.first);
+        const HostTensor& want = ranks[static_cast<size_t>(r)].tensors.at(loaded.first);
+        CHECK(loaded.second.shape == want.shape);
+        CHECK(from_data(loaded.second).data == want.data);
+      }
+    }
+    CHECK(llama_weight_mapping(*config, 0, 3).rules.empty());  // 4 heads over 3 ranks
+    fs::remove_all(dir);
+  }
 
   double worst = 0;
   int compared = 0;
@@ -660,6 +684,53 @@ TEST_CASE("llama: the loader refuses corrupt files and params that do not fit, n
     std::ofstream(dir / "model.safetensors.index.json") << R"({"weight_map": {"w": "../escape.safetensors"}})";
     CHECK(Checkpoint::open(dir.string()).status().code() == StatusCode::kDataLoss);
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("weights: a source's part of rows or columns fills a param, and a part that does not fit is refused") {
+  const fs::path dir = fresh_dir("parts");
+  std::vector<float> w(6 * 4);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) - 7.5f;  // [6, 4], row-major
+  write_safetensors(dir / "w.safetensors", {{"w", "F32", {6, 4}, f32_bytes(w)}});
+  Expected<Checkpoint> checkpoint = Checkpoint::open((dir / "w.safetensors").string());
+  REQUIRE_MESSAGE(checkpoint.ok(), checkpoint.status().message());
+  const auto info = [](const std::string& name, std::vector<int64_t> shape) {
+    TensorInfo t;
+    t.name = name;
+    t.dtype = ElementType::kF32;
+    size_t n = 4;
+    for (int64_t e : shape) t.shape.push_back({e, -1}), n *= static_cast<size_t>(e);
+    t.max_bytes = n;
+    return t;
+  };
+  // rows 1..2 then rows 4..5 stacked; columns 1..2 of every row.
+  Expected<WeightMapping> mapping = WeightMapping::parse("rows w[1:3] w[4:6]\ncols w[:,1:3]\n");
+  REQUIRE_MESSAGE(mapping.ok(), mapping.status().message());
+  Expected<std::map<std::string, TensorData>> params =
+      assemble_params(*checkpoint, *mapping, {info("rows", {4, 4}), info("cols", {6, 2})});
+  REQUIRE_MESSAGE(params.ok(), params.status().message());
+  std::vector<double> want_rows, want_cols;
+  for (int r : {1, 2, 4, 5})
+    for (int c = 0; c < 4; ++c) want_rows.push_back(w[static_cast<size_t>(r * 4 + c)]);
+  for (int r = 0; r < 6; ++r)
+    for (int c : {1, 2}) want_cols.push_back(w[static_cast<size_t>(r * 4 + c)]);
+  CHECK(from_data(params->at("rows")).data == want_rows);
+  CHECK(from_data(params->at("cols")).data == want_cols);
+  // Malformed parts, at parse; parts outside the tensor or of the wrong size, at load.
+  for (const char* bad : {"p w[3:1]", "p w[:,1]", "p w[1:2", "p w[a:b]", "p w[:,-1:2]"}) {
+    Expected<WeightMapping> m = WeightMapping::parse(bad);
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().message().find("a part is NAME[a:b]") != std::string::npos);
+  }
+  const auto load_error = [&](const std::string& text, const TensorInfo& param) {
+    Expected<std::map<std::string, TensorData>> p = assemble_params(*checkpoint, *WeightMapping::parse(text), {param});
+    REQUIRE_FALSE(p.ok());
+    return p.status().message();
+  };
+  CHECK(load_error("p w[4:7]", info("p", {3, 4})).find("has no part [4:7]") != std::string::npos);
+  CHECK(load_error("p w[:,2:5]", info("p", {6, 3})).find("has no part [:,2:5]") != std::string::npos);
+  CHECK(load_error("p w[:,0:3]", info("p", {6, 2})).find("(its part [6, 3]) of shape [6, 4] does not fit rows of [6, 2]") !=
+        std::string::npos);
   fs::remove_all(dir);
 }
 

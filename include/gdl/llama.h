@@ -52,6 +52,11 @@ std::map<std::string, std::string> llama_const_settings(const LlamaConfig& confi
 // gate/up into w_gate_up, layers stacked; the LM head is the embedding
 // where config.tie_word_embeddings says so, else lm_head.weight.
 WeightMapping llama_weight_mapping(const LlamaConfig& config);
+// The same for rank `rank` of `ranks` of examples/llama/llama_tp.gdl (-D
+// TP=ranks): its heads' rows of q, k and v and columns of o, its rows of
+// gate and up and columns of down; the rest whole. Empty when the heads,
+// k/v heads or MLP size are not multiples of `ranks`.
+WeightMapping llama_weight_mapping(const LlamaConfig& config, int64_t rank, int64_t ranks);
 
 // cos and sin of position p times each rotary frequency, [positions,
 // head_dim / 2] row-major, as transformers computes them (f32 frequencies,

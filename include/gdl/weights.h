@@ -80,6 +80,10 @@ class Checkpoint {
 // the fused weight the program multiplies by. Each source is a tensor
 // name, or alternatives `a|b` of which the first in the checkpoint is
 // taken (a tied LM head: `lm_head lm_head.weight|model.embed_tokens.weight`).
+// A source may take a part of its tensor: `NAME[a:b]` its rows a to b-1,
+// `NAME[:,a:b]` its columns a to b-1 (no spaces) — a rank's share of a
+// weight split for tensor parallelism (`wo[l] model.layers.{l}.self_attn.
+// o_proj.weight[:,0:2048]`).
 // In the text form rules are lines; `#` starts a comment.
 struct WeightRule {
   std::string param;

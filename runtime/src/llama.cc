@@ -172,6 +172,32 @@ WeightMapping llama_weight_mapping(const LlamaConfig& config) {
   return m ? *m : WeightMapping{};
 }
 
+WeightMapping llama_weight_mapping(const LlamaConfig& c, int64_t rank, int64_t ranks) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || c.num_heads % ranks || c.num_kv_heads % ranks ||
+      c.intermediate_size % ranks)
+    return WeightMapping{};
+  const int64_t q = c.num_heads / ranks * c.head_dim, kv = c.num_kv_heads / ranks * c.head_dim,
+                f = c.intermediate_size / ranks;
+  const auto rows = [](int64_t size, int64_t r) { return "[" + std::to_string(r * size) + ":" + std::to_string((r + 1) * size) + "]"; };
+  const auto columns = [](int64_t size, int64_t r) {
+    return "[:," + std::to_string(r * size) + ":" + std::to_string((r + 1) * size) + "]";
+  };
+  const std::string layer = "model.layers.{l}.";
+  std::string text = kLlamaMapping;
+  const auto rule = [&](const std::string& param, const std::string& sources) {
+    const size_t at = text.find(param + "[l] ");  // the whole-tensor rule, replaced by this rank's parts
+    text.replace(at, text.find('\n', at) - at, param + "[l] " + sources);
+  };
+  rule("wqkv", layer + "self_attn.q_proj.weight" + rows(q, rank) + " " + layer + "self_attn.k_proj.weight" + rows(kv, rank) +
+                   " " + layer + "self_attn.v_proj.weight" + rows(kv, rank));
+  rule("wo", layer + "self_attn.o_proj.weight" + columns(q, rank));
+  rule("w_gate_up", layer + "mlp.gate_proj.weight" + rows(f, rank) + " " + layer + "mlp.up_proj.weight" + rows(f, rank));
+  rule("w_down", layer + "mlp.down_proj.weight" + columns(f, rank));
+  const std::string head = c.tie_word_embeddings ? "lm_head model.embed_tokens.weight\n" : "lm_head lm_head.weight\n";
+  Expected<WeightMapping> m = WeightMapping::parse(text + head);
+  return m ? *m : WeightMapping{};
+}
+
 void llama_rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>* cos, std::vector<float>* sin) {
   const int64_t half = c.head_dim / 2;
   // transformers: inv_freq = 1 / theta^(2i / d) in f32, then the llama3

@@ -1,6 +1,7 @@
 // Session::load_params: checkpoint tensors into the params region, through
 // two pinned staging buffers so that reading the mapped file (page faults,
-// disk) overlaps the copies to the device.
+// disk) overlaps the copies to the device; pieces that land next to each
+// other share one copy.
 #include <chrono>
 #include <cstring>
 
@@ -59,18 +60,32 @@ Status Session::load_params(const Checkpoint& checkpoint, const WeightMapping& m
         GDL_CUDA_TRY(rt::host_malloc(&staging[i], kStagingBytes), "allocating the weights' staging buffer");
         GDL_CUDA_TRY(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "creating a staging event");
       }
+      // Pieces whose destinations follow each other share a staging buffer
+      // and one copy (a column part of a weight is one piece per row).
       int slot = 0;
+      unsigned char* filled_to = nullptr;  // the device bytes the staged ones go to: [filled_to - fill, filled_to)
+      uint64_t fill = 0;
+      auto flush = [&]() -> Status {
+        if (fill == 0) return Status::Ok();
+        GDL_CUDA_TRY(cudaMemcpyAsync(filled_to - fill, staging[slot], fill, cudaMemcpyHostToDevice, s.stream),
+                     "copying weights to the device");
+        GDL_CUDA_TRY(cudaEventRecord(done[slot], s.stream), "recording a staging event");
+        r.bytes += fill;
+        fill = 0;
+        slot ^= 1;
+        GDL_CUDA_TRY(cudaEventSynchronize(done[slot]), "waiting for a staging buffer");
+        return Status::Ok();
+      };
       for (const Copy& c : copies)
-        for (uint64_t at = 0; at < c.bytes; at += kStagingBytes) {
-          const uint64_t n = std::min(kStagingBytes, c.bytes - at);
-          GDL_CUDA_TRY(cudaEventSynchronize(done[slot]), "waiting for a staging buffer");
-          std::memcpy(staging[slot], c.src + at, n);
-          GDL_CUDA_TRY(cudaMemcpyAsync(c.dst + at, staging[slot], n, cudaMemcpyHostToDevice, s.stream),
-                       "copying weights to the device");
-          GDL_CUDA_TRY(cudaEventRecord(done[slot], s.stream), "recording a staging event");
-          r.bytes += n;
-          slot ^= 1;
+        for (uint64_t at = 0; at < c.bytes;) {
+          if (fill > 0 && (c.dst + at != filled_to || fill == kStagingBytes)) GDL_RETURN_IF_ERROR(flush());
+          const uint64_t n = std::min(kStagingBytes - fill, c.bytes - at);
+          std::memcpy(static_cast<unsigned char*>(staging[slot]) + fill, c.src + at, n);
+          fill += n;
+          at += n;
+          filled_to = c.dst + at;
         }
+      GDL_RETURN_IF_ERROR(flush());
       GDL_CUDA_TRY(cudaStreamSynchronize(s.stream), "copying weights to the device");
       return Status::Ok();
     }();

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -31,6 +32,42 @@ std::vector<std::string> split(const std::string& s, char sep) {
   for (size_t bar; (bar = s.find(sep, start)) != std::string::npos; start = bar + 1) parts.push_back(s.substr(start, bar - start));
   parts.push_back(s.substr(start));
   return parts;
+}
+
+// A source's part: `NAME[a:b]` (rows a..b-1 of axis 0) or `NAME[:,a:b]`
+// (a..b-1 of axis 1), or the whole tensor.
+struct SourcePart {
+  std::string name;
+  int axis = -1;  // -1: the whole tensor
+  int64_t begin = 0, end = 0;
+};
+
+// The source split into its name and part; nullopt for a malformed subscript.
+std::optional<SourcePart> parse_source(const std::string& source) {
+  SourcePart part;
+  const size_t open = source.find('[');
+  if (open == std::string::npos) {
+    part.name = source;
+    return part;
+  }
+  if (source.back() != ']' || open == 0) return std::nullopt;
+  part.name = source.substr(0, open);
+  std::string range = source.substr(open + 1, source.size() - open - 2);
+  part.axis = 0;
+  if (range.rfind(":,", 0) == 0) {
+    part.axis = 1;
+    range = range.substr(2);
+  }
+  const size_t colon = range.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == range.size()) return std::nullopt;
+  const std::string a = range.substr(0, colon), b = range.substr(colon + 1);
+  if (a.find_first_not_of("0123456789") != std::string::npos || b.find_first_not_of("0123456789") != std::string::npos ||
+      a.size() > 15 || b.size() > 15)
+    return std::nullopt;
+  part.begin = std::stoll(a);
+  part.end = std::stoll(b);
+  if (part.end <= part.begin) return std::nullopt;
+  return part;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -66,6 +103,8 @@ Expected<WeightMapping> WeightMapping::parse(const std::string& text) {
       std::vector<std::string> alternatives = split(source, '|');
       for (const std::string& a : alternatives) {
         if (a.empty()) return bad("an empty tensor name in '" + source + "'");
+        if (!parse_source(a))
+          return bad("'" + a + "': a part is NAME[a:b] (rows a to b-1) or NAME[:,a:b] (columns), with a < b");
         if (!rule.per_layer && a.find("{l}") != std::string::npos)
           return bad("'" + a + "' names the layer {l}, but the rule is not per layer (write " + rule.param + "[l])");
       }
@@ -122,30 +161,53 @@ Expected<std::vector<WeightPiece>> weight_pieces(const Checkpoint& checkpoint, c
     int64_t rows = 0;  // filled along the slice's first axis so far
     for (const std::vector<std::string>& alternatives : rule.sources) {
       const CheckpointTensor* t = nullptr;
+      SourcePart part;
       std::string tried;
       for (const std::string& a : alternatives) {
-        const std::string name = rule.per_layer ? replace_layer(a, l) : a;
-        tried += (tried.empty() ? "" : " or ") + ("'" + name + "'");
-        if ((t = checkpoint.find(name))) break;
+        part = *parse_source(a);  // WeightMapping::parse checked it
+        part.name = rule.per_layer ? replace_layer(part.name, l) : part.name;
+        tried += (tried.empty() ? "" : " or ") + ("'" + part.name + "'");
+        if ((t = checkpoint.find(part.name))) break;
       }
       if (!t) return Status::NotFound("param '" + param.name + "': the checkpoint has no tensor " + tried);
       ElementType dt;
       if (!t->element_type(&dt) || dt != param.dtype)
         return bad("tensor '" + t->name + "' is " + t->dtype + ", the param is " + element_type_name(param.dtype) +
                    " (convert the checkpoint, or declare the param " + (t->element_type(&dt) ? element_type_name(dt) : "in a supported dtype") + ")");
-      // The source fills whole rows of the slice: same trailing extents
-      // (a rank-1 slice takes any length), stacked along the first.
-      const bool rows_fit = slice.empty() ? t->element_count() == 1
-                                          : (t->shape.size() == slice.size() &&
-                                             std::equal(slice.begin() + 1, slice.end(), t->shape.begin() + 1));
-      if (!rows_fit)
-        return bad("tensor '" + t->name + "' of shape " + shape_text(t->shape) + " does not fit rows of " +
-                   shape_text(slice));
-      const int64_t t_rows = slice.empty() ? 1 : t->shape[0];
+      // The part taken: the whole tensor, or a range of its axis 0 or 1.
+      std::vector<int64_t> taken = t->shape;
+      if (part.axis >= 0) {
+        if (static_cast<size_t>(part.axis) >= taken.size() || part.end > taken[static_cast<size_t>(part.axis)])
+          return bad("tensor '" + t->name + "' of shape " + shape_text(t->shape) + " has no part [" +
+                     (part.axis == 1 ? ":," : "") + std::to_string(part.begin) + ":" + std::to_string(part.end) + "]");
+        taken[static_cast<size_t>(part.axis)] = part.end - part.begin;
+      }
+      const std::string what = "tensor '" + t->name + "'" + (part.axis >= 0 ? " (its part " + shape_text(taken) + ")" : "");
+      // It fills whole rows of the slice: same trailing extents (a rank-1
+      // slice takes any length), stacked along the first.
+      int64_t taken_elems = 1;
+      for (int64_t e : taken) taken_elems *= e;
+      const bool rows_fit = slice.empty() ? taken_elems == 1
+                                          : (taken.size() == slice.size() &&
+                                             std::equal(slice.begin() + 1, slice.end(), taken.begin() + 1));
+      if (!rows_fit) return bad(what + " of shape " + shape_text(t->shape) + " does not fit rows of " + shape_text(slice));
+      const int64_t t_rows = slice.empty() ? 1 : taken[0];
       if (rows + t_rows > (slice.empty() ? 1 : slice[0]))
         return bad("its sources hold more rows than the param's " + std::to_string(slice.empty() ? 1 : slice[0]) +
-                   " (at tensor '" + t->name + "')");
-      pieces.push_back({t->data, static_cast<uint64_t>(l * slice_elems + rows * row_elems) * elem, t->bytes});
+                   " (at " + what + ")");
+      const uint64_t dst = static_cast<uint64_t>(l * slice_elems + rows * row_elems) * elem;
+      if (part.axis < 0) {
+        pieces.push_back({t->data, dst, t->bytes});
+      } else {
+        // Per index of the axes before the part's, one contiguous run of it (a column part: one per row).
+        int64_t outer = 1, inner = 1;
+        for (int a = 0; a < part.axis; ++a) outer *= t->shape[static_cast<size_t>(a)];
+        for (size_t a = static_cast<size_t>(part.axis) + 1; a < t->shape.size(); ++a) inner *= t->shape[a];
+        const uint64_t run = static_cast<uint64_t>((part.end - part.begin) * inner) * elem;
+        for (int64_t o = 0; o < outer; ++o)
+          pieces.push_back({t->data + static_cast<uint64_t>((o * t->shape[static_cast<size_t>(part.axis)] + part.begin) * inner) * elem,
+                            dst + static_cast<uint64_t>(o) * run, run});
+      }
       rows += t_rows;
     }
     if (rows != (slice.empty() ? 1 : slice[0]))
