@@ -458,6 +458,13 @@ if [[ $what == collectives ]]; then
     "--test-case=collectives*,multi-gpu:*,semantics: a group of one rank*,semantics: wrong communicators*,semantics: the tensor-parallel*"
   step memcheck_collectives 300 "$SANITIZER" --tool memcheck --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" "--test-case=collectives: a group of one rank*"
+  if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then  # gdlrun: every rank on its GPU, checked against the reference
+    printf '%s\n' 'program tp;' 'group world ranks(2);' 'dim B in [1, 16];' 'input x : bf16[B, 256];' \
+      'param w_up : bf16[256, 512];' 'param w_down : bf16[512, 256];' 'output y : bf16[B, 256];' \
+      'output g : bf16[B, 1024];' 'let u = silu(x @ w_up);' 'y = all_reduce(u @ w_down);' 'g = all_gather(u, axis = 1);' \
+      > "$OUT/tp.gdl"
+    step gdlrun_two_ranks 200 "$BUILD/gdlrun" "$OUT/tp.gdl" --gpu --check --dim B=5 --print 0
+  fi
 fi
 
 echo

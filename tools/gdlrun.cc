@@ -16,7 +16,8 @@
 // re-instantiations, fallbacks, arena). Both need the GPU.
 //
 // A program over a process group of several ranks (`group NAME ranks(N);`)
-// runs every rank on the CPU reference at once, rank r drawing the inputs
+// runs every rank at once, rank r on GPU r of this machine (or, with --cpu
+// or without enough GPUs, on the CPU reference), rank r drawing the inputs
 // not given from seed + r (given files and fills go to every rank), and
 // prints each rank's outputs (--out writes NAME.rankR.bin).
 //
@@ -104,9 +105,28 @@ double relative_error(const gdl::HostTensor& got, const gdl::HostTensor& want) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-// A program over a process group of several ranks, on the CPU reference:
-// every rank at once (gdl::interpret_ranks), rank r drawing the inputs not
-// given from seed + r; its outputs printed, and written as NAME.rankR.bin.
+// --check: each output of the GPU run against the CPU reference's, printed
+// ("check NAME: ..." after `who`); false when one is outside its tolerance.
+bool check_outputs(const std::map<std::string, gdl::HostTensor>& gpu, const std::map<std::string, gdl::HostTensor>& cpu,
+                   const std::string& who) {
+  bool ok = true;
+  for (const auto& [name, ref] : cpu) {
+    if (!gpu.count(name)) continue;  // a state's final value: the CPU reference returns it, the GPU run reads outputs
+    const double err = relative_error(gpu.at(name), ref);
+    double tol = ref.dtype == gdl::DType::kF32 ? 1e-4 : ref.dtype == gdl::DType::kBF16 ? 2e-2 : 5e-3;
+    if (!gdl::is_float(ref.dtype)) tol = 0;
+    std::printf("%scheck %s: relative error GPU vs CPU %.3g (tolerance %.1g) %s\n", who.c_str(), name.c_str(), err, tol,
+                err <= tol ? "ok" : "MISMATCH");
+    ok &= err <= tol;
+  }
+  return ok;
+}
+
+// A program over a process group of several ranks: every rank at once, on
+// the GPUs of this machine (rank r on device r) or on the CPU reference
+// (gdl::interpret_ranks), rank r drawing the inputs not given from seed +
+// r; --check compares each rank's GPU outputs with the reference; its
+// outputs printed, and written as NAME.rankR.bin.
 int run_ranks(const Args& args, const gdl::ir::Graph& graph, const std::string& dims_text) {
   std::vector<gdl::Bindings> per_rank;
   for (int64_t r = 0; r < graph.group.ranks; ++r) {
@@ -119,13 +139,36 @@ int run_ranks(const Args& args, const gdl::ir::Graph& graph, const std::string& 
     }
     per_rank.push_back(std::move(b).value());
   }
-  gdl::Expected<std::vector<std::map<std::string, gdl::HostTensor>>> ranks = gdl::interpret_ranks(graph, per_rank);
-  if (!ranks.ok()) {
-    std::fprintf(stderr, "gdlrun: error: %s\n", ranks.status().message().c_str());
-    return kExitBadInput;
+  // On GPUs (rank r on device r) unless --cpu; the CPU reference where that fails without --gpu, or for --check.
+  std::optional<std::vector<std::map<std::string, gdl::HostTensor>>> on_gpu;
+  if (args.device != Args::Device::kCpu) {
+    std::string why_not;
+    on_gpu = gdl::tools::run_ranks_on_gpu(args.program, per_rank, &why_not, args.gpu);
+    if (!on_gpu) {
+      if (args.device == Args::Device::kGpu) {
+        std::fprintf(stderr, "gdlrun: error: --gpu: %s\n", why_not.c_str());
+        return kExitUsage;
+      }
+      std::fprintf(stderr, "gdlrun: no GPU run (%s); running every rank on the CPU reference interpreter\n",
+                   why_not.c_str());
+    }
   }
-  std::printf("program %s on the CPU reference, %lld ranks of group %s,%s seeds %llu..%llu\n", graph.program_name.c_str(),
-              static_cast<long long>(graph.group.ranks), graph.group.name.c_str(),
+  gdl::Expected<std::vector<std::map<std::string, gdl::HostTensor>>> ranks = std::vector<std::map<std::string, gdl::HostTensor>>{};
+  if (!on_gpu || args.check) {
+    ranks = gdl::interpret_ranks(graph, per_rank);
+    if (!ranks.ok()) {
+      std::fprintf(stderr, "gdlrun: error: %s\n", ranks.status().message().c_str());
+      return kExitBadInput;
+    }
+  }
+  int status = kExitOk;
+  if (on_gpu && args.check)
+    for (size_t r = 0; r < ranks->size(); ++r)
+      if (!check_outputs((*on_gpu)[r], (*ranks)[r], "rank " + std::to_string(r) + " ")) status = kExitMismatch;
+  if (on_gpu) ranks = std::move(*on_gpu);
+  const std::string where = on_gpu ? "GPUs 0-" + std::to_string(graph.group.ranks - 1) : "the CPU reference";
+  std::printf("program %s on %s, %lld ranks of group %s,%s seeds %llu..%llu\n", graph.program_name.c_str(),
+              where.c_str(), static_cast<long long>(graph.group.ranks), graph.group.name.c_str(),
               dims_text.empty() ? " no run-time dims," : dims_text.c_str(), static_cast<unsigned long long>(args.seed),
               static_cast<unsigned long long>(args.seed + static_cast<uint64_t>(graph.group.ranks) - 1));
   for (size_t r = 0; r < ranks->size(); ++r) {
@@ -140,8 +183,8 @@ int run_ranks(const Args& args, const gdl::ir::Graph& graph, const std::string& 
       }
     }
   }
-  if (args.gpu.explain || args.gpu.stats) std::fprintf(stderr, "gdlrun: --explain and --stats need the GPU run\n");
-  return kExitOk;
+  if (args.gpu.explain || args.gpu.stats) std::fprintf(stderr, "gdlrun: --explain and --stats take programs of one rank\n");
+  return status;
 }
 
 int run(const Args& args) {
@@ -165,14 +208,6 @@ int run(const Args& args) {
   std::map<std::string, gdl::HostTensor> outputs;
   std::optional<std::map<std::string, gdl::HostTensor>> gpu_outputs;
   std::string gpu_report;  // --explain, --stats
-  if (graph->group.ranks > 1 && args.device == Args::Device::kGpu) {  // one session per rank, each on its GPU
-    std::fprintf(stderr,
-                 "gdlrun: error: --gpu: program %s runs over a group of %lld ranks; gdlrun runs every rank on the CPU "
-                 "reference only (--cpu). On GPUs each rank's session needs its communicator: gdl::Communicator::join "
-                 "in each rank's process, or Communicator::create_local and Session::create_ranks in one process\n",
-                 graph->program_name.c_str(), static_cast<long long>(graph->group.ranks));
-    return kExitUsage;
-  }
   if (args.device != Args::Device::kCpu && graph->group.ranks <= 1) {
     std::string why_not;
     gpu_outputs = gdl::tools::run_on_gpu(args.program, *bindings, &why_not, args.gpu, &gpu_report);
@@ -184,7 +219,7 @@ int run(const Args& args) {
       std::fprintf(stderr, "gdlrun: no GPU run (%s); running on the CPU reference interpreter\n", why_not.c_str());
     }
   }
-  if (!gpu_outputs && graph->group.ranks > 1) return run_ranks(args, *graph, dims_text);
+  if (graph->group.ranks > 1) return run_ranks(args, *graph, dims_text);
   if (!gpu_outputs || args.check) {
     gdl::Expected<std::map<std::string, gdl::HostTensor>> cpu = gdl::interpret(*graph, *bindings);
     if (!cpu.ok()) {
@@ -194,16 +229,7 @@ int run(const Args& args) {
     outputs = std::move(cpu).value();
   }
   int status = kExitOk;
-  if (gpu_outputs && args.check) {
-    for (const auto& [name, ref] : outputs) {
-      double err = relative_error(gpu_outputs->at(name), ref);
-      double tol = ref.dtype == gdl::DType::kF32 ? 1e-4 : ref.dtype == gdl::DType::kBF16 ? 2e-2 : 5e-3;
-      if (!gdl::is_float(ref.dtype)) tol = 0;
-      std::printf("check %s: relative error GPU vs CPU %.3g (tolerance %.1g) %s\n", name.c_str(), err, tol,
-                  err <= tol ? "ok" : "MISMATCH");
-      if (!(err <= tol)) status = kExitMismatch;
-    }
-  }
+  if (gpu_outputs && args.check && !check_outputs(*gpu_outputs, outputs, "")) status = kExitMismatch;
   if (gpu_outputs) outputs = std::move(*gpu_outputs);
   std::printf("program %s on %s,%s seed %llu\n", graph->program_name.c_str(), gpu_outputs ? "GPU" : "CPU reference",
               dims_text.empty() ? " no run-time dims," : dims_text.c_str(), static_cast<unsigned long long>(args.seed));
