@@ -7,7 +7,8 @@
 # weights (examples/llama/llama_generate --check: its prefill logits
 # against PyTorch's; --bench: decode at B = 1, 8, 32, 64 over contexts 512
 # and 4096, prefill of 128 and 2048 tokens), then one table
-# (bench/llama_report.py) with the floor of every row.
+# (bench/llama_report.py) with the floor of every row. GDL_LLAMA_TP=2 also
+# times the tensor-parallel decoder over two GPUs (its own JSON and log).
 set -uo pipefail
 OUT=${1:-llama-bench-out}
 config=${2:-1b}
@@ -22,4 +23,12 @@ echo "torch rc=$?"
   --bench "decode:1,8,32,64@512,4096;prefill:128,2048" --json "$OUT/gdl_$config.json" \
   >"$OUT/gdl_$config.log" 2>&1
 echo "gdl rc=$?"
+# GDL_LLAMA_TP=N: the same rows for examples/llama/llama_tp.gdl over GPUs 0..N-1 (one process), beside TP=1 above.
+# (PyTorch's own tensor-parallel decode is not measured here yet.)
+if [ "${GDL_LLAMA_TP:-1}" -gt 1 ]; then
+  NCCL_NVLS_ENABLE=0 "$BIN" --model "$models/$config" --tp "$GDL_LLAMA_TP" --check "$models/$config" --max-tokens 2048 \
+    --max-seqs 64 --max-context 4096 --bench "decode:1,8,32,64@512,4096;prefill:128,2048" \
+    --json "$OUT/gdl_tp${GDL_LLAMA_TP}_$config.json" >"$OUT/gdl_tp${GDL_LLAMA_TP}_$config.log" 2>&1
+  echo "gdl tp=$GDL_LLAMA_TP rc=$?"
+fi
 python3 bench/llama_report.py "$OUT" "$config" | tee "$OUT/table_$config.md"

@@ -17,7 +17,8 @@
 #               stacks of a stalled process in $OUT/fuzz_N.stacks; not part
 #               of `all`
 # 1d. llama:    the Llama decoder against Hugging Face transformers (see the
-#               llama block below); not part of `all`
+#               llama block below; with two GPUs also the tensor-parallel
+#               decoder over both); not part of `all`
 # 1c. soak:     tests/gpu/soak_test.cc at length (10^6 replays, 8 threads
 #               for 60 s, 10^4 sessions) and tests/gpu/faults_test.cc; not
 #               part of `all`
@@ -157,6 +158,14 @@ if [[ $what == llama ]]; then
   step llama_generate 200 "$BUILD/examples/llama_generate" --model "$models/bf16/model" --max-new 24 --max-seqs 4 \
     --max-context 128 --max-tokens 64 --arrive-every 3 --solo-check --prompt "1 2 3 4 5" --prompt "17 300 42 9 11 800 3" \
     --prompt "5 6 7" --prompt "900 901 902 903 904 905 906 907 908 909 910 911"
+  if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then  # the tensor-parallel decoder (llama_tp.gdl) over two GPUs
+    export NCCL_NVLS_ENABLE=0
+    step llama_tp_test 400 env GDL_LLAMA_REFERENCE="$models/f32,$models/bf16" "$BUILD/tests/gdl_gpu_tests" -s \
+      '-tc=multi-gpu: the tensor-parallel decoder over two GPUs*'
+    step llama_generate_tp2 200 "$BUILD/examples/llama_generate" --model "$models/bf16/model" --tp 2 --max-new 24 \
+      --max-seqs 4 --max-context 128 --max-tokens 64 --arrive-every 3 --solo-check --prompt "1 2 3 4 5" \
+      --prompt "17 300 42 9 11 800 3"
+  fi
 fi
 
 if [[ $what == fuzz ]]; then

@@ -51,21 +51,63 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Program& program, const L
       tables->shape[1].extent != e->max_blocks_)
     return Status::InvalidArgument("program " + program.name() + " was compiled for another KV cache (k_pool " +
                                    pool->type_text + ", tables " + tables->type_text + ") than these serving sizes");
-  Expected<std::unique_ptr<Session>> session = Session::create(program, options);
-  if (!session) return session.status();
-  e->session_ = std::move(*session);
+  const int ranks = std::max(1, program.group_ranks());
+  if (ranks == 1) {
+    Expected<std::unique_ptr<Session>> session = Session::create(program, options);
+    if (!session) return session.status();
+    e->sessions_.push_back(std::move(*session));
+  } else {  // one process driving every rank's GPU
+    std::vector<int> devices;
+    for (int r = 0; r < ranks; ++r) devices.push_back(options.device + r);
+    Expected<std::vector<std::shared_ptr<Communicator>>> comms = Communicator::create_local(devices);
+    if (!comms) return comms.status();
+    std::vector<SessionOptions> per_rank(static_cast<size_t>(ranks), options);
+    for (int r = 0; r < ranks; ++r) {
+      per_rank[static_cast<size_t>(r)].device = devices[static_cast<size_t>(r)];
+      per_rank[static_cast<size_t>(r)].communicator = (*comms)[static_cast<size_t>(r)];
+      per_rank[static_cast<size_t>(r)].record_device_time = options.record_device_time && r == 0;
+    }
+    Expected<std::vector<std::unique_ptr<Session>>> sessions = Session::create_ranks(program, per_rank);
+    if (!sessions) return sessions.status();
+    e->sessions_ = std::move(*sessions);
+  }
   const auto start = Clock::now();
-  ENGINE_TRY(e->session_->load_params(checkpoint, llama_weight_mapping(config), &e->load_report_));
   std::vector<float> cos, sin;
   const int64_t positions = e->max_blocks_ * serving.block_size;
   llama_rope_tables(config, positions, &cos, &sin);
-  for (auto [name, table] : {std::pair{"rope_cos", &cos}, std::pair{"rope_sin", &sin}}) {
-    const std::vector<double> values(table->begin(), table->end());
-    const std::vector<uint8_t> bytes = encode_elements(e->dtype_, values);
-    ENGINE_TRY(e->session_->set_param(name, bytes.data(), bytes.size()));
+  for (int r = 0; r < ranks; ++r) {
+    Session& s = *e->sessions_[static_cast<size_t>(r)];
+    // llama_tp.gdl's rank r takes its rows and columns; llama.gdl the whole tensors.
+    const WeightMapping mapping = program.group_ranks() > 0 ? llama_weight_mapping(config, r, ranks) : llama_weight_mapping(config);
+    if (mapping.rules.empty())
+      return Status::InvalidArgument("the model's heads, k/v heads or MLP size are not multiples of the " +
+                                     std::to_string(ranks) + " ranks of program " + program.name());
+    LoadReport report;
+    ENGINE_TRY(s.load_params(checkpoint, mapping, &report));
+    e->load_report_.bytes += report.bytes;
+    if (r == 0) {
+      e->load_report_.params_loaded = report.params_loaded;
+      e->load_report_.params_unset = report.params_unset;
+    }
+    for (auto [name, table] : {std::pair{"rope_cos", &cos}, std::pair{"rope_sin", &sin}}) {
+      const std::vector<double> values(table->begin(), table->end());
+      const std::vector<uint8_t> bytes = encode_elements(e->dtype_, values);
+      ENGINE_TRY(s.set_param(name, bytes.data(), bytes.size()));
+    }
   }
   e->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+  e->load_report_.seconds = e->load_seconds_;
   return e;
+}
+
+Status Engine::bind(const char* name, const void* data, size_t bytes, ElementType type, const std::vector<int64_t>& shape) {
+  for (auto& s : sessions_) ENGINE_TRY(s->bind(name, data, bytes, type, shape));
+  return Status::Ok();
+}
+
+Status Engine::run() {
+  for (auto& s : sessions_) ENGINE_TRY(s->run());  // every rank's graph launched before any is read
+  return Status::Ok();
 }
 
 Expected<std::vector<Result>> Engine::generate(const std::vector<Request>& requests, uint64_t seed) {
@@ -88,7 +130,7 @@ Expected<std::vector<Result>> Engine::generate(const std::vector<Request>& reque
           return Status::InvalidArgument("request " + std::to_string(i) + ": token " + std::to_string(t) +
                                          " outside the vocabulary");
   }
-  ENGINE_TRY(session_->seed_rng(seed));
+  for (auto& s : sessions_) ENGINE_TRY(s->seed_rng(seed));  // every rank draws the same numbers
   std::vector<Result> results(requests.size());
   std::deque<size_t> waiting;
   for (size_t i = 0; i < requests.size(); ++i) waiting.push_back(i);
@@ -156,9 +198,6 @@ Expected<std::vector<Result>> Engine::generate(const std::vector<Request>& reque
 
     // 3. Bind, run, read the next tokens.
     const auto start = Clock::now();
-    auto bind = [&](const char* name, const void* data, size_t bytes, ElementType t, std::vector<int64_t> shape) {
-      return session_->bind(name, data, bytes, t, shape);
-    };
     ENGINE_TRY(bind("tokens", tokens.data(), T * 4, ElementType::kI32, {T}));
     ENGINE_TRY(bind("pos", pos.data(), T * 4, ElementType::kI32, {T}));
     ENGINE_TRY(bind("seq", seq.data(), T * 4, ElementType::kI32, {T}));
@@ -166,16 +205,16 @@ Expected<std::vector<Result>> Engine::generate(const std::vector<Request>& reque
     ENGINE_TRY(bind("last", last.data(), S * 4, ElementType::kI32, {S}));
     ENGINE_TRY(bind("temperature", temperature.data(), S * 4, ElementType::kF32, {S}));
     ENGINE_TRY(bind("top_p", top_p.data(), S * 4, ElementType::kF32, {S}));
-    ENGINE_TRY(session_->run());
+    ENGINE_TRY(run());
     StepTiming timing;
     timing.host_us = micros_since(start);
     next.resize(S);
-    ENGINE_TRY(session_->read("next", next.data(), S * 4));
+    ENGINE_TRY(session().read("next", next.data(), S * 4));
     bool want_logits = false;
     for (size_t s : in_step) want_logits |= requests[live[s].request].keep_logits;
     if (want_logits) {
       logit_bytes.resize(S * vocab * element_size(dtype_));
-      ENGINE_TRY(session_->read("logits", logit_bytes.data(), logit_bytes.size()));
+      ENGINE_TRY(session().read("logits", logit_bytes.data(), logit_bytes.size()));
     }
     timing.total_us = micros_since(start);
     timing.tokens = static_cast<int>(T);
@@ -239,22 +278,22 @@ Expected<Engine::Timing> Engine::time_step(int64_t batch, int64_t context, int i
     last[s] = static_cast<int32_t>(prefill ? T - 1 : s);
     for (int64_t b = 0; b < per_seq; ++b) tables[s * max_blocks_ + b] = static_cast<int32_t>(s * per_seq + b);
   }
-  ENGINE_TRY(session_->bind("seq", seq.data(), T * 4, ElementType::kI32, {T}));
-  ENGINE_TRY(session_->bind("tables", tables.data(), tables.size() * 4, ElementType::kI32, {S, max_blocks_}));
-  ENGINE_TRY(session_->bind("last", last.data(), S * 4, ElementType::kI32, {S}));
-  ENGINE_TRY(session_->bind("temperature", temperature.data(), S * 4, ElementType::kF32, {S}));
-  ENGINE_TRY(session_->bind("top_p", top_p.data(), S * 4, ElementType::kF32, {S}));
+  ENGINE_TRY(bind("seq", seq.data(), T * 4, ElementType::kI32, {T}));
+  ENGINE_TRY(bind("tables", tables.data(), tables.size() * 4, ElementType::kI32, {S, max_blocks_}));
+  ENGINE_TRY(bind("last", last.data(), S * 4, ElementType::kI32, {S}));
+  ENGINE_TRY(bind("temperature", temperature.data(), S * 4, ElementType::kF32, {S}));
+  ENGINE_TRY(bind("top_p", top_p.data(), S * 4, ElementType::kF32, {S}));
   std::vector<double> host, device;
   for (int i = 0; i < iterations + 3; ++i) {  // the first runs build the graph and warm up
     const auto start = Clock::now();
-    ENGINE_TRY(session_->bind("tokens", tokens.data(), T * 4, ElementType::kI32, {T}));
-    ENGINE_TRY(session_->bind("pos", pos.data(), T * 4, ElementType::kI32, {T}));
-    ENGINE_TRY(session_->run());
+    ENGINE_TRY(bind("tokens", tokens.data(), T * 4, ElementType::kI32, {T}));
+    ENGINE_TRY(bind("pos", pos.data(), T * 4, ElementType::kI32, {T}));
+    ENGINE_TRY(run());
     const double h = micros_since(start);
-    ENGINE_TRY(session_->synchronize());
+    for (auto& s : sessions_) ENGINE_TRY(s->synchronize());
     if (i < 3) continue;
     host.push_back(h);
-    device.push_back(session_->stats().last_device_us);
+    device.push_back(session().stats().last_device_us);  // rank 0's, which waits for every rank's all_reduces
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

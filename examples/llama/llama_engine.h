@@ -2,7 +2,11 @@
 // KV cache whose blocks it hands out, and continuous batching: sequences
 // join when they arrive and there is room, every step packs prompt chunks
 // and decode tokens into one ragged batch, and a sequence leaves when it
-// has its tokens (or EOS), its blocks freed for the next.
+// has its tokens (or EOS), its blocks freed for the next. Over
+// examples/llama/llama_tp.gdl (-D TP=N) it drives one session per rank, on
+// N GPUs of this process, each with its rank's share of the weights: every
+// step binds the same inputs on every rank and launches every rank's graph,
+// then reads rank 0's tokens (every rank computes the same).
 #pragma once
 
 #include <cstdint>
@@ -46,7 +50,8 @@ class Engine {
  public:
   // A session of `program` (examples/llama/llama.gdl compiled with
   // llama_const_settings(config, serving)) with the weights of `checkpoint`
-  // and the RoPE tables of `config`.
+  // and the RoPE tables of `config`. For llama_tp.gdl over N > 1 ranks, a
+  // session per rank on devices options.device .. options.device + N - 1.
   static Expected<std::unique_ptr<Engine>> create(const Program& program, const LlamaConfig& config,
                                                   const LlamaServing& serving, const std::string& checkpoint,
                                                   const SessionOptions& options = {});
@@ -67,13 +72,17 @@ class Engine {
   Expected<Timing> time_step(int64_t batch, int64_t context, int iterations);
 
   const std::vector<StepTiming>& steps() const { return steps_; }
-  Session& session() { return *session_; }
+  Session& session() { return *sessions_.front(); }  // rank 0's
+  size_t ranks() const { return sessions_.size(); }
   const LoadReport& load_report() const { return load_report_; }
   double load_seconds() const { return load_seconds_; }
 
  private:
   Engine() = default;
-  std::unique_ptr<Session> session_;
+  // The same inputs bound on every rank's session; every rank's run.
+  Status bind(const char* name, const void* data, size_t bytes, ElementType type, const std::vector<int64_t>& shape);
+  Status run();
+  std::vector<std::unique_ptr<Session>> sessions_;  // rank order
   LlamaConfig config_;
   LlamaServing serving_;
   int64_t max_blocks_ = 0;  // per sequence (MAXB)

@@ -4,13 +4,15 @@
 //   llama_generate --model DIR [--program llama.gdl | --artifact llama.gdlx]
 //                  (--prompt "1 2 3" ... | --prompts FILE) [--max-new N] [--temperature T] [--top-p P]
 //                  [--seed N] [--max-tokens N] [--max-seqs N] [--max-context N] [--blocks N]
-//                  [--arrive-every K] [--solo-check] [--save-artifact FILE]   (--help lists every option)
+//                  [--arrive-every K] [--solo-check] [--save-artifact FILE] [--tp N]   (--help lists every option)
 //
 // It compiles the program for the model (or loads an artifact compiled
 // for it), loads the weights, runs every prompt through the continuous
 // batching loop (llama_engine.h), and prints each sequence's tokens and the
 // timings: time to first token, per-step latency, tokens/s. --solo-check
 // runs every sequence again alone and reports whether its tokens match.
+// --tp N runs examples/llama/llama_tp.gdl over GPUs 0..N-1 instead, each
+// with its share of the weights from the one checkpoint.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -175,6 +177,7 @@ int main(int argc, char** argv) {
   int max_new = 32, arrive_every = 0;
   double temperature = 0, top_p = 1;
   uint64_t seed = 0;
+  int64_t tp = 1;
   bool solo_check = false;
   std::string bench, json_path, check_dir;
   gdl::LlamaServing serving;
@@ -199,6 +202,12 @@ int main(int argc, char** argv) {
       ->type_name("FILE.gdlx");
   app.add_option("--save-artifact", save_artifact, "write the compiled program")->type_name("FILE.gdlx");
   app.add_option("--cache-dir", cache_dir, "the NVRTC cache")->type_name("DIR");
+  app.add_option("--tp", tp,
+                 "tensor-parallel ranks: examples/llama/llama_tp.gdl over GPUs 0..N-1 of this process (default 1: "
+                 "llama.gdl on one GPU)")
+      ->check(strict_number<int64_t>("an integer from 1 to 64", 1, 64))
+      ->default_val(tp)
+      ->type_name("N");
   gdl::tools::one_word_each(
       app.add_option("--prompt", prompt_texts, "token ids of one prompt, separated by spaces or commas (repeatable)"))
       ->type_name("IDS");
@@ -267,11 +276,12 @@ int main(int argc, char** argv) {
   } else {
     if (program_path.empty()) {
       const char* root = std::getenv("GDL_SOURCE_DIR");
-      program_path = std::string(root ? root : ".") + "/examples/llama/llama.gdl";
+      program_path = std::string(root ? root : ".") + (tp > 1 ? "/examples/llama/llama_tp.gdl" : "/examples/llama/llama.gdl");
     }
     gdl::jit::CompileSettings settings;
     settings.cache_dir = cache_dir;
     settings.consts = gdl::llama_const_settings(*config, serving);
+    if (tp > 1) settings.consts["TP"] = std::to_string(tp);
     program = gdl::jit::compile(program_path, settings);
   }
   if (!program) return fail(program.status().message());
@@ -288,8 +298,9 @@ int main(int argc, char** argv) {
               (long long)config->num_layers, (long long)config->hidden_size, (long long)config->num_heads,
               (long long)config->num_kv_heads, (long long)config->vocab_size, gdl::element_type_name(config->dtype),
               (*engine)->load_report().bytes / 1e9, (*engine)->load_seconds());
-  std::printf("program: %s in %.2f s (%zu kernel nodes, arena %.1f MB)\n", artifact.empty() ? "compiled" : "loaded",
-              compile_s, program->node_count(), program->arena_bytes() / 1e6);
+  std::printf("program: %s in %.2f s (%zu kernel nodes, arena %.1f MB%s)\n", artifact.empty() ? "compiled" : "loaded",
+              compile_s, program->node_count(), program->arena_bytes() / 1e6,
+              (*engine)->ranks() > 1 ? (", on each of " + std::to_string((*engine)->ranks()) + " GPUs").c_str() : "");
 
   int status = 0;
   if (!check_dir.empty()) status |= check_logits(**engine, check_dir, config->vocab_size);

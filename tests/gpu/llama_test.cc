@@ -59,8 +59,9 @@ std::vector<int32_t> ids(const nlohmann::json& j) { return j.get<std::vector<int
 
 }  // namespace
 
-TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved with save_pretrained" *
-          doctest::skip(std::getenv("GDL_LLAMA_REFERENCE") == nullptr)) {
+// Every reference directory through the engine over examples/llama/`file`
+// (-D TP=tp when tp > 1: one session per rank on GPUs 0..tp-1).
+static void check_against_transformers(const std::string& file, int tp) {
   for (const std::string& dir : reference_dirs()) {
     CAPTURE(dir);
     std::ifstream in(dir + "/reference.json");
@@ -81,10 +82,13 @@ TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved w
     serving.blocks = serving.max_sequences * serving.max_context / serving.block_size;
     jit::CompileSettings settings;
     settings.consts = llama_const_settings(*config, serving);
-    Expected<Program> program = jit::compile(gpu_test::source_dir() + "/examples/llama/llama.gdl", settings);
+    if (tp > 1) settings.consts["TP"] = std::to_string(tp);
+    Expected<Program> program = jit::compile(gpu_test::source_dir() + "/examples/llama/" + file, settings);
     REQUIRE_MESSAGE(program.ok(), program.status().message());
     Expected<std::unique_ptr<llama::Engine>> engine = llama::Engine::create(*program, *config, serving, model);
     REQUIRE_MESSAGE(engine.ok(), engine.status().message());
+    REQUIRE((*engine)->ranks() == static_cast<size_t>(std::max(tp, 1)));
+    CAPTURE(file);
     const size_t vocab = static_cast<size_t>(config->vocab_size);
 
     // 1. Teacher-forced, every case in one continuous batch (the later ones
@@ -174,6 +178,16 @@ TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved w
                   << cases[i]["min_greedy_margin"].get<double>());
     }
   }
+}
+
+TEST_CASE("llama: logits and greedy tokens equal transformers' on models saved with save_pretrained" *
+          doctest::skip(std::getenv("GDL_LLAMA_REFERENCE") == nullptr)) {
+  check_against_transformers("llama.gdl", 1);
+}
+
+TEST_CASE("multi-gpu: the tensor-parallel decoder over two GPUs gives transformers' logits and greedy tokens" *
+          doctest::skip(std::getenv("GDL_LLAMA_REFERENCE") == nullptr)) {
+  check_against_transformers("llama_tp.gdl", 2);  // each rank's weights from the one checkpoint
 }
 
 }  // namespace gdl
