@@ -727,6 +727,11 @@ TEST_CASE("weights: a source's part of rows or columns fills a param, and a part
     REQUIRE_FALSE(p.ok());
     return p.status().message();
   };
+  WeightMapping built;  // a rule made in code, which parse never saw
+  built.rules.push_back(WeightRule{"p", false, {{"w[3:1]"}}});
+  Expected<std::map<std::string, TensorData>> unparsed = assemble_params(*checkpoint, built, {info("p", {2, 4})});
+  REQUIRE_FALSE(unparsed.ok());
+  CHECK(unparsed.status().message().find("'w[3:1]': a part is NAME[a:b]") != std::string::npos);
   CHECK(load_error("p w[4:7]", info("p", {3, 4})).find("has no part [4:7]") != std::string::npos);
   CHECK(load_error("p w[:,2:5]", info("p", {6, 3})).find("has no part [:,2:5]") != std::string::npos);
   CHECK(load_error("p w[:,0:3]", info("p", {6, 2})).find("(its part [6, 3]) of shape [6, 4] does not fit rows of [6, 2]") !=

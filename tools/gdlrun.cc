@@ -143,7 +143,9 @@ int run_ranks(const Args& args, const gdl::ir::Graph& graph, const std::string& 
   std::optional<std::vector<std::map<std::string, gdl::HostTensor>>> on_gpu;
   if (args.device != Args::Device::kCpu) {
     std::string why_not;
-    on_gpu = gdl::tools::run_ranks_on_gpu(args.program, per_rank, &why_not, args.gpu);
+    gdl::tools::GpuRunOptions gpu = args.gpu;
+    gpu.consts = args.consts;
+    on_gpu = gdl::tools::run_ranks_on_gpu(args.program, per_rank, &why_not, gpu);
     if (!on_gpu) {
       if (args.device == Args::Device::kGpu) {
         std::fprintf(stderr, "gdlrun: error: --gpu: %s\n", why_not.c_str());
@@ -210,7 +212,9 @@ int run(const Args& args) {
   std::string gpu_report;  // --explain, --stats
   if (args.device != Args::Device::kCpu && graph->group.ranks <= 1) {
     std::string why_not;
-    gpu_outputs = gdl::tools::run_on_gpu(args.program, *bindings, &why_not, args.gpu, &gpu_report);
+    gdl::tools::GpuRunOptions gpu = args.gpu;
+    gpu.consts = args.consts;
+    gpu_outputs = gdl::tools::run_on_gpu(args.program, *bindings, &why_not, gpu, &gpu_report);
     if (!gpu_outputs) {
       if (args.device == Args::Device::kGpu) {
         std::fprintf(stderr, "gdlrun: error: --gpu: %s\n", why_not.c_str());

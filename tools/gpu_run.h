@@ -24,6 +24,7 @@ struct GpuRunOptions {
   bool explain = false;  // per-node times, timeline prediction beside measured runs
   bool stats = false;    // format_stats after everything
   int repeats = 20;      // runs measured by explain
+  std::map<std::string, std::string> consts;  // -D NAME=VALUE, as the CPU reference was compiled with
 };
 
 // The bindings' params, states, inputs, dims and scalars into the session.
@@ -62,9 +63,11 @@ inline Expected<std::map<std::string, HostTensor>> read_session(Session& s, cons
   return outputs;
 }
 
-inline Expected<Program> load_or_compile(const std::string& program_path) {
+inline Expected<Program> load_or_compile(const std::string& program_path, const GpuRunOptions& options) {
   const bool is_artifact = program_path.size() > 5 && program_path.substr(program_path.size() - 5) == ".gdlx";
-  return is_artifact ? Program::load(program_path) : jit::compile(program_path);
+  jit::CompileSettings settings;
+  settings.consts = options.consts;
+  return is_artifact ? Program::load(program_path) : jit::compile(program_path, settings);
 }
 
 // `report` (when given) receives the explanation and stats text.
@@ -72,7 +75,7 @@ inline std::optional<std::map<std::string, HostTensor>> run_on_gpu(const std::st
                                                                   const Bindings& bindings, std::string* why_not,
                                                                   const GpuRunOptions& options = {},
                                                                   std::string* report = nullptr) {
-  Expected<Program> program = load_or_compile(program_path);
+  Expected<Program> program = load_or_compile(program_path, options);
   if (!program.ok()) { *why_not = program.status().ToString(); return std::nullopt; }
   SessionOptions session_options;
   session_options.dim_policy = options.policy;
@@ -101,7 +104,7 @@ inline std::optional<std::vector<std::map<std::string, HostTensor>>> run_ranks_o
     const std::string& program_path, const std::vector<Bindings>& per_rank, std::string* why_not,
     const GpuRunOptions& options = {}) {
   auto fail = [&](const Status& st) { *why_not = st.ToString(); return std::nullopt; };
-  Expected<Program> program = load_or_compile(program_path);
+  Expected<Program> program = load_or_compile(program_path, options);
   if (!program.ok()) return fail(program.status());
   std::vector<int> devices;
   for (size_t r = 0; r < per_rank.size(); ++r) devices.push_back(static_cast<int>(r));
@@ -115,11 +118,15 @@ inline std::optional<std::vector<std::map<std::string, HostTensor>>> run_ranks_o
   }
   Expected<std::vector<std::unique_ptr<Session>>> sessions = Session::create_ranks(*program, session_options);
   if (!sessions.ok()) return fail(sessions.status());
-  for (size_t r = 0; r < per_rank.size(); ++r) {
-    Status st = bind_session(*(*sessions)[r], *program, per_rank[r]);
-    if (st.ok()) st = (*sessions)[r]->run();
-    if (!st.ok()) return fail(Status(st.code(), "rank " + std::to_string(r) + ": " + st.message()));
-  }
+  // Every rank bound before any runs: a rank that fails to bind leaves no other waiting in a collective.
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    if (Status st = bind_session(*(*sessions)[r], *program, per_rank[r]); !st.ok())
+      return fail(Status(st.code(), "rank " + std::to_string(r) + ": " + st.message()));
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    if (Status st = (*sessions)[r]->run(); !st.ok()) {
+      for (const std::shared_ptr<Communicator>& c : *comms) c->abort();  // the ranks launched wait for this one
+      return fail(Status(st.code(), "rank " + std::to_string(r) + ": " + st.message()));
+    }
   std::vector<std::map<std::string, HostTensor>> outputs;
   for (size_t r = 0; r < per_rank.size(); ++r) {
     Expected<std::map<std::string, HostTensor>> out = read_session(*(*sessions)[r], *program);

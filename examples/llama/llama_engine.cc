@@ -62,7 +62,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const Program& program, const L
     Expected<std::vector<std::shared_ptr<Communicator>>> comms = Communicator::create_local(devices);
     if (!comms) return comms.status();
     std::vector<SessionOptions> per_rank(static_cast<size_t>(ranks), options);
+    e->communicators_ = *comms;
     for (int r = 0; r < ranks; ++r) {
+      per_rank[static_cast<size_t>(r)].eager_fallback = nullptr;  // one thread cannot take every rank's fallback
       per_rank[static_cast<size_t>(r)].device = devices[static_cast<size_t>(r)];
       per_rank[static_cast<size_t>(r)].communicator = (*comms)[static_cast<size_t>(r)];
       per_rank[static_cast<size_t>(r)].record_device_time = options.record_device_time && r == 0;
@@ -106,7 +108,11 @@ Status Engine::bind(const char* name, const void* data, size_t bytes, ElementTyp
 }
 
 Status Engine::run() {
-  for (auto& s : sessions_) ENGINE_TRY(s->run());  // every rank's graph launched before any is read
+  for (auto& s : sessions_)  // every rank's graph launched before any is read
+    if (Status st = s->run(); !st.ok()) {
+      for (const std::shared_ptr<Communicator>& c : communicators_) c->abort();  // the others wait for this rank
+      return st;
+    }
   return Status::Ok();
 }
 

@@ -83,6 +83,7 @@ class Engine {
   Status bind(const char* name, const void* data, size_t bytes, ElementType type, const std::vector<int64_t>& shape);
   Status run();
   std::vector<std::unique_ptr<Session>> sessions_;  // rank order
+  std::vector<std::shared_ptr<Communicator>> communicators_;  // over several ranks: aborted when a rank's run fails
   LlamaConfig config_;
   LlamaServing serving_;
   int64_t max_blocks_ = 0;  // per sequence (MAXB)

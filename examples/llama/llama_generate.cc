@@ -95,7 +95,10 @@ int run_bench(gdl::llama::Engine& engine, const std::string& spec, const std::st
     const double tokens = batch == 0 ? static_cast<double>(context) : static_cast<double>(batch);
     std::printf("%-8s %6lld %8lld %12.1f %10.2f %12.0f\n", phase, (long long)(batch == 0 ? 1 : batch), (long long)context,
                 t->device_us, t->host_us, tokens / t->device_us * 1e6);
-    if (std::getenv("GDL_LLAMA_PROFILE")) {
+    if (std::getenv("GDL_LLAMA_PROFILE") && engine.ranks() > 1) {
+      std::printf("GDL_LLAMA_PROFILE: not over %zu ranks (rank 0's kernels alone would wait in its all_reduces)\n",
+                  engine.ranks());
+    } else if (std::getenv("GDL_LLAMA_PROFILE")) {
       // Where the step's device time goes: each node alone (profile_nodes),
       // summed by kernel (the symbol without its step number).
       gdl::Expected<std::vector<gdl::NodeTime>> nodes = gdl::profile_nodes(engine.session(), 5);

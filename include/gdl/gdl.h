@@ -161,6 +161,11 @@ class Communicator {
   int rank() const;
   int ranks() const;
   int device() const;
+  // Ends this rank's membership at once: NCCL calls on it in flight stop,
+  // and later runs of sessions using it fail. For a rank whose peers will
+  // not reach the collective it waits in (another rank failed); the group
+  // needs new communicators after it.
+  void abort();
 
   struct Impl;
   Impl& internals() { return *impl_; }

@@ -158,6 +158,7 @@ std::vector<CollectiveCall> collective_shapes(const plan::Plan& p, const KernelT
 }
 
 Status enqueue_collective(const NcclApi& api, ncclComm_t comm, const CollectiveCall& c, cudaStream_t stream) {
+  if (!comm) return Status::FailedPrecondition("the session's communicator was aborted (Communicator::abort)");
   ncclResult_t r = ncclSuccess;
   if (c.op == ir::Op::kAllReduce) r = api.all_reduce(c.send, c.receive, c.count, c.dtype, c.reduce, comm, stream);
   else if (c.op == ir::Op::kAllGather) r = api.all_gather(c.send, c.receive, c.count, c.dtype, comm, stream);
@@ -222,6 +223,10 @@ Communicator::~Communicator() = default;
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::ranks() const { return impl_->ranks; }
 int Communicator::device() const { return impl_->device; }
+void Communicator::abort() {
+  if (impl_->comm) (void)impl_->api->comm_abort(impl_->comm);
+  impl_->comm = nullptr;
+}
 
 Expected<CommunicatorId> Communicator::new_id() {
   return guarded("Communicator::new_id", [&]() -> Expected<CommunicatorId> {

@@ -164,7 +164,9 @@ Expected<std::vector<WeightPiece>> weight_pieces(const Checkpoint& checkpoint, c
       SourcePart part;
       std::string tried;
       for (const std::string& a : alternatives) {
-        part = *parse_source(a);  // WeightMapping::parse checked it
+        const std::optional<SourcePart> parsed = parse_source(a);  // a rule built in code skipped parse's check
+        if (!parsed) return bad("'" + a + "': a part is NAME[a:b] (rows a to b-1) or NAME[:,a:b] (columns), with a < b");
+        part = *parsed;
         part.name = rule.per_layer ? replace_layer(part.name, l) : part.name;
         tried += (tried.empty() ? "" : " or ") + ("'" + part.name + "'");
         if ((t = checkpoint.find(part.name))) break;
