@@ -258,10 +258,13 @@ struct Session::Impl {
   Expected<cudaGraphNode_t> add_collective_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,
                                                 const std::vector<int64_t>& layout_dims);
   // A child graph node after `after` holding what `enqueue` puts on a
-  // stream, captured on the capture stream (a cuBLASLt or NCCL call).
+  // stream, captured on the capture stream (a cuBLASLt or NCCL call): a
+  // clone of the captured graph, or with `move_into_parent` (where the
+  // driver can) the captured graph itself.
   Expected<cudaGraphNode_t> add_captured_node(cudaGraph_t graph, const std::vector<cudaGraphNode_t>& after,
                                               const std::string& what,
-                                              const std::function<Status(cudaStream_t)>& enqueue);
+                                              const std::function<Status(cudaStream_t)>& enqueue,
+                                              bool move_into_parent = false);
   // A graph node holding kernel k's cuBLASLt call, captured once (after an
   // uncaptured call on the session stream), after `deps`.
   Expected<cudaGraphNode_t> add_library_matmul_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,

@@ -499,7 +499,8 @@ Expected<cudaGraphNode_t> Session::Impl::add_library_matmul_node(cudaGraph_t gra
 
 Expected<cudaGraphNode_t> Session::Impl::add_captured_node(cudaGraph_t graph, const std::vector<cudaGraphNode_t>& after,
                                                            const std::string& what,
-                                                           const std::function<Status(cudaStream_t)>& enqueue) {
+                                                           const std::function<Status(cudaStream_t)>& enqueue,
+                                                           bool move_into_parent) {
   if (!capture_stream)
     GDL_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "creating the capture stream");
   GDL_CUDA_TRY(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal), "capturing " + what);
@@ -510,6 +511,16 @@ Expected<cudaGraphNode_t> Session::Impl::add_captured_node(cudaGraph_t graph, co
   GDL_RETURN_IF_ERROR(called);
   GDL_CUDA_TRY(ended, "capturing " + what);
   cudaGraphNode_t node = nullptr;
+  if (move_into_parent) {
+    // The captured graph itself goes into the node, with whatever the library attached to it (NCCL keeps its
+    // resources for the captured call alive through references the captured graph owns).
+    cudaGraphNodeParams moved{};
+    moved.type = cudaGraphNodeTypeGraph;
+    moved.graph.graph = captured;
+    moved.graph.ownership = cudaGraphChildGraphOwnershipMove;
+    if (cudaGraphAddNode(&node, graph, after.data(), nullptr, after.size(), &moved) == cudaSuccess) return node;
+    (void)cudaGetLastError();  // a driver without moves: the clone below
+  }
   const cudaError_t added = cudaGraphAddChildGraphNode(&node, graph, after.data(), after.size(), captured);
   (void)cudaGraphDestroy(captured);  // the node holds a copy
   GDL_CUDA_TRY(added, "adding the node of " + what);
@@ -533,8 +544,9 @@ Expected<cudaGraphNode_t> Session::Impl::add_collective_node(cudaGraph_t graph, 
   const rt::CollectiveCall call =
       rt::collective_call(prog.plan(), prog.kernels().kernels[static_cast<size_t>(k)], layout_dims, arena, params->base());
   GDL_RETURN_IF_ERROR(warm_up_collective(call));  // done in Session::create for every size a bucket makes
-  return add_captured_node(graph, deps, "the NCCL call of " + kernel_name(k),
-                           [&](cudaStream_t s) { return enqueue_collective_call(call, s); });
+  return add_captured_node(
+      graph, deps, "the NCCL call of " + kernel_name(k), [&](cudaStream_t s) { return enqueue_collective_call(call, s); },
+      /*move_into_parent=*/true);
 }
 
 Status Session::Impl::warm_up_collective(const rt::CollectiveCall& shape) {
