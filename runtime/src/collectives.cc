@@ -27,28 +27,15 @@ Expected<NcclApi> open_nccl() {
   }
   NcclApi api;
   std::string missing;
-  auto find = [&](auto& entry, const char* name) {
-    entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(library, name));
-    if (!entry && missing.empty()) missing = name;
-  };
-  find(api.get_version, "ncclGetVersion");
-  find(api.get_unique_id, "ncclGetUniqueId");
-  find(api.comm_init_rank, "ncclCommInitRank");
-  find(api.comm_init_all, "ncclCommInitAll");
-  find(api.comm_destroy, "ncclCommDestroy");
-  find(api.comm_abort, "ncclCommAbort");
-  find(api.comm_cu_device, "ncclCommCuDevice");
-  find(api.all_reduce, "ncclAllReduce");
-  find(api.all_gather, "ncclAllGather");
-  find(api.reduce_scatter, "ncclReduceScatter");
-  find(api.group_start, "ncclGroupStart");
-  find(api.group_end, "ncclGroupEnd");
-  find(api.get_error_string, "ncclGetErrorString");
+#define GDL_NCCL_FIND(member, symbol)                                              \
+  api.member = reinterpret_cast<decltype(api.member)>(dlsym(library, #symbol)); \
+  if (!api.member && missing.empty()) missing = #symbol;
+  GDL_NCCL_ENTRY_POINTS(GDL_NCCL_FIND)
+#undef GDL_NCCL_FIND
   if (!missing.empty()) {
     dlclose(library);
     return Status::Unavailable("the NCCL library at " + path + " has no " + missing + ": it is older than gdl needs");
   }
-  if (api.get_version(&api.version) != ncclSuccess) api.version = 0;
   return api;  // the library stays open for the process's life
 }
 

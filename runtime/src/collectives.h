@@ -22,22 +22,18 @@
 
 namespace gdl::rt {
 
-// The NCCL entry points the runtime calls.
+// The NCCL entry points the runtime calls: each member's name, and the
+// symbol it is looked up by.
+#define GDL_NCCL_ENTRY_POINTS(X)                                                                   \
+  X(get_unique_id, ncclGetUniqueId) X(comm_init_rank, ncclCommInitRank) X(comm_init_all, ncclCommInitAll) \
+  X(comm_destroy, ncclCommDestroy) X(comm_abort, ncclCommAbort) X(all_reduce, ncclAllReduce)          \
+  X(all_gather, ncclAllGather) X(reduce_scatter, ncclReduceScatter) X(group_start, ncclGroupStart)   \
+  X(group_end, ncclGroupEnd) X(get_error_string, ncclGetErrorString)
+
 struct NcclApi {
-  decltype(&ncclGetVersion) get_version = nullptr;
-  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
-  decltype(&ncclCommInitRank) comm_init_rank = nullptr;
-  decltype(&ncclCommInitAll) comm_init_all = nullptr;
-  decltype(&ncclCommDestroy) comm_destroy = nullptr;
-  decltype(&ncclCommAbort) comm_abort = nullptr;
-  decltype(&ncclCommCuDevice) comm_cu_device = nullptr;
-  decltype(&ncclAllReduce) all_reduce = nullptr;
-  decltype(&ncclAllGather) all_gather = nullptr;
-  decltype(&ncclReduceScatter) reduce_scatter = nullptr;
-  decltype(&ncclGroupStart) group_start = nullptr;
-  decltype(&ncclGroupEnd) group_end = nullptr;
-  decltype(&ncclGetErrorString) get_error_string = nullptr;
-  int version = 0;  // NCCL_VERSION_CODE of the loaded library
+#define GDL_NCCL_MEMBER(member, symbol) decltype(&symbol) member = nullptr;
+  GDL_NCCL_ENTRY_POINTS(GDL_NCCL_MEMBER)
+#undef GDL_NCCL_MEMBER
 };
 
 // The loaded library, opened once per process; Unavailable (saying where it

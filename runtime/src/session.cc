@@ -177,8 +177,7 @@ Status Session::Impl::init(bool join_group) {
   if (communicator && join_group) {
     GDL_RETURN_IF_ERROR(enqueue_signature_exchange());
     GDL_RETURN_IF_ERROR(compare_signatures());
-    for (const rt::CollectiveCall& shape : rt::collective_shapes(prog.plan(), prog.kernels()))
-      GDL_RETURN_IF_ERROR(warm_up_collective(shape));
+    for (const rt::CollectiveCall& shape : collective_calls) GDL_RETURN_IF_ERROR(warm_up_collective(shape));
   }
   // Kernel choices made for another GPU run correctly here, maybe slower.
   int sms = 0;
@@ -270,9 +269,11 @@ Status Session::Impl::use_communicator() {
     return Status::InvalidArgument(program + ": pass this rank's communicator in SessionOptions::communicator "
                                    "(gdl::Communicator::join, one process per GPU; create_local, one process for all)");
   }
+  collective_signature = rt::collective_signature(prog.plan(), prog.kernels());
+  collective_calls = rt::collective_shapes(prog.plan(), prog.kernels());
   const size_t bytes = sizeof(rt::CollectiveSignature) * static_cast<size_t>(group.ranks + 1);
   GDL_CUDA_TRY(rt::device_malloc(&signatures, bytes), "allocating the collective signatures");
-  for (const rt::CollectiveCall& shape : rt::collective_shapes(prog.plan(), prog.kernels()))
+  for (const rt::CollectiveCall& shape : collective_calls)
     collective_warmup_bytes = std::max(collective_warmup_bytes, shape.send_bytes + shape.receive_bytes);
   if (collective_warmup_bytes > 0)
     GDL_CUDA_TRY(rt::device_malloc(&collective_warmup, collective_warmup_bytes), "allocating the collectives' scratch");
@@ -280,7 +281,7 @@ Status Session::Impl::use_communicator() {
 }
 
 Status Session::Impl::enqueue_signature_exchange() {
-  const rt::CollectiveSignature mine = rt::collective_signature(prog.plan(), prog.kernels());
+  const rt::CollectiveSignature& mine = collective_signature;
   auto* all = static_cast<unsigned char*>(signatures);
   unsigned char* own = all + sizeof mine * static_cast<size_t>(communicator->ranks());
   GDL_CUDA_TRY(cudaMemcpyAsync(own, &mine, sizeof mine, cudaMemcpyHostToDevice, stream), "writing the collective signature");
@@ -294,7 +295,7 @@ Status Session::Impl::enqueue_signature_exchange() {
 }
 
 Status Session::Impl::compare_signatures() {
-  const rt::CollectiveSignature mine = rt::collective_signature(prog.plan(), prog.kernels());
+  const rt::CollectiveSignature& mine = collective_signature;
   std::vector<rt::CollectiveSignature> all(static_cast<size_t>(communicator->ranks()));
   GDL_CUDA_TRY(cudaMemcpyAsync(all.data(), signatures, sizeof mine * all.size(), cudaMemcpyDeviceToHost, stream),
                "reading the ranks' collective signatures");
@@ -827,33 +828,29 @@ Expected<std::vector<std::unique_ptr<Session>>> Session::create_ranks(const Prog
       impls.push_back(std::make_unique<Impl>(program, program.impl_, o));
       GDL_RETURN_IF_ERROR(impls.back()->init(/*join_group=*/false));
     }
-    // One thread drives every rank: their exchanges go to NCCL as one group.
+    // One thread drives every rank: each rank's part of one exchange goes to NCCL in one group.
     if (!impls.empty() && impls[0]->communicator) {
       const rt::NcclApi& api = *impls[0]->communicator->internals().api;
-      if (ncclResult_t r = api.group_start(); r != ncclSuccess) return rt::nccl_error(api, r, "starting an NCCL group");
-      Status enqueued = Status::Ok();
-      for (auto& impl : impls) {
-        if (enqueued.ok()) enqueued = impl->make_current();
-        if (enqueued.ok()) enqueued = impl->enqueue_signature_exchange();
-      }
-      const ncclResult_t ended = api.group_end();
-      GDL_RETURN_IF_ERROR(enqueued);
-      if (ended != ncclSuccess) return rt::nccl_error(api, ended, "ending an NCCL group");
+      const auto in_one_group = [&](const std::function<Status(Impl&)>& each) -> Status {
+        if (ncclResult_t r = api.group_start(); r != ncclSuccess) return rt::nccl_error(api, r, "starting an NCCL group");
+        Status enqueued = Status::Ok();
+        for (auto& impl : impls) {
+          if (enqueued.ok()) enqueued = impl->make_current();
+          if (enqueued.ok()) enqueued = each(*impl);
+        }
+        const ncclResult_t ended = api.group_end();
+        GDL_RETURN_IF_ERROR(enqueued);
+        if (ended != ncclSuccess) return rt::nccl_error(api, ended, "ending an NCCL group");
+        return Status::Ok();
+      };
+      GDL_RETURN_IF_ERROR(in_one_group([](Impl& impl) { return impl.enqueue_signature_exchange(); }));
       for (auto& impl : impls) {
         GDL_RETURN_IF_ERROR(impl->make_current());
         GDL_RETURN_IF_ERROR(impl->compare_signatures());
       }
       // Each collective size's first call, one a group: it connects then, as it will run alone.
-      for (const rt::CollectiveCall& shape : rt::collective_shapes(impls[0]->prog.plan(), impls[0]->prog.kernels())) {
-        if (ncclResult_t r = api.group_start(); r != ncclSuccess) return rt::nccl_error(api, r, "starting an NCCL group");
-        for (auto& impl : impls) {
-          if (enqueued.ok()) enqueued = impl->make_current();
-          if (enqueued.ok()) enqueued = impl->warm_up_collective(shape);
-        }
-        const ncclResult_t done = api.group_end();
-        GDL_RETURN_IF_ERROR(enqueued);
-        if (done != ncclSuccess) return rt::nccl_error(api, done, "ending an NCCL group");
-      }
+      for (size_t c = 0; c < impls[0]->collective_calls.size(); ++c)
+        GDL_RETURN_IF_ERROR(in_one_group([c](Impl& impl) { return impl.warm_up_collective(impl.collective_calls[c]); }));
       for (auto& impl : impls)
         if (impl->options.build_buckets_at_create) {
           GDL_RETURN_IF_ERROR(impl->make_current());

@@ -42,11 +42,14 @@ struct Session::Impl {
   mutable rt::LibraryMatmuls library_matmuls;
   cudaStream_t capture_stream = nullptr;
   // Collectives (collectives.h): this rank's communicator (a program with a
-  // process group), the device memory the ranks' signatures are gathered in
-  // when the session starts, and the scratch that each NCCL call's first,
-  // uncaptured call runs on, with the calls (op, dtype, reduction, count)
-  // that had theirs.
+  // process group), the program's collective signature and every call its
+  // collectives make (rt::collective_shapes), the device memory the ranks'
+  // signatures are gathered in when the session starts, and the scratch,
+  // sized for the largest call, that each call's first, uncaptured run
+  // uses, with the calls (op, dtype, reduction, count) that had theirs.
   std::shared_ptr<Communicator> communicator;
+  rt::CollectiveSignature collective_signature;
+  std::vector<rt::CollectiveCall> collective_calls;
   void* signatures = nullptr;
   void* collective_warmup = nullptr;
   size_t collective_warmup_bytes = 0;
@@ -211,7 +214,7 @@ struct Session::Impl {
   // memory (NCCL connects what a size needs at its first call, which a
   // capture must not hold, and which waits for the other ranks); nothing
   // when that call had its first already. Session::create makes every one
-  // the program can make (rt::collective_shapes).
+  // of collective_calls.
   Status warm_up_collective(const rt::CollectiveCall& shape);
   Status bind(const std::string& name, const void* data, size_t bytes, ElementType dtype,
               const std::vector<int64_t>& shape, MemoryKind kind, bool by_reference = false);

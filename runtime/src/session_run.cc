@@ -543,7 +543,7 @@ Expected<cudaGraphNode_t> Session::Impl::add_collective_node(cudaGraph_t graph, 
                                                              const std::vector<int64_t>& layout_dims) {
   const rt::CollectiveCall call =
       rt::collective_call(prog.plan(), prog.kernels().kernels[static_cast<size_t>(k)], layout_dims, arena, params->base());
-  GDL_RETURN_IF_ERROR(warm_up_collective(call));  // done in Session::create for every size a bucket makes
+  GDL_RETURN_IF_ERROR(warm_up_collective(call));  // a no-op: Session::create made every call's first
   return add_captured_node(
       graph, deps, "the NCCL call of " + kernel_name(k), [&](cudaStream_t s) { return enqueue_collective_call(call, s); },
       /*move_into_parent=*/true);
@@ -554,15 +554,10 @@ Status Session::Impl::warm_up_collective(const rt::CollectiveCall& shape) {
                                   shape.count})
            .second)
     return Status::Ok();
-  const size_t bytes = shape.send_bytes + shape.receive_bytes;
-  if (bytes > collective_warmup_bytes) {
-    GDL_CUDA_TRY(cudaStreamSynchronize(stream), "waiting before the collectives' scratch grows");
-    if (collective_warmup) GDL_CUDA_TRY(rt::device_free(collective_warmup), "freeing the collectives' scratch");
-    collective_warmup = nullptr;
-    collective_warmup_bytes = 0;
-    GDL_CUDA_TRY(rt::device_malloc(&collective_warmup, bytes), "allocating the collectives' scratch");
-    collective_warmup_bytes = bytes;
-  }
+  // use_communicator sized the scratch for every call a bucket makes, and no other call is made.
+  if (shape.send_bytes + shape.receive_bytes > collective_warmup_bytes)
+    return Status::Internal("a collective call of " + std::to_string(shape.send_bytes + shape.receive_bytes) +
+                            " bytes that rt::collective_shapes did not list");
   rt::CollectiveCall first = shape;
   first.send = collective_warmup;
   first.receive = static_cast<unsigned char*>(collective_warmup) + shape.send_bytes;
