@@ -24,6 +24,8 @@ namespace gdl {
 namespace {
 
 namespace fs = std::filesystem;
+using llama_tp::kTinyConfig;
+using llama_tp::tiny_serving;
 using test_programs::tensor;
 
 // --------------------------------------------------------------- the files
@@ -92,14 +94,6 @@ struct TinyModel {
     return {c.intermediate_size, c.hidden_size};  // gate, up
   }
 };
-
-const char* kTinyConfig = R"({
-  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-  "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-  "head_dim": 16, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 128,
-  "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
-  "attention_bias": false, "mlp_bias": false, "eos_token_id": 2, "rope_scaling": null
-})";
 
 TinyModel make_tiny_model(uint32_t seed) {
   TinyModel m;
@@ -226,17 +220,6 @@ HostTensor from_data(const TensorData& t) {
   int64_t n = 1;
   for (int64_t e : t.shape) n *= e;
   return tensor(static_cast<DType>(t.dtype), t.shape, decode_elements(t.dtype, t.bytes.data(), n));
-}
-
-LlamaServing tiny_serving() {
-  LlamaServing s;
-  s.max_tokens = 16;
-  s.max_sequences = 2;
-  s.block_size = 4;  // small blocks: every sequence spans several, out of order
-  s.blocks = 16;
-  s.max_context = 32;
-  s.top_k = 8;
-  return s;
 }
 
 // examples/llama/`file` for this config and serving, with `extra` consts (TP).

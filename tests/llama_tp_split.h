@@ -1,6 +1,7 @@
-// The tensor-parallel decoder (examples/llama/llama_tp.gdl) in the tests:
-// how rank r's params and cache come from llama.gdl's, and one step's
-// inputs, shared by the CPU reference test and the GPU tests.
+// The tiny Llama model of the decoder tests and the tensor-parallel decoder
+// (examples/llama/llama_tp.gdl) in them: the model's config.json and
+// serving sizes, how rank r's params and cache come from llama.gdl's, and
+// one step's inputs, shared by the CPU reference tests and the GPU tests.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,29 @@
 #include <utility>
 #include <vector>
 
+#include "gdl/llama.h"
+
 namespace gdl::llama_tp {
+
+// 2 layers, hidden 64, 4 query heads over 2 k/v heads of 16, MLP 128, vocabulary 256, f32.
+inline const char* const kTinyConfig = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "head_dim": 16, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 128,
+  "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
+  "attention_bias": false, "mlp_bias": false, "eos_token_id": 2, "rope_scaling": null
+})";
+
+inline LlamaServing tiny_serving() {
+  LlamaServing s;
+  s.max_tokens = 16;
+  s.max_sequences = 2;
+  s.block_size = 4;  // small blocks: every sequence spans several, out of order
+  s.blocks = 16;
+  s.max_context = 32;
+  s.top_k = 8;
+  return s;
+}
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
 

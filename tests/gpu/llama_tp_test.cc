@@ -20,26 +20,14 @@ namespace {
 using llama_tp::Part;
 
 LlamaConfig tiny_config() {
-  Expected<LlamaConfig> c = LlamaConfig::parse(R"({
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-    "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 16, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 128,
-    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
-    "attention_bias": false, "mlp_bias": false, "eos_token_id": 2, "rope_scaling": null})");
+  Expected<LlamaConfig> c = LlamaConfig::parse(llama_tp::kTinyConfig);
   REQUIRE_MESSAGE(c.ok(), c.status().message());
   return *c;
 }
 
 Program compile_decoder(const std::string& file, const LlamaConfig& config, int ranks) {
-  LlamaServing serving;
-  serving.max_tokens = 16;
-  serving.max_sequences = 2;
-  serving.block_size = 4;
-  serving.blocks = 16;
-  serving.max_context = 32;
-  serving.top_k = 8;
   jit::CompileSettings settings;
-  settings.consts = llama_const_settings(config, serving);
+  settings.consts = llama_const_settings(config, llama_tp::tiny_serving());
   if (ranks > 0) settings.consts["TP"] = std::to_string(ranks);
   Expected<Program> p = jit::compile(gpu_test::source_dir() + "/examples/llama/" + file, settings);
   REQUIRE_MESSAGE(p.ok(), p.status().message());
