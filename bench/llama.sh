@@ -7,8 +7,10 @@
 # weights (examples/llama/llama_generate --check: its prefill logits
 # against PyTorch's; --bench: decode at B = 1, 8, 32, 64 over contexts 512
 # and 4096, prefill of 128 and 2048 tokens), then one table
-# (bench/llama_report.py) with the floor of every row. GDL_LLAMA_TP=2 also
-# times the tensor-parallel decoder over two GPUs (its own JSON and log).
+# (bench/llama_report.py) with the floor of every row. GDL_LLAMA_TP=N also
+# times the tensor-parallel decode over GPUs 0..N-1, gdl's (llama_tp.gdl)
+# and PyTorch's (transformers' tp_plan="auto" under torchrun, eager and
+# graph), and adds their table beside TP=1.
 set -uo pipefail
 OUT=${1:-llama-bench-out}
 config=${2:-1b}
@@ -23,12 +25,18 @@ echo "torch rc=$?"
   --bench "decode:1,8,32,64@512,4096;prefill:128,2048" --json "$OUT/gdl_$config.json" \
   >"$OUT/gdl_$config.log" 2>&1
 echo "gdl rc=$?"
-# GDL_LLAMA_TP=N: the same rows for examples/llama/llama_tp.gdl over GPUs 0..N-1 (one process), beside TP=1 above.
-# (PyTorch's own tensor-parallel decode is not measured here yet.)
-if [ "${GDL_LLAMA_TP:-1}" -gt 1 ]; then
-  NCCL_NVLS_ENABLE=0 "$BIN" --model "$models/$config" --tp "$GDL_LLAMA_TP" --check "$models/$config" --max-tokens 2048 \
-    --max-seqs 64 --max-context 4096 --bench "decode:1,8,32,64@512,4096;prefill:128,2048" \
-    --json "$OUT/gdl_tp${GDL_LLAMA_TP}_$config.json" >"$OUT/gdl_tp${GDL_LLAMA_TP}_$config.log" 2>&1
-  echo "gdl tp=$GDL_LLAMA_TP rc=$?"
+# GDL_LLAMA_TP=N: the decode rows over GPUs 0..N-1, gdl's llama_tp.gdl (one
+# process) and PyTorch's (N processes), on the weights saved above.
+tp=${GDL_LLAMA_TP:-1}
+if [ "$tp" -gt 1 ]; then
+  export NCCL_NVLS_ENABLE=0  # the device machines' rule: no NVLink multicast
+  "$BIN" --model "$models/$config" --tp "$tp" --check "$models/$config" --max-tokens 2048 \
+    --max-seqs 64 --max-context 4096 --bench "decode:1,8,32,64@512,4096" \
+    --json "$OUT/gdl_tp${tp}_$config.json" >"$OUT/gdl_tp${tp}_$config.log" 2>&1
+  echo "gdl tp=$tp rc=$?"
+  python3 -m torch.distributed.run --standalone --nproc-per-node "$tp" bench/llama_torch.py --config "$config" \
+    --tp-load "$models/$config" --modes eager,graph --json "$OUT/torch_tp${tp}_$config.json" ${TORCH_ARGS:-} \
+    >"$OUT/torch_tp${tp}_$config.log" 2>&1
+  echo "torch tp=$tp rc=$?"
 fi
-python3 bench/llama_report.py "$OUT" "$config" | tee "$OUT/table_$config.md"
+python3 bench/llama_report.py "$OUT" "$config" "$tp" | tee "$OUT/table_$config.md"

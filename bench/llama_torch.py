@@ -31,6 +31,15 @@ the tied embedding once; an untied input embedding table is only gathered
 from, so it is left out) plus the KV cache read, 2 * layers * B * kv_heads *
 ctx * head_dim * 2. Flops: 2 * rows * matmul weights + attention.
 
+--tp-load DIR (run under torchrun --nproc-per-node N, one GPU a rank): the
+         decode rows (eager and graph) of the model saved in DIR by an earlier
+         --save-dir run, split over the N ranks by transformers' own tensor
+         parallelism (tp_plan="auto", torch.distributed with NCCL); each rank
+         holds heads / N query heads, kv_heads / N of the cache. Rank 0 times
+         and writes the rows (field "tp": N); every rank waits at a barrier
+         before each timed run, so rank 0's events do not time another rank's
+         late start. The floor divides the bytes among the N GPUs.
+
 --save-dir DIR writes save_pretrained's files (config.json, model.safetensors)
 and check.json + check_logits.f32: the prompt (16 ids drawn with seed 1234)
 and the float32 logits of its last position after one prefill, so that gdl
@@ -40,6 +49,7 @@ into DIR, with several into DIR/<config>.
 The JSON file is rewritten after every row, so a cut run keeps what it measured.
 """
 import argparse
+import datetime
 import gc
 import inspect
 import json
@@ -103,6 +113,8 @@ def parse_args(argv=None):
                     help="the compile child process is killed after this long (per config)")
     ap.add_argument("--compile-in-process", action="store_true",
                     help="compile in this process instead of a child (a crash there ends the run)")
+    ap.add_argument("--tp-load", default=None, metavar="DIR",
+                    help="tensor-parallel decode of the model saved in DIR, under torchrun (see above)")
     args = ap.parse_args(argv)
     args.configs = [c.strip() for c in args.config.split(",") if c.strip()]
     for c in args.configs:
@@ -118,6 +130,12 @@ def parse_args(argv=None):
     for m in args.mode_list:
         if m not in MODES:
             ap.error(f"unknown mode {m!r}; known: {', '.join(MODES)}")
+    if args.tp_load:
+        if len(args.configs) != 1:
+            ap.error("--tp-load takes one --config, the shape of the saved model")
+        if "compile" in args.mode_list:
+            ap.error("--tp-load measures eager and graph decode only")
+        args.prefill_list = []
     if args.quick:
         args.warmup, args.iters = 2, 5
     if args.iters < 1 or args.warmup < 0:
@@ -131,16 +149,18 @@ class Results:
     """Rows plus metadata, rewritten to --json after every change."""
 
     def __init__(self, path, meta):
-        self.path = path
+        self.path = path  # None: another rank's rows, neither written nor printed
         self.doc = dict(meta, configs={}, rows=[])
 
     def add(self, row, quiet=False):
         self.doc["rows"].append(row)
         self.write()
-        if not quiet:
+        if not quiet and self.path:
             print(format_row(row), flush=True)
 
     def write(self):
+        if not self.path:
+            return
         folder = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".llama_torch.", suffix=".json")
@@ -227,6 +247,26 @@ def build_model(config):
 def model_facts(model, spec):
     params = sum(p.numel() for p in model.parameters())  # a tied weight is one parameter
     tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    return weight_facts(model, spec, params, tied)
+
+
+def checkpoint_facts(model, spec, folder):
+    """model_facts from the saved checkpoint's tensor shapes: a tensor-parallel
+    model's parameters hold each rank's shard, not the weights."""
+    import glob
+    from safetensors import safe_open
+    params = 0
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    if not files:
+        raise RuntimeError(f"no *.safetensors in {folder}")
+    for path in files:
+        with safe_open(path, framework="pt") as f:
+            for key in f.keys():
+                params += math.prod(f.get_slice(key).get_shape())
+    return weight_facts(model, spec, params, bool(getattr(model.config, "tie_word_embeddings", False)))
+
+
+def weight_facts(model, spec, params, tied):
     emb = spec["vocab"] * spec["hidden"]
     # An untied input embedding is only gathered from (B rows); every other
     # weight, the LM head included, is read in full once per step.
@@ -437,9 +477,11 @@ def cudagraph_skips():
 # ------------------------------------------------------------------ measurements
 
 class Bench:
-    def __init__(self, name, spec, model, facts, args, results):
+    def __init__(self, name, spec, model, facts, args, results, world=1):
         import torch
         self.torch = torch
+        self.world = world  # tensor-parallel ranks (--tp-load); 1 otherwise
+        self.kv_heads = spec["kv_heads"] // world  # this rank's share of the cache
         self.name, self.spec, self.model, self.facts = name, spec, model, facts
         self.args, self.results = args, results
         params = forward_params(model)
@@ -466,21 +508,34 @@ class Bench:
         return f["weight_bytes"] + self.kv_bytes(1, plen), flops
 
     def row(self, mode, phase, batch, context, nbytes, flops):
-        mem_us = nbytes / COPY_BANDWIDTH * 1e6
-        cmp_us = flops / TENSOR_PEAK * 1e6
-        return {"config": self.name, "mode": mode, "phase": phase, "batch": batch, "context": context,
+        mem_us = nbytes / (COPY_BANDWIDTH * self.world) * 1e6  # each GPU reads its share
+        cmp_us = flops / (TENSOR_PEAK * self.world) * 1e6
+        return {"config": self.name, "mode": mode, "phase": phase, "batch": batch, "context": context, "tp": self.world,
                 "device_us": None, "host_us": None, "tokens_per_s": None,
                 "floor_us": max(mem_us, cmp_us), "floor_memory_us": mem_us, "floor_compute_us": cmp_us,
                 "bytes": nbytes, "flops": flops, "error": None}
 
     def fits(self, batch, length):
-        need = self.kv_bytes(batch, length)
-        if need > KV_LIMIT:
-            return f"skipped: KV cache {need / 2**30:.1f} GiB > {KV_LIMIT / 2**30:.0f} GiB"
+        need = self.kv_bytes(batch, length) // self.world
+        reason = None
         free, _ = self.torch.cuda.mem_get_info()
-        if need + (2 << 30) > free:
-            return f"skipped: KV cache {need / 2**30:.1f} GiB does not fit in {free / 2**30:.1f} GiB free"
-        return None
+        if need > KV_LIMIT:
+            reason = f"skipped: KV cache {need / 2**30:.1f} GiB > {KV_LIMIT / 2**30:.0f} GiB"
+        elif need + (2 << 30) > free:
+            reason = f"skipped: KV cache {need / 2**30:.1f} GiB does not fit in {free / 2**30:.1f} GiB free"
+        if self.world > 1:  # every rank skips or none does (a lone rank would wait in its all-reduces)
+            flag = self.torch.tensor([1 if reason else 0], device="cuda")
+            self.torch.distributed.all_reduce(flag, op=self.torch.distributed.ReduceOp.MAX)
+            if flag.item() and not reason:
+                reason = "skipped: the KV cache does not fit on another rank"
+        return reason
+
+    def ranks_ready(self):
+        """Every rank at this point, its GPU idle: a timed run starts on all together."""
+        self.torch.cuda.synchronize()
+        if self.world > 1:
+            self.torch.distributed.barrier()
+            self.torch.cuda.synchronize()
 
     def kwargs(self, ids, cache, pos, cpos, prefill):
         kw = {"input_ids": ids, "past_key_values": cache, "position_ids": pos, "use_cache": True}
@@ -505,7 +560,7 @@ class Bench:
             return row
         cache = graph = None
         try:
-            cache = make_static_cache(self.model.config, batch, ctx, self.spec["kv_heads"], self.spec["head_dim"])
+            cache = make_static_cache(self.model.config, batch, ctx, self.kv_heads, self.spec["head_dim"])
             counted = set_cache_length(cache, ctx - 1)
             row["cache_counter"] = counted
             if not counted and not self.pass_cache_position:
@@ -513,7 +568,10 @@ class Bench:
             pool = torch.randint(0, self.spec["vocab"], (8, batch, 1), device="cuda")
             pos = torch.full((batch, 1), ctx - 1, dtype=torch.long, device="cuda")
             cpos = torch.tensor([ctx - 1], dtype=torch.long, device="cuda")
-            prep = lambda i: set_cache_length(cache, ctx - 1)  # noqa: E731
+            def prep(i):
+                set_cache_length(cache, ctx - 1)
+                self.ranks_ready()
+
             with torch.no_grad():
                 if mode == "eager":
                     call = lambda i: self.model(**self.kwargs(pool[i % 8], cache, pos, cpos, False)).logits  # noqa: E731
@@ -625,7 +683,7 @@ class Bench:
             return row
         cache = None
         try:
-            cache = make_static_cache(self.model.config, 1, plen, self.spec["kv_heads"], self.spec["head_dim"])
+            cache = make_static_cache(self.model.config, 1, plen, self.kv_heads, self.spec["head_dim"])
             pool = torch.randint(0, self.spec["vocab"], (4, 1, plen), device="cuda")
             pos = torch.arange(plen, device="cuda").view(1, plen)
             cpos = torch.arange(plen, device="cuda")
@@ -712,6 +770,70 @@ def run_compile_child(name, args, results):
                          "error": error or "not measured by the compile child"})
 
 
+def start_distributed():
+    """torch.distributed over NCCL for torchrun's ranks, each on GPU LOCAL_RANK."""
+    import torch
+    import torch.distributed as dist
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    # A rank that fails leaves the others in a collective: the timeout ends them.
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local), timeout=datetime.timedelta(seconds=300))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def load_tensor_parallel(folder, spec):
+    """The saved model, each rank holding its shards (transformers' tp_plan="auto")."""
+    import torch
+    from transformers import LlamaForCausalLM
+    model = LlamaForCausalLM.from_pretrained(folder, tp_plan="auto", dtype=torch.bfloat16, attn_implementation="sdpa")
+    model.eval()
+    c = model.config
+    got = (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size)
+    want = (spec["hidden"], spec["layers"], spec["heads"], spec["kv_heads"], spec["intermediate"])
+    if got != want:
+        raise RuntimeError(f"{folder} holds (hidden, layers, heads, kv_heads, intermediate) {got}, the config {want}")
+    return model
+
+
+def run_tensor_parallel(args, meta):
+    import torch
+    import torch.distributed as dist
+    rank, world = start_distributed()
+    name = args.configs[0]
+    spec = CONFIGS[name]
+    if spec["heads"] % world or spec["kv_heads"] % world:
+        sys.exit(f"{name}: {spec['heads']} heads and {spec['kv_heads']} kv heads do not split over {world} ranks")
+    meta = dict(meta, tp=world, device=torch.cuda.get_device_name())
+    results = Results(args.json if rank == 0 else None, meta)
+    results.write()
+    info = {"spec": spec, "tp": world, "load_dir": os.path.abspath(args.tp_load)}
+    try:
+        t0 = time.perf_counter()
+        model = load_tensor_parallel(args.tp_load, spec)
+        facts = checkpoint_facts(model, spec, args.tp_load)
+        info.update(facts, load_s=time.perf_counter() - t0)
+        results.doc["configs"][name] = info
+        if rank == 0:
+            print(f"[{name}] tensor-parallel over {world} ranks, loaded in {info['load_s']:.1f} s", flush=True)
+            print(TABLE_HEAD, flush=True)
+        bench = Bench(name, spec, model, facts, args, results, world=world)
+        for mode in args.mode_list:
+            for batch in args.batch_list:
+                for ctx in args.context_list:
+                    results.add(bench.decode(mode, batch, ctx))
+    except Exception as err:
+        info["error"] = f"{type(err).__name__}: {err}"
+        results.doc["configs"][name] = info
+        results.write()
+        print(f"[{name}] rank {rank} failed: {info['error']}", file=sys.stderr, flush=True)
+    finally:
+        dist.destroy_process_group()
+    rows = results.doc["rows"]
+    if rank == 0:
+        failed = sum(1 for r in rows if r.get("error") and not str(r["error"]).startswith("skipped"))
+        print(f"\n{len(rows)} rows, {failed} failed; wrote {args.json}")
+
+
 def configure_dynamo():
     import torch
     try:
@@ -739,6 +861,9 @@ def main(argv=None):
         "device": torch.cuda.get_device_name(),
         "ceilings": {"copy_bandwidth_Bps": COPY_BANDWIDTH, "bf16_peak_flops": TENSOR_PEAK, "kv_limit_bytes": KV_LIMIT},
     }
+    if args.tp_load:
+        run_tensor_parallel(args, meta)
+        return
     results = Results(args.json, meta)
     results.write()
     in_process_compile = "compile" in args.mode_list and args.compile_in_process

@@ -94,7 +94,9 @@
 #               ranks whose programs differ) and memcheck
 #               over the one-rank case. NCCL comes from GDL_NCCL_LIBRARY, or
 #               the loader's path, or PyTorch's wheel (nvidia-nccl); NVLink
-#               multicast stays off (NCCL_NVLS_ENABLE=0); not part of `all`
+#               multicast stays off (NCCL_NVLS_ENABLE=0); and PyTorch's
+#               tensor-parallel decode of bench/llama.sh on a tiny model over
+#               every GPU; not part of `all`
 # Then a short summary: one line per step with its exit code and time, and
 # the lines that matter from each log.
 set -uo pipefail
@@ -467,6 +469,14 @@ if [[ $what == collectives ]]; then
     "--test-case=collectives*,multi-gpu:*,semantics: a group of one rank*,semantics: wrong communicators*,semantics: the tensor-parallel*"
   step memcheck_collectives 300 "$SANITIZER" --tool memcheck --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" "--test-case=collectives: a group of one rank*"
+  # PyTorch's side of the tensor-parallel benchmark (bench/llama.sh), on a
+  # tiny model over every GPU here (one rank on one GPU).
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  step torch_tp_save 200 python3 bench/llama_torch.py --config tiny --modes eager --batches 1 --contexts 64 --prefill "" \
+    --quick --save-dir /tmp/gdl-torch-tp-tiny --json "$OUT/torch_tiny.json"
+  step torch_tp_decode 200 python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" bench/llama_torch.py \
+    --config tiny --tp-load /tmp/gdl-torch-tp-tiny --modes eager,graph --batches 1,8 --contexts 64,512 --quick \
+    --json "$OUT/torch_tp_tiny.json"
   if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then  # gdlrun: every rank on its GPU, checked against the reference
     printf '%s\n' 'program tp;' 'group world ranks(2);' 'dim B in [1, 16];' 'input x : bf16[B, 256];' \
       'param w_up : bf16[256, 512];' 'param w_down : bf16[512, 256];' 'output y : bf16[B, 256];' \
