@@ -296,6 +296,23 @@ Bindings rank_bindings(const Bindings& whole, int64_t r, int64_t ranks, const Ll
 
 }  // namespace
 
+TEST_CASE("llama: buckets can serve the decoders' tokens and sequences, as the tensor-parallel one's all-reduces need") {
+  // A dim that padding cannot serve is served by node updates, which a
+  // captured NCCL call cannot follow (Session::create refuses), and which
+  // keep cuBLASLt's products from the matmuls.
+  const LlamaConfig config = *LlamaConfig::parse(kTinyConfig);
+  for (const std::string file : {"llama.gdl", "llama_tp.gdl"}) {
+    const std::map<std::string, std::string> extra =
+        file == "llama_tp.gdl" ? std::map<std::string, std::string>{{"TP", "2"}} : std::map<std::string, std::string>{};
+    const ir::Graph g = compile_llama(config, tiny_serving(), file, extra);
+    REQUIRE(g.dims.size() == 2);
+    for (const DimInfo& d : g.dims) {
+      INFO(file << ": dim " << d.name << ": " << d.padding_blocker);
+      CHECK(d.padding_blocker.empty());
+    }
+  }
+}
+
 TEST_CASE("llama: the tensor-parallel decoder over two ranks gives the single decoder's logits and tokens") {
   // llama_tp.gdl at TP = 2 (heads and MLP columns split, an all_reduce after
   // attention and after the MLP) on the CPU reference, every rank on its

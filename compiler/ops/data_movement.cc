@@ -475,10 +475,11 @@ void eval_gather(const Node& n, const EvalArgs& in, HostTensor& out) {
   GDL_INTERNAL_ASSERT(!table.shape.empty(), "gather from a rank-0 table");
   const host::AxisView t = host::view_around(table.shape, n.attrs.axis);
   GDL_INTERNAL_ASSERT(static_cast<int64_t>(out.data.size()) == t.outer * ids.size() * t.inner, "gather result size");
+  const int64_t rows = in.valid(0, static_cast<int>(n.attrs.axis));  // padded rows are out of range too
   for (int64_t o = 0; o < t.outer; ++o)
     for (int64_t p = 0; p < ids.size(); ++p) {
       auto id = static_cast<int64_t>(ids.data[static_cast<size_t>(p)]);
-      if (id < 0 || id >= t.len) continue;  // out of range: the row stays zero
+      if (id < 0 || id >= rows) continue;  // out of range (padding included): the row stays zero
       const double* src = table.data.data() + (o * t.len + id) * t.inner;
       std::copy(src, src + t.inner, out.data.data() + (o * ids.size() + p) * t.inner);
     }
@@ -489,11 +490,12 @@ void eval_take_along_axis(const Node& n, const EvalArgs& in, HostTensor& out) {
   const host::AxisView xv = host::view_around(x.shape, n.attrs.axis), ov = host::view_around(out.shape, n.attrs.axis);
   GDL_INTERNAL_ASSERT(xv.outer == ov.outer && xv.inner == ov.inner, "take_along_axis result differs from x off the axis");
   host::BroadcastCursor cursor(out.shape, {index.shape});  // the index element of each result element, in order
+  const int64_t len = in.valid(0, static_cast<int>(n.attrs.axis));  // padded positions are out of range too
   for (int64_t o = 0; o < ov.outer; ++o)
     for (int64_t j = 0; j < ov.len; ++j)
       for (int64_t r = 0; r < ov.inner; ++r, cursor.next()) {
         const auto id = static_cast<int64_t>(index.data[static_cast<size_t>(cursor.offset(0))]);
-        if (id >= 0 && id < xv.len)  // out of range: stays zero
+        if (id >= 0 && id < len)  // out of range: stays zero
           out.data[static_cast<size_t>((o * ov.len + j) * ov.inner + r)] =
               x.data[static_cast<size_t>((o * xv.len + id) * xv.inner + r)];
       }
@@ -591,6 +593,16 @@ std::string element_concat(StepEmitter& e, ValueId v) {
 
 // Element i of the result is (outer, p, column) over [outer, ids, inner]:
 // the table's element (outer, ids[p], column), or 0 for an id out of range.
+// The ids a gather or take_along_axis may read along `axis`: its extent, or
+// for a run-time dim its valid count this run, so that under buckets an id
+// into the padded rows reads zero, as past the end of an unpadded run.
+std::string indexed_bound(StepEmitter& e, ValueId v, const Dim& axis) {
+  if (!axis.is_runtime()) return e.dim(axis);
+  const std::string name = "valid" + std::to_string(v);
+  e.prologue += "  const int " + name + " = " + valid_count_expr(axis.symbol) + ";  // ids past it read zero\n";
+  return name;
+}
+
 std::string element_gather(StepEmitter& e, ValueId v) {
   if (over_rank0(e, v)) return plain_copy(e, v);
   const Node& n = e.g.node(v);
@@ -601,6 +613,7 @@ std::string element_gather(StepEmitter& e, ValueId v) {
   const std::string inner = "inner" + std::to_string(v);
   e.prologue += "  const " + e.idx + " " + inner + " = " + e.product(xs, axis + 1, xs.size()) + ";  // elements per row\n";
   const std::string rows = e.dim(xs[axis]);
+  const std::string bound = indexed_bound(e, v, xs[axis]);
   const std::string table = e.pointer(x);
   std::string out = "    const " + e.idx + " row = i / " + inner + ";\n";
   out += "    const " + e.idx + " column = i - row * " + inner + ";\n";
@@ -619,7 +632,7 @@ std::string element_gather(StepEmitter& e, ValueId v) {
   else if (statically_one_element(e.g.node(ids).type.shape)) id_expr = "gdl::ld(" + e.pointer(ids) + "[0])";
   else id_expr = "gdl::ld(" + e.pointer(ids) + "[" + id_at + "])";
   out += "    const int id = " + id_expr + ";\n";
-  out += "    const " + c_type + " r" + std::to_string(v) + " = id >= 0 && id < " + rows + " ? gdl::ld(" + table + "[(" +
+  out += "    const " + c_type + " r" + std::to_string(v) + " = id >= 0 && id < " + bound + " ? gdl::ld(" + table + "[(" +
          first + "(" + e.idx + ")id) * " + inner + " + column]) : (" + c_type + ")0;  // out of range: 0\n";
   return out;
 }
@@ -632,7 +645,7 @@ std::string element_take_along_axis(StepEmitter& e, ValueId v) {
   const auto axis = std::to_string(n.attrs.axis);
   const std::string c_type = compute_type(n.type.dtype);
   const std::string in = e.input_strides(x);
-  const std::string len = e.dim(e.g.node(x).type.shape[static_cast<size_t>(n.attrs.axis)]);
+  const std::string len = indexed_bound(e, v, e.g.node(x).type.shape[static_cast<size_t>(n.attrs.axis)]);
   e.needs_coords = true;
   std::string out = "    const int id = " + e.broadcast_load(index) + ";\n";
   out += "    const " + c_type + " r" + std::to_string(v) + " = id >= 0 && id < " + len + " ? gdl::ld(" + e.pointer(x) +
@@ -694,16 +707,6 @@ void reshape_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBloc
                           "): a padded layout would mix padding into valid rows");
 }
 
-// Ids in [value, capacity) would read padding where the unpadded run gives
-// a zero row (gather and take_along_axis along a run-time dim).
-void indexed_axis_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock& block) {
-  const Shape& table = g.node(n.args.at(0)).type.shape;
-  const auto axis = static_cast<size_t>(n.attrs.axis);
-  if (axis < table.size() && table[axis].is_runtime())
-    block(table[axis].symbol, " reads along dim " + g.dims[static_cast<size_t>(table[axis].symbol)].name +
-                                  " by index: ids past the valid rows would read padding instead of zeros");
-}
-
 // The type rule refuses it; kept for IR made by hand.
 void concat_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock& block) {
   const auto axis = static_cast<size_t>(n.attrs.axis);
@@ -740,7 +743,6 @@ OpDef indexed(Op op, const char* callable, std::vector<const char*> params, Infe
   d.operands = d.required = 2;
   d.min_args = d.max_args = 2;
   d.attr_text = attr_text;
-  d.blocks_padding = indexed_axis_blocks_padding;
   return d;
 }
 

@@ -3,8 +3,8 @@
 // The padding pass (record_padding_blockers):
 // 1. One pass over the nodes, asking each op's entry which run-time dims it
 //    cannot serve padded (OpDef::blocks_padding: a reshape that moves a dim
-//    across other axes, a gather from a table padded along its rows,
-//    attention whose head dim is run-time, a concat along a run-time dim);
+//    across other axes, attention whose head dim is run-time, a concat
+//    along a run-time dim);
 //    the first reason found per dim is kept (padding_blockers).
 // 2. The reasons go into the dims, for the runtime, which serves a blocked
 //    dim by node updates instead of buckets.

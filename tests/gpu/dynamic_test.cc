@@ -167,6 +167,43 @@ q = softmax(transpose(x, perm = [0, 2, 1]), axis = -1);
   CHECK(st.dims[0].rows_computed > st.dims[0].rows_valid);  // padding was computed (and masked)
 }
 
+TEST_CASE("dynamic: ids into the padded rows of a gather or take_along_axis read zero, as past the end") {
+  if (cpu_only) return;
+  // V is the indexed axis of both; ids run over [-2, 34), so every run has
+  // some past V inside its bucket (the padded rows, NaN here) and some past
+  // the bucket: both must read zero, as in the unpadded reference.
+  Program program = compile_text(R"(program picks;
+dim V in [1, 32] buckets(8, 32);
+input table : f16[V, 16];
+input x : f32[4, V];
+input ids : i32[6];
+input index : i32[4, 3];
+output g : f16[6, 16];
+output t : f32[4, 3];
+g = gather(table, ids);
+t = take_along_axis(x, index);
+)");
+  CHECK(program.dims().at(0).padding_blocker.empty());
+  std::unique_ptr<Session> s = make_session(program, {}, /*poison_padding=*/true);
+  std::mt19937_64 rng(seed_for("indexed padding"));
+  const RangeFor ids = [](const TensorInfo& t) {
+    ValueRange r;
+    if (t.dtype == ElementType::kI32) r.int_lo = -2, r.int_hi = 33;
+    return r;
+  };
+  for (int64_t v : {5, 3, 8, 20, 1}) {
+    INFO("V = " << v);
+    std::map<std::string, TensorData> tensors = random_bindings(program, {v}, rng, ids);
+    bind_inputs(*s, tensors);
+    std::map<std::string, TensorData> got = run_and_read(*s, false);
+    CHECK_FALSE(any_nan(got));
+    CHECK(expect_match(got, reference(program, tensors), "graph"));
+    CHECK(expect_match(run_and_read(*s, true), reference(program, tensors), "eager"));
+  }
+  CHECK(s->stats().node_updates == 0);
+  CHECK(s->stats().dims.at(0).rows_computed > s->stats().dims.at(0).rows_valid);
+}
+
 TEST_CASE("dynamic: a scalar change is seen by the next run and not by one already launched") {
   if (cpu_only) return;
   for (DimPolicyChoice policy : {DimPolicyChoice::kAsDeclared, DimPolicyChoice::kUpdate}) {
