@@ -160,6 +160,14 @@ template <typename L, typename S> struct CausalLen {
     return (int)(own < limit ? own : limit);
   }
 };
+// No positions for the rows past the valid ones of a padded leading axis
+// (buckets): they are padding, whatever length their stale inputs give, so
+// they read no k or v.
+template <typename S> struct ValidRowsLen {
+  S source;
+  long long valid_rows;  // the leading axis's valid count times the rows under each of its entries
+  template <typename I> GDL_DEV int get(I row) const { return (long long)row < valid_rows ? source.get(row) : 0; }
+};
 // A length clamped to the valid count of a padded axis (buckets, gdl_abi_types.cuh).
 template <typename S> struct ClampedLen {
   S source;

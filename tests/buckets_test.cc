@@ -546,6 +546,19 @@ o = attention(q, kc, vc, len);
   CHECK(kernel_text(ir::Op::kMatMul).find(block + "0)") != std::string::npos);  // f: K is B
   CHECK(kernel_text(ir::Op::kAttention).find("gdl::ClampedLen<gdl::IntAt>{gdl::IntAt{") != std::string::npos);
   CHECK(kernel_text(ir::Op::kAttention).find(block + "1)") != std::string::npos);
+  CHECK(kernel_text(ir::Op::kAttention).find("ValidRowsLen") == std::string::npos);  // its rows are not padded
+  // Queries of a padded leading axis past its valid count get no positions,
+  // whatever their (stale) lengths say: they read no k or v.
+  ir::Graph rows = graph_of(R"(program r;
+dim B in [1, 32];
+input q : f16[B, 4, 32];
+input kc : f16[B, 4, 40, 32];
+input len : i32[B];
+output o : f16[B, 4, 32];
+o = attention(q, kc, kc, len);
+)");
+  CHECK(generate_cuda(plan_program(rows)).source.find("gdl::ValidRowsLen<gdl::IntPerRow>{gdl::IntPerRow{") !=
+        std::string::npos);
   // A norm over a constant axis needs no valid count.
   ir::Graph plain = graph_of("program n;\ndim B in [1, 8];\ninput x : f32[B, 16];\noutput y : f32[B, 16];\ny = layernorm(x);\n");
   CHECK(generate_cuda(plan_program(plain)).source.find("gdl::valid_dim") == std::string::npos);

@@ -265,6 +265,15 @@ Source int_source(StepEmitter& e, ir::ValueId a, const std::string& rows_per_seq
   return {"gdl::IntAt", e.pointer(a)};
 }
 
+// Whether q's rows lead with a run-time axis, the only run-time one among
+// them: its rows past the valid count are then the last rows of the step.
+bool padded_leading_rows(const Shape& qs) {
+  if (qs.size() < 2 || !qs[0].is_runtime()) return false;
+  for (size_t i = 1; i + 1 < qs.size(); ++i)
+    if (qs[i].is_runtime()) return false;
+  return true;
+}
+
 std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionOperands a = attention_operands(n);
   const std::string q = e.pointer(a.q), k = e.pointer(a.k), v = e.pointer(a.v);
@@ -296,6 +305,9 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   }
   if (positions_dim.is_runtime())  // a padded T: positions past its valid count are padding, whatever len says
     len = {"gdl::ClampedLen<" + len.type + ">", len.text() + ", " + valid_count_expr(positions_dim.symbol)};
+  if (padded_leading_rows(qs))  // queries past the valid ones are padding: no positions (a bucket's waste stays small)
+    len = {"gdl::ValidRowsLen<" + len.type + ">", len.text() + ", (long long)" + valid_count_expr(qs[0].symbol) +
+                                                      " * " + e.product(qs, 1, qs.size() - 1)};
   const std::string out = e.result_pointer();
   int64_t d_max = max_extent(qs.back(), e.g), dv_max = max_extent(vs.back(), e.g);
   GDL_INTERNAL_ASSERT(d_max <= kAttentionMaxHeadDim && dv_max <= kAttentionMaxHeadDim,
