@@ -786,6 +786,8 @@ def load_tensor_parallel(folder, spec):
     import torch
     from transformers import LlamaForCausalLM
     model = LlamaForCausalLM.from_pretrained(folder, tp_plan="auto", dtype=torch.bfloat16, attn_implementation="sdpa")
+    if any(p.device.type != "cuda" for p in model.parameters()):  # one rank: transformers splits nothing, loads on the CPU
+        model.to(torch.device("cuda", torch.cuda.current_device()))
     model.eval()
     c = model.config
     got = (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size)
@@ -829,9 +831,11 @@ def run_tensor_parallel(args, meta):
     finally:
         dist.destroy_process_group()
     rows = results.doc["rows"]
+    failed = sum(1 for r in rows if r.get("error") and not str(r["error"]).startswith("skipped"))
     if rank == 0:
-        failed = sum(1 for r in rows if r.get("error") and not str(r["error"]).startswith("skipped"))
         print(f"\n{len(rows)} rows, {failed} failed; wrote {args.json}")
+    if failed or "error" in info:
+        sys.exit(1)
 
 
 def configure_dynamo():

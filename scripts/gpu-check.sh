@@ -80,7 +80,7 @@
 #               ring of bulk copies, the split one's shared scores) and
 #               racecheck on W3's probe p9; not part of `all`
 # 4d. attention-grouped: the tensor-core group kernel (gdl_attention_group.cuh,
-#               GDL_ATTENTION_GROUPED=1) beside the streamed one: with the
+#               the default) beside the streamed one (GDL_ATTENTION_GROUPED=0): with the
 #               tests' binary, the attention GPU tests (which run both) and
 #               memcheck and racecheck on its edge cases; with gdl_bench, the
 #               sweep's attention rows under both (GDL_BENCH_BIN,
@@ -446,9 +446,10 @@ if [[ $what == attention-grouped ]]; then
   bench_bin=${GDL_BENCH_BIN:-$BUILD/bench/gdl_bench}
   if [ -x "$bench_bin" ]; then
     data=/tmp/gdl-sweep-data
-    step sweep_attn_streamed 420 env GDL_SWEEP_ONLY=attn GDL_SWEEP_RUNS=30 bash bench/sweep.sh "$OUT/attn-streamed" "$data"
+    step sweep_attn_streamed 420 env GDL_ATTENTION_GROUPED=0 GDL_SWEEP_ONLY=attn GDL_SWEEP_RUNS=30 bash bench/sweep.sh \
+      "$OUT/attn-streamed" "$data"
     mkdir -p "$OUT/attn-grouped"
-    step sweep_attn_grouped 260 env GDL_ATTENTION_GROUPED=1 "$bench_bin" --data "$data" \
+    step sweep_attn_grouped 260 "$bench_bin" --data "$data" \
       --out "$OUT/attn-grouped/gdl.json" --repo . --sweep --runs 30 --warmup 10 --time-budget-s 200 --only attn \
       ${GDL_BENCH_COMPILE_CACHE:+--compile-cache "$GDL_BENCH_COMPILE_CACHE"}
     step sweep_attn_grouped_report 60 python3 bench/sweep.py report --torch "$OUT/attn-streamed/torch.json" \
@@ -467,7 +468,10 @@ if [[ $what == collectives ]]; then
   nvidia-smi --query-gpu=index,name --format=csv >> "$OUT/nccl.txt" 2>&1
   step collective_tests 400 "$BUILD/tests/gdl_gpu_tests" --duration=true -s \
     "--test-case=collectives*,multi-gpu:*,semantics: a group of one rank*,semantics: wrong communicators*,semantics: the tensor-parallel*"
-  step memcheck_collectives 300 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+  # NCCL's initialization asks cudaFuncGetAttributes of kernels it has no
+  # image for on this GPU (8 such API errors on the H200, all inside
+  # ncclCommInitAll): API errors are not reported here, memory errors are.
+  step memcheck_collectives 300 "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" "--test-case=collectives: a group of one rank*"
   # PyTorch's side of the tensor-parallel benchmark (bench/llama.sh), on a
   # tiny model over every GPU here (one rank on one GPU).
