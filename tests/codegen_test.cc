@@ -710,8 +710,9 @@ TEST_CASE("codegen: streamed attention groups query heads by the rows and the he
 // the streamed kernel, a paged block that no stage of 16 or more positions
 // divides (with a warp's 16 columns) too; sm_80 has it.
 TEST_CASE("codegen: grouped query heads take the tensor-core group kernel by dtype, head dims and group") {
-  // Off by default (kernel_choice.cc grouped_attention): without the knob no step takes it.
+  // GDL_ATTENTION_GROUPED=0 (kernel_choice.cc grouped_attention) turns it off.
   {
+    testing::ScopedEnv off("GDL_ATTENTION_GROUPED", "0");
     GraphBuilder b;
     b.g.program_name = "grouped_default";
     ValueId q = b.input("q", {DType::kBF16, dims({c(16), c(32), c(128)})});
@@ -724,8 +725,7 @@ TEST_CASE("codegen: grouped query heads take the tensor-core group kernel by dty
     plan::Plan p = plan_of(b.g);
     CHECK(choose_attention(p.graph, p.graph.node(o)).group_splits == 0);
   }
-  testing::ScopedEnv grouped("GDL_ATTENTION_GROUPED", "1");
-  {  // "all": single heads too, a head a task
+  {  // by default single heads keep the streamed kernel; "all": they too take it, a head a task
     GraphBuilder b;
     b.g.program_name = "grouped_single";
     ValueId q = b.input("q", {DType::kF16, dims({c(4), c(8), c(64)})});

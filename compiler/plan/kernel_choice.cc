@@ -33,8 +33,8 @@
 // 5. Scratch: one ticket per tile and splits partial tiles, for whichever
 //    kernel needs more (only one runs per launch); none for a cluster.
 //
-// choose_attention: with GDL_ATTENTION_GROUPED, f16/bf16 grouped-query
-// attention with head dims of multiples of 64 takes gdl::attention_group:
+// choose_attention: f16/bf16 grouped-query attention with head dims of
+// multiples of 64 takes gdl::attention_group (GDL_ATTENTION_GROUPED=0: never):
 // a task is the query heads of one k/v head (up to 16), stages of 64
 // positions (fewer over a paged cache, to divide its block), its splits
 // aiming at the blocks its ring and registers let a multiprocessor hold.
@@ -171,16 +171,19 @@ int64_t attention_heads_cap() {
   static const int64_t n = env_count("GDL_ATTENTION_HEADS");
   return n >= 1 ? std::min<int64_t>(n, kAttentionMaxStreamHeads) : kAttentionMaxStreamHeads;
 }
-// Which attention steps take gdl::attention_group, from GDL_ATTENTION_GROUPED
-// (read at every choice, so that a test can set it): "1" those with two or
-// more query heads a k/v head, "all" single heads too, anything else none.
-// Off by default until the kernel has been checked and timed against the
-// streamed one on a GPU.
+// Which attention steps take gdl::attention_group: those with two or more
+// query heads a k/v head; GDL_ATTENTION_GROUPED (read at every choice, so
+// that a test can set it) "0" none, "all" single heads too. Measured on the
+// H200 (bench/sweep.sh, 32 query heads over 8, against the streamed
+// kernel): 16 sequences at 32768 positions 980 -> 257 us (head dim 64) and
+// 1127 -> 498 (128), one sequence at 32768 82 -> 36 and 89 -> 53; one
+// sequence up to 4096 positions 1.1-1.6x slower (128 positions 9.6 -> 14.7
+// us), the only rows where it lost.
 enum class GroupedAttention { kNone, kGroups, kAll };
 GroupedAttention grouped_attention() {
   if (env_is("GDL_ATTENTION_GROUPED", "all")) return GroupedAttention::kAll;
-  if (env_is("GDL_ATTENTION_GROUPED", "1")) return GroupedAttention::kGroups;
-  return GroupedAttention::kNone;
+  if (env_is("GDL_ATTENTION_GROUPED", "0")) return GroupedAttention::kNone;
+  return GroupedAttention::kGroups;
 }
 int64_t attention_splits_wanted() {
   static const int64_t n = env_count("GDL_ATTENTION_SPLITS");

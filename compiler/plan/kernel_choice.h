@@ -155,7 +155,7 @@ struct AttentionChoice {
   // gdl::attention_group (gdl_attention_group.cuh), the query heads of a k/v
   // head on tensor cores: possible for f16/bf16 with static head dims that
   // are multiples of 64 (up to 256) and at least two query heads a k/v head,
-  // when GDL_ATTENTION_GROUPED asks for it (kernel_choice.cc); codegen takes
+  // unless GDL_ATTENTION_GROUPED=0 (kernel_choice.cc); codegen takes
   // it before the others when q, k and v are 16-byte aligned and the target
   // has cp.async and ldmatrix (sm_80). 0 when not possible.
   int group_splits = 0;
