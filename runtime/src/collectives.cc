@@ -211,6 +211,7 @@ int Communicator::rank() const { return impl_->rank; }
 int Communicator::ranks() const { return impl_->ranks; }
 int Communicator::device() const { return impl_->device; }
 void Communicator::abort() {
+  if (impl_->aborted.exchange(true)) return;
   if (impl_->comm) (void)impl_->api->comm_abort(impl_->comm);
   impl_->comm = nullptr;
 }

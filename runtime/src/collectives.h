@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -88,6 +89,9 @@ namespace gdl {
 struct Communicator::Impl {
   const rt::NcclApi* api = nullptr;
   ncclComm_t comm = nullptr;
+  // Set by abort (from any thread): a session's runs check it before they
+  // launch, since a graph already built would replay the aborted calls.
+  std::atomic<bool> aborted{false};
   int rank = 0, ranks = 1, device = 0;
   ~Impl();
 };

@@ -147,6 +147,8 @@ struct EventSet {
 }  // namespace
 
 Status Session::Impl::ready_to_run() const {
+  if (communicator && communicator->internals().aborted.load())
+    return Status::FailedPrecondition("the session's communicator was aborted (Communicator::abort)");
   if (!params->all_set())
     return Status::FailedPrecondition("param '" + prog.params[static_cast<size_t>(params->first_unset())].name +
                                       "' was never set: call set_param before running");

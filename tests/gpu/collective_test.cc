@@ -1,6 +1,6 @@
 // Collectives on GPUs through NCCL: a group of one rank on one GPU (against
-// the CPU reference and against the program without its collectives), the
-// refusals at Session::create, and
+// the CPU reference and against the program without its collectives; made
+// locally and joined by id, then aborted), the refusals at Session::create, and
 // (multi-gpu:*, left out by main.cc where fewer than 2 GPUs are seen) a
 // tensor-parallel MLP on two GPUs against the CPU reference of both ranks,
 // and two ranks whose programs differ refused when their sessions start.
@@ -63,6 +63,35 @@ TEST_CASE("semantics: a group of one rank gives what the program without its col
   const std::map<std::string, TensorData> a = run_and_read(*grouped, false), c = run_and_read(*alone, false);
   // Not bit for bit: the plain program adds x in its matmul's epilogue, before rounding the product.
   CHECK(expect_match({{"y", a.at("y")}}, {{"y", c.at("y")}}, "one rank vs no group"));
+}
+
+TEST_CASE("collectives: a rank joined by id (one process per GPU) runs as one made locally, and abort ends its runs") {
+  if (cpu_only) return;
+  const Program program = compile_text(tensor_parallel_mlp(1));
+  Expected<CommunicatorId> id = Communicator::new_id();
+  REQUIRE_MESSAGE(id.ok(), id.status().message());
+  Expected<std::shared_ptr<Communicator>> joined = Communicator::join(*id, 0, 1, 0);
+  REQUIRE_MESSAGE(joined.ok(), joined.status().message());
+  CHECK((*joined)->rank() == 0);
+  CHECK((*joined)->ranks() == 1);
+  CHECK((*joined)->device() == 0);
+  SessionOptions options;
+  options.communicator = *joined;
+  std::unique_ptr<Session> s = make_session(program, options);
+  std::mt19937_64 rng(seed_for("joined rank"));
+  std::map<std::string, TensorData> tensors = random_bindings(program, {7}, rng);
+  bind_all(*s, tensors);
+  CHECK(expect_match(run_and_read(*s, false), reference(program, tensors), "graph"));
+  CHECK(expect_match(run_and_read(*s, true), reference(program, tensors), "eager"));
+  // After abort the session's runs fail with a Status rather than wait.
+  (*joined)->abort();
+  Expected<std::map<std::string, TensorData>> after = try_run_and_read(*s, false);
+  REQUIRE_FALSE(after.ok());
+  CHECK(after.status().message().find("communicator was aborted") != std::string::npos);
+  // A bad rank is refused before NCCL is asked.
+  Expected<std::shared_ptr<Communicator>> outside = Communicator::join(*id, 1, 1, 0);
+  REQUIRE_FALSE(outside.ok());
+  CHECK(outside.status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("semantics: wrong communicators, update-served dims and the fallback are refused at create") {
