@@ -822,7 +822,14 @@ def run_tensor_parallel(args, meta):
         for mode in args.mode_list:
             for batch in args.batch_list:
                 for ctx in args.context_list:
-                    results.add(bench.decode(mode, batch, ctx))
+                    row = bench.decode(mode, batch, ctx)
+                    results.add(row)
+                    # A rank that failed a row would meet the others' collectives out of order: all stop.
+                    failed = row.get("error") and not str(row["error"]).startswith("skipped")
+                    flag = torch.tensor([1 if failed else 0], device="cuda")
+                    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                    if flag.item():
+                        raise RuntimeError(f"a rank failed decode {mode} B={batch} ctx={ctx}; every rank stops")
     except Exception as err:
         info["error"] = f"{type(err).__name__}: {err}"
         results.doc["configs"][name] = info

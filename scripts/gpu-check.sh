@@ -474,8 +474,9 @@ if [[ $what == collectives ]]; then
   step memcheck_collectives 300 "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 99 \
     "$BUILD/tests/gdl_gpu_tests" "--test-case=collectives: a group of one rank*"
   # PyTorch's side of the tensor-parallel benchmark (bench/llama.sh), on a
-  # tiny model over every GPU here (one rank on one GPU).
+  # tiny model (2 k/v heads) over two GPUs, or one rank on one.
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [ "$gpus" -gt 2 ] && gpus=2
   step torch_tp_save 200 python3 bench/llama_torch.py --config tiny --modes eager --batches 1 --contexts 64 --prefill "" \
     --quick --save-dir /tmp/gdl-torch-tp-tiny --json "$OUT/torch_tiny.json"
   step torch_tp_decode 200 python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" bench/llama_torch.py \

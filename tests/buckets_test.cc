@@ -392,7 +392,8 @@ z = sum(reshape(y, [B, 4, 6]), axis = 1);
     int into_padding = 0;
     for (uint64_t seed = 5; seed < 9; ++seed) {
       expect_capacity_mode_matches(indexed, {5}, {8}, seed);
-      for (double id : random_bindings(indexed, {5}, seed).tensors.at("ids").data) into_padding += id >= 5 && id < 8;
+      const Bindings drawn = random_bindings(indexed, {5}, seed);
+      for (double id : drawn.tensors.at("ids").data) into_padding += id >= 5 && id < 8;
     }
     CHECK(into_padding > 0);  // the case the bound is for was drawn
   }

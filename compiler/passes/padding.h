@@ -45,11 +45,11 @@ PaddingWaste uniform_padding_waste(const DimInfo& d);
 // Why padding run-time dim d (capacity > value) could change a valid result,
 // per dim ("" when it cannot): ops whose valid result is not a function of
 // the valid positions of a padded layout (a reshape that moves the dim
-// across other axes, a gather from a table padded along its rows, attention
-// whose head dim is run-time). Every op that combines elements along a
-// padded axis masks it, on the GPU (the valid-dims block) and in the
-// interpreter's capacity mode alike. A dim with a reason is served by node
-// updates instead of buckets.
+// across other axes, attention whose head dim is run-time, a concat along
+// it). Every op that combines elements along a padded axis masks it, and a
+// gather along one reads only its valid rows, on the GPU (the valid-dims
+// block) and in the interpreter's capacity mode alike. A dim with a reason
+// is served by node updates instead of buckets.
 std::vector<std::string> padding_blockers(const ir::Graph& g);
 
 // The pass: padding_blockers into each dim's padding_blocker (types.h),

@@ -162,9 +162,11 @@ class Communicator {
   int ranks() const;
   int device() const;
   // Ends this rank's membership at once: NCCL calls on it in flight stop,
-  // and later runs of sessions using it fail. For a rank whose peers will
-  // not reach the collective it waits in (another rank failed); the group
-  // needs new communicators after it.
+  // and later runs of sessions using it fail (FailedPrecondition). For a
+  // rank whose peers will not reach the collective it waits in (another
+  // rank failed); the group needs new communicators after it. Callable from
+  // any thread; a graph exported from such a session must not be launched
+  // after it.
   void abort();
 
   struct Impl;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <tuple>
 
@@ -145,7 +146,6 @@ std::vector<CollectiveCall> collective_shapes(const plan::Plan& p, const KernelT
 }
 
 Status enqueue_collective(const NcclApi& api, ncclComm_t comm, const CollectiveCall& c, cudaStream_t stream) {
-  if (!comm) return Status::FailedPrecondition("the session's communicator was aborted (Communicator::abort)");
   ncclResult_t r = ncclSuccess;
   if (c.op == ir::Op::kAllReduce) r = api.all_reduce(c.send, c.receive, c.count, c.dtype, c.reduce, comm, stream);
   else if (c.op == ir::Op::kAllGather) r = api.all_gather(c.send, c.receive, c.count, c.dtype, comm, stream);
@@ -202,7 +202,7 @@ uint32_t collective_dims(const plan::Plan& p, const KernelTable& t) {
 namespace gdl {
 
 Communicator::Impl::~Impl() {
-  if (comm) (void)api->comm_destroy(comm);
+  if (comm && !aborted.load()) (void)api->comm_destroy(comm);  // an aborted one is freed already
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -211,9 +211,9 @@ int Communicator::rank() const { return impl_->rank; }
 int Communicator::ranks() const { return impl_->ranks; }
 int Communicator::device() const { return impl_->device; }
 void Communicator::abort() {
+  std::unique_lock<std::shared_mutex> lock(impl_->use);
   if (impl_->aborted.exchange(true)) return;
   if (impl_->comm) (void)impl_->api->comm_abort(impl_->comm);
-  impl_->comm = nullptr;
 }
 
 Expected<CommunicatorId> Communicator::new_id() {

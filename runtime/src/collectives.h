@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -89,8 +90,12 @@ namespace gdl {
 struct Communicator::Impl {
   const rt::NcclApi* api = nullptr;
   ncclComm_t comm = nullptr;
-  // Set by abort (from any thread): a session's runs check it before they
-  // launch, since a graph already built would replay the aborted calls.
+  // Set by abort (from any thread). A session holds `use` shared while it
+  // checks the flag and enqueues an NCCL call or launches a graph holding
+  // them (a graph already built would replay the aborted calls); abort
+  // holds it exclusively, so it never frees `comm` under such a call. The
+  // lock spans no wait for the device, which an abort must be able to end.
+  std::shared_mutex use;
   std::atomic<bool> aborted{false};
   int rank = 0, ranks = 1, device = 0;
   ~Impl();

@@ -256,6 +256,8 @@ struct Session::Impl {
   // A collective step's NCCL call on `s`, over this rank's communicator.
   Status enqueue_collective_step(int k, const std::vector<int64_t>& layout_dims, cudaStream_t s);
   Status enqueue_collective_call(const rt::CollectiveCall& call, cudaStream_t s);
+  Status launch_graph(cudaGraphExec_t exec);
+  static Status aborted_communicator();
   // A child graph node holding kernel k's NCCL call, captured (after its
   // first call of that size, warm_up_collective).
   Expected<cudaGraphNode_t> add_collective_node(cudaGraph_t graph, int k, const std::vector<cudaGraphNode_t>& deps,

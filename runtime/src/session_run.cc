@@ -147,8 +147,6 @@ struct EventSet {
 }  // namespace
 
 Status Session::Impl::ready_to_run() const {
-  if (communicator && communicator->internals().aborted.load())
-    return Status::FailedPrecondition("the session's communicator was aborted (Communicator::abort)");
   if (!params->all_set())
     return Status::FailedPrecondition("param '" + prog.params[static_cast<size_t>(params->first_unset())].name +
                                       "' was never set: call set_param before running");
@@ -531,7 +529,25 @@ Expected<cudaGraphNode_t> Session::Impl::add_captured_node(cudaGraph_t graph, co
 
 Status Session::Impl::enqueue_collective_call(const rt::CollectiveCall& call, cudaStream_t s) {
   Communicator::Impl& c = communicator->internals();
+  std::shared_lock<std::shared_mutex> lock(c.use);
+  if (c.aborted.load()) return aborted_communicator();
   return rt::enqueue_collective(*c.api, c.comm, call, s);
+}
+
+// Launches graph `exec` on the stream; with a communicator, not after an
+// abort and never while one is freeing it (Communicator::Impl::use).
+Status Session::Impl::launch_graph(cudaGraphExec_t exec) {
+  std::shared_lock<std::shared_mutex> lock;
+  if (communicator) {
+    lock = std::shared_lock<std::shared_mutex>(communicator->internals().use);
+    if (communicator->internals().aborted.load()) return aborted_communicator();
+  }
+  GDL_CUDA_TRY(cudaGraphLaunch(exec, stream), "launching the graph");
+  return Status::Ok();
+}
+
+Status Session::Impl::aborted_communicator() {
+  return Status::FailedPrecondition("the session's communicator was aborted (Communicator::abort)");
 }
 
 Status Session::Impl::enqueue_collective_step(int k, const std::vector<int64_t>& layout_dims, cudaStream_t s) {
@@ -712,7 +728,7 @@ Status Session::Impl::run() {
   }
   GDL_RETURN_IF_ERROR(write_valid_block());
   if (options.record_device_time) GDL_CUDA_TRY(cudaEventRecord(run_start, stream), "recording the run start");
-  GDL_CUDA_TRY(cudaGraphLaunch(g.exec, stream), "launching the graph");
+  GDL_RETURN_IF_ERROR(launch_graph(g.exec));
   if (copies) graph_copies_pending = true;
   for (InputSlot& slot : inputs) slot.clear_pending();  // queued: later work on the stream sees the copies
   if (options.record_device_time) {
