@@ -770,6 +770,14 @@ def run_compile_child(name, args, results):
                          "error": error or "not measured by the compile child"})
 
 
+def config_failed(results, name, info, err, who):
+    """A config's run ended by an exception: recorded in the JSON and said on stderr."""
+    info["error"] = f"{type(err).__name__}: {err}"
+    results.doc["configs"][name] = info
+    results.write()
+    print(f"{who} failed: {info['error']}", file=sys.stderr, flush=True)
+
+
 def start_distributed():
     """torch.distributed over NCCL for torchrun's ranks, each on GPU LOCAL_RANK."""
     import torch
@@ -831,10 +839,7 @@ def run_tensor_parallel(args, meta):
                     if flag.item():
                         raise RuntimeError(f"a rank failed decode {mode} B={batch} ctx={ctx}; every rank stops")
     except Exception as err:
-        info["error"] = f"{type(err).__name__}: {err}"
-        results.doc["configs"][name] = info
-        results.write()
-        print(f"[{name}] rank {rank} failed: {info['error']}", file=sys.stderr, flush=True)
+        config_failed(results, name, info, err, f"[{name}] rank {rank}")
     finally:
         dist.destroy_process_group()
     rows = results.doc["rows"]
@@ -911,10 +916,7 @@ def main(argv=None):
             here = [m for m in MODES if m in args.mode_list and (m != "compile" or in_process_compile)]
             run_modes(name, spec, model, facts, args, results, here)
         except Exception as err:
-            info["error"] = f"{type(err).__name__}: {err}"
-            results.doc["configs"][name] = info
-            results.write()
-            print(f"[{name}] failed: {info['error']}", file=sys.stderr, flush=True)
+            config_failed(results, name, info, err, f"[{name}]")
         finally:
             del model
             free_cuda()
