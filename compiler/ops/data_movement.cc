@@ -591,8 +591,6 @@ std::string element_concat(StepEmitter& e, ValueId v) {
   return out + "    }\n";
 }
 
-// Element i of the result is (outer, p, column) over [outer, ids, inner]:
-// the table's element (outer, ids[p], column), or 0 for an id out of range.
 // The ids a gather or take_along_axis may read along `axis`: its extent, or
 // for a run-time dim its valid count this run, so that under buckets an id
 // into the padded rows reads zero, as past the end of an unpadded run.
@@ -603,6 +601,8 @@ std::string indexed_bound(StepEmitter& e, ValueId v, const Dim& axis) {
   return name;
 }
 
+// Element i of the result is (outer, p, column) over [outer, ids, inner]:
+// the table's element (outer, ids[p], column), or 0 for an id out of range.
 std::string element_gather(StepEmitter& e, ValueId v) {
   if (over_rank0(e, v)) return plain_copy(e, v);
   const Node& n = e.g.node(v);
@@ -612,7 +612,6 @@ std::string element_gather(StepEmitter& e, ValueId v) {
   const std::string c_type = compute_type(n.type.dtype);
   const std::string inner = "inner" + std::to_string(v);
   e.prologue += "  const " + e.idx + " " + inner + " = " + e.product(xs, axis + 1, xs.size()) + ";  // elements per row\n";
-  const std::string rows = e.dim(xs[axis]);
   const std::string bound = indexed_bound(e, v, xs[axis]);
   const std::string table = e.pointer(x);
   std::string out = "    const " + e.idx + " row = i / " + inner + ";\n";
@@ -625,7 +624,7 @@ std::string element_gather(StepEmitter& e, ValueId v) {
     out += "    const " + e.idx + " outer = row / " + count + ";\n";
     out += "    const " + e.idx + " at = row - outer * " + count + ";\n";
     id_at = "at";
-    first = "outer * " + rows + " + ";
+    first = "outer * " + e.dim(xs[axis]) + " + ";  // the layout's rows of the table
   }
   std::string id_expr;
   if (e.is_inline_leaf(ids)) id_expr = e.inline_value(ids);
