@@ -770,6 +770,11 @@ def run_compile_child(name, args, results):
                          "error": error or "not measured by the compile child"})
 
 
+def row_failed(row):
+    """An error other than a skip."""
+    return bool(row.get("error")) and not str(row["error"]).startswith("skipped")
+
+
 def config_failed(results, name, info, err, who):
     """A config's run ended by an exception: recorded in the JSON and said on stderr."""
     info["error"] = f"{type(err).__name__}: {err}"
@@ -833,8 +838,7 @@ def run_tensor_parallel(args, meta):
                     row = bench.decode(mode, batch, ctx)
                     results.add(row)
                     # A rank that failed a row would meet the others' collectives out of order: all stop.
-                    failed = row.get("error") and not str(row["error"]).startswith("skipped")
-                    flag = torch.tensor([1 if failed else 0], device="cuda")
+                    flag = torch.tensor([1 if row_failed(row) else 0], device="cuda")
                     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
                     if flag.item():
                         raise RuntimeError(f"a rank failed decode {mode} B={batch} ctx={ctx}; every rank stops")
@@ -843,7 +847,7 @@ def run_tensor_parallel(args, meta):
     finally:
         dist.destroy_process_group()
     rows = results.doc["rows"]
-    failed = sum(1 for r in rows if r.get("error") and not str(r["error"]).startswith("skipped"))
+    failed = sum(1 for r in rows if row_failed(r))
     if rank == 0:
         print(f"\n{len(rows)} rows, {failed} failed; wrote {args.json}")
     if failed or "error" in info:
@@ -927,7 +931,7 @@ def main(argv=None):
     print("\n" + TABLE_HEAD)
     for r in rows:
         print(format_row(r))
-    failed = sum(1 for r in rows if r.get("error") and not str(r["error"]).startswith("skipped"))
+    failed = sum(1 for r in rows if row_failed(r))
     print(f"\n{len(rows)} rows, {failed} failed; wrote {args.json}")
 
 
