@@ -315,7 +315,7 @@ std::shared_ptr<const std::vector<HostTensor>> ThreadRankExchange::exchange(int 
     changed_.notify_all();
   }
   changed_.wait(lock, [&] { return failed_ || round.done != nullptr; });
-  if (failed_) return nullptr;
+  if (round.done == nullptr) return nullptr;  // a failure ended the wait; a round already complete is still given
   std::shared_ptr<const std::vector<HostTensor>> everyone = round.done;
   if (++round.taken == ranks_) rounds_.erase(at);
   return everyone;
