@@ -592,21 +592,43 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
     BENCH_TRY(s.run());
     if (i >= opt.warmup) device.push_back(s.stats().last_device_us);
   }
+  // The host time's parts, as in the workloads' step 6: bind, run() and the
+  // session's own submit time within it, and after each run the launch of a
+  // one-memset graph (what a launch costs this host at that moment).
   gdl::Session& plain = *sessions.plain;
+  LaunchProbe probe;
+  BENCH_TRY(probe.create());
+  std::vector<double> binds, run_calls, submits, probes;
   for (int i = 0; i < opt.warmup + opt.runs; ++i) {
     const size_t k = pick(i);
     BENCH_TRY(plain.synchronize());
     const double begin = now_us();
     BENCH_TRY(bind_set(plain, v.sets[k], sets[k], BindPath::kDevice));
+    const double bound = now_us();
     BENCH_TRY(plain.run());
-    if (i >= opt.warmup) host.push_back(now_us() - begin);
+    const double end = now_us();
+    BENCH_TRY(plain.synchronize());
+    double launch_us = 0;
+    BENCH_TRY(probe.time_launch(launch_us));
+    if (i < opt.warmup) continue;
+    host.push_back(end - begin);
+    binds.push_back(bound - begin);
+    run_calls.push_back(end - bound);
+    submits.push_back(plain.stats().last_submit_us);
+    probes.push_back(launch_us);
   }
-  BENCH_TRY(plain.synchronize());
   const Summary graph = summarize(device), host_sum = summarize(host);
   json.add("graph", graph.json());
   json.add("host_device_bind", host_sum.json());
-  std::printf("  check %s (error vs torch %.3g, tolerance %.3g); graph %.2f us, host bind+run %.2f us\n",
-              check.passed ? "ok" : "FAILED", check.err_vs_torch, v.tolerance, graph.median, host_sum.median);
+  json.add("host_device_bind_bind", summarize(binds).json());
+  json.add("host_device_bind_run", summarize(run_calls).json());
+  json.add("host_device_bind_submit", summarize(submits).json());
+  json.add("host_launch_probe", summarize(probes).json());
+  std::printf("  check %s (error vs torch %.3g, tolerance %.3g); graph %.2f us, host bind+run %.2f us "
+              "(bind %.2f, run() %.2f, submit %.2f; a one-memset graph's launch %.2f)\n",
+              check.passed ? "ok" : "FAILED", check.err_vs_torch, v.tolerance, graph.median, host_sum.median,
+              summarize(binds).median, summarize(run_calls).median, summarize(submits).median,
+              summarize(probes).median);
   if (!check.passed) return Status::FailedPrecondition("output check failed (timings kept for reference)");
   return Status::Ok();
 }

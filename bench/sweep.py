@@ -298,11 +298,15 @@ def all_programs(seed=2024):
 
 
 def select(programs, only):
-    """The programs with their rows cut to those whose name contains one of the comma-separated words."""
+    """The programs with their rows cut to those whose name contains one of the comma-separated words
+    (a word ending in $ names a whole row: linear_k2048_n2048_f16_m1$ is not also m12 and m128)."""
     words = [w for w in only.split(",") if w]
+
+    def matches(name, w):
+        return name == w[:-1] if w.endswith("$") else w in name
     out = []
     for p in programs:
-        rows = [r for r in p["rows"] if not words or any(w in r["name"] for w in words)]
+        rows = [r for r in p["rows"] if not words or any(matches(r["name"], w) for w in words)]
         if rows:
             out.append(dict(p, rows=rows))
     return out
@@ -634,6 +638,7 @@ def run_torch(args, programs, log, save_partial):
 
 def time_row(args, prog, row, models, sets, rec, event_times):
     """Outputs, references and device times of one row (step 3)."""
+    import torch
     fn, ref64 = models
     entry_sets = manifest_entry(prog, row, args.data)["sets"]
     small = tb.count(row["output"]["shape"]) <= REF64_MAX_OUTPUT
@@ -669,7 +674,10 @@ def time_row(args, prog, row, models, sets, rec, event_times):
     for i in range(args.warmup):
         copy_in(i)
         graph.replay()
+    # A profiler's range around the timed replays (bench/kernel_split.py --nvtx "torch graph").
+    torch.cuda.nvtx.range_push("torch graph")
     rec["graph"] = tb.summary(event_times(args.runs, copy_in, lambda i: graph.replay()))
+    torch.cuda.nvtx.range_pop()
     rec["check"] = {"sets": nt, "err_vs_ref64": err64, "graph_vs_eager": graph_vs_eager}
 
 
@@ -701,7 +709,9 @@ def merged_rows(torch_res, gdl_res, ceilings):
         status = "ok" if verdict.startswith("ok") else "FAIL" if verdict.startswith("FAIL") else \
             "not run" if verdict == "not run" else "error"
         out.append(dict(meta, name=name, floor_us=fl, floor_bound=bound, gdl_us=gdl,
-                        gdl_host_us=rp.get(g, "host_device_bind", "median_us"), torch_eager_us=te, torch_graph_us=tg,
+                        gdl_host_us=rp.get(g, "host_device_bind", "median_us"),
+                        gdl_host_parts={part: rp.get(g, key, "median_us") for part, key in HOST_PARTS},
+                        torch_eager_us=te, torch_graph_us=tg,
                         gdl_over_floor=gdl / fl if gdl and fl else None, gdl_over_graph=gdl / tg if gdl and tg else None,
                         check=verdict, status=status, torch_error=rp.get(t, "error"),
                         torch_err_vs_ref64=rp.get(t, "check", "err_vs_ref64"), sdpa_backend=rp.get(t, "sdpa_backend")))
@@ -775,6 +785,13 @@ def summary_rows(rows):
     table.append([f"gdl host time per run, bind from device memory + run ({len(host)} rows)", text,
                   f"{TARGETS['host_us']:.1f} us", met(worst, TARGETS["host_us"])])
     misses("gdl host time", host, TARGETS["host_us"], lambda v: f"{v:.2f} us")
+    parts = []
+    for part, _ in HOST_PARTS:
+        values = [r["gdl_host_parts"][part] for r in ok if r.get("gdl_host_parts", {}).get(part) is not None]
+        if values:
+            parts.append(f"{part} {statistics.median(values):.2f} us")
+    if parts:
+        notes.append("gdl host time per run, medians over the rows of its parts: " + ", ".join(parts))
     return table, notes
 
 
@@ -788,6 +805,10 @@ def counts_line(rows):
 
 
 MISSES_LISTED = 10  # rows named per missed target in the summary
+# The parts of gdl's host time (gdl_bench --sweep): bind, run(), the part of
+# run() the session times itself, and a one-memset graph's launch after it.
+HOST_PARTS = (("bind", "host_device_bind_bind"), ("run()", "host_device_bind_run"),
+              ("submit within run()", "host_device_bind_submit"), ("a one-memset graph's launch", "host_launch_probe"))
 MAIN_HEAD = ["row", "floor us", "gdl us", "torch eager us", "torch graph us", "gdl/floor", "gdl/graph", "check"]
 SUMMARY_HEAD = ["target", "this run", "limit", "met"]
 
@@ -936,6 +957,9 @@ def self_test():
         len(STACK_DTYPES) * len(M_BUCKETS) + len(ATTN_BS) * len(ATTN_KVHS) * len(ATTN_DS) * len(ATTN_LENS)
     if len(rows) != expect or len({r["name"] for _, r in rows}) != expect or len(programs) != 43:
         problems.append(f"{len(programs)} programs, {len(rows)} rows, expected 43 and {expect} with unique names")
+    picked = [r["name"] for p in select(programs, "linear_k2048_n2048_f16_m1$,attn_b1_kvh8_d64_kv12") for r in p["rows"]]
+    if picked != ["linear_k2048_n2048_f16_m1", "attn_b1_kvh8_d64_kv128"]:
+        problems.append(f"--only picked {picked}")
     if "linear_k2048_n8192_bf16_m7" not in {r["name"] for _, r in rows} or \
             "attn_b16_kvh8_d128_kv4096" not in {r["name"] for _, r in rows}:
         problems.append("row names")
@@ -955,7 +979,9 @@ def self_test():
         torch_res["variants"][r["name"]] = dict(row_record(p, r), eager=stat(fl * 5), graph=stat(fl * 2.4))
         check = {"passed": r["name"] != failed, "sets": 2, "tolerance": 1e-2, "err_vs_torch": 1e-3}
         gdl_res["variants"][r["name"]] = {"check": check, "graph": stat(fl * factor), "error": None,
-                                          "host_device_bind": stat(6.0 if r["name"] == slow else 3.0)}
+                                          "host_device_bind": stat(6.0 if r["name"] == slow else 3.0),
+                                          "host_device_bind_bind": stat(1.0), "host_device_bind_run": stat(2.0),
+                                          "host_device_bind_submit": stat(1.5), "host_launch_probe": stat(1.25)}
     with tempfile.TemporaryDirectory() as tmp:
         args = argparse.Namespace(torch=os.path.join(tmp, "t.json"), gdl=os.path.join(tmp, "g.json"),
                                   out=os.path.join(tmp, "s.json"), md=os.path.join(tmp, "s.md"))
@@ -980,6 +1006,9 @@ def self_test():
             ("1.50x", "no"), ("0.03", "yes"), ("median 3.00 us, max 6.00 us", "no")]
     if [(v.split(" (")[0], m) for v, m in got] != want or f"({mem_rows} rows)" not in merged["summary"][0]["target"]:
         problems.append(f"targets {got}, expected {want} over {mem_rows} memory-bound rows")
+    if ("gdl host time per run, medians over the rows of its parts: bind 1.00 us, run() 2.00 us, submit within "
+            "run() 1.50 us, a one-memset graph's launch 1.25 us") not in text:
+        problems.append("the host time's parts are not reported")
     if "gdl/floor, attention kv_len >= 1000 over 1.30x (8): attn_b" not in text:
         problems.append("the attention rows over the floor target are not listed")
     line = next((l for l in text.splitlines() if l.startswith(failed + " ")), "")

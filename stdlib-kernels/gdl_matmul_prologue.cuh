@@ -139,19 +139,69 @@ GDL_DEV void norm_row_stats(const Pro& pro, const T* a, I M, I K, I k_valid, I m
 
 // A norm prologue in front of a matmul whose product cuBLASLt computes
 // (core/kernel_table.h LibraryMatmul): the rows of a [rows, K] normalized
-// into out, rounded to T as the norm's own kernel rounds them; a warp's
-// statistics per row, mm::kWarps rows per block and pass.
+// into out, rounded to T as the norm's own kernel rounds them. A block per
+// row: its threads read the row as 16-byte vectors for the statistics (one
+// pass, d = x - x_0 as in norm_row_stats; a block reduction), then read it
+// again, now from L1, to write it normalized. The calls serve 17 to a few
+// hundred rows of thousands of positions: a warp per row left most
+// multiprocessors idle at such counts (8 blocks at 64 rows).
 template <typename T, typename I, typename Pro>
 GDL_DEV void matmul_library_norm_rows(const Pro& pro, const T* a, T* out, I rows, I K) {
-  __shared__ float2 st[mm::kWarps];
-  for (I m0 = task_first<I>() * mm::kWarps; m0 < rows; m0 += task_stride<I>() * mm::kWarps) {
-    const int count = rows - m0 < (I)mm::kWarps ? (int)(rows - m0) : mm::kWarps;
-    norm_row_stats<T>(pro, a, rows, K, K, m0, count, st);  // ends with a barrier
-    for (int r = 0; r < count; ++r) {
-      const T* row = a + (m0 + (I)r) * K;
-      T* to = out + (m0 + (I)r) * K;
-      for (I k = (I)threadIdx.x; k < K; k += (I)blockDim.x) to[k] = cvt<T>(pro.normalized(num(row[k]), k, st, r));
+  constexpr int V = Vec16<T>::n;
+  __shared__ float2 partial[32];  // a warp's (sum, squares)
+  __shared__ float2 st[1];        // the row's (mean, inv), as pro.normalized reads it
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (int)(blockDim.x >> 5);
+  const I k_vec = K % V == 0 && aligned16(a) && aligned16(out) ? K : (I)0;  // the rest one by one
+  const I first = (I)threadIdx.x * V, stride = (I)blockDim.x * V;
+  for (I m = task_first<I>(); m < rows; m += task_stride<I>()) {
+    const T* row = a + m * K;
+    T* to = out + m * K;
+    const float shift = Pro::center && K > 0 ? (float)num(row[0]) : 0.0f;
+    float sum = 0.0f, squares = 0.0f;
+    const auto add = [&](float x) {
+      const float d = x - shift;
+      sum += d;
+      squares = fmaf(d, d, squares);
+    };
+    for (I c = first; c < k_vec; c += stride) {
+      float x[V];
+      widen<T>(__ldg(reinterpret_cast<const uint4*>(row + c)), x);
+#pragma unroll
+      for (int j = 0; j < V; ++j) add(x[j]);
     }
+    for (I j = k_vec + (I)threadIdx.x; j < K; j += (I)blockDim.x) add((float)num(row[j]));
+    sum = warp_sum(sum);
+    squares = warp_sum(squares);
+    if (lane == 0) partial[warp] = make_float2(sum, squares);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float total = 0.0f, total_squares = 0.0f;
+      for (int w = 0; w < warps; ++w) {
+        total += partial[w].x;
+        total_squares += partial[w].y;
+      }
+      const float n = (float)K;
+      const float mean_d = Pro::center ? total / n : 0.0f;  // mean - shift
+      const float var = fmaxf(total_squares / n - mean_d * mean_d, 0.0f);
+      st[0] = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
+    }
+    __syncthreads();  // also: every warp read partial before the next row writes it
+    for (I c = first; c < k_vec; c += stride) {
+      float x[V];
+      widen<T>(*reinterpret_cast<const uint4*>(row + c), x);
+      unsigned w[4];
+      if constexpr (V == 8) {  // f16, bf16: two elements per word
+#pragma unroll
+        for (int j = 0; j < V; j += 2)
+          w[j / 2] = Vec16<T>::pack(pro.normalized(x[j], c + (I)j, st, 0), pro.normalized(x[j + 1], c + (I)(j + 1), st, 0));
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) w[j] = Vec16<T>::bits(cvt<T>(pro.normalized(x[j], c + (I)j, st, 0)));
+      }
+      *reinterpret_cast<uint4*>(to + c) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    for (I j = k_vec + (I)threadIdx.x; j < K; j += (I)blockDim.x) to[j] = cvt<T>(pro.normalized(num(row[j]), j, st, 0));
+    __syncthreads();  // st is read by every thread before the next row's is written
   }
 }
 

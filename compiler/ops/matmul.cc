@@ -504,7 +504,7 @@ std::string library_norm_body(StepEmitter& e, const Node& n, LaunchRule& rule) {
   body += e.local("K", e.dim(matmul_a_shape(e.g, n).back()));
   const std::string pro = matmul_prologue_functor(e, body);
   body += "  gdl::matmul_library_norm_rows<" + t + ">(" + pro + ", " + x + ", normalized, rows, K);\n";
-  rule = task_launch({{sub_shape(rs, 0, rs.size() - 1), 8}}, kMatmulThreads);  // mm::kWarps rows per block
+  rule = task_launch({{sub_shape(rs, 0, rs.size() - 1), 1}}, kMatmulThreads);  // a block per row
   return body;
 }
 
