@@ -21,9 +21,9 @@ graph 2 + 2 x (warmup + runs) times: the check of each input set, the
 timed runs, the host-time runs):
 
   python3 bench/kernel_split.py --runs 3 --nvtx "torch graph" -- python3 bench/sweep.py prepare \\
-      --data /tmp/d --out /tmp/t.json --only block_h4096_f16_m64 --runs 3 --warmup 1
-  python3 bench/kernel_split.py --runs 8 --nvtx "run block_h4096_f16" -- .device/build-release/bench/gdl_bench \\
-      --data /tmp/d --out /tmp/g.json --repo . --sweep --only block_h4096_f16_m64 --runs 3 --warmup 0
+      --data /tmp/d --out /tmp/t.json --only "block_h4096_f16_m64$" --runs 3 --warmup 1
+  python3 bench/kernel_split.py --runs 10 --nvtx "gdl@run block_h4096_f16" -- .device/build-release/bench/gdl_bench \\
+      --data /tmp/d --out /tmp/g.json --repo . --sweep --runs 3 --warmup 1
 """
 import argparse
 import csv
@@ -94,7 +94,8 @@ def main():
     p.add_argument("--runs", type=int, default=0, help="runs of the command's work, to print time per run")
     p.add_argument("--csv", help="keep ncu's CSV here")
     p.add_argument("--nvtx", help="profile only the kernels launched inside NVTX ranges of this name "
-                                  "(gdl's Session::run: \"run PROGRAM\"; bench/sweep.py's timed replays: \"torch graph\")")
+                                  "(gdl's Session::run: \"gdl@run PROGRAM\", domain gdl; bench/sweep.py's timed replays: "
+                                  "\"torch graph\")")
     p.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
     p.add_argument("--self-test", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER)

@@ -31,9 +31,9 @@ for row in "$@"; do
     python3 bench/kernel_split.py --runs 3 --nvtx "torch graph" -- python3 bench/sweep.py prepare --data "$data" \
       --out "$data/torch.json" --only "$row\$" --runs 3 --warmup 1 >"$data/prepare.log" 2>&1 ||
       { failed=1; echo "(failed: $(tail -3 "$data/prepare.log"))"; }
-    echo "== $row: gdl's runs (8 runs)"
-    python3 bench/kernel_split.py --runs 8 --nvtx "run $program" -- "$BIN" --data "$data" --out "$data/gdl.json" \
-      --repo . --sweep --runs 3 --warmup 0 "${cache[@]}" >"$data/gdl.log" 2>&1 ||
+    echo "== $row: gdl's runs (10 runs)"
+    python3 bench/kernel_split.py --runs 10 --nvtx "gdl@run $program" -- "$BIN" --data "$data" --out "$data/gdl.json" \
+      --repo . --sweep --runs 3 --warmup 1 "${cache[@]}" >"$data/gdl.log" 2>&1 ||
       { failed=1; echo "(failed: $(tail -3 "$data/gdl.log"))"; }
     # The tables went to the logs (kernel_split prints after the command's own output).
     sed -n '/^launches/,$p' "$data/prepare.log" | sed 's/^/torch /'
