@@ -685,10 +685,13 @@ Status sweep_sessions_for(const Options& opt, const gdl::Program& program, const
   return Status::Ok();
 }
 
+// --only: a word is a part of the name, or with a trailing $ the whole name (as sweep.py's --only).
 bool selected(const Options& opt, const Variant& v) {
   if (opt.only.empty()) return true;
-  for (const std::string& w : opt.only)
-    if (v.name.find(w) != std::string::npos) return true;
+  for (const std::string& w : opt.only) {
+    const bool whole = !w.empty() && w.back() == '$';
+    if (whole ? v.name == w.substr(0, w.size() - 1) : v.name.find(w) != std::string::npos) return true;
+  }
   return false;
 }
 

@@ -15,8 +15,8 @@
 set -uo pipefail
 OUT=${1:?usage: bash bench/split.sh OUT ROW [ROW ...]}
 shift
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
-mkdir -p "$OUT"
 BIN=${GDL_BENCH_BIN:-build-release/bench/gdl_bench}
 cache=()
 [ -n "${GDL_BENCH_COMPILE_CACHE:-}" ] && cache=(--compile-cache "$GDL_BENCH_COMPILE_CACHE")
@@ -31,12 +31,11 @@ for row in "$@"; do
     python3 bench/kernel_split.py --runs 3 --nvtx "torch graph" -- python3 bench/sweep.py prepare --data "$data" \
       --out "$data/torch.json" --only "$row\$" --runs 3 --warmup 1 >"$data/prepare.log" 2>&1 ||
       { failed=1; echo "(failed: $(tail -3 "$data/prepare.log"))"; }
+    sed -n '/^launches/,$p' "$data/prepare.log" | sed 's/^/torch /'
     echo "== $row: gdl's runs (10 runs)"
     python3 bench/kernel_split.py --runs 10 --nvtx "gdl@run $program" -- "$BIN" --data "$data" --out "$data/gdl.json" \
-      --repo . --sweep --runs 3 --warmup 1 "${cache[@]}" >"$data/gdl.log" 2>&1 ||
+      --repo . --sweep --runs 3 --warmup 1 ${cache[@]+"${cache[@]}"} >"$data/gdl.log" 2>&1 ||
       { failed=1; echo "(failed: $(tail -3 "$data/gdl.log"))"; }
-    # The tables went to the logs (kernel_split prints after the command's own output).
-    sed -n '/^launches/,$p' "$data/prepare.log" | sed 's/^/torch /'
     sed -n '/^launches/,$p' "$data/gdl.log" | sed 's/^/gdl   /'
   } >"$report"
   cat "$report"
