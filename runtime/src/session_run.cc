@@ -696,8 +696,10 @@ Status Session::Impl::run() {
     return Status::Ok();
   }
   // A graph built below takes this run's input pointers into nodes that
-  // sync_nodes does not update (a cuBLASLt step's norm kernel).
-  if (references_bound()) prepare_references(kernels_at(layout_dims), /*count=*/false);
+  // sync_nodes does not update (a cuBLASLt step's norm kernel): set them
+  // now, also when nothing is bound by reference, or an earlier run's
+  // in-place reference would stay in such a node.
+  prepare_references(references_bound() ? kernels_at(layout_dims) : std::vector<int>{}, /*count=*/false);
   Expected<GraphInstance*> found = graph_for(bucket_key(dims), layout_dims);
   if (!found) return found.status();
   GraphInstance& g = **found;

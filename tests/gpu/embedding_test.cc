@@ -315,6 +315,35 @@ TEST_CASE("embedding: bind_reference reads the caller's memory at every run, in 
   CHECK(expect_match(read_outputs(*s), reference(program, t), "after the refusals"));
 }
 
+TEST_CASE("embedding: a graph built after a run that read its input in place reads the new bind") {
+  // 16 rows: the tiled kernel normalizes x as it reads it, in place from
+  // the caller's memory. 64 rows: a new graph whose norm kernel (before
+  // cuBLASLt's call) takes the input's address when the graph is built and
+  // is not updated afterwards: it must take the arena copy of this run's
+  // bind, not the reference of the run before.
+  if (cpu_only) return;
+  Program program = compile_text(
+      "program prologue;\ndim B in [1, 64] buckets(16, 64);\ninput x : f16[B, 512];\nparam w : f16[512, 256];\n"
+      "output y : f16[B, 256];\ny = rmsnorm(x) @ w;\n");
+  bool norm_kernel = false;
+  for (const Kernel& k : program.internals().kernels().kernels) norm_kernel |= k.library.prologue_kernel >= 0;
+  REQUIRE(norm_kernel);
+  std::unique_ptr<Session> s = make_session(program);
+  std::mt19937_64 rng(seed_for("graph after a reference"));
+  std::map<std::string, TensorData> t16 = random_bindings(program, {16}, rng);
+  GDL_REQUIRE_OK(s->set_param("w", t16.at("w").bytes.data(), t16.at("w").bytes.size()));
+  DeviceBuffer dx(64 * 512 * 2);
+  REQUIRE(cudaMemcpy(dx.data, t16.at("x").bytes.data(), t16.at("x").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  GDL_REQUIRE_OK(s->bind_reference("x", dx.data, t16.at("x").bytes.size(), ElementType::kF16, {16, 512}));
+  GDL_REQUIRE_OK(s->run());
+  CHECK(expect_match(read_outputs(*s), reference(program, t16), "16 rows read in place"));
+  std::map<std::string, TensorData> t64 = random_bindings(program, {64}, rng);
+  t64["w"] = t16.at("w");
+  GDL_REQUIRE_OK(s->bind("x", t64.at("x").bytes.data(), t64.at("x").bytes.size(), ElementType::kF16, {64, 512}));
+  GDL_REQUIRE_OK(s->run());
+  CHECK(expect_match(read_outputs(*s), reference(program, t64), "64 rows bound by copy, a new graph"));
+}
+
 TEST_CASE("embedding: an exported graph keeps its dims when the session's runs move to another bucket") {
   if (cpu_only) return;
   Program scale = compile_text(kScale);
