@@ -324,7 +324,7 @@ Status read_output(gdl::Session& s, const TensorFile& out, std::vector<double>& 
 // run (and an eager run when `with_eager`), the output against torch's and
 // the float64 reference.
 Status check_sets(const Options& opt, const Variant& v, gdl::Session& s, const std::vector<LoadedSet>& sets,
-                  bool with_eager, CheckResult& check) {
+                  bool with_eager, CheckResult& check, BindPath path = BindPath::kHost) {
   for (size_t k = 0; k < v.sets.size(); ++k) {
     std::optional<std::vector<double>> torch = load_reference(opt.data, v.sets[k].torch_out, false, v.output.count());
     std::optional<std::vector<double>> ref64 = load_reference(opt.data, v.sets[k].ref64, true, v.output.count());
@@ -332,7 +332,7 @@ Status check_sets(const Options& opt, const Variant& v, gdl::Session& s, const s
     for (bool eager : {false, true}) {
       if (eager && !with_eager) continue;
       BENCH_TRY(gdl::testing::poison_arena(s, 0xFF));
-      BENCH_TRY(bind_set(s, v.sets[k], sets[k], BindPath::kHost));
+      BENCH_TRY(bind_set(s, v.sets[k], sets[k], path));
       BENCH_TRY(eager ? s.run_eager() : s.run());
       std::vector<double> got;
       BENCH_TRY(read_output(s, v.output, got));
@@ -576,8 +576,10 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   gdl::Session& s = *sessions.timed;
   std::vector<LoadedSet> sets;
   BENCH_TRY(load_sets(opt, v, sets));
+  // Checked as the timed runs bind: from host memory, and by reference.
   CheckResult check;
   BENCH_TRY(check_sets(opt, v, s, sets, /*with_eager=*/false, check));
+  BENCH_TRY(check_sets(opt, v, s, sets, /*with_eager=*/false, check, BindPath::kReference));
   json.add("check", check.json(v.tolerance));
   std::vector<size_t> timed;
   for (size_t k = 0; k < v.sets.size(); ++k)
@@ -587,9 +589,13 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   // Device time with the inputs bound from device memory (copied by the
   // graph's copy node), then bound by reference (read in place where the
   // kernels can: PyTorch's timed replay has its inputs in place too).
+  // Inputs that a cuBLASLt call reads, or that bind_reference refuses, are
+  // still copied in the second: reference_copies_per_run counts them.
   std::vector<double> device, by_reference, host;
+  uint64_t copies_before = 0;
   for (BindPath path : {BindPath::kDevice, BindPath::kReference})
     for (int i = 0; i < opt.warmup + opt.runs; ++i) {
+      if (path == BindPath::kReference && i == opt.warmup) copies_before = s.stats().reference_copies;
       const size_t k = pick(i);
       BENCH_TRY(flush.run(i));
       BENCH_TRY(bind_set(s, v.sets[k], sets[k], path));
@@ -624,6 +630,8 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   const Summary graph = summarize(device), host_sum = summarize(host);
   json.add("graph", graph.json());
   json.add("graph_reference", summarize(by_reference).json());
+  json.num("reference_copies_per_run",
+           static_cast<double>(s.stats().reference_copies - copies_before) / std::max(1, opt.runs));
   json.add("host_device_bind", host_sum.json());
   json.add("host_device_bind_bind", summarize(binds).json());
   json.add("host_device_bind_run", summarize(run_calls).json());

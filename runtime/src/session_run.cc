@@ -843,6 +843,8 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   GraphUpdateCosts costs;
   costs.nodes = prog.plan().steps.size();
   if (costs.nodes == 0) return costs;
+  // As in run(): a graph built here keeps this run's input pointers in nodes sync_nodes does not update.
+  prepare_references(references_bound() ? kernels_at(layout(dims)) : std::vector<int>{}, /*count=*/false);
   Expected<GraphInstance*> found = graph_for(bucket_key(dims), layout(dims));
   if (!found) return found.status();
   GraphInstance& g = **found;

@@ -54,6 +54,11 @@ std::map<std::string, TensorData> random_bindings(const Program& program, const 
 std::unique_ptr<Session> make_session(const Program& program, const SessionOptions& options = {},
                                       bool poison_padding = false);
 
+// How many steps take cuBLASLt's product at these dims (a library matmul
+// kernel first among their choices, its rows above its line), from the
+// program's kernel table (defined in kernels_test.cc).
+size_t library_steps_at(const Program& program, const std::vector<int64_t>& dims);
+
 // set_param for params, set_state for states, bind for inputs (REQUIREs success).
 void bind_all(Session& s, const std::map<std::string, TensorData>& tensors);
 void bind_inputs(Session& s, const std::map<std::string, TensorData>& tensors);

@@ -163,10 +163,7 @@ bool any_library_kernel(const std::vector<std::string>& symbols) {
                      [](const std::string& k) { return k.find("_library") != std::string::npos; });
 }
 
-// How many steps take cuBLASLt's product at these dims (a library matmul
-// kernel first among their choices, its rows above its line), from the
-// program's kernel table.
-size_t library_steps_at(const Program& program, const std::vector<int64_t>& dims) {
+size_t gdl::gpu_test::library_steps_at(const Program& program, const std::vector<int64_t>& dims) {
   const KernelTable& table = program.internals().kernels();
   size_t n = 0;
   for (const std::vector<int>& choices : table.step_choices) {
