@@ -354,6 +354,10 @@ Expected<Session::Impl::GraphInstance*> Session::Impl::graph_for(const std::vect
     if (last_graph == it->second.get()) last_graph = nullptr;
     graphs.erase(it);
   }
+  // The nodes take the input pointers as they are now, and some are not
+  // updated by sync_nodes later (a cuBLASLt step's norm kernel): this
+  // binding's, not an in-place reference an earlier run left there.
+  prepare_references(references_bound() ? kernels_at(layout_dims) : std::vector<int>{}, /*count=*/false);
   auto g = std::make_unique<GraphInstance>();
   g->key = key;
   Status built = build_graph(*g, layout_dims);
@@ -695,11 +699,6 @@ Status Session::Impl::run() {
     stats.runs += 1;
     return Status::Ok();
   }
-  // A graph built below takes this run's input pointers into nodes that
-  // sync_nodes does not update (a cuBLASLt step's norm kernel): set them
-  // now, also when nothing is bound by reference, or an earlier run's
-  // in-place reference would stay in such a node.
-  prepare_references(references_bound() ? kernels_at(layout_dims) : std::vector<int>{}, /*count=*/false);
   Expected<GraphInstance*> found = graph_for(bucket_key(dims), layout_dims);
   if (!found) return found.status();
   GraphInstance& g = **found;
@@ -843,8 +842,6 @@ Expected<GraphUpdateCosts> Session::Impl::measure_graph_update_costs(int repeats
   GraphUpdateCosts costs;
   costs.nodes = prog.plan().steps.size();
   if (costs.nodes == 0) return costs;
-  // As in run(): a graph built here keeps this run's input pointers in nodes sync_nodes does not update.
-  prepare_references(references_bound() ? kernels_at(layout(dims)) : std::vector<int>{}, /*count=*/false);
   Expected<GraphInstance*> found = graph_for(bucket_key(dims), layout(dims));
   if (!found) return found.status();
   GraphInstance& g = **found;
