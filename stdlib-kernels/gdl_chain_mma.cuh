@@ -83,7 +83,7 @@ GDL_DEV float2 MatmulChain<T, K, C>::row_statistics_of(int s, int n, float eps) 
     sum += part.x;
     squares += part.y;
   }
-  return chain::row_statistics<kCenter, K>(sum, squares, kCenter ? first_of(s, n) : 0.0f, eps);
+  return shifted_row_statistics<kCenter>(sum, squares, kCenter ? first_of(s, n) : 0.0f, (float)K, eps);
 }
 
 // mma over one slot: the warp's 16 rows of k, every 16-column half.

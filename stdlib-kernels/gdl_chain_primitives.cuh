@@ -98,14 +98,6 @@ GDL_DEV void add_shifted_sums(float4 part, float c, float n, float& sum, float& 
   sum += part.x + n * d;
   squares += part.y + d * fmaf(n, d, 2.0f * part.x);
 }
-// (mean, 1 / sqrt(var + eps)) of a row of K elements from the sums of x -
-// shift and of its squares; without kCenter (rmsnorm, shift 0) the mean is
-// 0 and var the mean square.
-template <bool kCenter, int K> GDL_DEV float2 row_statistics(float sum, float squares, float shift, float eps) {
-  const float mean_d = kCenter ? sum / K : 0.0f;
-  const float var = fmaxf(squares / K - mean_d * mean_d, 0.0f);
-  return make_float2(shift + mean_d, 1.0f / sqrtf(var + eps));
-}
 
 // a - b on two elements of T in a word each, rounded to T.
 GDL_DEV unsigned sub_pairs(unsigned a, unsigned b, __half) {

@@ -115,7 +115,7 @@ GDL_DEV int MatmulChain<T, K, C>::stage_rows_of(int s, const T* a, int rows, con
         float shifted_sum = 0.0f, shifted_squares = 0.0f;
         chain::add_shifted_sums(make_float4(sum, squares, first, 0.0f), shift, (float)K, shifted_sum, shifted_squares);
         if (lane_ == 0)
-          stats_[warp_] = chain::row_statistics<Pro::center, K>(shifted_sum, shifted_squares, shift, pro.eps);
+          stats_[warp_] = shifted_row_statistics<Pro::center>(shifted_sum, shifted_squares, shift, (float)K, pro.eps);
       }
       chain::computing_warps_sync();  // the normalized rows below need every row's statistics
       st = stats_[r];
@@ -148,7 +148,7 @@ GDL_DEV int MatmulChain<T, K, C>::stage_rows_of(int s, const T* a, int rows, con
         for (int w = 0; w < kPerRow; ++w)
           chain::add_shifted_sums(parts_[r * kPerRow + w], row_shift, (float)(kSpan * 8), row_sum, row_squares);
       }
-      st = chain::row_statistics<Pro::center, K>(row_sum, row_squares, row_shift, pro.eps);
+      st = shifted_row_statistics<Pro::center>(row_sum, row_squares, row_shift, (float)K, pro.eps);
     }
   }
   if (mine) {
@@ -160,16 +160,7 @@ GDL_DEV int MatmulChain<T, K, C>::stage_rows_of(int s, const T* a, int rows, con
       // The block's columns as read, for an epilogue that reads a (a
       // residual). Not in the loop of loads: this store would wait for them.
       if (k >= n0_ && k < n0_ + kCols) chain::shared_store(bulk::shared_address(raw_ + r * kCols + (k - n0_)), out);
-      if constexpr (Pro::active && kFold == kNoFold) {
-        float x[8];
-        widen<T>(out, x);
-        unsigned w[4];
-        // pro.apply rounded to T, two elements per conversion.
-#pragma unroll
-        for (int e = 0; e < 8; e += 2)
-          w[e / 2] = Vec16<T>::pack(pro.normalized(x[e], k + e, &st, 0), pro.normalized(x[e + 1], k + e + 1, &st, 0));
-        out = make_uint4(w[0], w[1], w[2], w[3]);
-      }
+      if constexpr (Pro::active && kFold == kNoFold) out = normalized16<T>(pro, out, k, &st, 0);
       chain::shared_store(bulk::shared_address(xn_ + r * L::xn_stride + k), out);
     }
   }

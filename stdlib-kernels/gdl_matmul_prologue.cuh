@@ -78,6 +78,36 @@ GDL_DEV float warp_sum(float v) {
   return v;
 }
 
+// (mean, 1 / sqrt(var + eps)) of a row of n elements from the sums of
+// d = x - shift and of d * d: var = (sum d^2 - (sum d)^2 / n) / n does not
+// cancel when the mean is far from zero. Without Center (rmsnorm, shift 0)
+// the mean is 0 and var the mean square.
+template <bool Center> GDL_DEV float2 shifted_row_statistics(float sum, float squares, float shift, float n, float eps) {
+  const float mean_d = Center ? sum / n : 0.0f;  // mean - shift
+  const float var = fmaxf(squares / n - mean_d * mean_d, 0.0f);
+  return make_float2(shift + mean_d, 1.0f / sqrtf(var + eps));
+}
+
+// A 16-byte vector of a row's positions k, k + 1, ... through the norm with
+// the row's statistics st[r], each rounded to T as pro.apply rounds it
+// (f16/bf16 two per conversion, Vec16<T>::pack).
+template <typename T, typename I, typename Pro>
+GDL_DEV uint4 normalized16(const Pro& pro, uint4 raw, I k, const float2* st, int r) {
+  constexpr int V = Vec16<T>::n;
+  float x[V];
+  widen<T>(raw, x);
+  unsigned w[4];
+  if constexpr (V == 8) {
+#pragma unroll
+    for (int j = 0; j < V; j += 2)
+      w[j / 2] = Vec16<T>::pack(pro.normalized(x[j], k + (I)j, st, r), pro.normalized(x[j + 1], k + (I)(j + 1), st, r));
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) w[j] = Vec16<T>::bits(cvt<T>(pro.normalized(x[j], k + (I)j, st, r)));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // (mean, inv) of rows [m0, m0 + count) of a [M, K] over their first
 // k_valid positions into st[0, count); rows >= M get (0, 1). Called by every
 // thread of the block; st may be read once it returns. A warp per row, each
@@ -128,10 +158,8 @@ GDL_DEV void norm_row_stats(const Pro& pro, const T* a, I M, I K, I k_valid, I m
       for (I j = k_vec + (I)lane; valid && j < k_valid; j += 32) add((float)num(row[j]));
       sum = warp_sum(sum);
       squares = warp_sum(squares);
-      const float n = (float)k_valid;
-      const float mean_d = Pro::center ? sum / n : 0.0f;  // mean - shift
-      const float var = fmaxf(squares / n - mean_d * mean_d, 0.0f);
-      if (lane == 0) st[r] = valid ? make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps)) : make_float2(0.0f, 1.0f);
+      if (lane == 0)
+        st[r] = valid ? shifted_row_statistics<Pro::center>(sum, squares, shift, (float)k_valid, pro.eps) : make_float2(0.0f, 1.0f);
     }
     __syncthreads();
   }
@@ -180,26 +208,11 @@ GDL_DEV void matmul_library_norm_rows(const Pro& pro, const T* a, T* out, I rows
         total += partial[w].x;
         total_squares += partial[w].y;
       }
-      const float n = (float)K;
-      const float mean_d = Pro::center ? total / n : 0.0f;  // mean - shift
-      const float var = fmaxf(total_squares / n - mean_d * mean_d, 0.0f);
-      st[0] = make_float2(shift + mean_d, 1.0f / sqrtf(var + pro.eps));
+      st[0] = shifted_row_statistics<Pro::center>(total, total_squares, shift, (float)K, pro.eps);
     }
-    __syncthreads();  // also: every warp read partial before the next row writes it
-    for (I c = first; c < k_vec; c += stride) {
-      float x[V];
-      widen<T>(*reinterpret_cast<const uint4*>(row + c), x);
-      unsigned w[4];
-      if constexpr (V == 8) {  // f16, bf16: two elements per word
-#pragma unroll
-        for (int j = 0; j < V; j += 2)
-          w[j / 2] = Vec16<T>::pack(pro.normalized(x[j], c + (I)j, st, 0), pro.normalized(x[j + 1], c + (I)(j + 1), st, 0));
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) w[j] = Vec16<T>::bits(cvt<T>(pro.normalized(x[j], c + (I)j, st, 0)));
-      }
-      *reinterpret_cast<uint4*>(to + c) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    __syncthreads();  // st is set, and thread 0 is done with partial before the next row writes it
+    for (I c = first; c < k_vec; c += stride)
+      *reinterpret_cast<uint4*>(to + c) = normalized16<T>(pro, *reinterpret_cast<const uint4*>(row + c), c, st, 0);
     for (I j = k_vec + (I)threadIdx.x; j < K; j += (I)blockDim.x) to[j] = cvt<T>(pro.normalized(num(row[j]), j, st, 0));
     __syncthreads();  // st is read by every thread before the next row's is written
   }
