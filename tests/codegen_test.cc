@@ -360,7 +360,7 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
       CHECK(r.items_per_block == (n.type.dtype != DType::kF32 && n.type.shape[1].extent == 32 ? 32 : 64));
       CHECK(r.grid_y == 1);
       CHECK(r.block == 256);
-      CHECK(p.steps[s].scratch_bytes == library_scratch(p, s));  // cuBLASLt's above 16 rows
+      CHECK(p.steps[s].scratch_bytes == library_scratch(p, s));  // cuBLASLt's above the rows kernel's rows
       ++matmuls;
     }
     if (n.op == Op::kMatMul && n.type.rank() == 2) {
@@ -545,7 +545,7 @@ TEST_CASE("codegen: at most kMaxTileBands tiled kernels per matmul, the last ope
 }
 
 
-TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's product and a kernel for its epilogue") {
+TEST_CASE("codegen: above the rows kernel's rows a matmul step's first choice is cuBLASLt's product and a kernel for its epilogue") {
   const std::string text =
       "program lib;\ndim M in [1, 300] buckets(8, 64, 300);\n"
       "input x : {T}[M, 1000];\nparam w : {T}[1000, 640];\nparam wt : {T}[640, 1000];\nparam bias : {T}[640];\n"
@@ -580,7 +580,7 @@ TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's pro
       const Kernel* k = library_kernel(code.kernels, s);
       REQUIRE(k != nullptr);
       const LibraryMatmul& l = k->library;
-      CHECK(k->min_rows == kLibraryMatmulRowsAbove + 1);
+      CHECK(k->min_rows == (t == "f32" ? kMatmulRowsLimit : kMatmulRowsLimitTensorCores) + 1);
       CHECK(k->max_rows == kAnyRows);
       CHECK(k->symbol.find("_library") != std::string::npos);
       CHECK(l.dtype == *parse_dtype(t));
@@ -601,7 +601,7 @@ TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's pro
       const std::string element = std::string(t) == "f32" ? "float" : std::string(t) == "f16" ? "__half" : "__nv_bfloat16";
       CHECK(code.source.find("reinterpret_cast<const " + element + "*>(arena + " + std::to_string(l.product_offset) +
                              "ull)") != std::string::npos);
-      // The generated kernels still follow for 16 rows and fewer.
+      // The generated kernels still follow for the rows kernel's rows (f32: 16, f16/bf16: 1).
       CHECK(code.kernels.step_choices.at(s).size() >= 2);
       CHECK(own_kernel(code, s).depends_on_dims);
     }
@@ -663,11 +663,15 @@ TEST_CASE("codegen: above 16 rows a matmul step's first choice is cuBLASLt's pro
     bad.kernels.kernels[static_cast<size_t>(first)].min_rows = 0;
     CHECK(verify_artifact(bad).find("does not run it at every binding") != std::string::npos);
   }
-  // 16 rows at most: no library kernel.
-  plan::Plan few = plan_of(testing::graph_of(
-      "program few;\ndim M in [1, 16];\ninput x : f16[M, 256];\nparam w : f16[256, 256];\noutput y : f16[M, 256];\n"
-      "y = x @ w;\n"));
-  CHECK(library_kernel(generate_cuda(few).kernels, 0) == nullptr);
+  // Only rows the rows kernel takes (f32 up to 16, f16 one): no library kernel.
+  for (const char* few_text :
+       {"program few;\ndim M in [1, 16];\ninput x : f32[M, 256];\nparam w : f32[256, 256];\noutput y : f32[M, 256];\n"
+        "y = x @ w;\n",
+        "program few;\ninput x : f16[1, 256];\nparam w : f16[256, 256];\noutput y : f16[1, 256];\ny = x @ w;\n"}) {
+    INFO(few_text);
+    plan::Plan few = plan_of(testing::graph_of(few_text));
+    CHECK(library_kernel(generate_cuda(few).kernels, 0) == nullptr);
+  }
   // Static rows: the library kernel and the step's own use no run-time dim,
   // so a session's update-served dims never keep the step from cuBLASLt.
   plan::Plan fixed = plan_of(testing::graph_of(
@@ -816,7 +820,9 @@ TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the
     CHECK((code.source.find("__cluster_dims__(1, 8, 1) __launch_bounds__(256, 2) " + own_kernel(code, 0).symbol + "(") !=
            std::string::npos) == !f32);
     CHECK((code.source.find("gdl::matmul_rows<1, 8>(") != std::string::npos) == !f32);  // f16, bf16: one row at most
-    CHECK((p.steps[0].scratch_bytes == 0) == !f32);
+    // f16/bf16: no scratch of its own (the cluster adds the parts), only
+    // cuBLASLt's for 2 rows and more; f32: the parts.
+    CHECK((p.steps[0].scratch_bytes == library_scratch(p, 0)) == !f32);
     CHECK(own_kernel(code, 0).launch.grid_y == (f32 ? 32 : 16) * 8);
   }
 }
@@ -957,7 +963,7 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(rr.grid_y == strips * rows.rows_splits);
     CHECK(rr.block == 256);
     CHECK(p.steps[s].tickets_bytes == rows.scratch.ticket_bytes());
-    CHECK(p.steps[s].scratch_bytes == rows.scratch.partial_bytes());
+    CHECK(p.steps[s].scratch_bytes == std::max(rows.scratch.partial_bytes(), library_scratch(p, s)));
     CHECK(rows.scratch.tickets >= strips);
     CHECK(rows.scratch.partial_floats >= rows.rows_splits * strips * rows.row_tile * (strips == 64 ? 64 : 32));
     if (f32) CHECK(rows.scratch.partial_floats == rows.rows_splits * strips * 8 * 32);

@@ -14,7 +14,7 @@
 // Elementwise values after the matmul form its epilogue, a norm before it
 // its prologue (plan/fuse.cc); a run of square matmul steps also runs as
 // one chain kernel (codegen/chain_kernel.cc), whose steps this emitter
-// writes as well (Variant::kChainStep). Above kLibraryMatmulRowsAbove rows
+// writes as well (Variant::kChainStep). Above the rows kernel's rows
 // cuBLASLt may compute the product and a kernel of the step apply the
 // epilogue to it (Variant::kLibrary, kernel_choice.h).
 #include <algorithm>

@@ -536,10 +536,13 @@ ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& 
   return norm && matmul && second.args.at(0) == values[0] ? values[0] : ir::kNoValue;
 }
 
+int64_t library_matmul_rows_above(DType t) {
+  static const int64_t knob = env_count("GDL_MATMUL_LIBRARY_ROWS_ABOVE");
+  return knob > 0 ? knob : rows_limit(t);
+}
+
 LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
   static const bool allowed = !env_is("GDL_MATMUL_LIBRARY", "0");
-  static const int64_t rows_above = env_count("GDL_MATMUL_LIBRARY_ROWS_ABOVE") > 0
-                                        ? env_count("GDL_MATMUL_LIBRARY_ROWS_ABOVE") : kLibraryMatmulRowsAbove;
   LibraryMatmulChoice c;
   if (!allowed || values.empty()) return c;
   const bool prologue = matmul_prologue(g, values) != ir::kNoValue;
@@ -547,6 +550,7 @@ LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<
   if (n.op != ir::Op::kMatMul) return c;
   const DType t = n.type.dtype;
   if (t != DType::kF16 && t != DType::kBF16 && t != DType::kF32) return c;
+  const int64_t rows_above = library_matmul_rows_above(t);
   const MatmulChoice m = choose_matmul(g, n);
   const Shape as = ops::matmul_a_shape(g, n), bs = ops::matmul_b_shape(g, n);
   const Shape& rs = n.type.shape;

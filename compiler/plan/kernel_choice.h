@@ -100,19 +100,21 @@ std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& matm
 
 // cuBLASLt for a matmul step's product (kernel_table.h LibraryMatmul), in
 // front of a generated kernel that applies the step's epilogue, for the
-// runs with more than kLibraryMatmulRowsAbove rows (more than one 16-row
-// tensor-core tile): there cuBLASLt's kernels (wgmma and TMA on sm_90,
-// chosen per GPU by its heuristic) outrun the generated tiles
-// (docs/performance.md); GDL_MATMUL_LIBRARY_ROWS_ABOVE=N moves the line
-// for A/B runs. A norm fused in front of the matmul runs as a kernel of
-// its own before the call, writing the normalized rows into the scratch.
+// runs above the rows the weight-streaming rows kernel takes
+// (library_matmul_rows_above: f16/bf16 from 2 rows, f32 from 17), where
+// the generated code would run its tiles: there cuBLASLt's kernels (wgmma
+// and TMA on sm_90, chosen per GPU by its heuristic) outrun the generated
+// tiles, by up to 1.7x at 2 to 16 rows of f16 (docs/performance.md);
+// GDL_MATMUL_LIBRARY_ROWS_ABOVE=N moves the line for A/B runs. A norm
+// fused in front of the matmul runs as a kernel of its own before the
+// call, writing the normalized rows into the scratch.
 // Possible for an f16, bf16 or f32 matmul whose b is shared by the batch
 // (folded into the rows), a not transposed under a norm prologue, K,
 // N and the stored rows' lengths static, no dim of the rows that only node
 // updates can serve; the runtime takes it where the session serves the
 // rows by buckets (a graph's captured call keeps its shape).
 // GDL_MATMUL_LIBRARY=0 turns it off.
-inline constexpr int64_t kLibraryMatmulRowsAbove = 16;
+int64_t library_matmul_rows_above(DType t);
 inline constexpr uint64_t kLibraryMatmulWorkspaceBytes = uint64_t{32} << 20;  // cuBLAS's advice for Hopper
 struct LibraryMatmulChoice {
   bool possible = false;

@@ -173,14 +173,14 @@ size_t gdl::gpu_test::library_steps_at(const Program& program, const std::vector
   return n;
 }
 
-TEST_CASE("kernels: cuBLASLt computes the product above 16 rows, the step's kernel its epilogue") {
+TEST_CASE("kernels: cuBLASLt computes the product above the rows kernel's rows, the step's kernel its epilogue") {
   // Every operand form the library call takes: b as stored, transposed, a
   // column window of a wider b; a transposed; a batch folded into the rows;
   // a norm in front (layernorm with weight and bias, rmsnorm without: the
   // norm's own kernel before the call); epilogues with a bias, gelu, a
   // residual and casts. One session goes
-  // back and forth across the 16-row line (a graph per bucket, some with
-  // cuBLASLt nodes, some without), replaying each graph.
+  // back and forth across the line (a graph per bucket, some with cuBLASLt
+  // nodes, some without: f32 from 17 rows, f16/bf16 from 2), replaying each graph.
   const std::string text =
       "program lib;\ndim M in [1, 300] buckets(8, 16, 17, 32, 48, 100, 300);\n"
       "input x : {T}[M, 1000];\nparam w : {T}[1000, 640];\nparam wt : {T}[640, 1000];\nparam bias : {T}[640];\n"
@@ -201,12 +201,14 @@ TEST_CASE("kernels: cuBLASLt computes the product above 16 rows, the step's kern
     INFO(t << ":\n" << program_text);
     Program program = compile_text(program_text);
     check_sequence(program, "library/" + t, {{48}, {8}, {300}, {17}, {16}, {100}, {33}, {48}}, 2);
-    if (cpu_only) continue;
     for (int64_t m : {8, 16, 17, 48}) {
       INFO("M = " << m);
-      const std::vector<std::string> run = kernels_run(program, {m});
       const size_t expected = library_steps_at(program, {m});
-      CHECK(expected >= (m > 16 ? 6u : 1u));  // y, z, u, q, r, s above the line; q (40 rows) and v (2 M rows) below
+      // y, z, u, r, s at M rows, v at 2 M and q at 40: all of them from 2 rows
+      // in f16/bf16; in f32 those above 16 rows (q, and v from 9).
+      CHECK(expected == (t != "f32" || m > 16 ? 7u : m > 8 ? 2u : 1u));
+      if (cpu_only) continue;
+      const std::vector<std::string> run = kernels_run(program, {m});
       CHECK(static_cast<size_t>(std::count_if(run.begin(), run.end(), [](const std::string& k) {
               return k.find("_library") != std::string::npos;
             })) == expected);
@@ -218,7 +220,7 @@ TEST_CASE("kernels: rows served by node updates keep the generated matmul kernel
   // cuBLASLt's call is captured with its rows: a session that serves them
   // by node updates (one graph, the rows changing inside it) runs the
   // generated kernels, correct at every count; the same program served by
-  // buckets takes cuBLASLt above 16 rows.
+  // buckets takes cuBLASLt above the rows kernel's rows.
   const std::string text =
       "program lib;\ndim M in [1, 200] policy(update);\ninput x : {T}[M, 512];\nparam w : {T}[512, 512];\n"
       "param bias : {T}[512];\noutput y : {T}[M, 512];\ny = x + gelu(x @ w + bias);\n";
