@@ -81,44 +81,57 @@ __host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 *
 __host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
 
-// The block's result for (row, split): value(d) = sum_t p_t * v[t][d] over
-// its positions, m its maximum score and l = sum_t p_t. With one part the
-// block writes the row value(d) / l; otherwise it stores (m, l, value) as
-// its part and the last of the row's `parts` blocks to arrive combines the
-// parts (splits 0 .. parts - 1; the scratch holds S a row):
+// The block's result for (row, split) of HEADS consecutive rows (the query
+// heads of one k/v head, which share a length, so their splits): for row
+// row + h, value(h, d) = sum_t p_t * v[t][d] over the block's positions,
+// stats(h) = {m, l}: its maximum score m and l = sum_t p_t. With one part
+// the block writes each row value(h, d) / l; otherwise it stores (m, l,
+// value) as its part and the last of the `parts` blocks to arrive combines
+// the parts (splits 0 .. parts - 1; the scratch holds S a row):
 // M = max m_i, out = sum_i exp2(m_i - M) acc_i / sum_i exp2(m_i - M) l_i.
+// The rows take one ticket (the first row's) and one combine, not one per
+// row: each ticket is a fence and an atomic round trip that the block waits
+// for, and the last block's combine one more trip to L2.
 // An empty part (m = -inf, l = 0) weighs nothing, and a row with no stored
-// position is zero. Called by every thread. Every one of the row's parts
-// reaches the ticket, so a row of parts > 1 always has a last block.
-template <typename I, typename TO, typename Value>
-GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I split, I rows, int S, I DV,
-                        SplitScratch sk, int parts) {
+// position is zero. Called by every thread. Every one of the rows' parts
+// reaches the ticket, so rows of parts > 1 always have a last block.
+template <int HEADS, typename I, typename TO, typename Value, typename Stats>
+GDL_DEV void write_parts(TO* o, const Value& value, const Stats& stats, I row, I split, I rows, int S, I DV,
+                         SplitScratch sk, int parts) {
   const int tid = threadIdx.x, BLOCK = blockDim.x;
   float* part_ml = S > 1 ? sk.partials : nullptr;                 // [rows][splits][2]: m, l
   float* part_acc = S > 1 ? sk.partials + rows * S * 2 : nullptr;  // [rows][splits][DV]
-  const I part = row * S + split;
-  for (I d = tid; d < DV; d += BLOCK) {
-    const float sum = value(d);
-    if (parts == 1) o[d] = cvt<TO>(l > 0.0f ? sum / l : 0.0f);
-    else __stcg(part_acc + part * DV + d, sum);
+  const I n = (I)HEADS * DV;
+  for (I e = tid; e < n; e += BLOCK) {
+    const int h = (int)(e / DV);
+    const I d = e - (I)h * DV;
+    const float sum = value(h, d);
+    if (parts == 1) {
+      const float l = stats(h).y;
+      o[e] = cvt<TO>(l > 0.0f ? sum / l : 0.0f);
+    } else {
+      __stcg(part_acc + ((row + (I)h) * S + split) * DV + d, sum);
+    }
   }
   if (parts == 1) return;
-  if (tid == 0) {
-    __stcg(part_ml + part * 2, m);
-    __stcg(part_ml + part * 2 + 1, l);
+  if (tid < HEADS) {
+    const float2 ml = stats(tid);
+    __stcg(part_ml + ((row + (I)tid) * S + split) * 2, ml.x);
+    __stcg(part_ml + ((row + (I)tid) * S + split) * 2 + 1, ml.y);
   }
   if (!split_arrive(sk.tickets + row, parts)) return;
   // The parts in rounds of kRound, each round's loads issued together (one
   // trip to L2 per round, not one per part and quantity: the combine is
   // the kernel's tail), merged as the online softmax merges positions.
   constexpr int kRound = 8;
-  for (I d = tid; d < DV; d += BLOCK) {
+  for (I e = tid; e < n; e += BLOCK) {
+    const I r = row + e / DV, d = e % DV;
     float peak = -inf_f32(), weight_sum = 0.0f, sum = 0.0f;
     for (int first = 0; first < parts; first += kRound) {
       float m[kRound], l[kRound], acc[kRound];
 #pragma unroll
       for (int j = 0; j < kRound; ++j) {
-        const I i = row * S + first + j;
+        const I i = r * S + first + j;
         const bool in = first + j < parts;
         m[j] = in ? __ldcg(part_ml + i * 2) : -inf_f32();
         l[j] = in ? __ldcg(part_ml + i * 2 + 1) : 0.0f;
@@ -140,8 +153,16 @@ GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I sp
       }
       peak = round_peak;
     }
-    o[d] = cvt<TO>(weight_sum > 0.0f ? sum / weight_sum : 0.0f);
+    o[e] = cvt<TO>(weight_sum > 0.0f ? sum / weight_sum : 0.0f);
   }
+}
+
+// write_parts for one row: value(d), its m and l.
+template <typename I, typename TO, typename Value>
+GDL_DEV void write_part(TO* o, const Value& value, float m, float l, I row, I split, I rows, int S, I DV,
+                        SplitScratch sk, int parts) {
+  write_parts<1>(o, [&](int, I d) { return value(d); }, [&](int) { return make_float2(m, l); }, row, split, rows, S,
+                 DV, sk, parts);
 }
 }  // namespace att
 

@@ -27,8 +27,8 @@
 //  3. O += P V by mma.m16n8k16: P rounded to T as A, straight from the
 //     score registers, and the slice's v rows (ldmatrix.trans) as B.
 // At the end the warps' (m, l, O) are merged per head through shared
-// memory (the ring, idle by then) and written by att::write_part, which
-// also combines a row's splits.
+// memory (the ring, idle by then) and written by att::write_parts, which
+// also combines the rows' splits, one ticket for the task's heads.
 #pragma once
 
 #include "gdl_attention.cuh"
@@ -222,26 +222,32 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
       }
     }
     __syncthreads();
-#pragma unroll 1
-    for (int h = 0; h < HEADS; ++h) {
-      float block_m = -inf_f32();
+    // Head h's (m, l) over the slices, and the weight of slice i's results in it.
+    auto block_m = [&](int h) {
+      float most = -inf_f32();
 #pragma unroll
-      for (int i = 0; i < A::kSlices; ++i) block_m = fmaxf(block_m, ml[(i * HEADS + h) * 2]);
-      float block_l = 0.0f, weight[A::kSlices];
+      for (int i = 0; i < A::kSlices; ++i) most = fmaxf(most, ml[(i * HEADS + h) * 2]);
+      return most;
+    };
+    auto weight = [&](int i, int h, float most) {
+      const float slice_m = ml[(i * HEADS + h) * 2];
+      return slice_m == -inf_f32() ? 0.0f : exp2f(slice_m - most);
+    };
+    auto stats = [&](int h) {
+      const float most = block_m(h);
+      float sum = 0.0f;
 #pragma unroll
-      for (int i = 0; i < A::kSlices; ++i) {
-        const float slice_m = ml[(i * HEADS + h) * 2];
-        weight[i] = slice_m == -inf_f32() ? 0.0f : exp2f(slice_m - block_m);
-        block_l += weight[i] * ml[(i * HEADS + h) * 2 + 1];
-      }
-      auto value = [&](I d) {
-        float sum = 0.0f;
+      for (int i = 0; i < A::kSlices; ++i) sum += weight(i, h, most) * ml[(i * HEADS + h) * 2 + 1];
+      return make_float2(most, sum);
+    };
+    auto value = [&](int h, I d) {
+      const float most = block_m(h);
+      float sum = 0.0f;
 #pragma unroll
-        for (int i = 0; i < A::kSlices; ++i) sum += weight[i] * accs[(i * HEADS + h) * DV + (int)d];
-        return sum;
-      };
-      att::write_part(o + (I)h * DV, value, block_m, block_l, row + (I)h, split, rows, S, (I)DV, sk, range.parts);
-    }
+      for (int i = 0; i < A::kSlices; ++i) sum += weight(i, h, most) * accs[(i * HEADS + h) * DV + (int)d];
+      return sum;
+    };
+    att::write_parts<HEADS>(o, value, stats, row, split, rows, S, (I)DV, sk, range.parts);
     __syncthreads();  // the next task's copies overwrite the ring
   }
 }
