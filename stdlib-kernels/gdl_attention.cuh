@@ -569,16 +569,18 @@ template <int D, int DV, typename T, int POSITIONS, int STAGES> struct Attention
 
 namespace att {
 // The stages of task (row, split) for `valid` positions: `stages` stages of
-// the row from stage `lo` (fewer or none at the end of the row). The first
-// `parts` splits hold stages, the others none: a short row is computed by
-// as many blocks as it has stages at most, and only those parts are added.
+// the row from stage `lo` (fewer or none at the end of the row), at least
+// `least` stages a split. The first `parts` splits hold stages, the others
+// none: a short row is computed by as many blocks as it has stages (over
+// `least`) at most, and only those parts are added.
 template <typename I, int P> struct StreamRange {
   I lo = 0, valid = 0;
   int stages = 0, parts = 0;
   StreamRange() = default;
-  GDL_DEV StreamRange(I valid_positions, I split, int S) : valid(valid_positions) {
+  GDL_DEV StreamRange(I valid_positions, I split, int S, int least = 1) : valid(valid_positions) {
     const I row_stages = ceil_div(valid, (I)P);
-    const I chunk = ceil_div(row_stages, (I)S);
+    const I even = ceil_div(row_stages, (I)S);
+    const I chunk = even > (I)least ? even : (I)least;
     lo = split * chunk;
     const I left = lo < row_stages ? row_stages - lo : (I)0;
     stages = (int)(left < chunk ? left : chunk);

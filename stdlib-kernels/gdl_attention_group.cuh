@@ -7,7 +7,8 @@
 // the weighted sum of v.
 //
 // A task is (HEADS consecutive rows of q: the heads of one query that share
-// a k/v head, so one length; a split of the positions, att::StreamRange).
+// a k/v head, so one length; a split of the positions, att::StreamRange, of
+// at least least_split_stages stages: a shorter row takes fewer splits).
 // Its positions come in stages of P, copied by every thread with 16-byte
 // cp.async into a ring of STAGES stages, STAGES - 1 in flight while one is
 // computed. In shared memory the 16-byte chunks of a row are XOR-swizzled
@@ -61,7 +62,7 @@ template <int ROW> GDL_DEV unsigned swizzled(int t, int c) { return (unsigned)(t
 
 template <int D, int DV, int P, int STAGES, int HEADS, typename I, typename T, typename TO, typename Len, typename Kv>
 GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len len_source, Kv kv, I rows, I positions,
-                             float scale, SplitScratch sk, unsigned char* ring) {
+                             float scale, SplitScratch sk, unsigned char* ring, int least_split_stages) {
   using A = AttentionGroup<D, DV, T, P, STAGES, HEADS>;
   using Range = att::StreamRange<I, P>;
   static_assert(Kv::template stages_contiguous<P>(), "a stage is one run of positions of k and of v");
@@ -85,7 +86,7 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
     const I row = task / S * (I)HEADS, split = task % S;  // the task's first row: the others share its k, v and length
     const int len = len_source.get(row);
     const I valid = len <= 0 ? (I)0 : ((I)len < positions ? (I)len : positions);
-    const Range range(valid, split, S);
+    const Range range(valid, split, S, least_split_stages);
     TO* o = out + row * DV;
     if (att::task_without_work<HEADS>(o, valid, split, range.stages, (I)DV)) continue;
     const int stages = range.stages;

@@ -334,7 +334,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     const std::string scratch = e.split_scratch(choice.group_splits, false, choice.scratch, body);
     body += "  gdl::attention_group<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " + out +
             ", " + len.text() + ", " + kv + ", rows, positions, " + float_literal(n.attrs.value) + ", " + scratch +
-            ", attention_ring);\n";
+            ", attention_ring, " + std::to_string(choice.group_least_split_stages) + ");\n";
     rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.group_heads}, {{Dim::constant(choice.group_splits)}, 1}},
                        kAttentionBlock);
     rule.shared_bytes = choice.group_shared_bytes;

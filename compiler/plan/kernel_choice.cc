@@ -189,6 +189,12 @@ int64_t attention_splits_wanted() {
   static const int64_t n = env_count("GDL_ATTENTION_SPLITS");
   return n;
 }
+// GDL_ATTENTION_LEAST_SPLIT_STAGES=N: the group kernel's splits take at
+// least N stages of a row at run time.
+int64_t attention_least_split_stages() {
+  static const int64_t n = env_count("GDL_ATTENTION_LEAST_SPLIT_STAGES");
+  return n > 0 ? n : 1;
+}
 // The most rows the rows kernel takes: f32 (FMA alone, no tensor cores)
 // kMatmulRowsLimit; f16/bf16 one (kMatmulRowsLimitTensorCores), above it
 // the 16-row tensor-core tiles (measured on the H200, K = N = 4096 bf16:
@@ -471,6 +477,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
         c.group_positions = static_cast<int>(positions);
         c.group_stages = static_cast<int>(stages);
         c.group_shared_bytes = static_cast<uint32_t>(stages * stage);
+        c.group_least_split_stages = static_cast<int>(attention_least_split_stages());
         // Blocks a multiprocessor holds: by the ring, and by registers (a block
         // holds q's fragments and D * DV / 128 accumulators a lane: ptxas gives
         // about 128 registers for heads of 128, over 190 for 192 and 256).

@@ -164,6 +164,7 @@ struct AttentionChoice {
   int group_heads = 0;               // query rows per task (HEADS)
   int group_stages = 0;              // stages of its ring
   int group_positions = 0;           // positions of k and v per stage (P)
+  int group_least_split_stages = 1;  // stages a split of a row takes at least, at run time (a shorter row, fewer splits)
   uint32_t group_shared_bytes = 0;   // == gdl::AttentionGroup<D, DV, T, P, stages, heads>::bytes
   SplitScratchSize scratch;  // enough for either kernel
 };
