@@ -122,7 +122,7 @@ uint32_t mma_shared_bytes(int tile_m, int stages, bool transposed_b) {
 }
 
 // A positive count from the environment variable `name`; 0 when it is
-// unset or not a positive number. Read once per knob (the callers keep it).
+// unset or not a positive number. Most callers read it once and keep it.
 int64_t env_count(const char* name) {
   const char* text = std::getenv(name);
   const long long v = text ? std::atoll(text) : 0;
@@ -190,9 +190,10 @@ int64_t attention_splits_wanted() {
   return n;
 }
 // GDL_ATTENTION_LEAST_SPLIT_STAGES=N: the group kernel's splits take at
-// least N stages of a row at run time.
+// least N stages of a row at run time (read at each choice, so a test can
+// set it around a compile).
 int64_t attention_least_split_stages() {
-  static const int64_t n = env_count("GDL_ATTENTION_LEAST_SPLIT_STAGES");
+  const int64_t n = env_count("GDL_ATTENTION_LEAST_SPLIT_STAGES");
   return n > 0 ? n : 1;
 }
 // The most rows the rows kernel takes: f32 (FMA alone, no tensor cores)
@@ -477,7 +478,9 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
         c.group_positions = static_cast<int>(positions);
         c.group_stages = static_cast<int>(stages);
         c.group_shared_bytes = static_cast<uint32_t>(stages * stage);
-        c.group_least_split_stages = static_cast<int>(attention_least_split_stages());
+        // At most the cache's stages: more would change nothing.
+        c.group_least_split_stages =
+            static_cast<int>(std::clamp<int64_t>(attention_least_split_stages(), 1, ceil_div(t_max, positions)));
         // Blocks a multiprocessor holds: by the ring, and by registers (a block
         // holds q's fragments and D * DV / 128 accumulators a lane: ptxas gives
         // about 128 registers for heads of 128, over 190 for 192 and 256).

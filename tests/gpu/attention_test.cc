@@ -133,7 +133,8 @@ TEST_CASE("attention: grouped query heads share each k/v stage, every group size
 // query heads a k/v head (A's rows 8-15 hold heads), a group of 6 (rows
 // past the group are padding), head dims 64 to 256 with DV != D, and
 // lengths at and around the 64-position stages, one stage, several splits
-// and the whole cache.
+// and the whole cache; also with splits of at least 3 stages, where a
+// short row takes fewer splits than the kernel has (one, with no combine).
 TEST_CASE("attention: grouped heads on tensor cores, groups up to 16, head dims up to 256") {
   const std::string text =
       "program gqa_edges;\ninput q : {T}[4, {NH}, {D}];\nparam k : {T}[4, 2, 1000, {D}];\n"
@@ -145,9 +146,12 @@ TEST_CASE("attention: grouped heads on tensor cores, groups up to 16, head dims 
   const std::vector<Case> cases = {{"32", "128", "128"}, {"12", "64", "64"}, {"4", "256", "256"},
                                    {"16", "192", "64"},  {"8", "64", "256"}};
   testing::ScopedEnv grouped("GDL_ATTENTION_GROUPED", "1");
+  for (const char* least : {"1", "3"})
   for (const std::string t : {"f16", "bf16"})
     for (const Case& c : cases) {
-      INFO(t << ": " << c.nh << " query heads over 2, D = " << c.d << ", DV = " << c.dv);
+      INFO(t << ": " << c.nh << " query heads over 2, D = " << c.d << ", DV = " << c.dv << ", splits of at least "
+             << least << " stage(s)");
+      testing::ScopedEnv least_stages("GDL_ATTENTION_LEAST_SPLIT_STAGES", least);
       Program program = compile_text(with(text, {{"{T}", t}, {"{NH}", c.nh}, {"{D}", c.d}, {"{DV}", c.dv}}));
       for (const std::vector<double>& len :
            std::vector<std::vector<double>>{{1, 15, 16, 17}, {63, 64, 65, 129}, {999, 1000, 2000, 500}}) {

@@ -246,7 +246,7 @@ TEST_CASE("embedding: DLPack tensors in (device and host) and outputs and states
 namespace {
 
 const char* kResidual = R"(program residual;
-dim B in [1, 64] buckets(16, 64);
+dim B in [1, 64] buckets(1, 64);
 input x : f16[B, 256];
 input r : f16[B, 256];
 param w : f16[256, 256];
@@ -263,7 +263,7 @@ TEST_CASE("embedding: bind_reference reads the caller's memory at every run, in 
   std::mt19937_64 rng(seed_for("bind by reference"));
   const size_t row_bytes = 256 * 2;
   DeviceBuffer dx(64 * row_bytes + 256), dr(64 * row_bytes);
-  for (int64_t rows : {16, 64}) {  // 16: the tiled kernel reads x in place; 64: cuBLASLt's call, which copies it
+  for (int64_t rows : {1, 64}) {  // 1: the rows kernel reads x in place; 64: cuBLASLt's call, which copies it
     INFO("rows " << rows);
     std::map<std::string, TensorData> t = random_bindings(program, {rows}, rng);
     GDL_REQUIRE_OK(s->set_param("w", t.at("w").bytes.data(), t.at("w").bytes.size()));
@@ -287,61 +287,61 @@ TEST_CASE("embedding: bind_reference reads the caller's memory at every run, in 
     CHECK(expect_match(read_outputs(*s), reference(program, t), "the next run, after the change"));
     const uint64_t copied = s->stats().reference_copies - copies_before;
     MESSAGE("rows " << rows << ": inputs copied by the runs " << copied);
-    if (rows == 16) CHECK(copied == 0);  // the tiled kernel and its epilogue read both in place
+    if (rows == 1) CHECK(copied == 0);  // the rows kernel and its epilogue read both in place
     // The eager path reads it the same way.
     GDL_REQUIRE_OK(s->run_eager());
     CHECK(expect_match(read_outputs(*s), reference(program, t), "eager"));
   }
   // 16-byte but not 256-byte aligned: each run copies it from there.
-  std::map<std::string, TensorData> t = random_bindings(program, {16}, rng);
+  std::map<std::string, TensorData> t = random_bindings(program, {1}, rng);
   GDL_REQUIRE_OK(s->set_param("w", t.at("w").bytes.data(), t.at("w").bytes.size()));
   unsigned char* shifted = static_cast<unsigned char*>(dx.data) + 16;
   REQUIRE(cudaMemcpy(shifted, t.at("x").bytes.data(), t.at("x").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
   REQUIRE(cudaMemcpy(dr.data, t.at("r").bytes.data(), t.at("r").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
   const uint64_t copies_before = s->stats().reference_copies;
-  GDL_REQUIRE_OK(s->bind_reference("x", shifted, 16 * row_bytes, ElementType::kF16, {16, 256}));
-  GDL_REQUIRE_OK(s->bind_reference("r", dr.data, 16 * row_bytes, ElementType::kF16, {16, 256}));
+  GDL_REQUIRE_OK(s->bind_reference("x", shifted, row_bytes, ElementType::kF16, {1, 256}));
+  GDL_REQUIRE_OK(s->bind_reference("r", dr.data, row_bytes, ElementType::kF16, {1, 256}));
   GDL_REQUIRE_OK(s->run());
   CHECK(expect_match(read_outputs(*s), reference(program, t), "an unaligned reference, copied"));
   CHECK(s->stats().reference_copies == copies_before + 1);
   // Refused, changing nothing: padded rows, host memory, a misaligned address.
   CHECK(s->bind_reference("x", dx.data, 5 * row_bytes, ElementType::kF16, {5, 256}).code() ==
         StatusCode::kFailedPrecondition);
-  CHECK(s->bind_reference("x", t.at("x").bytes.data(), 16 * row_bytes, ElementType::kF16, {16, 256}).code() ==
+  CHECK(s->bind_reference("x", t.at("x").bytes.data(), row_bytes, ElementType::kF16, {1, 256}).code() ==
         StatusCode::kInvalidArgument);  // host memory
-  CHECK(s->bind_reference("x", static_cast<unsigned char*>(dx.data) + 2, 16 * row_bytes, ElementType::kF16, {16, 256})
+  CHECK(s->bind_reference("x", static_cast<unsigned char*>(dx.data) + 2, row_bytes, ElementType::kF16, {1, 256})
             .code() == StatusCode::kFailedPrecondition);
   GDL_REQUIRE_OK(s->run());
   CHECK(expect_match(read_outputs(*s), reference(program, t), "after the refusals"));
 }
 
 TEST_CASE("embedding: a graph built after a run that read its input in place reads the new bind") {
-  // 16 rows: the tiled kernel normalizes x as it reads it, in place from
+  // 1 row: the rows kernel normalizes x as it reads it, in place from
   // the caller's memory. 64 rows: a new graph whose norm kernel (before
   // cuBLASLt's call) takes the input's address when the graph is built and
   // is not updated afterwards: it must take the arena copy of this run's
   // bind, not the reference of the run before.
   Program program = compile_text(
-      "program prologue;\ndim B in [1, 64] buckets(16, 64);\ninput x : f16[B, 512];\nparam w : f16[512, 256];\n"
+      "program prologue;\ndim B in [1, 64] buckets(1, 64);\ninput x : f16[B, 512];\nparam w : f16[512, 256];\n"
       "output y : f16[B, 256];\ny = rmsnorm(x) @ w;\n");
   bool norm_kernel = false;
   for (const Kernel& k : program.internals().kernels().kernels) norm_kernel |= k.library.prologue_kernel >= 0;
   REQUIRE(norm_kernel);
-  REQUIRE(library_steps_at(program, {16}) == 0);  // the tiles, which read x where it is
+  REQUIRE(library_steps_at(program, {1}) == 0);  // the rows kernel, which reads x where it is
   REQUIRE(library_steps_at(program, {64}) == 1);
   if (cpu_only) return;
   std::unique_ptr<Session> s = make_session(program);
   std::mt19937_64 rng(seed_for("graph after a reference"));
-  std::map<std::string, TensorData> t16 = random_bindings(program, {16}, rng);
-  GDL_REQUIRE_OK(s->set_param("w", t16.at("w").bytes.data(), t16.at("w").bytes.size()));
+  std::map<std::string, TensorData> t1 = random_bindings(program, {1}, rng);
+  GDL_REQUIRE_OK(s->set_param("w", t1.at("w").bytes.data(), t1.at("w").bytes.size()));
   DeviceBuffer dx(64 * 512 * 2);
-  REQUIRE(cudaMemcpy(dx.data, t16.at("x").bytes.data(), t16.at("x").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-  GDL_REQUIRE_OK(s->bind_reference("x", dx.data, t16.at("x").bytes.size(), ElementType::kF16, {16, 512}));
+  REQUIRE(cudaMemcpy(dx.data, t1.at("x").bytes.data(), t1.at("x").bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  GDL_REQUIRE_OK(s->bind_reference("x", dx.data, t1.at("x").bytes.size(), ElementType::kF16, {1, 512}));
   GDL_REQUIRE_OK(s->run());
   CHECK(s->stats().reference_copies == 0);  // read in place, not copied
-  CHECK(expect_match(read_outputs(*s), reference(program, t16), "16 rows read in place"));
+  CHECK(expect_match(read_outputs(*s), reference(program, t1), "1 row read in place"));
   std::map<std::string, TensorData> t64 = random_bindings(program, {64}, rng);
-  t64["w"] = t16.at("w");
+  t64["w"] = t1.at("w");
   GDL_REQUIRE_OK(s->bind("x", t64.at("x").bytes.data(), t64.at("x").bytes.size(), ElementType::kF16, {64, 512}));
   GDL_REQUIRE_OK(s->run());
   CHECK(expect_match(read_outputs(*s), reference(program, t64), "64 rows bound by copy, a new graph"));
