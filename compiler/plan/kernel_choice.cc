@@ -552,7 +552,7 @@ int64_t library_matmul_rows_above(DType t) {
 }
 
 LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
-  static const bool allowed = !env_is("GDL_MATMUL_LIBRARY", "0");
+  const bool allowed = !env_is("GDL_MATMUL_LIBRARY", "0");  // read at each choice: a test turns it off around a compile
   LibraryMatmulChoice c;
   if (!allowed || values.empty()) return c;
   const bool prologue = matmul_prologue(g, values) != ir::kNoValue;

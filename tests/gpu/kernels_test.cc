@@ -12,6 +12,7 @@
 
 #include "gpu_test_util.h"
 #include "program_impl.h"
+#include "scoped_env.h"
 
 using namespace gdl;
 using namespace gdl::gpu_test;
@@ -126,7 +127,9 @@ TEST_CASE("kernels: matmul, tiled kernels (tensor cores, f32 FMA) aligned, ragge
 // either side of every kernel and tile boundary (rows kernel, tensor-core
 // tiles of 16, 32 and 64 rows, two bands of 64), K and N not multiples of
 // 128 and not square, b as stored and transposed, with a bias and gelu, a
-// norm prologue and a residual.
+// norm prologue and a residual. With cuBLASLt (f16/bf16 from 2 rows, f32
+// from 17) and without it (GDL_MATMUL_LIBRARY=0: the generated tiles at
+// every row count, as where the library cannot run).
 TEST_CASE("kernels: matmul at sweep-like shapes, every tile height, odd rows, K and N off 128") {
   const std::string text =
       "program mm;\ndim M in [1, 100] buckets(1, 2, 7, 9, 12, 16, 24, 33, 48, 100);\n"
@@ -136,13 +139,16 @@ TEST_CASE("kernels: matmul at sweep-like shapes, every tile height, odd rows, K 
       "y = gelu(x @ w + bias);\n"
       "z = layernorm(x, eps = 1e-5) @ transpose(wt);\n"
       "r = h + gelu(rmsnorm(h, eps = 1e-5) @ sq + bias);\n";
-  for (const std::string& t : kFloats) {
-    Program program = compile_text(with_dtype(text, t));
-    for (int64_t m : {1, 2, 5, 9, 12, 16, 20, 33, 47, 100}) {
-      INFO("sweep-like " << t << " M = " << m);
-      CHECK(check_program(program, seed_for("sweep-like/" + t + std::to_string(m)), {m}));
+  for (const char* library : {"1", "0"})
+    for (const std::string& t : kFloats) {
+      testing::ScopedEnv knob("GDL_MATMUL_LIBRARY", library);
+      Program program = compile_text(with_dtype(text, t));
+      if (std::string(library) == "0") REQUIRE(library_steps_at(program, {16}) == 0);
+      for (int64_t m : {1, 2, 5, 9, 12, 16, 20, 33, 47, 100}) {
+        INFO("sweep-like " << t << " M = " << m << ", GDL_MATMUL_LIBRARY=" << library);
+        CHECK(check_program(program, seed_for("sweep-like/" + t + std::to_string(m)), {m}));
+      }
     }
-  }
 }
 
 // The kernel symbols one eager run of a session takes at these dims (profile_nodes).
