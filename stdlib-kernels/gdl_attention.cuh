@@ -103,8 +103,8 @@ GDL_DEV void write_parts(TO* o, const Value& value, const Stats& stats, I row, I
   float* part_acc = S > 1 ? sk.partials + rows * S * 2 : nullptr;  // [rows][splits][DV]
   const I n = (I)HEADS * DV;
   for (I e = tid; e < n; e += BLOCK) {
-    const int h = (int)(e / DV);
-    const I d = e - (I)h * DV;
+    const int h = HEADS == 1 ? 0 : (int)(e / DV);  // one row: no division (the split and streamed kernels)
+    const I d = HEADS == 1 ? e : e - (I)h * DV;
     const float sum = value(h, d);
     if (parts == 1) {
       const float l = stats(h).y;
@@ -125,7 +125,7 @@ GDL_DEV void write_parts(TO* o, const Value& value, const Stats& stats, I row, I
   // the kernel's tail), merged as the online softmax merges positions.
   constexpr int kRound = 8;
   for (I e = tid; e < n; e += BLOCK) {
-    const I r = row + e / DV, d = e % DV;
+    const I r = HEADS == 1 ? row : row + e / DV, d = HEADS == 1 ? e : e % DV;
     float peak = -inf_f32(), weight_sum = 0.0f, sum = 0.0f;
     for (int first = 0; first < parts; first += kRound) {
       float m[kRound], l[kRound], acc[kRound];
