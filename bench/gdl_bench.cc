@@ -561,11 +561,38 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   return Status::Ok();
 }
 
+// The host time of cudaGraphLaunch alone on session `s`'s own graph
+// (export_graph with `set` bound from device memory, instantiated here and
+// launched on a stream of its own), `runs` times after `warmup`.
+Status time_own_graph_launches(gdl::Session& s, const InputSet& set, const LoadedSet& data, int warmup, int runs,
+                               std::vector<double>& launches) {
+  BENCH_TRY(bind_set(s, set, data, BindPath::kDevice));
+  gdl::Expected<CUgraph_st*> exported = s.export_graph();
+  if (!exported) return exported.status();
+  cudaGraphExec_t exec = nullptr;
+  cudaStream_t stream = nullptr;
+  Status made = cuda_check(cudaGraphInstantiate(&exec, *exported, 0), "instantiating the exported graph");
+  if (made.ok()) made = cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "export stream");
+  for (int i = 0; made.ok() && i < warmup + runs; ++i) {
+    const double begin = now_us();
+    made = cuda_check(cudaGraphLaunch(exec, stream), "launching the exported graph");
+    const double end = now_us();
+    if (made.ok()) made = cuda_check(cudaStreamSynchronize(stream), "exported graph sync");
+    if (i >= warmup) launches.push_back(end - begin);
+  }
+  if (stream) cudaStreamDestroy(stream);
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(*exported);
+  return made;
+}
+
 // The sessions of a program under --sweep, params set once for all its
 // variants: one that records device time, and one with default options
-// for the host time (recording events costs the host time of its own).
+// for the host time (recording events costs the host time of its own), and
+// one whose graphs are exported (an exported graph makes its session write
+// the valid-dims block before every run, so it is never run).
 struct SweepSessions {
-  std::unique_ptr<gdl::Session> timed, plain;
+  std::unique_ptr<gdl::Session> timed, plain, exported;
 };
 
 // --sweep (bench/sweep.py): the check of every set, then the graph's
@@ -627,6 +654,22 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
     submits.push_back(plain.stats().last_submit_us);
     probes.push_back(launch_us);
   }
+  // Two controls that split submit: the same set bound before every run
+  // (the input copy node keeps its sources, so no node update), and the
+  // launch alone of this program's own graph (export_graph, instantiated
+  // here; submit cannot go below it).
+  std::vector<double> same_set_submits, own_graph_launches;
+  for (int i = 0; i < opt.warmup + opt.runs; ++i) {
+    BENCH_TRY(plain.synchronize());
+    BENCH_TRY(bind_set(plain, v.sets[pick(0)], sets[pick(0)], BindPath::kDevice));
+    BENCH_TRY(plain.run());
+    if (i >= opt.warmup) same_set_submits.push_back(plain.stats().last_submit_us);
+  }
+  BENCH_TRY(plain.synchronize());
+  // Not every graph can be exported (rows padded to a bucket's): the control is left out there.
+  const Status exported = time_own_graph_launches(*sessions.exported, v.sets[pick(0)], sets[pick(0)], opt.warmup,
+                                                  opt.runs, own_graph_launches);
+  if (!exported.ok()) json.str("host_own_graph_launch_skipped", exported.message());
   const Summary graph = summarize(device), host_sum = summarize(host);
   json.add("graph", graph.json());
   json.add("graph_reference", summarize(by_reference).json());
@@ -637,11 +680,14 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   json.add("host_device_bind_run", summarize(run_calls).json());
   json.add("host_device_bind_submit", summarize(submits).json());
   json.add("host_launch_probe", summarize(probes).json());
+  json.add("host_same_set_submit", summarize(same_set_submits).json());
+  json.add("host_own_graph_launch", summarize(own_graph_launches).json());
   std::printf("  check %s (error vs torch %.3g, tolerance %.3g); graph %.2f us (inputs by reference %.2f), host "
-              "bind+run %.2f us (bind %.2f, run() %.2f, submit %.2f; a one-memset graph's launch %.2f)\n",
+              "bind+run %.2f us (bind %.2f, run() %.2f, submit %.2f, with the same set bound %.2f; this graph's "
+              "launch alone %.2f, a one-memset graph's %.2f)\n",
               check.passed ? "ok" : "FAILED", check.err_vs_torch, v.tolerance, graph.median,
-              summarize(by_reference).median, host_sum.median,
-              summarize(binds).median, summarize(run_calls).median, summarize(submits).median,
+              summarize(by_reference).median, host_sum.median, summarize(binds).median, summarize(run_calls).median,
+              summarize(submits).median, summarize(same_set_submits).median, summarize(own_graph_launches).median,
               summarize(probes).median);
   if (!check.passed) return Status::FailedPrecondition("output check failed (timings kept for reference)");
   return Status::Ok();
@@ -687,13 +733,14 @@ Status run_variant_cpu(const Options& opt, const Variant& v, const gdl::Program&
 // host copies are dropped then (a sweep's caches reach 8 GiB each).
 Status sweep_sessions_for(const Options& opt, const gdl::Program& program, const Variant& v,
                           std::vector<std::vector<uint8_t>>& params, SweepSessions& out) {
-  for (bool timed : {true, false}) {
+  for (std::unique_ptr<gdl::Session>* session : {&out.timed, &out.plain, &out.exported}) {
+    const bool timed = session == &out.timed;
     gdl::Expected<std::unique_ptr<gdl::Session>> created = gdl::Session::create(
         program, gdl::SessionOptions{.device = 0, .record_device_time = timed, .multi_step_kernels = opt.chains});
     if (!created.ok()) return created.status();
     for (size_t i = 0; i < v.params.size(); ++i)
       BENCH_TRY((*created)->set_param(v.params[i].name, params[i].data(), params[i].size()));
-    (timed ? out.timed : out.plain) = std::move(created).value();
+    *session = std::move(created).value();
   }
   for (std::vector<uint8_t>& p : params) std::vector<uint8_t>().swap(p);
   return Status::Ok();

@@ -817,9 +817,14 @@ def counts_line(rows):
 
 MISSES_LISTED = 10  # rows named per missed target in the summary
 # The parts of gdl's host time (gdl_bench --sweep): bind, run(), the part of
-# run() the session times itself, and a one-memset graph's launch after it.
+# run() the session times itself; submit with the same set bound every run
+# (no input copy node update), the launch alone of the row's own graph
+# (exported), and a one-memset graph's launch.
 HOST_PARTS = (("bind", "host_device_bind_bind"), ("run()", "host_device_bind_run"),
-              ("submit within run()", "host_device_bind_submit"), ("a one-memset graph's launch", "host_launch_probe"))
+              ("submit within run()", "host_device_bind_submit"),
+              ("submit with the same inputs bound", "host_same_set_submit"),
+              ("the row's own graph's launch alone", "host_own_graph_launch"),
+              ("a one-memset graph's launch", "host_launch_probe"))
 MAIN_HEAD = ["row", "floor us", "gdl us", "torch eager us", "torch graph us", "gdl/floor", "gdl/graph", "check"]
 SUMMARY_HEAD = ["target", "this run", "limit", "met"]
 
@@ -993,7 +998,8 @@ def self_test():
                                           "graph_reference": stat(fl * 1.1),
                                           "host_device_bind": stat(6.0 if r["name"] == slow else 3.0),
                                           "host_device_bind_bind": stat(1.0), "host_device_bind_run": stat(2.0),
-                                          "host_device_bind_submit": stat(1.5), "host_launch_probe": stat(1.25)}
+                                          "host_device_bind_submit": stat(1.5), "host_same_set_submit": stat(1.4),
+                                          "host_own_graph_launch": stat(1.3), "host_launch_probe": stat(1.25)}
     with tempfile.TemporaryDirectory() as tmp:
         args = argparse.Namespace(torch=os.path.join(tmp, "t.json"), gdl=os.path.join(tmp, "g.json"),
                                   out=os.path.join(tmp, "s.json"), md=os.path.join(tmp, "s.md"))
@@ -1021,7 +1027,8 @@ def self_test():
     if f"inputs of a cuBLASLt call are still copied): geometric mean 0.46x over {expect - 1} rows, 0 over" not in text:
         problems.append("the by-reference ratio is not reported")
     if ("gdl host time per run, medians over the rows of its parts: bind 1.00 us, run() 2.00 us, submit within "
-            "run() 1.50 us, a one-memset graph's launch 1.25 us") not in text:
+            "run() 1.50 us, submit with the same inputs bound 1.40 us, the row's own graph's launch alone 1.30 us, "
+            "a one-memset graph's launch 1.25 us") not in text:
         problems.append("the host time's parts are not reported")
     if "gdl/floor, attention kv_len >= 1000 over 1.30x (8): attn_b" not in text:
         problems.append("the attention rows over the floor target are not listed")
