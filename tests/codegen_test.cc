@@ -741,9 +741,9 @@ TEST_CASE("codegen: grouped query heads take the tensor-core group kernel by dty
     CHECK(choose_attention(p.graph, p.graph.node(o)).group_splits == 0);
     testing::ScopedEnv all("GDL_ATTENTION_GROUPED", "all");
     CHECK(choose_attention(p.graph, p.graph.node(o)).group_heads == 1);
-    // A split's least stages: 1 by default, the knob's count, at most the cache's 1024 / 64 stages.
-    CHECK(choose_attention(p.graph, p.graph.node(o)).group_least_split_stages == 1);
-    for (const auto& [asked, taken] : std::vector<std::pair<std::string, int>>{{"5", 5}, {"1000", 16}}) {
+    // A split's least stages: 2 by default, the knob's count, at most the cache's 1024 / 64 stages.
+    CHECK(choose_attention(p.graph, p.graph.node(o)).group_least_split_stages == 2);
+    for (const auto& [asked, taken] : std::vector<std::pair<std::string, int>>{{"1", 1}, {"5", 5}, {"1000", 16}}) {
       testing::ScopedEnv least("GDL_ATTENTION_LEAST_SPLIT_STAGES", asked);
       CHECK(choose_attention(p.graph, p.graph.node(o)).group_least_split_stages == taken);
     }
@@ -787,7 +787,7 @@ TEST_CASE("codegen: grouped query heads take the tensor-core group kernel by dty
       if (k.heads > 0) {
         const size_t at = code.source.find(call);
         CHECK(code.source.find(", " + std::to_string(k.heads) + ", int>(", at) < code.source.find("\n", at));
-        CHECK(code.source.find("attention_ring, 1);", at) < code.source.find("\n", at));  // splits of 1 stage at least
+        CHECK(code.source.find("attention_ring, 2);", at) < code.source.find("\n", at));  // splits of 2 stages at least
         CHECK(code.source.find("// attention kernel: grouped query heads on tensor cores, " + std::to_string(k.heads) +
                                " query head(s) a task") != std::string::npos);
         REQUIRE(code.kernels.step_choices.size() == 1);

@@ -190,11 +190,11 @@ int64_t attention_splits_wanted() {
   return n;
 }
 // GDL_ATTENTION_LEAST_SPLIT_STAGES=N: the group kernel's splits take at
-// least N stages of a row at run time (read at each choice, so a test can
-// set it around a compile).
+// least N stages of a row at run time instead of kAttentionLeastSplitStages
+// (read at each choice, so a test can set it around a compile).
 int64_t attention_least_split_stages() {
   const int64_t n = env_count("GDL_ATTENTION_LEAST_SPLIT_STAGES");
-  return n > 0 ? n : 1;
+  return n > 0 ? n : kAttentionLeastSplitStages;
 }
 // The most rows the rows kernel takes: f32 (FMA alone, no tensor cores)
 // kMatmulRowsLimit; f16/bf16 one (kMatmulRowsLimitTensorCores), above it

@@ -140,6 +140,12 @@ inline constexpr int64_t kAttentionMaxStreamHeads = 4;
 inline constexpr int64_t kAttentionStreamHeadsDims = 512;  // head dims of a task's heads together
 // Query heads of one k/v head that a gdl::attention_group task takes: the 16 rows of an mma tile.
 inline constexpr int64_t kAttentionMaxGroupHeads = 16;
+// Stages of its row a gdl::attention_group split takes at least, at run time:
+// two, the fewest whose copies overlap the math of a stage. A one-stage
+// split exposes its copy's latency and still pays a ticket and a combine
+// (measured on the H100, 1 / 2 / 4: 128 positions 11.0 / 9.7 / 9.8 us, 1000
+// positions 12.1 / 11.9 / 13.1, one sequence, 8 KV heads, head dim 64).
+inline constexpr int64_t kAttentionLeastSplitStages = 2;
 // Tiled kernels of one matmul step at most (matmul_tile_bands): the last
 // band serves every run above it, with the K splits of the largest rows.
 inline constexpr int64_t kMaxTileBands = 5;
