@@ -142,7 +142,7 @@ struct Options {
   double max_mode_s = 3;     // a mode of a slow variant gets fewer runs (at least 50) to stay inside this
   double time_budget_s = 0;  // > 0: variants not started by then are skipped
   bool cpu_check = false;
-  bool sweep = false;  // --sweep: check, graph device time and host time only, one session per program
+  bool sweep = false;  // --sweep: check, graph device time and host time only, three sessions per program
   bool chains = true;  // --no-chains: SessionOptions::multi_step_kernels off in every session (an A/B of the chain kernels)
   std::string compile_cache = "-";  // no cache: compile_ms is a real compile
   size_t flush_bytes = size_t(256) << 20;
@@ -561,43 +561,48 @@ Status run_variant_gpu(const Options& opt, const Variant& v, const gdl::Program&
   return Status::Ok();
 }
 
-// The host time of cudaGraphLaunch alone on session `s`'s own graph
-// (export_graph with `set` bound from device memory, instantiated here and
-// launched on a stream of its own), `runs` times after `warmup`.
+// The host time of cudaGraphLaunch alone of an export of session `s`'s
+// graph (export_graph with `set` bound from device memory, instantiated
+// here), launched on the session's own stream (idle: `s` is never run),
+// `runs` times after `warmup`. The export is the graph run() launches less
+// its event node, plus a node that writes the valid dims where the program
+// has run-time dims. FailedPrecondition where the graph cannot be exported.
 Status time_own_graph_launches(gdl::Session& s, const InputSet& set, const LoadedSet& data, int warmup, int runs,
                                std::vector<double>& launches) {
   BENCH_TRY(bind_set(s, set, data, BindPath::kDevice));
   gdl::Expected<CUgraph_st*> exported = s.export_graph();
   if (!exported) return exported.status();
   cudaGraphExec_t exec = nullptr;
-  cudaStream_t stream = nullptr;
   Status made = cuda_check(cudaGraphInstantiate(&exec, *exported, 0), "instantiating the exported graph");
-  if (made.ok()) made = cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "export stream");
   for (int i = 0; made.ok() && i < warmup + runs; ++i) {
     const double begin = now_us();
-    made = cuda_check(cudaGraphLaunch(exec, stream), "launching the exported graph");
+    made = cuda_check(cudaGraphLaunch(exec, s.stream()), "launching the exported graph");
     const double end = now_us();
-    if (made.ok()) made = cuda_check(cudaStreamSynchronize(stream), "exported graph sync");
-    if (i >= warmup) launches.push_back(end - begin);
+    if (made.ok()) made = cuda_check(cudaStreamSynchronize(s.stream()), "exported graph sync");
+    if (made.ok() && i >= warmup) launches.push_back(end - begin);
   }
-  if (stream) cudaStreamDestroy(stream);
   if (exec) cudaGraphExecDestroy(exec);
   cudaGraphDestroy(*exported);
+  if (!made.ok()) launches.clear();
   return made;
 }
 
 // The sessions of a program under --sweep, params set once for all its
-// variants: one that records device time, and one with default options
-// for the host time (recording events costs the host time of its own), and
-// one whose graphs are exported (an exported graph makes its session write
-// the valid-dims block before every run, so it is never run).
+// variants, each with its own copy of the params: one that records device
+// time, one with default options for the host time (recording events
+// costs the host time of its own), and one whose graphs are exported for
+// a host-time control (an exported graph makes its session write the
+// valid-dims block before every run, so it is never run; null where the
+// device had no room for it).
 struct SweepSessions {
   std::unique_ptr<gdl::Session> timed, plain, exported;
 };
 
 // --sweep (bench/sweep.py): the check of every set, then the graph's
-// device time (`s.timed`) and the host time of bind (from device memory) +
-// run (`s.plain`).
+// device time (`s.timed`), the host time of bind (from device memory) +
+// run (`s.plain`), and the two controls that split its submit: the same
+// set bound every run (`s.plain`) and the launch of an exported graph
+// alone (`s.exported`).
 Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& sessions, L2Flush& flush,
                          JsonObject& json) {
   gdl::Session& s = *sessions.timed;
@@ -654,22 +659,32 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
     submits.push_back(plain.stats().last_submit_us);
     probes.push_back(launch_us);
   }
-  // Two controls that split submit: the same set bound before every run
-  // (the input copy node keeps its sources, so no node update), and the
-  // launch alone of this program's own graph (export_graph, instantiated
-  // here; submit cannot go below it).
+  // Two controls that split submit, each in a loop of its own right after
+  // (so under the host's state of the moment, as the probe shows): the same
+  // set bound before every run (the input copy node keeps its sources, so
+  // no node update), with the probe after each run as above; and the
+  // launch alone of an export of this program's graph.
   std::vector<double> same_set_submits, own_graph_launches;
   for (int i = 0; i < opt.warmup + opt.runs; ++i) {
     BENCH_TRY(plain.synchronize());
     BENCH_TRY(bind_set(plain, v.sets[pick(0)], sets[pick(0)], BindPath::kDevice));
     BENCH_TRY(plain.run());
     if (i >= opt.warmup) same_set_submits.push_back(plain.stats().last_submit_us);
+    BENCH_TRY(plain.synchronize());
+    double launch_us = 0;
+    BENCH_TRY(probe.time_launch(launch_us));
   }
   BENCH_TRY(plain.synchronize());
-  // Not every graph can be exported (rows padded to a bucket's): the control is left out there.
-  const Status exported = time_own_graph_launches(*sessions.exported, v.sets[pick(0)], sets[pick(0)], opt.warmup,
-                                                  opt.runs, own_graph_launches);
-  if (!exported.ok()) json.str("host_own_graph_launch_skipped", exported.message());
+  // A graph that cannot be exported (an input padded to a bucket's rows), or
+  // no session for it: the control is left out; any other error is the run's.
+  if (!sessions.exported) {
+    json.str("host_own_graph_launch_skipped", "no session for it (device memory)");
+  } else if (const Status export_status = time_own_graph_launches(*sessions.exported, v.sets[pick(0)], sets[pick(0)],
+                                                                  opt.warmup, opt.runs, own_graph_launches);
+             !export_status.ok()) {
+    if (export_status.code() != gdl::StatusCode::kFailedPrecondition) return export_status;
+    json.str("host_own_graph_launch_skipped", export_status.message());
+  }
   const Summary graph = summarize(device), host_sum = summarize(host);
   json.add("graph", graph.json());
   json.add("graph_reference", summarize(by_reference).json());
@@ -682,12 +697,14 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   json.add("host_launch_probe", summarize(probes).json());
   json.add("host_same_set_submit", summarize(same_set_submits).json());
   json.add("host_own_graph_launch", summarize(own_graph_launches).json());
+  char own_launch[32] = "-";
+  if (!own_graph_launches.empty()) std::snprintf(own_launch, sizeof own_launch, "%.2f", summarize(own_graph_launches).median);
   std::printf("  check %s (error vs torch %.3g, tolerance %.3g); graph %.2f us (inputs by reference %.2f), host "
-              "bind+run %.2f us (bind %.2f, run() %.2f, submit %.2f, with the same set bound %.2f; this graph's "
-              "launch alone %.2f, a one-memset graph's %.2f)\n",
+              "bind+run %.2f us (bind %.2f, run() %.2f, submit %.2f, with the same set bound %.2f; an export of "
+              "this graph launched alone %s, a one-memset graph %.2f)\n",
               check.passed ? "ok" : "FAILED", check.err_vs_torch, v.tolerance, graph.median,
               summarize(by_reference).median, host_sum.median, summarize(binds).median, summarize(run_calls).median,
-              summarize(submits).median, summarize(same_set_submits).median, summarize(own_graph_launches).median,
+              summarize(submits).median, summarize(same_set_submits).median, own_launch,
               summarize(probes).median);
   if (!check.passed) return Status::FailedPrecondition("output check failed (timings kept for reference)");
   return Status::Ok();
@@ -734,13 +751,19 @@ Status run_variant_cpu(const Options& opt, const Variant& v, const gdl::Program&
 Status sweep_sessions_for(const Options& opt, const gdl::Program& program, const Variant& v,
                           std::vector<std::vector<uint8_t>>& params, SweepSessions& out) {
   for (std::unique_ptr<gdl::Session>* session : {&out.timed, &out.plain, &out.exported}) {
-    const bool timed = session == &out.timed;
+    const bool timed = session == &out.timed, control = session == &out.exported;
     gdl::Expected<std::unique_ptr<gdl::Session>> created = gdl::Session::create(
         program, gdl::SessionOptions{.device = 0, .record_device_time = timed, .multi_step_kernels = opt.chains});
-    if (!created.ok()) return created.status();
-    for (size_t i = 0; i < v.params.size(); ++i)
-      BENCH_TRY((*created)->set_param(v.params[i].name, params[i].data(), params[i].size()));
-    *session = std::move(created).value();
+    Status set = created.ok() ? Status::Ok() : created.status();
+    for (size_t i = 0; set.ok() && i < v.params.size(); ++i)
+      set = (*created)->set_param(v.params[i].name, params[i].data(), params[i].size());
+    if (set.ok()) {
+      *session = std::move(created).value();
+    } else if (control && set.code() == gdl::StatusCode::kResourceExhausted) {
+      std::printf("  no session for the exported-graph control: %s\n", set.message().c_str());
+    } else {
+      return set;
+    }
   }
   for (std::vector<uint8_t>& p : params) std::vector<uint8_t>().swap(p);
   return Status::Ok();
@@ -900,7 +923,7 @@ int main(int argc, char** argv) {
       ->default_val(opt.compile_cache)
       ->type_name("DIR|-");
   app.add_flag("--cpu-check", opt.cpu_check, "no GPU: compile, run the CPU reference and compare");
-  app.add_flag("--sweep", opt.sweep, "check, graph device time and host time only, one session per program");
+  app.add_flag("--sweep", opt.sweep, "check, graph device time and host time only, three sessions per program");
   app.add_flag("--no-chains", [&opt](int64_t) { opt.chains = false; }, "multi-step kernels off in every session");
   app.add_option("--flush", opt.flush, "how the L2 is emptied before a timed run")
       ->check(CLI::IsMember({"write", "read"}).description(""))

@@ -143,8 +143,9 @@ inline constexpr int64_t kAttentionMaxGroupHeads = 16;
 // Stages of its row a gdl::attention_group split takes at least, at run time:
 // two, the fewest whose copies overlap the math of a stage. A one-stage
 // split exposes its copy's latency and still pays a ticket and a combine
-// (measured on the H100, 1 / 2 / 4: 128 positions 11.0 / 9.7 / 9.8 us, 1000
-// positions 12.1 / 11.9 / 13.1, one sequence, 8 KV heads, head dim 64).
+// (the sweep's graph device time on the H100 at least 1 / 2 / 4 stages, one
+// sequence, 32 query heads over 8 KV heads, head dim 64: 128 positions
+// 11.0 / 9.7 / 9.8 us, 1000 positions 12.1 / 11.9 / 13.1).
 inline constexpr int64_t kAttentionLeastSplitStages = 2;
 // Tiled kernels of one matmul step at most (matmul_tile_bands): the last
 // band serves every run above it, with the K splits of the largest rows.
@@ -171,7 +172,7 @@ struct AttentionChoice {
   int group_heads = 0;               // query rows per task (HEADS)
   int group_stages = 0;              // stages of its ring
   int group_positions = 0;           // positions of k and v per stage (P)
-  int group_least_split_stages = 1;  // stages a split of a row takes at least, at run time (a shorter row, fewer splits)
+  int group_least_split_stages = kAttentionLeastSplitStages;  // stages a split of a row takes at least, at run time (a shorter row, fewer splits)
   uint32_t group_shared_bytes = 0;   // == gdl::AttentionGroup<D, DV, T, P, stages, heads>::bytes
   SplitScratchSize scratch;  // enough for either kernel
 };
