@@ -640,41 +640,43 @@ Status run_variant_sweep(const Options& opt, const Variant& v, SweepSessions& se
   gdl::Session& plain = *sessions.plain;
   LaunchProbe probe;
   BENCH_TRY(probe.create());
-  std::vector<double> binds, run_calls, submits, probes;
-  for (int i = 0; i < opt.warmup + opt.runs; ++i) {
-    const size_t k = pick(i);
+  // One host-timed run of set k: bind, run(), then the probe on an idle GPU.
+  struct HostRun {
+    double bind_us = 0, run_us = 0, submit_us = 0, probe_us = 0;
+  };
+  auto host_run = [&](size_t k, HostRun& out) -> Status {
     BENCH_TRY(plain.synchronize());
     const double begin = now_us();
     BENCH_TRY(bind_set(plain, v.sets[k], sets[k], BindPath::kDevice));
     const double bound = now_us();
     BENCH_TRY(plain.run());
     const double end = now_us();
+    out = {bound - begin, end - bound, plain.stats().last_submit_us, 0};
     BENCH_TRY(plain.synchronize());
-    double launch_us = 0;
-    BENCH_TRY(probe.time_launch(launch_us));
+    return probe.time_launch(out.probe_us);
+  };
+  std::vector<double> binds, run_calls, submits, probes;
+  for (int i = 0; i < opt.warmup + opt.runs; ++i) {
+    HostRun r;
+    BENCH_TRY(host_run(pick(i), r));
     if (i < opt.warmup) continue;
-    host.push_back(end - begin);
-    binds.push_back(bound - begin);
-    run_calls.push_back(end - bound);
-    submits.push_back(plain.stats().last_submit_us);
-    probes.push_back(launch_us);
+    host.push_back(r.bind_us + r.run_us);
+    binds.push_back(r.bind_us);
+    run_calls.push_back(r.run_us);
+    submits.push_back(r.submit_us);
+    probes.push_back(r.probe_us);
   }
   // Two controls that split submit, each in a loop of its own right after
   // (so under the host's state of the moment, as the probe shows): the same
   // set bound before every run (the input copy node keeps its sources, so
-  // no node update), with the probe after each run as above; and the
-  // launch alone of an export of this program's graph.
+  // no node update); and the launch alone of an export of this program's
+  // graph.
   std::vector<double> same_set_submits, own_graph_launches;
   for (int i = 0; i < opt.warmup + opt.runs; ++i) {
-    BENCH_TRY(plain.synchronize());
-    BENCH_TRY(bind_set(plain, v.sets[pick(0)], sets[pick(0)], BindPath::kDevice));
-    BENCH_TRY(plain.run());
-    if (i >= opt.warmup) same_set_submits.push_back(plain.stats().last_submit_us);
-    BENCH_TRY(plain.synchronize());
-    double launch_us = 0;
-    BENCH_TRY(probe.time_launch(launch_us));
+    HostRun r;
+    BENCH_TRY(host_run(pick(0), r));
+    if (i >= opt.warmup) same_set_submits.push_back(r.submit_us);
   }
-  BENCH_TRY(plain.synchronize());
   // A graph that cannot be exported (an input padded to a bucket's rows), or
   // no session for it: the control is left out; any other error is the run's.
   if (!sessions.exported) {
