@@ -53,7 +53,9 @@ inline constexpr ValueId kNoValue = -1;
   /* Rotary position embedding (compiler/ops/rope.cc). */                                              \
   X(kRope, "rope")                                                                                     \
   /* Collectives over the program's process group (compiler/ops/collective.cc). */                    \
-  X(kAllReduce, "all_reduce") X(kAllGather, "all_gather") X(kReduceScatter, "reduce_scatter")
+  X(kAllReduce, "all_reduce") X(kAllGather, "all_gather") X(kReduceScatter, "reduce_scatter")         \
+  /* Elementwise, added after the others: an operand repeated to a shape. */                          \
+  X(kBroadcastTo, "broadcast_to")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,

@@ -346,8 +346,9 @@ std::string StepEmitter::elementwise_statement(ValueId v) {
   std::string result = std::string(compute_type(n.type.dtype)) + " r" + std::to_string(v);
   std::string expr;
   const ops::OpDef& def = ops::op_def(n.op);
-  if (def.device_function == nullptr) {  // a cast: the element itself, rounded below
-    GDL_INTERNAL_ASSERT(n.op == Op::kCast, std::string("no elementwise function for ") + ir::op_name(n.op));
+  if (def.device_function == nullptr) {  // a cast or a broadcast_to: the element itself, rounded below
+    GDL_INTERNAL_ASSERT(n.op == Op::kCast || n.op == Op::kBroadcastTo,
+                        std::string("no elementwise function for ") + ir::op_name(n.op));
     expr = operand(n.args[0]);
   } else {
     expr = std::string(def.device_function) + "(";

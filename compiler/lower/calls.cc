@@ -643,6 +643,7 @@ Value Lowerer::call_op(const ops::OpDef& def, const ast::CallExpr& c) {
   CallQuery q(*this, *op, c.callee, c.loc, length, op->operands);
   for (size_t k = 0; k < args.size(); ++k) q.bind(k, args[k]);
   if (op->op == ir::Op::kCast) return cast(q);
+  if (op->expansion == ops::Expansion::kGrad) return gradient(q);
   if (op->op == ir::Op::kRandUniform || op->op == ir::Op::kRandNormal || op->expansion != ops::Expansion::kNone)
     return random(q);
   for (size_t k = 0; k < op->operands; ++k)  // operands are evaluated in order, before any check
@@ -692,6 +693,39 @@ Value Lowerer::cast(CallQuery& q) {
   return apply(q);
 }
 
+Value Lowerer::gradient(CallQuery& q) {
+  for (size_t k = 0; k < q.operand_count(); ++k) q.operand(k);  // both are evaluated before any check
+  const std::optional<TensorType> type = infer(q);
+  if (!type) return Value::error();
+  const Value& wrt = q.operand(1);
+  if (wrt.id > q.operand(0).id)  // most often a state named after its assignment: its new value
+    return fail(wrt.loc, "grad: this value is computed after the loss, so the loss cannot depend on it",
+                "take the gradient before assigning the value anew (a state's name means its latest value)",
+                wrt.length);
+  const autodiff::Gradient g = autodiff::gradient(graph_, q.operand(0).id, wrt.id, q.loc(), backwards_);
+  if (g.value == ir::kNoValue) {
+    const ir::Node& blocked = graph_.node(g.blocked_at);
+    const std::string at = blocked.loc.valid()
+                               ? " at " + std::to_string(blocked.loc.line) + ":" + std::to_string(blocked.loc.col)
+                               : "";
+    return fail(q.loc(),
+                "grad: the loss depends on the value differentiated through " + std::string(ir::op_name(blocked.op)) +
+                    at + ", which has no derivative rule",
+                "write that step with ops that have one (docs/language.md lists them), or differentiate with "
+                "respect to a value after it",
+                q.length());
+  }
+  if (graph_.nodes.size() > kMaxIrNodes) {
+    abort(q.loc(), "the gradient makes more than " + std::to_string(kMaxIrNodes) + " IR nodes",
+          "differentiate a smaller program, or loop over fewer steps");
+    return Value::error();
+  }
+  Value v = Value::tensor(g.value);
+  v.loc = q.loc();
+  v.length = q.length();
+  return v;
+}
+
 Value Lowerer::random(CallQuery& q) {
   const std::optional<TensorType> type = infer(q);
   if (!type) return Value::error();
@@ -699,6 +733,9 @@ Value Lowerer::random(CallQuery& q) {
   switch (q.def().expansion) {
     case ops::Expansion::kNone:
       return draw(q.def().op, *type, q.loc(), q.length());
+    case ops::Expansion::kGrad:
+      GDL_INTERNAL_ASSERT(false, "grad reached random(); call_op lowers it through gradient()");
+      return Value::error();
     case ops::Expansion::kBernoulli:
       return uniform_below(type->shape, p, q.loc(), q.length());
     case ops::Expansion::kDropout: {

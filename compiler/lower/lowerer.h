@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/gradient.h"
 #include "frontend/ast.h"
 #include "frontend/check.h"
 #include "frontend/diagnostics.h"
@@ -295,6 +296,9 @@ class Lowerer {
   // its counters. bernoulli and dropout (ops::Expansion) are written around
   // such a uniform draw, so every random op shares its definition.
   Value random(CallQuery& q);
+  // grad(loss, wrt): the backward's nodes (autodiff/gradient.h), sharing
+  // what earlier grad calls of the same loss built (backwards_).
+  Value gradient(CallQuery& q);
   Value draw(ir::Op op, const TensorType& type, SourceLoc loc, uint32_t length);
   // A bool mask of `shape`, true with probability p: rand(shape) < p.
   Value uniform_below(const Shape& shape, double p, SourceLoc loc, uint32_t length);
@@ -315,6 +319,7 @@ class Lowerer {
   DiagnosticSink& diags_;
   ir::Graph graph_;
   std::map<std::string, SourceLoc> state_loc_;  // each state's last assignment
+  autodiff::Backwards backwards_;
   ir::ValueId rng_leaf_ = ir::kNoValue;
   int64_t rng_counters_ = 0;  // Philox counters the random ops so far take per run
   std::map<std::string, int> dims_;

@@ -22,6 +22,7 @@
 #include <limits>
 #include <optional>
 
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -720,6 +721,71 @@ bool identity_permutation(const Node& n, const Node& arg) {
   return n.type == arg.type;
 }
 
+// --------------------------------------------------------- derivative rules
+
+using autodiff::AdjointBuilder;
+
+void vjp_reshape(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  d[0] = b.reshape(dy, b.shape(b.node(y).args[0]));
+}
+void vjp_transpose(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const std::vector<int64_t> perm = b.node(y).attrs.ints;
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  d[0] = b.transpose(dy, std::move(inverse));
+}
+// dx is dy where the slice read and zero elsewhere: dy written into zeros
+// (update_slice) over x's compile-time axes; an axis sliced to a run-time
+// length (x[0:T]) is widened after, by a gather whose positions past T read zero.
+void vjp_slice(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const Shape xs = b.shape(n.args[0]);
+  Shape region = xs;
+  std::vector<int64_t> bounds;
+  std::vector<size_t> widened;
+  for (size_t axis = 0; axis < xs.size(); ++axis) {
+    const Dim& out = n.type.shape[axis];
+    if (out.is_runtime()) {  // a run-time axis whole, or x[0:T]
+      if (!xs[axis].is_runtime()) widened.push_back(axis);
+      region[axis] = out;
+      bounds.insert(bounds.end(), {0, -1});
+      continue;
+    }
+    const int64_t start = n.attrs.ints.at(2 * axis);
+    bounds.insert(bounds.end(), {start, start + out.extent});
+  }
+  ValueId dx = dy;
+  if (!(region == n.type.shape)) {
+    ir::Attrs at;
+    at.ints = bounds;
+    dx = b.emit(Op::kUpdateSlice, {b.zeros({n.type.dtype, region}), dy}, at);
+  }
+  for (size_t axis : widened) {
+    ir::Attrs range, along;
+    range.ints = {0, xs[axis].extent, 1};
+    along.axis = static_cast<int>(axis);
+    dx = b.emit(Op::kGather, {dx, b.emit(Op::kArange, {}, range)}, along);
+  }
+  d[0] = dx;
+}
+// Each part takes its stretch of dy along the axis.
+void vjp_concat(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const auto axis = static_cast<size_t>(n.attrs.axis);
+  int64_t offset = 0;
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    const Shape part = b.shape(n.args[k]);
+    std::vector<int64_t> bounds;
+    for (size_t a = 0; a < part.size(); ++a) {
+      if (a == axis) bounds.insert(bounds.end(), {offset, offset + part[a].extent});
+      else if (part[a].is_runtime()) bounds.insert(bounds.end(), {0, -1});
+      else bounds.insert(bounds.end(), {0, part[a].extent});
+    }
+    d[k] = n.args.size() == 1 ? dy : b.slice(dy, std::move(bounds));
+    offset += part[axis].extent;
+  }
+}
+
 OpDef movement(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval, ElementFn element) {
   OpDef d;
   d.op = op;
@@ -752,13 +818,16 @@ void add_data_movement_ops(std::vector<OpDef>& defs) {
   transpose.required = 1;
   transpose.attr_text = perm_attr;
   transpose.is_identity = identity_permutation;
+  transpose.vjp = vjp_transpose;
   defs.push_back(transpose);
   OpDef reshape = movement(Op::kReshape, "reshape", {"x", "shape"}, infer_reshape, eval_reshape, plain_copy);
   reshape.blocks_padding = reshape_blocks_padding;
   reshape.is_identity = same_type;
+  reshape.vjp = vjp_reshape;
   defs.push_back(reshape);
   OpDef slice = movement(Op::kSlice, nullptr, {"x", "bounds"}, infer_slice, eval_slice, element_slice);  // x[...]
   slice.attr_text = bounds_attr;
+  slice.vjp = vjp_slice;
   defs.push_back(slice);
   OpDef concat = movement(Op::kConcat, "concat", {"axis"}, infer_concat, eval_concat, element_concat);
   concat.operands = 0;  // variadic: concat(a, b, ..., axis = 0)
@@ -766,6 +835,7 @@ void add_data_movement_ops(std::vector<OpDef>& defs) {
   concat.max_args = SIZE_MAX;
   concat.attr_text = axis_attr;
   concat.blocks_padding = concat_blocks_padding;
+  concat.vjp = vjp_concat;
   defs.push_back(concat);
   defs.push_back(indexed(Op::kGather, "gather", {"table", "ids", "axis"}, infer_gather, eval_gather, element_gather,
                          gather_attr));

@@ -1,8 +1,8 @@
 // The elementwise ops: unary (exp ... abs, cos ... sign, neg, not, cast),
 // binary with numpy broadcasting (+ - * / min max pow, comparisons, && ||,
-// the integer operators // % & | ^ << >>), where and clamp.
-// Each computes one element from the elements its operands broadcast to it,
-// so fusion chains them into one kernel (plan/fuse.cc) and codegen calls
+// the integer operators // % & | ^ << >>), where, clamp, and broadcast_to
+// (its operand repeated to a shape). Each computes one element from the
+// elements its operands broadcast to it, so fusion chains them into one kernel (plan/fuse.cc) and codegen calls
 // their gdl::op::<name> functions (stdlib-kernels/gdl_ops.cuh) inside one
 // loop over the result.
 //
@@ -29,6 +29,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autodiff/adjoint_builder.h"
 #include "interp/host_ops.h"
 #include "ops/families.h"
 
@@ -36,6 +37,7 @@ namespace gdl::ops {
 namespace {
 
 using ir::Op;
+using ir::ValueId;
 
 // --------------------------------------------------------------- type rules
 
@@ -165,6 +167,23 @@ TypeResult infer_where(TypeQuery& q) {
     return q.error(kAtOp, "cannot broadcast " + q.text(*c) + ", " + q.text(*a) + " and " + q.text(*b) + " in where",
                    "shapes broadcast like numpy: aligned from the right, each dim equal or 1");
   return TensorType{a->dtype, *all};
+}
+
+// broadcast_to(x, shape): x repeated along the axes it lacks or has as 1
+// (numpy's broadcast_to); a number is an f32 constant.
+TypeResult infer_broadcast_to(TypeQuery& q) {
+  Shape s;
+  if (!q.shape(1, &s)) return TypeResult::failed();
+  std::string described;
+  const TensorType* x = q.value(0, "broadcast_to", DType::kF32, &described);
+  if (!x && described.empty()) return TypeResult::failed();
+  if (!x) return q.error(0, "broadcast_to needs a tensor or a number, got " + described);
+  std::optional<Shape> all = broadcast_shapes(x->shape, s);
+  if (std::find(s.begin(), s.end(), Dim::constant(-1)) != s.end() || !all || !(*all == s))
+    return q.error(kAtOp, "cannot broadcast " + q.text(*x) + " to " + q.text(s),
+                   "aligned from the right, each dim of x must equal the target's or be 1 "
+                   "(a run-time dim matches only itself)");
+  return TensorType{x->dtype, s};
 }
 
 // ---------------------------------------------------------------- CPU rules
@@ -302,9 +321,127 @@ std::optional<int64_t> shr_int(int64_t x, int64_t n) {
   return shift_exact(x, n == std::numeric_limits<int64_t>::min() ? 64 : -n);
 }
 
-bool cast_is_identity(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
+void eval_broadcast_to(const ir::Node&, const EvalArgs& in, HostTensor& out) {
+  const HostTensor& x = *in.values[0];
+  host::BroadcastCursor cursor(out.shape, {x.shape});
+  for (double& v : out.data) {
+    v = x.data[cursor.offset(0)];
+    cursor.next();
+  }
+}
+
+bool same_type(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
+
+// --------------------------------------------------------- derivative rules
+// d[k] from dy for operand k; `y` is the node. An operand that broadcast
+// gets its part summed back to its own shape (sum_to).
+
+using autodiff::AdjointBuilder;
+
+ValueId operand(const AdjointBuilder& b, ValueId y, size_t k) { return b.node(y).args.at(k); }
+ValueId sum_to_operand(AdjointBuilder& b, ValueId y, size_t k, ValueId part) {
+  return b.sum_to(part, b.shape(operand(b, y, k)));
+}
+// A rank-0 constant of y's dtype.
+ValueId number(AdjointBuilder& b, ValueId y, double v) { return b.constant(v, b.type(y).dtype); }
+
+// A unary op whose derivative f'(x) is built from x and y: d = dy * f'(x).
+template <ValueId (*kDerivative)(AdjointBuilder& b, ValueId x, ValueId y)>
+void vjp_unary(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  d[0] = b.mul(dy, kDerivative(b, operand(b, y, 0), y));
+}
+ValueId d_exp(AdjointBuilder&, ValueId, ValueId y) { return y; }
+ValueId d_log(AdjointBuilder& b, ValueId x, ValueId y) { return b.div(number(b, y, 1), x); }
+ValueId d_sqrt(AdjointBuilder& b, ValueId, ValueId y) { return b.div(number(b, y, 0.5), y); }
+ValueId d_rsqrt(AdjointBuilder& b, ValueId, ValueId y) { return b.mul(b.mul(y, b.mul(y, y)), -0.5); }  // -x^(-3/2) / 2
+ValueId d_tanh(AdjointBuilder& b, ValueId, ValueId y) { return b.sub(number(b, y, 1), b.mul(y, y)); }
+ValueId d_sigmoid(AdjointBuilder& b, ValueId, ValueId y) { return b.mul(y, b.sub(number(b, y, 1), y)); }
+ValueId d_relu(AdjointBuilder& b, ValueId x, ValueId y) {
+  return b.where(b.binary(Op::kGt, x, 0.0), number(b, y, 1), number(b, y, 0));
+}
+// Phi(x) + x phi(x), with Phi the normal CDF (gelu = x Phi(x)) and phi its density.
+ValueId d_gelu(AdjointBuilder& b, ValueId x, ValueId y) {
+  const ValueId cdf = b.mul(b.add(b.unary(Op::kErf, b.mul(x, M_SQRT1_2)), number(b, y, 1)), 0.5);
+  const ValueId density = b.mul(b.unary(Op::kExp, b.mul(b.mul(x, x), -0.5)), 0.5 * M_2_SQRTPI * M_SQRT1_2);
+  return b.add(cdf, b.mul(x, density));
+}
+ValueId d_silu(AdjointBuilder& b, ValueId x, ValueId y) {  // s (1 + x (1 - s)), s = sigmoid(x)
+  const ValueId s = b.unary(Op::kSigmoid, x);
+  return b.mul(s, b.add(number(b, y, 1), b.mul(x, b.sub(number(b, y, 1), s))));
+}
+ValueId d_abs(AdjointBuilder& b, ValueId x, ValueId) { return b.unary(Op::kSign, x); }
+ValueId d_cos(AdjointBuilder& b, ValueId x, ValueId) { return b.neg(b.unary(Op::kSin, x)); }
+ValueId d_sin(AdjointBuilder& b, ValueId x, ValueId) { return b.unary(Op::kCos, x); }
+ValueId d_erf(AdjointBuilder& b, ValueId x, ValueId) { return b.mul(b.unary(Op::kExp, b.neg(b.mul(x, x))), M_2_SQRTPI); }
+
+void vjp_neg(AdjointBuilder& b, ValueId, ValueId dy, std::vector<ValueId>& d) { d[0] = b.neg(dy); }
+void vjp_cast(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const DType from = b.type(operand(b, y, 0)).dtype;
+  if (is_float(from)) d[0] = b.cast(dy, from);
+}
+void vjp_broadcast_to(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  if (is_float(b.type(operand(b, y, 0)).dtype)) d[0] = sum_to_operand(b, y, 0, dy);
+}
+void vjp_add(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  d[0] = sum_to_operand(b, y, 0, dy);
+  d[1] = sum_to_operand(b, y, 1, dy);
+}
+void vjp_sub(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  d[0] = sum_to_operand(b, y, 0, dy);
+  d[1] = sum_to_operand(b, y, 1, b.neg(dy));
+}
+void vjp_mul(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  d[0] = sum_to_operand(b, y, 0, b.mul(dy, operand(b, y, 1)));
+  d[1] = sum_to_operand(b, y, 1, b.mul(dy, operand(b, y, 0)));
+}
+void vjp_div(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {  // y = p / q
+  const ValueId q = operand(b, y, 1);
+  d[0] = sum_to_operand(b, y, 0, b.div(dy, q));
+  d[1] = sum_to_operand(b, y, 1, b.neg(b.div(b.mul(dy, y), q)));
+}
+// min and max: the side that is chosen takes dy; on a tie each side takes half.
+template <Op kChoose>
+void vjp_choose(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ValueId p = operand(b, y, 0), q = operand(b, y, 1);
+  const DType t = b.type(y).dtype;
+  const ValueId p_share =
+      b.add(b.cast(b.binary(kChoose, p, q), t), b.mul(b.cast(b.binary(Op::kEq, p, q), t), 0.5));
+  d[0] = sum_to_operand(b, y, 0, b.mul(dy, p_share));
+  d[1] = sum_to_operand(b, y, 1, b.mul(dy, b.sub(number(b, y, 1), p_share)));
+}
+// y = p^q: dp = q p^(q - 1); dq = y log(p), taken as 0 where p <= 0 (log
+// undefined; p = 0 contributes nothing there).
+void vjp_pow(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ValueId p = operand(b, y, 0), q = operand(b, y, 1);
+  d[0] = sum_to_operand(b, y, 0, b.mul(dy, b.mul(q, b.binary(Op::kPow, p, b.sub(q, number(b, y, 1))))));
+  const ValueId positive = b.binary(Op::kGt, p, 0.0);
+  const ValueId safe_p = b.where(positive, p, number(b, y, 1));
+  d[1] = sum_to_operand(b, y, 1, b.where_else_zero(positive, b.mul(dy, b.mul(y, b.unary(Op::kLog, safe_p)))));
+}
+void vjp_where(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ValueId cond = operand(b, y, 0);
+  d[1] = sum_to_operand(b, y, 1, b.where_else_zero(cond, dy));
+  d[2] = sum_to_operand(b, y, 2, b.where(cond, number(b, y, 0), dy));
+}
+// clamp(x, lo, hi) = min(max(x, lo), hi): x takes dy inside [lo, hi], lo
+// where it lifts x and is not above hi, hi where it caps.
+void vjp_clamp(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ValueId x = operand(b, y, 0), lo = operand(b, y, 1), hi = operand(b, y, 2);
+  if (!is_float(b.type(y).dtype)) return;
+  const ValueId inside = b.binary(Op::kAnd, b.binary(Op::kGe, x, lo), b.binary(Op::kLe, x, hi));
+  const ValueId lifts = b.binary(Op::kAnd, b.binary(Op::kLt, x, lo), b.binary(Op::kLe, lo, hi));
+  const ValueId caps = b.binary(Op::kGt, b.binary(Op::kMax, x, lo), hi);
+  d[0] = sum_to_operand(b, y, 0, b.where_else_zero(inside, dy));
+  d[1] = sum_to_operand(b, y, 1, b.where_else_zero(lifts, dy));
+  d[2] = sum_to_operand(b, y, 2, b.where_else_zero(caps, dy));
+}
 
 // ------------------------------------------------------------------ entries
+
+OpDef with_vjp(OpDef d, VjpFn vjp) {
+  d.vjp = vjp;
+  return d;
+}
 
 OpDef unary(Op op, const char* callable, InferFn infer, UnaryFn rule, const char* device_function) {
   OpDef d;
@@ -346,28 +483,31 @@ OpDef integer_operator(BinaryFn rule, std::optional<int64_t> (*fold)(int64_t, in
 }  // namespace
 
 void add_elementwise_ops(std::vector<OpDef>& defs) {
-  defs.push_back(unary(Op::kExp, "exp", infer_unary<false>, exp, "gdl::op::exp"));
-  defs.push_back(unary(Op::kLog, "log", infer_unary<false>, log, "gdl::op::log"));
-  defs.push_back(unary(Op::kSqrt, "sqrt", infer_unary<false>, sqrt, "gdl::op::sqrt"));
-  defs.push_back(unary(Op::kRsqrt, "rsqrt", infer_unary<false>, rsqrt, "gdl::op::rsqrt"));
-  defs.push_back(unary(Op::kTanh, "tanh", infer_unary<false>, tanh, "gdl::op::tanh"));
-  defs.push_back(unary(Op::kSigmoid, "sigmoid", infer_unary<false>, sigmoid, "gdl::op::sigmoid"));
+  defs.push_back(with_vjp(unary(Op::kExp, "exp", infer_unary<false>, exp, "gdl::op::exp"), vjp_unary<d_exp>));
+  defs.push_back(with_vjp(unary(Op::kLog, "log", infer_unary<false>, log, "gdl::op::log"), vjp_unary<d_log>));
+  defs.push_back(with_vjp(unary(Op::kSqrt, "sqrt", infer_unary<false>, sqrt, "gdl::op::sqrt"), vjp_unary<d_sqrt>));
+  defs.push_back(with_vjp(unary(Op::kRsqrt, "rsqrt", infer_unary<false>, rsqrt, "gdl::op::rsqrt"), vjp_unary<d_rsqrt>));
+  defs.push_back(with_vjp(unary(Op::kTanh, "tanh", infer_unary<false>, tanh, "gdl::op::tanh"), vjp_unary<d_tanh>));
+  defs.push_back(with_vjp(unary(Op::kSigmoid, "sigmoid", infer_unary<false>, sigmoid, "gdl::op::sigmoid"), vjp_unary<d_sigmoid>));
   OpDef r = unary(Op::kRelu, "relu", infer_unary<true>, relu, "gdl::op::relu");
   r.fold_unary_int = relu_int;
+  r.vjp = vjp_unary<d_relu>;
   defs.push_back(r);
-  defs.push_back(unary(Op::kGelu, "gelu", infer_unary<false>, gelu, "gdl::op::gelu"));
-  defs.push_back(unary(Op::kSilu, "silu", infer_unary<false>, silu, "gdl::op::silu"));
-  defs.push_back(unary(Op::kCos, "cos", infer_unary<false>, cos, "gdl::op::cos"));
-  defs.push_back(unary(Op::kSin, "sin", infer_unary<false>, sin, "gdl::op::sin"));
-  defs.push_back(unary(Op::kErf, "erf", infer_unary<false>, erf, "gdl::op::erf"));
-  defs.push_back(unary(Op::kFloor, "floor", infer_unary<false>, floor, "gdl::op::floor"));
-  defs.push_back(unary(Op::kCeil, "ceil", infer_unary<false>, ceil, "gdl::op::ceil"));
-  defs.push_back(unary(Op::kRound, "round", infer_unary<false>, round, "gdl::op::round"));
+  defs.push_back(with_vjp(unary(Op::kGelu, "gelu", infer_unary<false>, gelu, "gdl::op::gelu"), vjp_unary<d_gelu>));
+  defs.push_back(with_vjp(unary(Op::kSilu, "silu", infer_unary<false>, silu, "gdl::op::silu"), vjp_unary<d_silu>));
+  defs.push_back(with_vjp(unary(Op::kCos, "cos", infer_unary<false>, cos, "gdl::op::cos"), vjp_unary<d_cos>));
+  defs.push_back(with_vjp(unary(Op::kSin, "sin", infer_unary<false>, sin, "gdl::op::sin"), vjp_unary<d_sin>));
+  defs.push_back(with_vjp(unary(Op::kErf, "erf", infer_unary<false>, erf, "gdl::op::erf"), vjp_unary<d_erf>));
+  defs.push_back(with_vjp(unary(Op::kFloor, "floor", infer_unary<false>, floor, "gdl::op::floor"), zero_derivative));
+  defs.push_back(with_vjp(unary(Op::kCeil, "ceil", infer_unary<false>, ceil, "gdl::op::ceil"), zero_derivative));
+  defs.push_back(with_vjp(unary(Op::kRound, "round", infer_unary<false>, round, "gdl::op::round"), zero_derivative));
   OpDef s = unary(Op::kSign, "sign", infer_unary<true>, sign, "gdl::op::sign");
   s.fold_unary_int = sign_int;
+  s.vjp = zero_derivative;
   defs.push_back(s);
   OpDef a = unary(Op::kAbs, "abs", infer_unary<true>, abs, "gdl::op::abs");
   a.fold_unary_int = abs_int;
+  a.vjp = vjp_unary<d_abs>;
   defs.push_back(a);
   OpDef minimum = binary(Op::kMin, "min", infer_binary<Op::kMin>, min, "gdl::op::min");
   minimum.params = {"x", "b", "axis", "keepdims"};  // min(x, axis = 1) is reduce_min (reduce.cc)
@@ -375,14 +515,16 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   minimum.required = 1;
   minimum.without_second_operand = Op::kReduceMin;
   minimum.fold_binary_int = min_int;
+  minimum.vjp = vjp_choose<Op::kLt>;
   defs.push_back(minimum);
-  defs.push_back(binary(Op::kPow, "pow", infer_binary<Op::kPow>, pow, "gdl::op::pow"));
+  defs.push_back(with_vjp(binary(Op::kPow, "pow", infer_binary<Op::kPow>, pow, "gdl::op::pow"), vjp_pow));
   OpDef maximum = binary(Op::kMax, "max", infer_binary<Op::kMax>, max, "gdl::op::max");
   maximum.params = {"x", "b", "axis", "keepdims"};  // max(x, axis = 1) is reduce_max (reduce.cc)
   maximum.operands = 2;
   maximum.required = 1;
   maximum.without_second_operand = Op::kReduceMax;
   maximum.fold_binary_int = max_int;
+  maximum.vjp = vjp_choose<Op::kGt>;
   defs.push_back(maximum);
   OpDef where;
   where.op = Op::kWhere;
@@ -394,6 +536,7 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   where.infer = infer_where;
   where.eval = eval_where;
   where.device_function = "gdl::op::where";
+  where.vjp = vjp_where;
   defs.push_back(where);
   OpDef clamp;
   clamp.op = Op::kClamp;
@@ -405,21 +548,36 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   clamp.infer = infer_clamp;
   clamp.eval = eval_clamp;
   clamp.device_function = "gdl::op::clamp";
+  clamp.vjp = vjp_clamp;
   defs.push_back(clamp);
+  OpDef broadcast_to;
+  broadcast_to.op = Op::kBroadcastTo;
+  broadcast_to.fusion = FusionClass::kElementwise;
+  broadcast_to.callable = "broadcast_to";
+  broadcast_to.params = {"x", "shape"};
+  broadcast_to.operands = 1;
+  broadcast_to.required = 2;
+  broadcast_to.min_args = broadcast_to.max_args = 1;
+  broadcast_to.infer = infer_broadcast_to;
+  broadcast_to.eval = eval_broadcast_to;  // codegen: the operand's element at the result's coordinates, no call
+  broadcast_to.is_identity = same_type;
+  broadcast_to.vjp = vjp_broadcast_to;
+  defs.push_back(broadcast_to);
   OpDef c = unary(Op::kCast, "cast", infer_cast, cast, nullptr);  // codegen: the element converted, no call
   c.params = {"x", "dtype"};
   c.operands = 1;
   c.required = 2;
-  c.is_identity = cast_is_identity;
+  c.is_identity = same_type;
+  c.vjp = vjp_cast;
   defs.push_back(c);
 
   // Written as operators only.
-  defs.push_back(unary(Op::kNeg, nullptr, infer_neg, neg, "gdl::op::neg"));
+  defs.push_back(with_vjp(unary(Op::kNeg, nullptr, infer_neg, neg, "gdl::op::neg"), vjp_neg));
   defs.push_back(unary(Op::kNot, nullptr, infer_not, logical_not, "gdl::op::not_"));
-  defs.push_back(binary(Op::kAdd, nullptr, infer_binary<Op::kAdd>, add, "gdl::op::add"));
-  defs.push_back(binary(Op::kSub, nullptr, infer_binary<Op::kSub>, sub, "gdl::op::sub"));
-  defs.push_back(binary(Op::kMul, nullptr, infer_binary<Op::kMul>, mul, "gdl::op::mul"));
-  defs.push_back(binary(Op::kDiv, nullptr, infer_binary<Op::kDiv>, div, "gdl::op::div"));
+  defs.push_back(with_vjp(binary(Op::kAdd, nullptr, infer_binary<Op::kAdd>, add, "gdl::op::add"), vjp_add));
+  defs.push_back(with_vjp(binary(Op::kSub, nullptr, infer_binary<Op::kSub>, sub, "gdl::op::sub"), vjp_sub));
+  defs.push_back(with_vjp(binary(Op::kMul, nullptr, infer_binary<Op::kMul>, mul, "gdl::op::mul"), vjp_mul));
+  defs.push_back(with_vjp(binary(Op::kDiv, nullptr, infer_binary<Op::kDiv>, div, "gdl::op::div"), vjp_div));
   defs.push_back(binary(Op::kLt, nullptr, infer_binary<Op::kLt>, lt, "gdl::op::lt"));
   defs.push_back(binary(Op::kLe, nullptr, infer_binary<Op::kLe>, le, "gdl::op::le"));
   defs.push_back(binary(Op::kGt, nullptr, infer_binary<Op::kGt>, gt, "gdl::op::gt"));

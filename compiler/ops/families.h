@@ -20,6 +20,7 @@ void add_update_ops(std::vector<OpDef>& defs);         // update.cc
 void add_random_ops(std::vector<OpDef>& defs);         // random.cc
 void add_rope_ops(std::vector<OpDef>& defs);           // rope.cc
 void add_collective_ops(std::vector<OpDef>& defs);     // collective.cc
+void add_grad_ops(std::vector<OpDef>& defs);           // grad.cc
 void add_leaf_ops(std::vector<OpDef>& defs);           // leaves.cc
 
 // Shared by the type rules: the axis attribute at `slot` as written

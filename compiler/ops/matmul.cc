@@ -21,6 +21,7 @@
 
 #include "ops/matmul.h"
 
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -518,6 +519,42 @@ std::string emit_matmul(StepEmitter& e, const Node& n, LaunchRule& rule) {
   return matmul_body(e, n, {a, b}, out, rule);
 }
 
+// --------------------------------------------------------- derivative rules
+
+// x [..., R, C] as one matrix [rows, C] when its leading dims allow one
+// extent for their product (all compile-time, or one run-time dim among 1s);
+// kNoValue otherwise.
+ValueId as_rows(autodiff::AdjointBuilder& b, ValueId x) {
+  const Shape s = b.shape(x);
+  int64_t constant = 1;
+  std::optional<Dim> runtime;
+  for (size_t a = 0; a + 1 < s.size(); ++a) {
+    if (!s[a].is_runtime()) constant *= s[a].extent;
+    else if (runtime) return ir::kNoValue;
+    else runtime = s[a];
+  }
+  if (runtime && constant != 1) return ir::kNoValue;
+  return b.reshape(x, {runtime ? *runtime : Dim::constant(constant), s.back()});
+}
+
+// c = a @ b: da = dc @ b^T, db = a^T @ dc, each summed over the batch dims
+// its operand broadcast along. A weight [K, N] shared by a batch of rows
+// takes its part as one matmul over every row.
+void vjp_matmul(autodiff::AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const Node n = b.node(y);
+  GDL_INTERNAL_ASSERT(matmul_layout(n).as_stored(), "grad of a matmul whose layout the operands pass changed");
+  const ValueId a = n.args[0], w = n.args[1];
+  d[0] = b.sum_to(b.matmul(dy, b.swap_last_two(w)), b.shape(a));
+  if (b.shape(w).size() == 2 && b.shape(a).size() > 2) {
+    const ValueId rows = as_rows(b, a), dy_rows = as_rows(b, dy);
+    if (rows != ir::kNoValue && dy_rows != ir::kNoValue) {
+      d[1] = b.matmul(b.swap_last_two(rows), dy_rows);
+      return;
+    }
+  }
+  d[1] = b.sum_to(b.matmul(b.swap_last_two(a), dy), b.shape(w));
+}
+
 }  // namespace
 
 void add_matmul_ops(std::vector<OpDef>& defs) {
@@ -532,6 +569,7 @@ void add_matmul_ops(std::vector<OpDef>& defs) {
   d.eval = eval_matmul;
   d.kernel = emit_matmul;
   d.attr_text = layout_text;
+  d.vjp = vjp_matmul;
   defs.push_back(d);
 }
 

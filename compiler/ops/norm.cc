@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -113,6 +114,33 @@ std::string emit_norm(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
   return body;
 }
 
+// --------------------------------------------------------- derivative rules
+
+// The statistics are recomputed from x (one more read of x, no saved
+// tensor), in f32 whatever x's dtype, as the kernel computes them:
+// xhat = (x - mean) r with r = 1 / sqrt(var + eps) (rmsnorm: no mean, the
+// mean square for var). With g = dy * weight:
+//   dx = r (g - mean(g) - xhat mean(g xhat))   (rmsnorm: without mean(g))
+//   dweight = sum of dy xhat, dbias = sum of dy, over every row.
+void vjp_norm(autodiff::AdjointBuilder& b, ir::ValueId y, ir::ValueId dy, std::vector<ir::ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const DType t = n.type.dtype, f = DType::kF32;
+  const int64_t last = n.type.rank() - 1;
+  const auto row_mean = [&](ir::ValueId v) { return b.reduce(Op::kMean, v, {last}, true); };
+  const ir::ValueId x = b.cast(n.args[0], f), dyf = b.cast(dy, f);
+  const ir::ValueId centred = n.op == Op::kLayerNorm ? b.sub(x, row_mean(x)) : x;
+  const ir::ValueId r = b.unary(Op::kRsqrt, b.add(row_mean(b.mul(centred, centred)), b.constant(n.attrs.value, f)));
+  const ir::ValueId xhat = b.mul(centred, r);
+  const bool has_weight = n.args.size() > 1;
+  const ir::ValueId g = has_weight ? b.mul(dyf, b.cast(n.args[1], f)) : dyf;
+  ir::ValueId inner = b.sub(g, b.mul(xhat, row_mean(b.mul(g, xhat))));
+  if (n.op == Op::kLayerNorm) inner = b.sub(inner, row_mean(g));
+  d[0] = b.cast(b.mul(r, inner), t);
+  const Shape column{n.type.shape.back()};
+  if (has_weight) d[1] = b.cast(b.sum_to(b.mul(dyf, xhat), column), t);
+  if (n.args.size() > 2) d[2] = b.cast(b.sum_to(dyf, column), t);
+}
+
 }  // namespace
 
 std::string norm_column_source(StepEmitter& e, const ir::Node& norm, size_t arg) {
@@ -134,6 +162,7 @@ void add_norm_ops(std::vector<OpDef>& defs) {
   layernorm.attr_text = eps_attr;
   layernorm.eval = eval_norm;
   layernorm.kernel = emit_norm;
+  layernorm.vjp = vjp_norm;
   defs.push_back(layernorm);
   OpDef rmsnorm = layernorm;
   rmsnorm.op = Op::kRmsNorm;

@@ -10,6 +10,7 @@
 //   fusion       `fusion`
 //   codegen      `device_function` / `element` / `kernel`
 //   padding      `blocks_padding`
+//   grad         `vjp` (autodiff/)
 // docs/design.md ("Adding an op") lists what a new op touches.
 #pragma once
 
@@ -27,6 +28,9 @@
 
 namespace gdl {
 class StepEmitter;  // codegen/step_emitter.h
+}
+namespace gdl::autodiff {
+class AdjointBuilder;  // autodiff/adjoint_builder.h
 }
 
 namespace gdl::ops {
@@ -194,6 +198,16 @@ using ElementFn = std::string (*)(StepEmitter& e, ir::ValueId v);
 // result's (StepEmitter::result_pointer).
 using KernelFn = std::string (*)(StepEmitter& e, const ir::Node& n, LaunchRule& rule);
 
+// ------------------------------------------------------ derivative rules
+
+// Reverse mode (autodiff/gradient.h): given the adjoint `dy` of node `y`'s
+// result, sets d[k] to operand k's part of its adjoint, of operand k's type,
+// built through `b`; leaves kNoValue where none flows (an integer or bool
+// operand, a derivative that is zero almost everywhere).
+using VjpFn = void (*)(autodiff::AdjointBuilder& b, ir::ValueId y, ir::ValueId dy, std::vector<ir::ValueId>& d);
+// The rule of ops whose derivative is zero wherever it exists (floor, sign).
+void zero_derivative(autodiff::AdjointBuilder& b, ir::ValueId y, ir::ValueId dy, std::vector<ir::ValueId>& d);
+
 // Reports that padding run-time dim `dim` could change a valid result:
 // `why` follows the op's name and position ("reshape at 3:4 moves dim B
 // across ...").
@@ -204,8 +218,9 @@ using PaddingBlock = std::function<void(int dim, const std::string& why)>;
 // A call that lowering writes as other ops instead of a node of its own:
 // bernoulli(p, shape) as rand(shape) < p, dropout(x, p) as where(rand <
 // 1 - p, x / (1 - p), 0) (Lowerer::random), so they draw through rand's
-// one definition and share its counters.
-enum class Expansion : uint8_t { kNone, kBernoulli, kDropout };
+// one definition and share its counters; grad(loss, wrt) as the backward's
+// ops (Lowerer::gradient, autodiff/gradient.h).
+enum class Expansion : uint8_t { kNone, kBernoulli, kDropout, kGrad };
 
 struct OpDef {
   ir::Op op = ir::Op::kConstant;
@@ -248,6 +263,9 @@ struct OpDef {
   // one kernel).
   bool joins_elementwise = false;
   KernelFn kernel = nullptr;
+
+  // The derivative rule; nullptr: none (grad through the op is an error).
+  VjpFn vjp = nullptr;
 
   // Which run-time dims padding (capacity > value) would let this node
   // change a valid result for (passes/padding.h); nullptr: none.

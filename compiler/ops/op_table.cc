@@ -30,6 +30,7 @@ const Table& table() {
     add_random_ops(defs);
     add_rope_ops(defs);
     add_collective_ops(defs);
+    add_grad_ops(defs);
     add_leaf_ops(defs);
     Table t;
     t.by_op.resize(ir::kOpCount);
@@ -79,6 +80,8 @@ std::string attrs_text(const ir::Node& n) {
   const std::string text = d.attr_text ? d.attr_text(n.attrs) : "";
   return text.empty() ? "" : " {" + text + "}";
 }
+
+void zero_derivative(autodiff::AdjointBuilder&, ir::ValueId, ir::ValueId, std::vector<ir::ValueId>&) {}
 
 int64_t EvalArgs::valid(size_t i, int axis) const {
   const std::vector<int64_t>& shape = valid_extents.empty() ? values[i]->shape : valid_extents[i];

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -22,6 +23,8 @@ namespace gdl::ops {
 namespace {
 
 using ir::Op;
+using ir::ValueId;
+using autodiff::AdjointBuilder;
 
 // --------------------------------------------------------------- type rules
 
@@ -337,6 +340,41 @@ std::string emit_cumsum(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
   return body;
 }
 
+// --------------------------------------------------------- derivative rules
+
+// sum: every element read takes the adjoint of the sum it went into.
+void vjp_sum(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ir::Node n = b.node(y);
+  d[0] = b.broadcast_to(b.keep_reduced_axes(dy, n), b.shape(n.args[0]));
+}
+void vjp_mean(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const ValueId count = b.count(b.shape(n.args[0]), autodiff::reduced_axes(n), n.type.dtype);
+  d[0] = b.broadcast_to(b.div(b.keep_reduced_axes(dy, n), count), b.shape(n.args[0]));
+}
+// max and min over axes: the elements equal to the result share its adjoint.
+void vjp_extreme(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const ValueId x = n.args[0];
+  const ValueId chosen = b.cast(b.binary(Op::kEq, x, b.keep_reduced_axes(y, n)), n.type.dtype);
+  const ValueId ties = b.reduce(Op::kSum, chosen, autodiff::reduced_axes(n), true);
+  d[0] = b.mul(chosen, b.div(b.keep_reduced_axes(dy, n), ties));
+}
+// y = softmax(x): dx = y (dy - sum(dy y)) along the axis.
+void vjp_softmax(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ValueId along = b.reduce(Op::kSum, b.mul(dy, y), {b.node(y).attrs.axis}, true);
+  d[0] = b.mul(y, b.sub(dy, along));
+}
+// An element feeds the running sums from its position on: dx is dy summed
+// from the end, total - (inclusive running sum) + dy.
+void vjp_cumsum(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const int axis = b.node(y).attrs.axis;
+  ir::Attrs along;
+  along.axis = axis;
+  const ValueId running = b.emit(Op::kCumSum, {dy}, along);
+  d[0] = b.add(b.sub(b.reduce(Op::kSum, dy, {axis}, true), running), dy);
+}
+
 OpDef reduction(Op op, const char* callable, InferFn infer) {
   OpDef d;
   d.op = op;
@@ -355,20 +393,30 @@ OpDef reduction(Op op, const char* callable, InferFn infer) {
 }  // namespace
 
 void add_reduce_ops(std::vector<OpDef>& defs) {
-  defs.push_back(reduction(Op::kSum, "sum", infer_reduce<Op::kSum>));
-  defs.push_back(reduction(Op::kMean, "mean", infer_reduce<Op::kMean>));
-  defs.push_back(reduction(Op::kReduceMax, nullptr, infer_reduce<Op::kReduceMax>));  // called as max(x, axis)
-  defs.push_back(reduction(Op::kReduceMin, nullptr, infer_reduce<Op::kReduceMin>));  // called as min(x, axis)
+  OpDef sum = reduction(Op::kSum, "sum", infer_reduce<Op::kSum>);
+  sum.vjp = vjp_sum;
+  defs.push_back(sum);
+  OpDef mean = reduction(Op::kMean, "mean", infer_reduce<Op::kMean>);
+  mean.vjp = vjp_mean;
+  defs.push_back(mean);
+  OpDef reduce_max = reduction(Op::kReduceMax, nullptr, infer_reduce<Op::kReduceMax>);  // called as max(x, axis)
+  reduce_max.vjp = vjp_extreme;
+  defs.push_back(reduce_max);
+  OpDef reduce_min = reduction(Op::kReduceMin, nullptr, infer_reduce<Op::kReduceMin>);  // called as min(x, axis)
+  reduce_min.vjp = vjp_extreme;
+  defs.push_back(reduce_min);
   OpDef softmax = reduction(Op::kSoftmax, "softmax", infer_softmax);
   softmax.params = {"x", "axis"};
   softmax.attr_text = axis_attr;
   softmax.eval = eval_softmax;
+  softmax.vjp = vjp_softmax;
   defs.push_back(softmax);
   OpDef cumsum = reduction(Op::kCumSum, "cumsum", infer_cumsum);
   cumsum.params = {"x", "axis"};
   cumsum.attr_text = axis_attr;
   cumsum.eval = eval_cumsum;
   cumsum.kernel = emit_cumsum;
+  cumsum.vjp = vjp_cumsum;
   defs.push_back(cumsum);
 }
 

@@ -8,6 +8,7 @@
 // (broadcast: one angle per token shared by its heads). One kernel reads
 // x, cos and sin once and writes the result, where the same rotation
 // written with slices, products and a concat is five kernels.
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -95,6 +96,30 @@ std::string element_rope(StepEmitter& e, ValueId v) {
   return out + "    }\n";
 }
 
+// A rotation's transpose is the rotation by minus the angle:
+// dx = rope(dy, cos, -sin). With x = (x1, x2) and dy = (g1, g2) in halves,
+// dcos = g1 x1 + g2 x2 and dsin = g2 x1 - g1 x2, summed over the dims cos
+// and sin broadcast along.
+void vjp_rope(autodiff::AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const Node n = b.node(y);
+  const ValueId x = n.args[0], cos = n.args[1], sin = n.args[2];
+  d[0] = b.emit(ir::Op::kRope, {dy, cos, b.neg(sin)});
+  const Shape xs = b.shape(x);
+  const int64_t half = xs.back().extent / 2;
+  const auto halves = [&](ValueId v, int64_t from) {
+    std::vector<int64_t> bounds;
+    for (size_t a = 0; a + 1 < xs.size(); ++a) {
+      if (xs[a].is_runtime()) bounds.insert(bounds.end(), {0, -1});
+      else bounds.insert(bounds.end(), {0, xs[a].extent});
+    }
+    bounds.insert(bounds.end(), {from, from + half});
+    return b.slice(v, std::move(bounds));
+  };
+  const ValueId x1 = halves(x, 0), x2 = halves(x, half), g1 = halves(dy, 0), g2 = halves(dy, half);
+  d[1] = b.sum_to(b.add(b.mul(g1, x1), b.mul(g2, x2)), b.shape(cos));
+  d[2] = b.sum_to(b.sub(b.mul(g2, x1), b.mul(g1, x2)), b.shape(sin));
+}
+
 }  // namespace
 
 void add_rope_ops(std::vector<OpDef>& defs) {
@@ -108,6 +133,7 @@ void add_rope_ops(std::vector<OpDef>& defs) {
   d.infer = infer_rope;
   d.eval = eval_rope;
   d.element = element_rope;
+  d.vjp = vjp_rope;
   defs.push_back(std::move(d));
 }
 

@@ -16,6 +16,7 @@
 //  - copy(x): x in a buffer of its own.
 // Each computes its whole result on the CPU; the kernels write only the
 // replaced elements, over the base's buffer (plan/memory.cc shares it).
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -286,6 +287,15 @@ std::string emit_update_slice(StepEmitter& e, const Node& n, LaunchRule& rule) {
   return body;
 }
 
+// y = x with a region replaced by v: dx is dy with that region zeroed, dv
+// the region of dy.
+void vjp_update_slice(autodiff::AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const Node n = b.node(y);
+  const ValueId value = n.args[1];
+  d[0] = b.emit(Op::kUpdateSlice, {dy, b.zeros(b.type(value))}, n.attrs);
+  d[1] = b.slice(dy, n.attrs.ints);
+}
+
 }  // namespace
 
 void add_update_ops(std::vector<OpDef>& defs) {
@@ -314,6 +324,7 @@ void add_update_ops(std::vector<OpDef>& defs) {
   update.attr_text = bounds_attr;
   update.eval = eval_update_slice;
   update.kernel = emit_update_slice;
+  update.vjp = vjp_update_slice;
   defs.push_back(update);
 
   OpDef copy;  // inserted by the inplace pass only

@@ -92,6 +92,17 @@ std::string check_node(const Graph& g, const Node& n) {
 
 }  // namespace
 
+std::string infer(const Graph& g, Node& n) {
+  const ops::OpDef& def = ops::op_def(n.op);
+  GDL_INTERNAL_ASSERT(def.infer, std::string("infer on ") + op_name(n.op) + ", which has no type rule");
+  NodeQuery q(g, n, def);
+  const ops::TypeResult result = def.infer(q);
+  if (!result.ok()) return result.error ? result.error->message : "its type rule rejects it";
+  n.type = *result.type;
+  n.attrs = q.attrs();
+  return "";
+}
+
 std::string verify(const Graph& g) {
   if (std::string problem = verify_structure(g); !problem.empty()) return problem;
   for (size_t i = 0; i < g.nodes.size(); ++i) {

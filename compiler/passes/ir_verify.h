@@ -13,4 +13,10 @@ namespace gdl::ir {
 // "" when valid, otherwise the first problem found, naming the node as "%id op".
 std::string verify(const Graph& g);
 
+// Runs n's type rule on its arguments in g: sets n.type and n.attrs
+// (normalized) and returns "", or returns why the rule refuses it. Ops whose
+// rule reads the result's own type (reshape's shape, cast's dtype) read the
+// n.type given. For passes that build nodes (autodiff).
+std::string infer(const Graph& g, Node& n);
+
 }  // namespace gdl::ir
