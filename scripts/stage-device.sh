@@ -36,7 +36,7 @@ traces=0
 # (the cases that need a session fail there after compiling theirs; --no-breaks:
 # doctest would stop the traced process at the first failure).
 GDL_SOURCE_DIR=$PWD GDL_CACHE_DIR=$PWD/.device/cache GDL_GPU_TESTS_CPU_ONLY=1 \
-  traced "$stage/tests/gdl_gpu_tests" --no-breaks=true -tc="ops:*,reduce ops:*,state:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*,soak:*,faults:*,fuzz: saved*,embedding*,dynamic*,semantics*,limits*,harness*" >/dev/null || true
+  traced "$stage/tests/gdl_gpu_tests" --no-breaks=true -tc="ops:*,reduce ops:*,state:*,grad:*,training:*,random:*,examples:*,kernels:*,chain:*,attention*,paged_attention*,runtime values*,matmul layouts*,soak:*,faults:*,fuzz: saved*,embedding*,dynamic*,semantics*,limits*,harness*" >/dev/null || true
 # The benchmark's programs into their own cache (GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache).
 mkdir -p .device/bench-cache
 for program in bench/workloads/*.gdl bench/l2_flush.gdl; do

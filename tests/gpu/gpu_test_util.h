@@ -112,6 +112,19 @@ std::string first_mismatch(const std::map<std::string, TensorData>& got, const s
 
 std::vector<int64_t> upper_dims(const Program& program);
 
+// A state's value as the session holds it (REQUIREs success).
+TensorData read_state(Session& s, const TensorInfo& info);
+
+// Edits run `run`'s random inputs before they are bound (positions, tables).
+using EditRun = std::function<void(int run, std::map<std::string, TensorData>& inputs)>;
+
+// Runs `runs` times (odd runs eager) from random states, binding fresh
+// inputs each time, and checks outputs and states against the CPU
+// reference chained through the states. `batches`: the one run-time dim's
+// value per run, in turn (empty: the program has none).
+void check_runs(const Program& program, const std::string& what, int runs, const std::vector<int64_t>& batches,
+                const RangeFor& range, const EditRun& edit = {});
+
 // Set by main when GDL_GPU_TESTS_CPU_ONLY=1 and there is no GPU: check_program
 // then only compiles and runs the CPU reference (a dry run of the ops and
 // examples tests that checks their programs before GPU time is spent).

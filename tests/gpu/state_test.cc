@@ -58,51 +58,6 @@ std::string with_dtype(std::string text, const std::string& t) {
   return text;
 }
 
-TensorData read_state(Session& s, const TensorInfo& info) {
-  TensorData d;
-  d.dtype = info.dtype;
-  for (const AxisInfo& a : info.shape) d.shape.push_back(a.extent);
-  d.bytes.resize(info.max_bytes);
-  GDL_REQUIRE_OK(s.read_state(info.name, d.bytes.data(), d.bytes.size()));
-  return d;
-}
-
-// Edits run `run`'s random inputs before they are bound (positions, tables).
-using EditRun = std::function<void(int run, std::map<std::string, TensorData>& inputs)>;
-
-// Runs `runs` times (odd runs eager), binding fresh inputs each time, and
-// checks outputs and states against the reference chained through the states.
-void check_runs(const Program& program, const std::string& what, int runs, const std::vector<int64_t>& batches,
-                const RangeFor& range, const EditRun& edit = {}) {
-  std::mt19937_64 rng(seed_for(what));
-  std::unique_ptr<Session> s = cpu_only ? nullptr : make_session(program);
-  std::map<std::string, TensorData> states;
-  for (const TensorInfo& info : program.states()) {
-    states[info.name] = random_tensor(info, {}, rng, range ? range(info) : ValueRange{});
-    if (s) GDL_REQUIRE_OK(s->set_state(info.name, states[info.name].bytes.data(), states[info.name].bytes.size()));
-  }
-  for (int run = 0; run < runs; ++run) {
-    INFO(what << ": run " << run);
-    std::vector<int64_t> dims;  // the batch of this run, for a program with one run-time dim
-    if (!batches.empty()) dims = {batches[static_cast<size_t>(run) % batches.size()]};
-    std::map<std::string, TensorData> inputs = random_bindings(program, dims, rng, range);
-    for (const TensorInfo& info : program.states()) inputs.erase(info.name);  // they come from the run before
-    if (edit) edit(run, inputs);
-    std::map<std::string, TensorData> with_states = inputs;
-    for (const auto& [name, data] : states) with_states[name] = data;
-    std::map<std::string, TensorData> want = reference(program, with_states);
-    if (cpu_only) {
-      for (const auto& [name, data] : states) states[name] = want.at(name);
-      continue;
-    }
-    bind_all(*s, inputs);
-    std::map<std::string, TensorData> got = run_and_read(*s, run % 2 == 1);
-    for (const TensorInfo& info : program.states()) got[info.name] = read_state(*s, info);
-    REQUIRE(expect_match(got, want, what));
-    for (const auto& [name, data] : states) states[name] = got.at(name);  // the next run starts from the device's
-  }
-}
-
 }  // namespace
 
 TEST_CASE("state: a KV cache is written in place at per-sequence positions, run after run, graph and eager") {

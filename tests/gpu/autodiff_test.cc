@@ -1,0 +1,166 @@
+// Backward programs (grad) on the GPU against the CPU reference, by graph
+// and by eager launch: the kernels the derivative rules produce
+// (broadcast_to, sums back to a broadcast operand's shape, zeros with a
+// slice's region written, matmuls reading an operand transposed, norms'
+// statistics recomputed), at several values of a run-time batch; and
+// training steps whose optimizer state is chained through state run after
+// run.
+#include <cmath>
+#include <string>
+
+#include "gpu_test_util.h"
+
+using namespace gdl;
+using namespace gdl::gpu_test;
+
+namespace {
+
+std::string with_dtype(std::string text, const std::string& t) {
+  for (size_t at = text.find("{T}"); at != std::string::npos; at = text.find("{T}", at)) text.replace(at, 3, t);
+  return text;
+}
+
+// A classifier's loss and the gradients of its weights and its input, over
+// a run-time batch.
+const char* kClassifier = R"(program classifier;
+dim B in [1, 48] buckets(8, 48);
+input x : {T}[B, 96];
+input targets : {T}[B, 24];
+input w1 : {T}[96, 160];
+input b1 : {T}[160];
+input g : {T}[160];
+input w2 : {T}[160, 24];
+output loss : {T};
+output d_w1 : {T}[96, 160];
+output d_b1 : {T}[160];
+output d_g : {T}[160];
+output d_w2 : {T}[160, 24];
+output d_x : {T}[B, 96];
+let h = gelu(layernorm(x @ w1 + b1, weight = g));
+let logits = h @ w2;
+let top = max(logits, axis = 1, keepdims = true);
+let log_probs = logits - top - log(sum(exp(logits - top), axis = 1, keepdims = true));
+let l = -mean(sum(targets * log_probs, axis = 1));
+loss = l;
+d_w1 = grad(l, w1);
+d_b1 = grad(l, b1);
+d_g = grad(l, g);
+d_w2 = grad(l, w2);
+d_x = grad(l, x);
+)";
+
+// A decoder block's shapes: rmsnorm, rotary embedding over heads, a causal
+// attention written from matmuls and softmax, a SwiGLU MLP, residuals.
+const char* kBlock = R"(program block;
+const T = 12;
+const NH = 4;
+const HD = 16;
+const H = 64;
+const F = 96;
+input x : {T}[T, H];
+input cos : {T}[T, 1, HD / 2];
+input sin : {T}[T, 1, HD / 2];
+input norm_w : {T}[H];
+input w_qkv : {T}[H, 3 * H];
+input w_o : {T}[H, H];
+input w_up : {T}[H, 2 * F];
+input w_down : {T}[F, H];
+input dy : {T}[T, H];
+output loss : {T};
+output d_x : {T}[T, H];
+output d_qkv : {T}[H, 3 * H];
+output d_up : {T}[H, 2 * F];
+output d_norm : {T}[H];
+let n = rmsnorm(x, weight = norm_w);
+let qkv = n @ w_qkv;
+let q = transpose(rope(reshape(qkv[:, 0:H], [T, NH, HD]), cos, sin), perm = [1, 0, 2]);
+let k = transpose(rope(reshape(qkv[:, H:2 * H], [T, NH, HD]), cos, sin), perm = [1, 0, 2]);
+let v = transpose(reshape(qkv[:, 2 * H:3 * H], [T, NH, HD]), perm = [1, 0, 2]);
+let scores = q @ transpose(k) * 0.25;
+let causal = reshape(arange(T), [T, 1]) >= reshape(arange(T), [1, T]);
+let p = softmax(where(causal, scores, -1e4), axis = 2);
+let attended = reshape(transpose(p @ v, perm = [1, 0, 2]), [T, H]);
+let h = x + attended @ w_o;
+let up = rmsnorm(h) @ w_up;
+let out = h + (silu(up[:, 0:F]) * up[:, F:2 * F]) @ w_down;
+let l = sum(reshape(out * dy, [-1]));
+loss = l;
+d_x = grad(l, x);
+d_qkv = grad(l, w_qkv);
+d_up = grad(l, w_up);
+d_norm = grad(l, norm_w);
+)";
+
+// Weights like trained ones: scaled by 1/sqrt(fan-in), so activations stay O(1).
+ValueRange scaled_weights(const TensorInfo& t) {
+  ValueRange r;
+  if (t.shape.size() == 2 && t.name.rfind("w", 0) == 0) {
+    r.hi = 1.0 / std::sqrt(static_cast<double>(t.shape[0].extent));
+    r.lo = r.hi / 10;
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("grad: a classifier's gradients on the GPU match the CPU reference, at every batch") {
+  for (const std::string t : {"f32", "bf16"}) {
+    INFO(t);
+    Program program = compile_text(with_dtype(kClassifier, t));
+    for (int64_t batch : {1, 5, 8, 33, 48}) {
+      INFO("batch " << batch);
+      CHECK(check_program(program, seed_for("classifier " + t + std::to_string(batch)), {batch},
+                          scaled_weights));
+    }
+  }
+}
+
+TEST_CASE("grad: a decoder block's gradients (rope, causal softmax, SwiGLU, norms) match the CPU reference") {
+  for (const std::string t : {"f32", "f16"}) {
+    INFO(t);
+    Program program = compile_text(with_dtype(kBlock, t));
+    CHECK(check_program(program, seed_for("block " + t), {}, scaled_weights));
+  }
+}
+
+TEST_CASE("training: AdamW steps, state chained run after run, match the CPU reference at every step") {
+  const char* text = R"(program adamw;
+dim B in [1, 64];
+const D = 64;
+const H = 128;
+const LR = 0.01;
+const DECAY = 0.01;
+state w1 : f32[D, H];
+state w2 : f32[H, 4];
+state m1 : f32[D, H];
+state v1 : f32[D, H];
+state m2 : f32[H, 4];
+state v2 : f32[H, 4];
+state t : f32;
+input x : f32[B, D];
+input y : f32[B, 4];
+output loss : f32;
+let err = tanh(x @ w1) @ w2 - y;
+let l = mean(err * err, axis = [0, 1]);
+loss = l;
+let g1 = grad(l, w1);
+let g2 = grad(l, w2);
+t = t + 1.0;
+let c1 = 1.0 - pow(0.9, t);
+let c2 = 1.0 - pow(0.999, t);
+m1 = 0.9 * m1 + 0.1 * g1;
+v1 = 0.999 * v1 + 0.001 * g1 * g1;
+m2 = 0.9 * m2 + 0.1 * g2;
+v2 = 0.999 * v2 + 0.001 * g2 * g2;
+w1 = w1 - LR * ((m1 / c1) / (sqrt(v1 / c2) + 1e-8) + DECAY * w1);
+w2 = w2 - LR * ((m2 / c1) / (sqrt(v2 / c2) + 1e-8) + DECAY * w2);
+)";
+  Program program = compile_text(text);
+  // Second moments and the step count are positive, as training leaves them.
+  const RangeFor range = [](const TensorInfo& info) {
+    ValueRange r;
+    r.positive = info.name == "t" || info.name.rfind("v", 0) == 0;
+    return r;
+  };
+  check_runs(program, "adamw", 6, {64, 7, 1, 33}, range);
+}
