@@ -54,8 +54,8 @@ inline constexpr ValueId kNoValue = -1;
   X(kRope, "rope")                                                                                     \
   /* Collectives over the program's process group (compiler/ops/collective.cc). */                    \
   X(kAllReduce, "all_reduce") X(kAllGather, "all_gather") X(kReduceScatter, "reduce_scatter")         \
-  /* Elementwise, added after the others: an operand repeated to a shape. */                          \
-  X(kBroadcastTo, "broadcast_to")
+  /* Added after the others: an operand repeated to a shape (elementwise); rows added in place. */    \
+  X(kBroadcastTo, "broadcast_to") X(kScatterAdd, "scatter_add")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,
@@ -73,10 +73,13 @@ inline bool is_leaf(Op op) {
   return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant || op == Op::kState ||
          op == Op::kDimValue;
 }
-// scatter, update_slice and rng_advance: their result is their first argument with some
-// elements replaced, written over that argument's storage (compiler/passes/
-// inplace.h proves that nothing reads the old value afterwards, or copies it).
-inline bool writes_in_place(Op op) { return op == Op::kScatter || op == Op::kUpdateSlice || op == Op::kRngAdvance; }
+// scatter, scatter_add, update_slice and rng_advance: their result is their first
+// argument with some elements replaced (or added to), written over that argument's
+// storage (compiler/passes/inplace.h proves that nothing reads the old value
+// afterwards, or copies it).
+inline bool writes_in_place(Op op) {
+  return op == Op::kScatter || op == Op::kScatterAdd || op == Op::kUpdateSlice || op == Op::kRngAdvance;
+}
 // Constants, run-time scalars and run-time dims' values: kernels take their
 // values (compiled in, from gdl_args, from the valid-dims block), so they
 // have no buffer.

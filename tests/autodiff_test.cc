@@ -200,6 +200,73 @@ d_v = grad(loss, v);
                   {"x", "v"}, 510);
 }
 
+TEST_CASE("grad: gather and take_along_axis add the rows they read back, repeated ids adding up") {
+  // Ids are drawn in [0, 2]: five of them repeat rows of a 3-row table.
+  check_gradients(R"(program t;
+input table : f32[3, 4];
+input ids : i32[5];
+input w : f32[5, 4];
+output loss : f32;
+output d_table : f32[3, 4];
+loss = sum(reshape(gather(table, ids) * w, [-1]));
+d_table = grad(loss, table);
+)",
+                  {"table"}, 520);
+  check_gradients(R"(program t;
+input table : f32[2, 3, 4];
+input ids : i32[2, 2];
+input w : f32[2, 2, 2, 4];
+output loss : f32;
+output d_table : f32[2, 3, 4];
+loss = sum(reshape(gather(table, ids, axis = 1) * w, [-1]));
+d_table = grad(loss, table);
+)",
+                  {"table"}, 521);
+  check_gradients(R"(program t;
+input x : f32[3, 4];
+input index : i32[3, 5];
+input w : f32[3, 5];
+output loss : f32;
+output d_x : f32[3, 4];
+loss = sum(reshape(take_along_axis(x, index) * w, [-1]));
+d_x = grad(loss, x);
+)",
+                  {"x"}, 522);
+  check_gradients(R"(program t;
+input x : f32[3, 4, 2];
+input index : i32[1, 6, 2];
+input w : f32[3, 6, 2];
+output loss : f32;
+output d_x : f32[3, 4, 2];
+loss = sum(reshape(take_along_axis(x, index, axis = 1) * w, [-1]));
+d_x = grad(loss, x);
+)",
+                  {"x"}, 524);
+  // A cross-entropy's pick over a run-time batch.
+  check_gradients(R"(program t;
+dim B in [1, 8];
+input logits : f32[B, 5];
+input labels : i32[B];
+output loss : f32;
+output d_logits : f32[B, 5];
+let logp = logits - log(sum(exp(logits), axis = 1, keepdims = true));
+loss = -mean(take_along_axis(logp, reshape(labels, [B, 1])), axis = [0, 1]);
+d_logits = grad(loss, logits);
+)",
+                  {"logits"}, 525, 5e-3, {6});
+  // A run-time index (x[i]) is a gather too.
+  check_gradients(R"(program t;
+input x : f32[3, 4];
+input i : i32;
+input w : f32[4];
+output loss : f32;
+output d_x : f32[3, 4];
+loss = sum(x[i] * w) + sum(reshape(x * x, [-1]));
+d_x = grad(loss, x);
+)",
+                  {"x"}, 523);
+}
+
 TEST_CASE("grad: a classifier's cross-entropy through two layers, every weight at once") {
   const std::string text = R"(program t;
 input x : f32[4, 6];
@@ -314,6 +381,15 @@ d = grad(sum(reshape(o, [-1])), q);
 )");
   CHECK(e.find("test.gdl:7:5: error: grad: the loss depends on the value differentiated through attention at 6:9, "
                "which has no derivative rule") != std::string::npos);
+  // A rule that covers only some of its op's cases says which.
+  e = compile_errors(R"(program t;
+dim B in [1, 4];
+input table : f32[B, 4];
+input ids : i32[3];
+output d : f32[B, 4];
+d = grad(sum(reshape(gather(table, ids), [-1])), table);
+)");
+  CHECK(e.find("through gather at 6:22, whose table has a run-time dim") != std::string::npos);
 }
 
 TEST_CASE("grad: SGD steps in state lower a convex loss, each step's update equal to lr times its gradient") {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ir.h"
@@ -21,6 +22,9 @@ class AdjointBuilder {
 
   ir::Graph& g;
   SourceLoc loc;  // where the nodes are located: the forward node's position
+  // Set by a rule that cannot differentiate this node (a case its op
+  // allows but its rule does not cover): why, for the error at the grad call.
+  std::string refused;
 
   const ir::Node& node(ValueId v) const { return g.node(v); }
   const TensorType& type(ValueId v) const { return g.node(v).type; }

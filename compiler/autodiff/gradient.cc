@@ -72,11 +72,11 @@ Gradient gradient(ir::Graph& g, ValueId loss, ValueId wrt, SourceLoc at, Backwar
     if (adjoint == ir::kNoValue) continue;  // its consumers pass it none (a zero derivative)
     const ir::Node forward = g.node(v);  // a copy: the rule appends to g.nodes
     const ops::OpDef& def = ops::op_def(forward.op);
-    if (!def.vjp)
-      return Gradient{ir::kNoValue, v, std::string(ir::op_name(forward.op)) + " has no derivative rule"};
+    if (!def.vjp) return Gradient{ir::kNoValue, v, "which has no derivative rule"};
     std::vector<ValueId> parts(forward.args.size(), ir::kNoValue);
     b.loc = forward.loc.valid() ? forward.loc : at;
     def.vjp(b, v, adjoint, parts);
+    if (!b.refused.empty()) return Gradient{ir::kNoValue, v, b.refused};
     for (size_t k = 0; k < parts.size(); ++k) {
       if (parts[k] == ir::kNoValue) continue;
       const ir::Node& arg = g.node(forward.args[k]);

@@ -27,8 +27,8 @@ using Backwards = std::map<ir::ValueId, LossBackward>;  // by loss
 
 struct Gradient {
   ir::ValueId value = ir::kNoValue;  // wrt's type
-  // Why not: the forward node on the way from wrt to the loss that has no
-  // derivative rule.
+  // Why not: the forward node on the way from wrt to the loss that cannot
+  // be differentiated, and why ("which has no derivative rule").
   ir::ValueId blocked_at = ir::kNoValue;
   std::string why;
 };

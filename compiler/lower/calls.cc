@@ -710,7 +710,7 @@ Value Lowerer::gradient(CallQuery& q) {
                                : "";
     return fail(q.loc(),
                 "grad: the loss depends on the value differentiated through " + std::string(ir::op_name(blocked.op)) +
-                    at + ", which has no derivative rule",
+                    at + ", " + g.why,
                 "write that step with ops that have one (docs/language.md lists them), or differentiate with "
                 "respect to a value after it",
                 q.length());

@@ -786,6 +786,58 @@ void vjp_concat(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& 
   }
 }
 
+// The rows read are added back where they were read from: dtable =
+// scatter_add(zeros, ids, dy) along the axis (ids outside the table read
+// zero and add nothing). ids takes 1s for the table's dims before the axis,
+// as scatter's index does.
+void vjp_gather(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const TensorType table = b.type(n.args[0]);
+  for (const Dim& dim : table.shape)
+    if (dim.is_runtime()) {
+      b.refused = "whose table has a run-time dim (its gradient is added into a table of fixed shape)";
+      return;
+    }
+  Shape index(static_cast<size_t>(n.attrs.axis), Dim::constant(1));
+  const Shape& ids = b.shape(n.args[1]);
+  index.insert(index.end(), ids.begin(), ids.end());
+  ir::Attrs along;
+  along.axis = n.attrs.axis;
+  const ValueId rows = b.reshape(n.args[1], index);
+  d[0] = b.emit(Op::kScatterAdd, {b.zeros(table), rows, dy}, along);
+}
+// Each element read is added back at its index: along the axis,
+// dx[e] = sum over j of dy[j] where index[j] == e. Written as a comparison
+// with arange(E) over a new axis after it and a sum over the axis: no
+// scatter, so x may have run-time dims and the sums keep a fixed order;
+// it costs J x E per row, which for a cross-entropy's one pick (J = 1) is
+// x's own size.
+void vjp_take_along_axis(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const TensorType x = b.type(n.args[0]);
+  const auto axis = static_cast<size_t>(n.attrs.axis);
+  if (x.rank() + 1 > kMaxRank) {
+    b.refused = "of a rank-" + std::to_string(x.rank()) + " x (its gradient needs one more dim, at most " +
+                std::to_string(kMaxRank) + ")";
+    return;
+  }
+  const auto widened = [&](ValueId v) {  // a 1 inserted after the axis
+    Shape s = b.shape(v);
+    s.insert(s.begin() + static_cast<ptrdiff_t>(axis) + 1, Dim::constant(1));
+    return b.reshape(v, s);
+  };
+  Shape positions(static_cast<size_t>(x.rank()) + 1, Dim::constant(1));
+  positions[axis + 1] = x.shape[axis];
+  ir::Attrs range;
+  range.ints = {0, x.shape[axis].extent, 1};
+  if (x.shape[axis].is_runtime()) range.ints = {0, 0, 1};
+  // arange over the axis's extent (a run-time dim: its value this run)
+  const ValueId along = b.reshape(b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {x.shape[axis]}}), positions);
+  const ValueId picked = b.binary(Op::kEq, widened(n.args[1]), along);
+  const ValueId parts = b.where_else_zero(picked, widened(dy));
+  d[0] = b.sum_to(b.reduce(Op::kSum, parts, {static_cast<int64_t>(axis)}, false), x.shape);
+}
+
 OpDef movement(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval, ElementFn element) {
   OpDef d;
   d.op = op;
@@ -837,10 +889,14 @@ void add_data_movement_ops(std::vector<OpDef>& defs) {
   concat.blocks_padding = concat_blocks_padding;
   concat.vjp = vjp_concat;
   defs.push_back(concat);
-  defs.push_back(indexed(Op::kGather, "gather", {"table", "ids", "axis"}, infer_gather, eval_gather, element_gather,
-                         gather_attr));
-  defs.push_back(indexed(Op::kTakeAlongAxis, "take_along_axis", {"x", "index", "axis"}, infer_take_along_axis,
-                         eval_take_along_axis, element_take_along_axis, axis_attr));
+  OpDef gather = indexed(Op::kGather, "gather", {"table", "ids", "axis"}, infer_gather, eval_gather, element_gather,
+                         gather_attr);
+  gather.vjp = vjp_gather;
+  defs.push_back(gather);
+  OpDef take_along_axis = indexed(Op::kTakeAlongAxis, "take_along_axis", {"x", "index", "axis"}, infer_take_along_axis,
+                                  eval_take_along_axis, element_take_along_axis, axis_attr);
+  take_along_axis.vjp = vjp_take_along_axis;
+  defs.push_back(take_along_axis);
   OpDef arange = movement(Op::kArange, "arange", {"start", "stop", "step"}, infer_arange, eval_arange, element_arange);
   arange.operands = 0;  // arange(n) or arange(start, stop, step)
   arange.required = 1;

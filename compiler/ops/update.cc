@@ -10,12 +10,18 @@
 //    written (a padded or finished sequence can pass -1). Two rows aimed at
 //    one position: which one lands is unspecified. Over a run-time Q only
 //    the valid rows are written, so buckets never write padding.
+//  - scatter_add(base, index, values, axis): the same rows added to base's
+//    instead of replacing them; rows aimed at one position all add (on the
+//    GPU atomically, in no fixed order; on the CPU in index order). The
+//    derivative of gather and take_along_axis.
 //  - update_slice(base, value) {bounds}: base with the region of the bounds
 //    (a slice's [start, stop) pairs) replaced by value, shaped as the slice
 //    (`x[l] = v`, `s = v` for a state: the whole region).
 //  - copy(x): x in a buffer of its own.
 // Each computes its whole result on the CPU; the kernels write only the
 // replaced elements, over the base's buffer (plan/memory.cc shares it).
+#include <functional>
+
 #include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
@@ -33,20 +39,21 @@ using ir::ValueId;
 // ------------------------------------------------------------ type rules
 
 TypeResult infer_scatter(TypeQuery& q) {
-  const TensorType* base = q.tensor(0, "scatter");
+  const std::string& name = q.what();
+  const TensorType* base = q.tensor(0, name);
   if (!base) return TypeResult::failed();
   std::string described;
-  const TensorType* index = q.value(1, "scatter", DType::kI32, &described);
+  const TensorType* index = q.value(1, name, DType::kI32, &described);
   if (!index && described.empty()) return TypeResult::failed();
   if (!index || index->dtype != DType::kI32)
-    return q.error(1, "scatter's index must be i32, got " + (index ? q.text(*index) : described),
+    return q.error(1, name + "'s index must be i32, got " + (index ? q.text(*index) : described),
                    "convert it with cast(index, i32)");
-  const TensorType* values = q.tensor(2, "scatter");
+  const TensorType* values = q.tensor(2, name);
   if (!values) return TypeResult::failed();
-  if (base->rank() == 0) return q.error(0, "scatter needs a base of rank >= 1, got " + q.text(*base));
+  if (base->rank() == 0) return q.error(0, name + " needs a base of rank >= 1, got " + q.text(*base));
   for (const Dim& d : base->shape)
     if (d.is_runtime())
-      return q.error(0, "scatter's base must have a fixed shape, got " + q.text(*base),
+      return q.error(0, name + "'s base must have a fixed shape, got " + q.text(*base),
                      "scatter into a state or param-shaped buffer; a run-time count of rows belongs to index and values");
   int axis = 0;
   if (q.given(3))
@@ -54,22 +61,22 @@ TypeResult infer_scatter(TypeQuery& q) {
   const auto a = static_cast<size_t>(axis);
   if (index->rank() < axis)
     return q.error(1,
-                   "scatter along axis " + std::to_string(axis) + " needs an index of rank " + std::to_string(axis) +
+                   name + " along axis " + std::to_string(axis) + " needs an index of rank " + std::to_string(axis) +
                        " (one row per position before the axis) or more (counts of rows last), got " + q.text(*index));
   for (size_t k = a + 1; k < index->shape.size(); ++k)
     if (index->shape[k].is_runtime())
-      return q.error(1, "scatter's index " + q.text(*index) + " has a run-time dim after its first count axis",
+      return q.error(1, name + "'s index " + q.text(*index) + " has a run-time dim after its first count axis",
                      "put the run-time count first: [T, KVH], not [KVH, T]");
   for (size_t k = 0; k < a; ++k)
     if (!(index->shape[k] == base->shape[k]) && !(index->shape[k] == Dim::constant(1)))
-      return q.error(1, "scatter's index " + q.text(*index) + " does not fit the dims of " + q.text(*base) +
+      return q.error(1, name + "'s index " + q.text(*index) + " does not fit the dims of " + q.text(*base) +
                             " before axis " + std::to_string(axis),
                      "each of its first " + std::to_string(axis) + " dims must equal the base's or be 1");
   Shape want(base->shape.begin(), base->shape.begin() + axis);
   want.insert(want.end(), index->shape.begin() + axis, index->shape.end());
   want.insert(want.end(), base->shape.begin() + axis + 1, base->shape.end());
   if (values->dtype != base->dtype || values->shape != want)
-    return q.error(2, "scatter's values must be " + q.text(TensorType{base->dtype, want}) + ", got " + q.text(*values),
+    return q.error(2, name + "'s values must be " + q.text(TensorType{base->dtype, want}) + ", got " + q.text(*values),
                    "the base's shape with the axis replaced by the index's count of rows");
   q.attrs().axis = axis;
   return *base;
@@ -161,7 +168,9 @@ void eval_scatter(const Node& n, const EvalArgs& in, HostTensor& out) {
       const auto at = static_cast<int64_t>(index.data[static_cast<size_t>(index_lead_offset(s, l) + q)]);
       if (at < 0 || at >= s.extent) continue;
       const double* src = values.data.data() + (l * s.rows + q) * s.inner;
-      std::copy(src, src + s.inner, out.data.data() + (l * s.extent + at) * s.inner);
+      double* dst = out.data.data() + (l * s.extent + at) * s.inner;
+      if (n.op == Op::kScatterAdd) std::transform(src, src + s.inner, dst, dst, std::plus<>());  // in index order
+      else std::copy(src, src + s.inner, dst);
     }
 }
 
@@ -187,7 +196,7 @@ double identity(double x, DType) { return x; }
 
 // ----------------------------------------------------------------- kernels
 
-// One thread per written element: values[l, q, r] to out[l, index[l, q], r].
+// One thread per written element: values[l, q, r] to (scatter_add: added to) out[l, index[l, q], r].
 std::string emit_scatter(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const ValueId index = n.args.at(1), values = n.args.at(2);
   const Shape& bs = n.type.shape;
@@ -232,13 +241,17 @@ std::string emit_scatter(StepEmitter& e, const Node& n, LaunchRule& rule) {
       e.is_inline_leaf(values) ? std::string("gdl::cvt<") + storage_type(n.type.dtype) + ">(" + e.inline_value(values) + ")"
                                : e.pointer(values) + "[(l * rows + q) * inner + r]";
   const std::string& I = e.idx;
-  body += "  // scatter: " + std::string(padded ? "the valid rows" : "every row") +
-          " of values to the positions index names; others are not written\n";
+  const bool add = n.op == Op::kScatterAdd;
+  body += "  // " + std::string(add ? "scatter_add: " : "scatter: ") + (padded ? "the valid rows" : "every row") +
+          " of values " + (add ? "added at" : "to") + " the positions index names; others are not written\n";
   body += "  gdl::for_each_element<" + I + ">(lead * valid * inner, [&](" + I + " i) {\n";
   body += "    const " + I + " r = i % inner, q = i / inner % valid, l = i / inner / valid;\n";
   body += "    const int at = " + at + ";\n";
   body += "    if (at < 0 || (" + I + ")at >= extent) return;\n";
-  body += "    " + out + "[(l * extent + at) * inner + r] = " + source + ";\n";
+  // Rows at one position add atomically, in no fixed order: float sums may
+  // differ in their last bits from run to run.
+  if (add) body += "    atomicAdd(&" + out + "[(l * extent + at) * inner + r], " + source + ");\n";
+  else body += "    " + out + "[(l * extent + at) * inner + r] = " + source + ";\n";
   body += "  });\n";
   rule = LaunchRule{};
   rule.work = sub_shape(bs, 0, a);
@@ -312,6 +325,10 @@ void add_update_ops(std::vector<OpDef>& defs) {
   scatter.eval = eval_scatter;
   scatter.kernel = emit_scatter;
   defs.push_back(scatter);
+  OpDef scatter_add = scatter;
+  scatter_add.op = Op::kScatterAdd;
+  scatter_add.callable = "scatter_add";
+  defs.push_back(scatter_add);
 
   OpDef update;  // written `x[...] = v;` or `state = v;`
   update.op = Op::kUpdateSlice;

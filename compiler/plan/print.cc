@@ -81,10 +81,10 @@ std::string in_place_note(const Plan& p, const Step& st) {
   const ir::Graph& g = p.graph;
   const ir::Node& n = g.node(st.result);
   const std::string base = n.args.empty() ? "" : value_ref(n.args[0]);
-  if (n.op == Op::kScatter) {
+  if (n.op == Op::kScatter || n.op == Op::kScatterAdd) {
     const ir::Node& values = g.node(n.args.at(2));
-    return "    in place over " + base + ": writes only the rows of " + value_ref(n.args[2]) + " (at most " +
-           human_bytes(value_bytes(g, values).value_or(0)) + ")\n";
+    return "    in place over " + base + ": " + (n.op == Op::kScatter ? "writes" : "adds") + " only the rows of " +
+           value_ref(n.args[2]) + " (at most " + human_bytes(value_bytes(g, values).value_or(0)) + ")\n";
   }
   if (n.op == Op::kUpdateSlice)
     return "    in place over " + base + ": writes " + human_bytes(value_bytes(g, g.node(n.args.at(1))).value_or(0)) +

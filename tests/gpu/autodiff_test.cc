@@ -2,7 +2,8 @@
 // and by eager launch: the kernels the derivative rules produce
 // (broadcast_to, sums back to a broadcast operand's shape, zeros with a
 // slice's region written, matmuls reading an operand transposed, norms'
-// statistics recomputed), at several values of a run-time batch; and
+// statistics recomputed, scatter_add's atomic rows), at several values of
+// a run-time batch; and
 // training steps whose optimizer state is chained through state run after
 // run.
 #include <cmath>
@@ -91,6 +92,27 @@ d_up = grad(l, w_up);
 d_norm = grad(l, norm_w);
 )";
 
+// A language model's ends: token embeddings read by gather (repeated ids
+// among 40 tokens of a 50-row table), and a cross-entropy picked by
+// take_along_axis; the table's gradient is scatter_add's atomic sums.
+const char* kEmbedding = R"(program embedding;
+dim B in [1, 40];
+input ids : i32[B];
+input targets : i32[B];
+input table : {T}[50, 64];
+input w_out : {T}[64, 50];
+output loss : {T};
+output d_table : {T}[50, 64];
+output d_w_out : {T}[64, 50];
+let logits = rmsnorm(gather(table, ids)) @ w_out;
+let top = max(logits, axis = 1, keepdims = true);
+let log_probs = logits - top - log(sum(exp(logits - top), axis = 1, keepdims = true));
+let l = -mean(take_along_axis(log_probs, reshape(targets, [B, 1])), axis = [0, 1]);
+loss = l;
+d_table = grad(l, table);
+d_w_out = grad(l, w_out);
+)";
+
 // Weights like trained ones: scaled by 1/sqrt(fan-in), so activations stay O(1).
 ValueRange scaled_weights(const TensorInfo& t) {
   ValueRange r;
@@ -111,6 +133,23 @@ TEST_CASE("grad: a classifier's gradients on the GPU match the CPU reference, at
       INFO("batch " << batch);
       CHECK(check_program(program, seed_for("classifier " + t + std::to_string(batch)), {batch},
                           scaled_weights));
+    }
+  }
+}
+
+TEST_CASE("grad: an embedding's and a cross-entropy's gradients (scatter_add, take_along_axis) match the CPU reference") {
+  for (const std::string t : {"f32", "bf16"}) {
+    INFO(t);
+    Program program = compile_text(with_dtype(kEmbedding, t));
+    const RangeFor range = [](const TensorInfo& info) {
+      ValueRange r = scaled_weights(info);
+      r.int_lo = 0;  // ids and targets: rows of the table, classes of the logits
+      r.int_hi = 49;
+      return r;
+    };
+    for (int64_t batch : {1, 17, 40}) {
+      INFO("batch " << batch);
+      CHECK(check_program(program, seed_for("embedding " + t + std::to_string(batch)), {batch}, range));
     }
   }
 }
