@@ -54,8 +54,9 @@ inline constexpr ValueId kNoValue = -1;
   X(kRope, "rope")                                                                                     \
   /* Collectives over the program's process group (compiler/ops/collective.cc). */                    \
   X(kAllReduce, "all_reduce") X(kAllGather, "all_gather") X(kReduceScatter, "reduce_scatter")         \
-  /* Added after the others: an operand repeated to a shape (elementwise); rows added in place. */    \
-  X(kBroadcastTo, "broadcast_to") X(kScatterAdd, "scatter_add")
+  /* Added after the others: an operand repeated to a shape (elementwise); rows added in place; */    \
+  /* a value that passes no gradient (elementwise, removed after lowering). */                        \
+  X(kBroadcastTo, "broadcast_to") X(kScatterAdd, "scatter_add") X(kStopGradient, "stop_gradient")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,

@@ -350,6 +350,38 @@ d_x = grad(loss, x);
   CHECK(out.at("d_x").data == std::vector<double>{argmax, argmax, argmax});
 }
 
+TEST_CASE("grad: stop_gradient passes its value and no gradient, and costs no node once lowered") {
+  const std::string text = R"(program t;
+input x : f32[3, 4];
+output loss : f32;
+output d_x : f32[3, 4];
+output d_shifted : f32[3, 4];
+loss = sum(reshape(x * stop_gradient(x), [-1]));
+d_x = grad(loss, x);
+let m = stop_gradient(max(x, axis = 1, keepdims = true));
+let shifted = x - m - log(sum(exp(x - m), axis = 1, keepdims = true));
+d_shifted = grad(sum(reshape(shifted * x, [-1])), x);
+)";
+  const ir::Graph g = compile_text(text);
+  for (const ir::Node& n : g.nodes) CHECK(n.op != ir::Op::kStopGradient);
+  std::mt19937 rng(810);
+  const Bindings b = random_bindings(g, {}, rng);
+  const std::map<std::string, HostTensor> out = run_both(g, b);
+  CHECK(out.at("d_x").data == b.tensors.at("x").data);  // d(x * c)/dx = c, with c = x held fixed
+  // The log-softmax's gradient does not depend on the shift: the same as
+  // without stop_gradient, within rounding.
+  const std::string plain = R"(program t;
+input x : f32[3, 4];
+output d_shifted : f32[3, 4];
+let m = max(x, axis = 1, keepdims = true);
+let shifted = x - m - log(sum(exp(x - m), axis = 1, keepdims = true));
+d_shifted = grad(sum(reshape(shifted * x, [-1])), x);
+)";
+  const std::map<std::string, HostTensor> want = run_both(compile_text(plain), b);
+  const std::vector<double>& got = out.at("d_shifted").data;
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want.at("d_shifted").data[i]).epsilon(1e-5));
+}
+
 TEST_CASE("grad: mistakes are reported at the call") {
   const std::string head = "program t;\ninput x : f32[3, 4];\ninput ids : i32[3];\noutput d : f32[3, 4];\n";
   std::string e = compile_errors(head + "d = grad(x * 2.0, x);\n");

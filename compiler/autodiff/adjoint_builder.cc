@@ -70,7 +70,7 @@ std::vector<int64_t> reduced_axes(const ir::Node& reduction) {
 }
 
 ValueId AdjointBuilder::keep_reduced_axes(ValueId reduced, const ir::Node& reduction) {
-  if (reduction.attrs.keepdims) return reduced;
+  if (reduction.attrs.keepdims || type(reduced).rank() == 0) return reduced;  // a rank-0 value broadcasts as it is
   Shape kept = shape(reduction.args.at(0));
   const std::vector<int64_t> axes = reduced_axes(reduction);
   for (int64_t a : axes) kept[static_cast<size_t>(a)] = Dim::constant(1);
@@ -95,8 +95,8 @@ ValueId AdjointBuilder::count(Shape s, const std::vector<int64_t>& axes, DType d
     const ValueId value = cast(g.add(std::move(leaf)), dtype);
     product = product == ir::kNoValue ? value : mul(product, value);
   }
-  const ValueId c = constant(static_cast<double>(constant_part), dtype);
-  return product == ir::kNoValue ? c : mul(product, c);
+  if (product == ir::kNoValue) return constant(static_cast<double>(constant_part), dtype);
+  return constant_part == 1 ? product : mul(product, constant(static_cast<double>(constant_part), dtype));
 }
 
 ValueId AdjointBuilder::reshape(ValueId x, Shape s) {

@@ -63,7 +63,8 @@ class AdjointBuilder {
   ValueId sum_to(ValueId x, Shape s);
   ValueId reduce(ir::Op op, ValueId x, const std::vector<int64_t>& axes, bool keepdims);
   // A reduction's result with its reduced axes put back as 1s (the
-  // keepdims form), from the node's attributes.
+  // keepdims form), from the node's attributes; a rank-0 result as it is,
+  // which broadcasts against anything.
   ValueId keep_reduced_axes(ValueId reduced, const ir::Node& reduction);
   // The number of elements over `axes` of s, as a rank-0 of dtype: a
   // constant, times the values of run-time dims this run.

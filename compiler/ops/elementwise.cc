@@ -96,6 +96,13 @@ TypeResult infer_clamp(TypeQuery& q) {
   return TensorType{x->dtype, *all};
 }
 
+// stop_gradient: any tensor, the same type.
+TypeResult infer_any(TypeQuery& q) {
+  const TensorType* x = q.tensor(0, q.what());
+  if (!x) return TypeResult::failed();
+  return *x;
+}
+
 TypeResult infer_neg(TypeQuery& q) {
   const TensorType* x = q.tensor(0, "unary -");
   if (!x) return TypeResult::failed();
@@ -201,6 +208,7 @@ double gelu(double x, DType) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.
 double silu(double x, DType) { return x / (1.0 + std::exp(-x)); }
 double abs(double x, DType t) { return t == DType::kI32 ? host::wrap_i32(std::abs(static_cast<int64_t>(x))) : std::fabs(x); }
 double cast(double x, DType) { return x; }  // the rounding to the result's dtype is the cast
+double identity(double x, DType) { return x; }
 double cos(double x, DType) { return std::cos(x); }
 double sin(double x, DType) { return std::sin(x); }
 double erf(double x, DType) { return std::erf(x); }
@@ -563,6 +571,12 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   broadcast_to.is_identity = same_type;
   broadcast_to.vjp = vjp_broadcast_to;
   defs.push_back(broadcast_to);
+  // stop_gradient(x): x, through which grad passes nothing (a zero
+  // derivative). Constant folding, after lowering has taken the gradients,
+  // redirects its readers to x, so it costs no kernel.
+  OpDef stop = with_vjp(unary(Op::kStopGradient, "stop_gradient", infer_any, identity, "gdl::op::copy"), zero_derivative);
+  stop.is_identity = [](const ir::Node&, const ir::Node&) { return true; };
+  defs.push_back(stop);
   OpDef c = unary(Op::kCast, "cast", infer_cast, cast, nullptr);  // codegen: the element converted, no call
   c.params = {"x", "dtype"};
   c.operands = 1;
