@@ -97,6 +97,16 @@ bool update_is_view(const ir::Graph& g, const ir::Node& n) {
   return t.region != ir::kNoValue && t.whole == strip_reshapes(g, n.args[0]) && g.node(t.region).attrs.ints == n.attrs.ints;
 }
 
+namespace {
+// Whether a value that shares a step with others reads its arguments at its
+// own elements: all but a matmul and the norm that may be its prologue.
+bool reads_elementwise(Op op) { return op != Op::kMatMul && op != Op::kLayerNorm && op != Op::kRmsNorm; }
+}  // namespace
+
+bool replaces_whole(const ir::Graph& g, const ir::Node& n) {
+  return n.op == Op::kUpdateSlice && n.args.size() == 2 && !update_is_view(g, n) && g.node(n.args[1]).type == n.type;
+}
+
 std::vector<std::vector<ValueId>> consumers_of(const ir::Graph& g) {
   std::vector<std::vector<ValueId>> out(g.nodes.size());
   for (size_t v = 0; v < g.nodes.size(); ++v)
@@ -519,12 +529,18 @@ std::string verify_plan(const Plan& p) {
       done_in[static_cast<size_t>(v)] = s;
     }
   }
-  // Every reader of the value an in-place write overwrites runs in an earlier step.
+  // Every reader of the value an in-place write overwrites runs in an
+  // earlier step, or, for a write that replaces its base whole, is an
+  // elementwise value of the write's own step (it reads element i before
+  // the step writes it): any value of a step but a matmul anchor and its
+  // norm prologue, which read whole rows.
   const std::vector<std::vector<ValueId>> consumers = consumers_of(g);
   for (size_t v = 0; v < count; ++v) {
     if (!ir::writes_in_place(g.nodes[v].op) || written_by[v] == kNoStep) continue;
+    const bool whole = replaces_whole(g, g.nodes[v]);
     for (ValueId r : overwritten_readers(g, static_cast<ValueId>(v), consumers))
-      if (in_step[static_cast<size_t>(r)] != kNoStep && in_step[static_cast<size_t>(r)] >= written_by[v])
+      if (in_step[static_cast<size_t>(r)] != kNoStep && in_step[static_cast<size_t>(r)] >= written_by[v] &&
+          !(whole && in_step[static_cast<size_t>(r)] == written_by[v] && reads_elementwise(g.node(r).op)))
         return ref(r) + " reads the value that step " + std::to_string(written_by[v]) + " overwrites in place (" +
                ref(static_cast<ValueId>(v)) + "), but runs in step " + std::to_string(in_step[static_cast<size_t>(r)]);
   }

@@ -187,6 +187,11 @@ WriteTarget write_target(const ir::Graph& g, ir::ValueId writer);
 // (`cache[l] = scatter(cache[l], ...)`).
 bool update_is_view(const ir::Graph& g, const ir::Node& n);
 
+// update_slice(base, v) over the whole of base (a state given a new value):
+// element i of v goes to element i of base's storage, so fusion may compute
+// v in the update's own kernel, writing straight into base (plan/fuse.cc).
+bool replaces_whole(const ir::Graph& g, const ir::Node& n);
+
 // consumers[v]: the nodes that take v as an argument, ascending.
 std::vector<std::vector<ir::ValueId>> consumers_of(const ir::Graph& g);
 

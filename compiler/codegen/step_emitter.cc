@@ -346,10 +346,11 @@ std::string StepEmitter::elementwise_statement(ValueId v) {
   std::string result = std::string(compute_type(n.type.dtype)) + " r" + std::to_string(v);
   std::string expr;
   const ops::OpDef& def = ops::op_def(n.op);
-  if (def.device_function == nullptr) {  // a cast or a broadcast_to: the element itself, rounded below
-    GDL_INTERNAL_ASSERT(n.op == Op::kCast || n.op == Op::kBroadcastTo,
+  if (def.device_function == nullptr) {  // a cast, a broadcast_to or a whole update: the element, rounded below
+    const bool whole_update = plan::replaces_whole(g, n);
+    GDL_INTERNAL_ASSERT(n.op == Op::kCast || n.op == Op::kBroadcastTo || whole_update,
                         std::string("no elementwise function for ") + ir::op_name(n.op));
-    expr = operand(n.args[0]);
+    expr = operand(n.args[whole_update ? 1 : 0]);
   } else {
     expr = std::string(def.device_function) + "(";
     for (size_t i = 0; i < n.args.size(); ++i) expr += (i ? ", " : "") + operand(n.args[i]);
@@ -377,7 +378,8 @@ std::string StepEmitter::elementwise_body(LaunchRule& rule) {
     const Node& n = g.node(v);
     const bool data_movement = ops::fusion_class(n.op) == ops::FusionClass::kDataMovement;
     const bool joins = data_movement && ops::op_def(n.op).joins_elementwise && n.type.shape == result_shape;
-    GDL_INTERNAL_ASSERT(ops::is_elementwise(n.op) || joins || (data_movement && step.values.size() == 1),
+    const bool whole_update = v == step.result && plan::replaces_whole(g, n);  // written over its base, element by element
+    GDL_INTERNAL_ASSERT(ops::is_elementwise(n.op) || joins || whole_update || (data_movement && step.values.size() == 1),
                         std::string("step ") + std::to_string(index) + ": cannot fuse " + ir::op_name(n.op) +
                             " into an elementwise kernel");
     GDL_INTERNAL_ASSERT(broadcast_shapes(n.type.shape, result_shape) == result_shape,

@@ -207,7 +207,8 @@ std::string matmul_epilogue(StepEmitter& e, std::string& body) {
   for (size_t k = e.norm_prologue == ir::kNoValue ? 1 : 2; k < e.step.values.size(); ++k) {
     ValueId v = e.step.values[k];
     const Node& n = e.g.node(v);
-    GDL_INTERNAL_ASSERT(is_elementwise(n.op), std::string("step ") + std::to_string(e.index) + ": cannot fuse " +
+    GDL_INTERNAL_ASSERT(is_elementwise(n.op) || (v == e.step.result && plan::replaces_whole(e.g, n)),
+                        std::string("step ") + std::to_string(e.index) + ": cannot fuse " +
                                                       ir::op_name(n.op) + " into a matmul epilogue");
     GDL_INTERNAL_ASSERT(broadcast_shapes(n.type.shape, e.result_shape) == e.result_shape,
                         "a fused value does not broadcast to the step's result");

@@ -12,7 +12,9 @@
 // 4. Each state whose chain no longer reaches its leaf (its final value is
 //    no in-place write, or a write on the chain had to copy) gets
 //    update_slice(occupant, final) over the whole state, where the occupant
-//    is the last value written into the state's storage.
+//    is the last value written into the state's storage. The final value's
+//    other readers then read the update instead where they can, so that
+//    fusion computes the value in the update's kernel (plan/fuse.cc).
 // 5. A stable topological order of data and ordering edges, and the ids
 //    renumbered.
 #include "passes/inplace.h"
@@ -210,12 +212,30 @@ class Placer {
       update.args = {occupant, u.value};
       update.type = g_.node(u.state).type;
       update.attrs.ints = whole_bounds(update.type.shape);
-      update.name = "state '" + g_.node(u.state).name + "' = its new value (a whole copy)";
+      update.name = "state '" + g_.node(u.state).name + "' = its new value";
       update.loc = u.loc;
       const ValueId id = append(std::move(update));
       const std::vector<std::vector<ValueId>> consumers = plan::consumers_of(g_);
-      for (ValueId r : plan::overwritten_readers(g_, id, consumers)) after_[static_cast<size_t>(r)].push_back(id);
+      const std::vector<ValueId> readers = plan::overwritten_readers(g_, id, consumers);
+      for (ValueId r : readers) after_[static_cast<size_t>(r)].push_back(id);
+      read_from_state(u.value, id, readers);
       u.value = id;
+    }
+  }
+
+  // The new value's other readers read it from the state's memory once
+  // `update` has put it there, so that the update is its only reader and
+  // fusion computes it in the update's own kernel (no copy). Not a reader
+  // of the old value (it must run before the update), a view, or one that
+  // leads to such a reader (the update would then wait for itself).
+  void read_from_state(ValueId value, ValueId update, const std::vector<ValueId>& old_readers) {
+    const std::vector<std::vector<ValueId>> consumers = plan::consumers_of(g_);
+    for (ValueId c : consumers[static_cast<size_t>(value)]) {
+      if (c == update || plan::is_view_node(g_, g_.node(c)) ||
+          std::find(old_readers.begin(), old_readers.end(), c) != old_readers.end() || reaches(c, update, consumers))
+        continue;
+      for (ValueId& a : g_.node(c).args)
+        if (a == value) a = update;
     }
   }
 

@@ -43,7 +43,13 @@
 //       after its matmul, which has its group by then.
 //    f. a value that reads storage an in-place write overwrites later
 //       (plan::overwritten_readers) joins no group whose result comes after
-//       that write: it must read the old value.
+//       that write: it must read the old value. The one exception is an
+//       elementwise value joining the group whose result is that write,
+//       when the write replaces its base whole (plan::replaces_whole, a
+//       state's new value): the kernel reads element i, then writes it.
+//    A whole update takes its value as a member the way an elementwise
+//    result does, so a state's new value (an optimizer's step) is computed
+//    straight into the state's memory instead of copied there.
 //    A value joins only a group that holds every consumer of it, and a
 //    group's result has its largest id, so no dataflow path leaves a group
 //    and comes back into it: the groups form a DAG and ordering them by
@@ -176,10 +182,17 @@ class Fuser {
   }
 
  private:
+  // Whether u computes v's elements at their own positions in its kernel:
+  // an elementwise u, or a whole update whose value (not base) is v.
+  bool takes_as_member(ValueId u, ValueId v) const {
+    const ir::Node& n = g_.node(u);
+    return ops::is_elementwise(n.op) || (replaces_whole(g_, n) && n.args[1] == v && n.args[0] != v);
+  }
+
   int start_group(ValueId v) {
     Group group;
     group.result = v;
-    group.takes_members = ops::is_elementwise(g_.node(v).op);
+    group.takes_members = ops::is_elementwise(g_.node(v).op) || replaces_whole(g_, g_.node(v));
     if (is_matmul(g_.node(v).op)) group.anchor = v;
     group.values = {v};
     groups_.push_back(std::move(group));
@@ -195,7 +208,7 @@ class Fuser {
     int group = kNoGroup;
     for (ValueId u : users) {
       const auto& in = groups_of_[static_cast<size_t>(u)];
-      if (!computed_[static_cast<size_t>(u)] || !ops::is_elementwise(g_.node(u).op) || in.size() != 1) return kNoGroup;
+      if (!computed_[static_cast<size_t>(u)] || !takes_as_member(u, v) || in.size() != 1) return kNoGroup;
       if (group != kNoGroup && in.front() != group) return kNoGroup;
       group = in.front();
     }
@@ -211,8 +224,12 @@ class Fuser {
     int target = consumers_group(v);
     if (target == kNoGroup) return kNoGroup;
     const Group& group = groups_[static_cast<size_t>(target)];
-    if (group.result >= deadline_[static_cast<size_t>(v)]) return kNoGroup;  // case f
     const ir::Node& result = g_.node(group.result);
+    // Case f; an elementwise value may read the storage that its group's
+    // whole update overwrites: it reads element i before the kernel writes it.
+    const ValueId deadline = deadline_[static_cast<size_t>(v)];
+    if (group.result > deadline || (group.result == deadline && !(elementwise && replaces_whole(g_, result))))
+      return kNoGroup;
     if (indexed) return group.anchor == ir::kNoValue && n.type.shape == result.type.shape ? target : kNoGroup;
     if (elementwise) {
       int64_t mine = std::max<int64_t>(1, max_element_count(n.type.shape, g_.dims));
@@ -258,7 +275,7 @@ class Fuser {
     std::vector<int> into;
     bool needs_buffer = is_output_[static_cast<size_t>(v)];
     for (ValueId u : consumers_[static_cast<size_t>(v)]) {
-      if (!computed_[static_cast<size_t>(u)] || !ops::is_elementwise(g_.node(u).op)) {
+      if (!computed_[static_cast<size_t>(u)] || !takes_as_member(u, v)) {
         needs_buffer = true;
         continue;
       }

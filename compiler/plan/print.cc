@@ -86,9 +86,12 @@ std::string in_place_note(const Plan& p, const Step& st) {
     return "    in place over " + base + ": " + (n.op == Op::kScatter ? "writes" : "adds") + " only the rows of " +
            value_ref(n.args[2]) + " (at most " + human_bytes(value_bytes(g, values).value_or(0)) + ")\n";
   }
-  if (n.op == Op::kUpdateSlice)
+  if (n.op == Op::kUpdateSlice) {
+    // A whole update with members computes the value in its kernel; alone, it copies a stored value.
+    const std::string how = replaces_whole(g, n) ? (st.values.size() > 1 ? ", computed in this step" : ", a whole copy") : "";
     return "    in place over " + base + ": writes " + human_bytes(value_bytes(g, g.node(n.args.at(1))).value_or(0)) +
-           (n.name.empty() ? "" : " (" + n.name + ")") + "\n";
+           (n.name.empty() && how.empty() ? "" : " (" + n.name + (n.name.empty() ? how.substr(2) : how) + ")") + "\n";
+  }
   if (n.op == Op::kCopy) return "    " + (n.name.empty() ? "copy" : n.name) + "\n";
   return "";
 }
