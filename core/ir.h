@@ -55,7 +55,7 @@ inline constexpr ValueId kNoValue = -1;
   /* Collectives over the program's process group (compiler/ops/collective.cc). */                    \
   X(kAllReduce, "all_reduce") X(kAllGather, "all_gather") X(kReduceScatter, "reduce_scatter")         \
   /* Added after the others: an operand repeated to a shape (elementwise); rows added in place; */    \
-  /* a value that passes no gradient (elementwise, removed after lowering). */                        \
+  /* a value that passes no gradient (elementwise; constant folding removes it). */                  \
   X(kBroadcastTo, "broadcast_to") X(kScatterAdd, "scatter_add") X(kStopGradient, "stop_gradient")
 
 enum class Op : uint8_t {
@@ -69,6 +69,12 @@ inline constexpr size_t kOpCount = 0 GDL_IR_OPS(GDL_IR_OP_COUNT);
 #undef GDL_IR_OP_COUNT
 
 const char* op_name(Op op);
+// Ops whose element i reads only element i of each argument (as broadcast):
+// the op table's elementwise ops (compiler/ops/op_table.cc checks that the
+// two agree). The plan's checks read it where they cannot reach the table.
+inline bool reads_elementwise(Op op) {
+  return (op >= Op::kNeg && op <= Op::kShr) || op == Op::kBroadcastTo || op == Op::kStopGradient || op == Op::kCopy;
+}
 // Inputs, params, state, run-time scalars and constants: values no kernel computes.
 inline bool is_leaf(Op op) {
   return op == Op::kInput || op == Op::kParam || op == Op::kScalar || op == Op::kConstant || op == Op::kState ||

@@ -97,11 +97,18 @@ bool update_is_view(const ir::Graph& g, const ir::Node& n) {
   return t.region != ir::kNoValue && t.whole == strip_reshapes(g, n.args[0]) && g.node(t.region).attrs.ints == n.attrs.ints;
 }
 
-namespace {
-// Whether a value that shares a step with others reads its arguments at its
-// own elements: all but a matmul and the norm that may be its prologue.
-bool reads_elementwise(Op op) { return op != Op::kMatMul && op != Op::kLayerNorm && op != Op::kRmsNorm; }
-}  // namespace
+bool reads_own_elements(const ir::Graph& g, ValueId reader, ValueId write) {
+  const ir::Node& r = g.node(reader);
+  if (!ir::reads_elementwise(r.op)) return false;
+  const ValueId target = write_target(g, write).whole;
+  for (ValueId a : r.args) {
+    ValueId root = a;  // through views: does a lie in the target's storage?
+    while (root != target && is_view_node(g, g.node(root))) root = g.node(root).args.at(0);
+    if (root != target) continue;
+    if (strip_reshapes(g, a) != target || !(g.node(a).type.shape == g.node(write).type.shape)) return false;
+  }
+  return true;
+}
 
 bool replaces_whole(const ir::Graph& g, const ir::Node& n) {
   return n.op == Op::kUpdateSlice && n.args.size() == 2 && !update_is_view(g, n) && g.node(n.args[1]).type == n.type;
@@ -530,17 +537,16 @@ std::string verify_plan(const Plan& p) {
     }
   }
   // Every reader of the value an in-place write overwrites runs in an
-  // earlier step, or, for a write that replaces its base whole, is an
-  // elementwise value of the write's own step (it reads element i before
-  // the step writes it): any value of a step but a matmul anchor and its
-  // norm prologue, which read whole rows.
+  // earlier step, or, for a write that replaces its base whole, is a value
+  // of the write's own step that reads only the element it computes
+  // (reads_own_elements: read before the same thread writes it).
   const std::vector<std::vector<ValueId>> consumers = consumers_of(g);
   for (size_t v = 0; v < count; ++v) {
     if (!ir::writes_in_place(g.nodes[v].op) || written_by[v] == kNoStep) continue;
     const bool whole = replaces_whole(g, g.nodes[v]);
     for (ValueId r : overwritten_readers(g, static_cast<ValueId>(v), consumers))
       if (in_step[static_cast<size_t>(r)] != kNoStep && in_step[static_cast<size_t>(r)] >= written_by[v] &&
-          !(whole && in_step[static_cast<size_t>(r)] == written_by[v] && reads_elementwise(g.node(r).op)))
+          !(whole && in_step[static_cast<size_t>(r)] == written_by[v] && reads_own_elements(g, r, static_cast<ValueId>(v))))
         return ref(r) + " reads the value that step " + std::to_string(written_by[v]) + " overwrites in place (" +
                ref(static_cast<ValueId>(v)) + "), but runs in step " + std::to_string(in_step[static_cast<size_t>(r)]);
   }

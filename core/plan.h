@@ -192,6 +192,13 @@ bool update_is_view(const ir::Graph& g, const ir::Node& n);
 // v in the update's own kernel, writing straight into base (plan/fuse.cc).
 bool replaces_whole(const ir::Graph& g, const ir::Node& n);
 
+// Whether `reader`, computed in the step of `write` (which replaces its
+// base whole), reads the storage the write overwrites only at the element
+// it computes: an elementwise op whose every argument in that storage is
+// all of it (through reshapes, no slice), shaped as the write's result. Then
+// each element is read before the same thread writes it.
+bool reads_own_elements(const ir::Graph& g, ir::ValueId reader, ir::ValueId write);
+
 // consumers[v]: the nodes that take v as an argument, ascending.
 std::vector<std::vector<ir::ValueId>> consumers_of(const ir::Graph& g);
 

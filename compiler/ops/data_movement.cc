@@ -714,7 +714,6 @@ void concat_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBlock
     block(n.type.shape[axis].symbol, " joins along dim " + g.dims[static_cast<size_t>(n.type.shape[axis].symbol)].name);
 }
 
-bool same_type(const Node& n, const Node& arg) { return n.type == arg.type; }
 bool identity_permutation(const Node& n, const Node& arg) {
   for (size_t i = 0; i < n.attrs.ints.size(); ++i)
     if (n.attrs.ints[i] != static_cast<int64_t>(i)) return false;
@@ -735,24 +734,28 @@ void vjp_transpose(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
   d[0] = b.transpose(dy, std::move(inverse));
 }
 // dx is dy where the slice read and zero elsewhere: dy written into zeros
-// (update_slice) over x's compile-time axes; an axis sliced to a run-time
-// length (x[0:T]) is widened after, by a gather whose positions past T read zero.
+// (update_slice) over x's compile-time axes that the slice cut. An axis
+// whose extent changes between compile-time and run-time (x[0:T] of a fixed
+// axis, x[0:2] of a run-time one) is widened after, by a gather of
+// positions arange(x's extent) - start, which read zero outside the slice.
 void vjp_slice(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ir::Node n = b.node(y);
   const Shape xs = b.shape(n.args[0]);
   Shape region = xs;
   std::vector<int64_t> bounds;
-  std::vector<size_t> widened;
+  std::vector<std::pair<size_t, int64_t>> widened;  // (axis, start)
   for (size_t axis = 0; axis < xs.size(); ++axis) {
     const Dim& out = n.type.shape[axis];
-    if (out.is_runtime()) {  // a run-time axis whole, or x[0:T]
-      if (!xs[axis].is_runtime()) widened.push_back(axis);
-      region[axis] = out;
-      bounds.insert(bounds.end(), {0, -1});
-      continue;
-    }
     const int64_t start = n.attrs.ints.at(2 * axis);
-    bounds.insert(bounds.end(), {start, start + out.extent});
+    if (out.is_runtime() != xs[axis].is_runtime()) {
+      widened.emplace_back(axis, start);
+      region[axis] = out;
+      bounds.insert(bounds.end(), {0, out.is_runtime() ? -1 : out.extent});
+    } else if (out.is_runtime()) {  // a run-time axis whole
+      bounds.insert(bounds.end(), {0, -1});
+    } else {
+      bounds.insert(bounds.end(), {start, start + out.extent});
+    }
   }
   ValueId dx = dy;
   if (!(region == n.type.shape)) {
@@ -760,11 +763,13 @@ void vjp_slice(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d
     at.ints = bounds;
     dx = b.emit(Op::kUpdateSlice, {b.zeros({n.type.dtype, region}), dy}, at);
   }
-  for (size_t axis : widened) {
+  for (auto [axis, start] : widened) {
     ir::Attrs range, along;
-    range.ints = {0, xs[axis].extent, 1};
+    range.ints = {0, xs[axis].is_runtime() ? 0 : xs[axis].extent, 1};
     along.axis = static_cast<int>(axis);
-    dx = b.emit(Op::kGather, {dx, b.emit(Op::kArange, {}, range)}, along);
+    ValueId positions = b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {xs[axis]}});
+    if (start != 0) positions = b.sub(positions, b.constant(static_cast<double>(start), DType::kI32));
+    dx = b.emit(Op::kGather, {dx, positions}, along);
   }
   d[0] = dx;
 }
@@ -787,9 +792,9 @@ void vjp_concat(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& 
 }
 
 // The rows read are added back where they were read from: dtable =
-// scatter_add(zeros, ids, dy) along the axis (ids outside the table read
-// zero and add nothing). ids takes 1s for the table's dims before the axis,
-// as scatter's index does.
+// scatter_add(zeros, ids, dy) along the axis, in f32 (ids outside the
+// table read zero and add nothing). ids takes 1s for the table's dims
+// before the axis, as scatter's index does.
 void vjp_gather(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ir::Node n = b.node(y);
   const TensorType table = b.type(n.args[0]);
@@ -798,13 +803,21 @@ void vjp_gather(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& 
       b.refused = "whose table has a run-time dim (its gradient is added into a table of fixed shape)";
       return;
     }
+  const Shape ids = b.shape(n.args[1]);
+  for (size_t k = 1; k < ids.size(); ++k)
+    if (ids[k].is_runtime()) {
+      b.refused = "whose ids have a run-time dim after their first (its gradient's scatter_add takes one, first)";
+      return;
+    }
   Shape index(static_cast<size_t>(n.attrs.axis), Dim::constant(1));
-  const Shape& ids = b.shape(n.args[1]);
   index.insert(index.end(), ids.begin(), ids.end());
   ir::Attrs along;
   along.axis = n.attrs.axis;
   const ValueId rows = b.reshape(n.args[1], index);
-  d[0] = b.emit(Op::kScatterAdd, {b.zeros(table), rows, dy}, along);
+  // Rows read many times (a frequent token) add up in f32: in f16 or bf16
+  // the small parts would round away against the sum.
+  const ValueId sums = b.emit(Op::kScatterAdd, {b.zeros({DType::kF32, table.shape}), rows, b.cast(dy, DType::kF32)}, along);
+  d[0] = b.cast(sums, table.dtype);
 }
 // Each element read is added back at its index: along the axis,
 // dx[e] = sum over j of dy[j] where index[j] == e. Written as a comparison

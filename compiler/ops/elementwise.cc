@@ -208,7 +208,6 @@ double gelu(double x, DType) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.
 double silu(double x, DType) { return x / (1.0 + std::exp(-x)); }
 double abs(double x, DType t) { return t == DType::kI32 ? host::wrap_i32(std::abs(static_cast<int64_t>(x))) : std::fabs(x); }
 double cast(double x, DType) { return x; }  // the rounding to the result's dtype is the cast
-double identity(double x, DType) { return x; }
 double cos(double x, DType) { return std::cos(x); }
 double sin(double x, DType) { return std::sin(x); }
 double erf(double x, DType) { return std::erf(x); }
@@ -338,7 +337,6 @@ void eval_broadcast_to(const ir::Node&, const EvalArgs& in, HostTensor& out) {
   }
 }
 
-bool same_type(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
 
 // --------------------------------------------------------- derivative rules
 // d[k] from dy for operand k; `y` is the node. An operand that broadcast
@@ -418,10 +416,12 @@ void vjp_choose(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& 
   d[1] = sum_to_operand(b, y, 1, b.mul(dy, b.sub(number(b, y, 1), p_share)));
 }
 // y = p^q: dp = q p^(q - 1); dq = y log(p), taken as 0 where p <= 0 (log
-// undefined; p = 0 contributes nothing there).
+// undefined there).
 void vjp_pow(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ValueId p = operand(b, y, 0), q = operand(b, y, 1);
-  d[0] = sum_to_operand(b, y, 0, b.mul(dy, b.mul(q, b.binary(Op::kPow, p, b.sub(q, number(b, y, 1))))));
+  // q p^(q - 1), taken as 0 where q == 0 (p^0 is constant; 0 * 0^-1 would be NaN).
+  const ValueId slope = b.mul(q, b.binary(Op::kPow, p, b.sub(q, number(b, y, 1))));
+  d[0] = sum_to_operand(b, y, 0, b.where(b.binary(Op::kEq, q, 0.0), number(b, y, 0), b.mul(dy, slope)));
   const ValueId positive = b.binary(Op::kGt, p, 0.0);
   const ValueId safe_p = b.where(positive, p, number(b, y, 1));
   d[1] = sum_to_operand(b, y, 1, b.where_else_zero(positive, b.mul(dy, b.mul(y, b.unary(Op::kLog, safe_p)))));
@@ -435,7 +435,6 @@ void vjp_where(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d
 // where it lifts x and is not above hi, hi where it caps.
 void vjp_clamp(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ValueId x = operand(b, y, 0), lo = operand(b, y, 1), hi = operand(b, y, 2);
-  if (!is_float(b.type(y).dtype)) return;
   const ValueId inside = b.binary(Op::kAnd, b.binary(Op::kGe, x, lo), b.binary(Op::kLe, x, hi));
   const ValueId lifts = b.binary(Op::kAnd, b.binary(Op::kLt, x, lo), b.binary(Op::kLe, lo, hi));
   const ValueId caps = b.binary(Op::kGt, b.binary(Op::kMax, x, lo), hi);
@@ -574,7 +573,7 @@ void add_elementwise_ops(std::vector<OpDef>& defs) {
   // stop_gradient(x): x, through which grad passes nothing (a zero
   // derivative). Constant folding, after lowering has taken the gradients,
   // redirects its readers to x, so it costs no kernel.
-  OpDef stop = with_vjp(unary(Op::kStopGradient, "stop_gradient", infer_any, identity, "gdl::op::copy"), zero_derivative);
+  OpDef stop = with_vjp(unary(Op::kStopGradient, "stop_gradient", infer_any, identity_rule, "gdl::op::copy"), zero_derivative);
   stop.is_identity = [](const ir::Node&, const ir::Node&) { return true; };
   defs.push_back(stop);
   OpDef c = unary(Op::kCast, "cast", infer_cast, cast, nullptr);  // codegen: the element converted, no call

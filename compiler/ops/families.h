@@ -36,6 +36,12 @@ std::optional<TypeResult> normalize_axis(TypeQuery& q, size_t slot, int64_t axis
 // the rule returns.
 const TensorType* float_rows_operand(TypeQuery& q, std::optional<TypeResult>* bad);
 
+// Shared CPU rule and identity test: x itself (copy, stop_gradient), and
+// a node of its argument's type (a cast or reshape to it, a broadcast_to
+// of its shape: constant folding drops them).
+double identity_rule(double x, DType);
+bool same_type(const ir::Node& n, const ir::Node& arg);
+
 // Shared by the IR text of the ops' attributes.
 std::string number_text(double v);                     // shortest text that reads back as v
 std::string ints_text(const std::vector<int64_t>& v);  // "[1, 0]"

@@ -45,8 +45,12 @@ const Table& table() {
       defined[i] = true;
       t.by_op[i] = d;
     }
-    for (size_t i = 0; i < ir::kOpCount; ++i)
+    for (size_t i = 0; i < ir::kOpCount; ++i) {
       GDL_INTERNAL_ASSERT(defined[i], std::string("op ") + ir::op_name(static_cast<ir::Op>(i)) + " has no entry");
+      GDL_INTERNAL_ASSERT(ir::reads_elementwise(static_cast<ir::Op>(i)) == (t.by_op[i].fusion == FusionClass::kElementwise),
+                          std::string("op ") + ir::op_name(static_cast<ir::Op>(i)) +
+                              ": ir::reads_elementwise disagrees with its fusion class");
+    }
     size_t expansion = 0;
     for (const OpDef& d : defs)
       if (d.callable) {
@@ -80,6 +84,9 @@ std::string attrs_text(const ir::Node& n) {
   const std::string text = d.attr_text ? d.attr_text(n.attrs) : "";
   return text.empty() ? "" : " {" + text + "}";
 }
+
+double identity_rule(double x, DType) { return x; }
+bool same_type(const ir::Node& n, const ir::Node& arg) { return n.type == arg.type; }
 
 void zero_derivative(autodiff::AdjointBuilder&, ir::ValueId, ir::ValueId, std::vector<ir::ValueId>&) {}
 

@@ -347,10 +347,12 @@ void vjp_sum(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) 
   const ir::Node n = b.node(y);
   d[0] = b.broadcast_to(b.keep_reduced_axes(dy, n), b.shape(n.args[0]));
 }
+// mean: the sum's, divided by the count in f32 (257 is 256 in bf16).
 void vjp_mean(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ir::Node n = b.node(y);
-  const ValueId count = b.count(b.shape(n.args[0]), autodiff::reduced_axes(n), n.type.dtype);
-  d[0] = b.broadcast_to(b.div(b.keep_reduced_axes(dy, n), count), b.shape(n.args[0]));
+  const ValueId count = b.count(b.shape(n.args[0]), autodiff::reduced_axes(n), DType::kF32);
+  const ValueId share = b.cast(b.div(b.cast(b.keep_reduced_axes(dy, n), DType::kF32), count), n.type.dtype);
+  d[0] = b.broadcast_to(share, b.shape(n.args[0]));
 }
 // max and min over axes: the elements equal to the result share its adjoint.
 void vjp_extreme(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
@@ -366,13 +368,16 @@ void vjp_softmax(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>&
   d[0] = b.mul(y, b.sub(dy, along));
 }
 // An element feeds the running sums from its position on: dx is dy summed
-// from the end, total - (inclusive running sum) + dy.
+// from the end, total - (inclusive running sum) + dy, in f32 (in f16 or
+// bf16 the difference of two large sums would cancel the late positions).
 void vjp_cumsum(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const int axis = b.node(y).attrs.axis;
+  const DType t = b.type(y).dtype;
   ir::Attrs along;
   along.axis = axis;
-  const ValueId running = b.emit(Op::kCumSum, {dy}, along);
-  d[0] = b.add(b.sub(b.reduce(Op::kSum, dy, {axis}, true), running), dy);
+  const ValueId g = b.cast(dy, DType::kF32);
+  const ValueId running = b.emit(Op::kCumSum, {g}, along);
+  d[0] = b.cast(b.add(b.sub(b.reduce(Op::kSum, g, {axis}, true), running), g), t);
 }
 
 OpDef reduction(Op op, const char* callable, InferFn infer) {

@@ -50,6 +50,8 @@ TypeResult infer_scatter(TypeQuery& q) {
                    "convert it with cast(index, i32)");
   const TensorType* values = q.tensor(2, name);
   if (!values) return TypeResult::failed();
+  if (name == "scatter_add" && base->dtype == DType::kBool)  // the call's name and the op's IR name alike
+    return q.error(0, "scatter_add adds numbers, got " + q.text(*base), "use scatter to set bools, or cast(x, i32) first");
   if (base->rank() == 0) return q.error(0, name + " needs a base of rank >= 1, got " + q.text(*base));
   for (const Dim& d : base->shape)
     if (d.is_runtime())
@@ -191,8 +193,6 @@ void eval_update_slice(const Node& n, const EvalArgs& in, HostTensor& out) {
     }
   }
 }
-
-double identity(double x, DType) { return x; }
 
 // ----------------------------------------------------------------- kernels
 
@@ -351,7 +351,7 @@ void add_update_ops(std::vector<OpDef>& defs) {
   copy.operands = copy.required = 1;
   copy.min_args = copy.max_args = 1;
   copy.infer = infer_copy;
-  copy.unary = identity;
+  copy.unary = identity_rule;
   copy.device_function = "gdl::op::copy";
   defs.push_back(copy);
 }

@@ -16,11 +16,12 @@
 //       when something needs it in a buffer (an output, a view, a structured
 //       or data-movement op) or nothing computes it otherwise (dead);
 //    b. an elementwise value joins group G when every consumer of it is an
-//       elementwise member of G, it is not an output, nothing views it, G's
-//       result is elementwise, and G's result has at most kMaxRecompute times
-//       its element count (a value broadcast into the result is computed once
-//       per result element: a little arithmetic is cheaper than a node, a
-//       long chain over a vector broadcast into a matrix may not be); a
+//       elementwise member of G (or G's whole update, taking it as its
+//       value), it is not an output, nothing views it, G takes members,
+//       and G's result has at most kMaxRecompute times its element count
+//       (a value broadcast into the result is computed once per result
+//       element: a little arithmetic is cheaper than a node, a long chain
+//       over a vector broadcast into a matrix may not be); a
 //       value made from its index alone (OpDef::joins_elementwise: rand,
 //       randn, arange) joins the same way when it has G's result's shape and
 //       G has no matmul, whose epilogue takes none: element i of the kernel
@@ -31,8 +32,8 @@
 //       shape, and both are floats (the epilogue returns a float);
 //    d. anything else (an output, a value with consumers in two groups or
 //       outside any group, a structured or data-movement op) starts a group
-//       whose result it is. Only a group whose result is elementwise takes
-//       members; the one prologue is case e.
+//       whose result it is. Only a group whose result is elementwise (or
+//       a whole update, below) takes members; the one prologue is case e.
 //    e. a layernorm or rmsnorm joins group G as its prologue when its only
 //       consumer is G's matmul, as a (gdl_matmul.cuh then normalizes each
 //       row as it stages it), the rows the matmul's blocks re-read for
@@ -46,7 +47,9 @@
 //       that write: it must read the old value. The one exception is an
 //       elementwise value joining the group whose result is that write,
 //       when the write replaces its base whole (plan::replaces_whole, a
-//       state's new value): the kernel reads element i, then writes it.
+//       state's new value) and the value reads that storage whole at its
+//       own elements (plan::reads_own_elements): the kernel reads element
+//       i, then writes it.
 //    A whole update takes its value as a member the way an elementwise
 //    result does, so a state's new value (an optimizer's step) is computed
 //    straight into the state's memory instead of copied there.
@@ -105,7 +108,7 @@ struct Group {
   ValueId result = ir::kNoValue;
   ValueId anchor = ir::kNoValue;  // a matmul whose epilogue the other values form
   ValueId prologue = ir::kNoValue;  // a norm that the anchor normalizes its a with
-  bool takes_members = false;     // the result is elementwise
+  bool takes_members = false;     // the result is elementwise, or a whole update
   bool has_indexed = false;       // a member is made from its index (case b): no matmul joins
   std::vector<ValueId> values;
 };
@@ -226,9 +229,11 @@ class Fuser {
     const Group& group = groups_[static_cast<size_t>(target)];
     const ir::Node& result = g_.node(group.result);
     // Case f; an elementwise value may read the storage that its group's
-    // whole update overwrites: it reads element i before the kernel writes it.
+    // whole update overwrites, at its own elements only (not through a
+    // slice or a broadcast): it reads element i before the kernel writes it.
     const ValueId deadline = deadline_[static_cast<size_t>(v)];
-    if (group.result > deadline || (group.result == deadline && !(elementwise && replaces_whole(g_, result))))
+    if (group.result > deadline ||
+        (group.result == deadline && !(replaces_whole(g_, result) && reads_own_elements(g_, v, group.result))))
       return kNoGroup;
     if (indexed) return group.anchor == ir::kNoValue && n.type.shape == result.type.shape ? target : kNoGroup;
     if (elementwise) {

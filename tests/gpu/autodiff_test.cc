@@ -16,10 +16,6 @@ using namespace gdl::gpu_test;
 
 namespace {
 
-std::string with_dtype(std::string text, const std::string& t) {
-  for (size_t at = text.find("{T}"); at != std::string::npos; at = text.find("{T}", at)) text.replace(at, 3, t);
-  return text;
-}
 
 // A classifier's loss and the gradients of its weights and its input, over
 // a run-time batch.

@@ -112,6 +112,14 @@ std::string first_mismatch(const std::map<std::string, TensorData>& got, const s
 
 std::vector<int64_t> upper_dims(const Program& program);
 
+// Every `key` in `text` replaced by `value`; with_dtype: "{T}" by a dtype name.
+inline std::string substitute(std::string text, const std::string& key, const std::string& value) {
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+    text.replace(at, key.size(), value);
+  return text;
+}
+inline std::string with_dtype(const std::string& text, const std::string& t) { return substitute(text, "{T}", t); }
+
 // A state's value as the session holds it (REQUIREs success).
 TensorData read_state(Session& s, const TensorInfo& info);
 

@@ -21,14 +21,6 @@ namespace {
 
 const std::vector<std::string> kFloats = {"f32", "f16", "bf16"};
 
-std::string substitute(std::string text, const std::string& key, const std::string& value) {
-  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
-    text.replace(at, key.size(), value);
-  return text;
-}
-
-std::string with_dtype(const std::string& text, const std::string& t) { return substitute(text, "{T}", t); }
-
 // One session; for each entry of `dims_sequence`, fresh random inputs (params
 // bound once), `replays` graph runs and one eager run, each on a poisoned
 // arena and compared with the CPU reference.

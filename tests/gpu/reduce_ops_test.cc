@@ -18,12 +18,6 @@ const std::vector<std::string> kFloats = {"f32", "f16", "bf16"};
 const std::vector<std::string> kNumbers = {"f32", "f16", "bf16", "i32"};
 const std::vector<std::string> kAll = {"f32", "f16", "bf16", "i32", "bool"};
 
-std::string substitute(std::string text, const std::string& key, const std::string& value) {
-  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
-    text.replace(at, key.size(), value);
-  return text;
-}
-
 struct OpCase {
   std::string name;
   std::string text;  // a whole program; {T} is the dtype under test

@@ -53,10 +53,6 @@ steps = steps + 1;
 y = m * 2.0;
 )";
 
-std::string with_dtype(std::string text, const std::string& t) {
-  for (size_t at = text.find("{T}"); at != std::string::npos; at = text.find("{T}", at)) text.replace(at, 3, t);
-  return text;
-}
 
 }  // namespace
 
