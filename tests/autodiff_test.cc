@@ -264,6 +264,87 @@ d_x = grad(loss, x);
                   {"x"}, 523);
 }
 
+TEST_CASE("grad: attention's q, k and v, grouped heads, per-sequence lengths and causal queries") {
+  // Lengths are drawn as 0..2 plus 2 (a row of few positions; positions past
+  // it must get no gradient) and 0..2 (a sequence of length 0: zero rows).
+  const std::string grouped = R"(program t;
+input q : f32[2, 4, 3];
+input k : f32[2, 2, 5, 3];
+input v : f32[2, 2, 5, 2];
+input lens : i32[2];
+input w : f32[2, 4, 2];
+output loss : f32;
+output d_q : f32[2, 4, 3];
+output d_k : f32[2, 2, 5, 3];
+output d_v : f32[2, 2, 5, 2];
+let o = attention(q, k, v, lens + 2);
+loss = sum(reshape(o * w, [-1]));
+d_q = grad(loss, q);
+d_k = grad(loss, k);
+d_v = grad(loss, v);
+)";
+  check_gradients(grouped, {"q", "k", "v"}, 530);
+  // Causal queries from a per-sequence start, with a scale, one k/v head for three query heads.
+  check_gradients(R"(program t;
+input q : f32[2, 3, 3, 4];
+input k : f32[2, 1, 6, 4];
+input v : f32[2, 1, 6, 4];
+input starts : i32[2];
+input w : f32[2, 3, 3, 4];
+output loss : f32;
+output d_q : f32[2, 3, 3, 4];
+output d_k : f32[2, 1, 6, 4];
+output d_v : f32[2, 1, 6, 4];
+let o = attention(q, k, v, starts + 3, start = starts, scale = 0.7);
+loss = sum(reshape(o * w, [-1]));
+d_q = grad(loss, q);
+d_k = grad(loss, k);
+d_v = grad(loss, v);
+)",
+                  {"q", "k", "v"}, 531);
+  // No sequence dims, one length and one start for all, and a length of 0.
+  check_gradients(R"(program t;
+input q : f32[2, 2, 3];
+input k : f32[2, 4, 3];
+input v : f32[2, 4, 3];
+input n : i32;
+input w : f32[2, 2, 3];
+output loss : f32;
+output d_q : f32[2, 2, 3];
+output d_k : f32[2, 4, 3];
+output d_v : f32[2, 4, 3];
+let o = attention(q, k, v, 4, start = n);
+loss = sum(reshape(o * w, [-1])) + sum(reshape(attention(q[0], k, v, n), [-1]));
+d_q = grad(loss, q);
+d_k = grad(loss, k);
+d_v = grad(loss, v);
+)",
+                  {"q", "k", "v"}, 532);
+}
+
+TEST_CASE("grad: attention over a run-time batch equals its rows computed one at a time") {
+  // The rule reshapes around run-time sequence dims: a batch of 3 must give
+  // each sequence the gradient it gets alone.
+  const std::string text = R"(program t;
+dim B in [1, 4];
+input q : f32[B, 2, 2, 4];
+input k : f32[B, 1, 5, 4];
+input v : f32[B, 1, 5, 4];
+input starts : i32[B];
+input w : f32[B, 2, 2, 4];
+output loss : f32;
+output d_q : f32[B, 2, 2, 4];
+output d_k : f32[B, 1, 5, 4];
+output d_v : f32[B, 1, 5, 4];
+let o = attention(q, k, v, starts + 2, start = starts);
+loss = sum(o * w, axis = [0, 1, 2, 3]);
+d_q = grad(loss, q);
+d_k = grad(loss, k);
+d_v = grad(loss, v);
+)";
+  check_gradients(text, {"q", "k", "v"}, 533, 5e-3, {3});
+}
+
 TEST_CASE("grad: a classifier's cross-entropy through two layers, every weight at once") {
   const std::string text = R"(program t;
 input x : f32[4, 6];
@@ -463,13 +544,14 @@ w = w - grad(loss, w);
   // An op without a derivative rule on the way from x to the loss.
   e = compile_errors(R"(program t;
 input q : f32[1, 2, 4];
-input k : f32[1, 2, 8, 4];
+input k : f32[3, 2, 4, 4];
 input len : i32[1];
+input blocks : i32[1, 2];
 output d : f32[1, 2, 4];
-let o = attention(q, k, k, len);
+let o = paged_attention(q, k, k, len, blocks);
 d = grad(sum(reshape(o, [-1])), q);
 )");
-  CHECK(e.find("test.gdl:7:5: error: grad: the loss depends on the value differentiated through attention at 6:9, "
+  CHECK(e.find("test.gdl:8:5: error: grad: the loss depends on the value differentiated through paged_attention at 7:9, "
                "which has no derivative rule") != std::string::npos);
   // A rule that covers only some of its op's cases says which.
   e = compile_errors(R"(program t;

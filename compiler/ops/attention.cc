@@ -19,6 +19,9 @@
 // sum of v_t; no position gives a zero row. Over a run-time T that buckets
 // pad, positions past its valid count are padding whatever len says.
 //
+// grad: attention's derivative recomputes the probabilities (vjp_attention
+// below); paged_attention has none.
+//
 // Kernels (plan/kernel_choice.h choose_attention): the grouped one
 // (gdl_attention_group.cuh: the query heads of a k/v head on tensor cores,
 // f16/bf16 heads of multiples of 64, sm_80) and, in gdl_attention.cuh, the
@@ -30,6 +33,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -41,8 +45,10 @@
 namespace gdl::ops {
 namespace {
 
+using autodiff::AdjointBuilder;
 using ir::Node;
 using ir::Op;
+using ir::ValueId;
 
 constexpr int kAttentionBlock = 256;
 constexpr int kAttentionChunk = 512;             // positions scored per pass (shared memory)
@@ -382,6 +388,98 @@ void attention_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBl
                                ": q.k would sum over padding");
 }
 
+// The derivative of attention, recomputed from its operands (the forward
+// keeps no probabilities): the query heads of each k/v head as one matrix
+// of rows (head in group, query), so GQA's k and v are read once per group
+// and their parts summed over the group by the matmuls themselves.
+//   s = scale * q k^T, masked to t < len (and t <= start + i), in f32
+//   p = softmax(s) over the valid positions (a row with none: zeros)
+//   dv = p^T do;  dp = do v^T;  ds = p (dp - sum(dp p)) scale
+//   dq = ds k;    dk = ds^T q
+// The matmuls run in the operands' dtype, the softmax and ds in f32. It
+// holds p and ds whole (rows x T per k/v head), like PyTorch's math path;
+// a fused backward that streams positions is the memory-light alternative.
+void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
+  const Node n = b.node(y);
+  const AttentionOperands a = attention_operands(n);
+  const TensorType q = b.type(a.q), k = b.type(a.k), v = b.type(a.v);
+  const size_t kr = k.shape.size();
+  const Dim positions = k.shape[kr - 2];
+  if (positions.is_runtime() || q.shape.back().is_runtime() || v.shape.back().is_runtime()) {
+    b.refused = "over a run-time number of positions or a run-time head dim (its gradient is written for fixed ones)";
+    return;
+  }
+  const Shape sequences(k.shape.begin(), k.shape.end() - 3);
+  const auto s = static_cast<int64_t>(sequences.size());
+  const Dim heads = q.shape[q.shape.size() - 2], kv_heads = k.shape[kr - 3];
+  const int64_t queries = a.causal() ? q.shape[q.shape.size() - 3].extent : 1;
+  if (heads.is_runtime() || kv_heads.is_runtime() || (a.causal() && q.shape[q.shape.size() - 3].is_runtime())) {
+    b.refused = "with a run-time number of heads or queries (its gradient is written for fixed ones)";
+    return;
+  }
+  if (s + 5 > kMaxRank) {
+    b.refused = "of rank " + std::to_string(q.rank()) + " (its gradient regroups the heads with two more dims, at most " +
+                std::to_string(kMaxRank) + ")";
+    return;
+  }
+  const int64_t group = heads.extent / kv_heads.extent, rows = group * queries;
+  const auto with = [&](std::initializer_list<Dim> tail) {
+    Shape r = sequences;
+    r.insert(r.end(), tail);
+    return r;
+  };
+  const auto lead = [&](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> perm;
+    for (int64_t i = 0; i < s; ++i) perm.push_back(i);
+    for (int64_t t : tail) perm.push_back(s + t);
+    return perm;
+  };
+  const Dim kvh = kv_heads, g = Dim::constant(group), qd = Dim::constant(queries), r = Dim::constant(rows);
+  // [S..., (Q,) NH, X] -> [S..., KVH, G * Q, X] and back.
+  const auto grouped = [&](ValueId x) {
+    const Dim width = b.shape(x).back();
+    const ValueId split = b.reshape(x, with({qd, kvh, g, width}));
+    return b.reshape(b.transpose(split, lead({1, 2, 0, 3})), with({kvh, r, width}));
+  };
+  const auto ungrouped = [&](ValueId x, const Shape& like) {
+    const Dim width = b.shape(x).back();
+    const ValueId split = b.reshape(x, with({kvh, g, qd, width}));
+    return b.reshape(b.transpose(split, lead({2, 0, 1, 3})), like);
+  };
+  const ValueId qg = grouped(a.q), dog = grouped(dy);
+
+  // The mask over [S..., KVH, G * Q, T]: position t < len, and with start t <= start + (row % Q).
+  const auto per_sequence = [&](ValueId x) {  // rank 0, or S... -> [S..., 1, 1, 1]
+    return b.type(x).rank() == 0 ? x : b.reshape(x, with({Dim::constant(1), Dim::constant(1), Dim::constant(1)}));
+  };
+  const auto arange = [&](int64_t extent) {
+    ir::Attrs range;
+    range.ints = {0, extent, 1};
+    return b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {Dim::constant(extent)}});
+  };
+  const ValueId t = arange(positions.extent);
+  ValueId valid = b.binary(Op::kLt, t, per_sequence(a.len));
+  if (a.causal()) {
+    const ValueId query = b.reshape(b.binary(Op::kMod, arange(rows), b.constant(static_cast<double>(queries), DType::kI32)),
+                                    {r, Dim::constant(1)});
+    const ValueId last = b.add(per_sequence(a.start), query);
+    valid = b.binary(Op::kAnd, valid, b.binary(Op::kLe, t, last));
+  }
+  const ValueId scale = b.constant(n.attrs.value, DType::kF32);
+  const ValueId scores = b.mul(b.cast(b.matmul(qg, b.swap_last_two(a.k)), DType::kF32), scale);
+  const ValueId lowest = b.constant(-std::numeric_limits<float>::max(), DType::kF32);
+  ir::Attrs last;
+  last.axis = static_cast<int>(s + 2);
+  const ValueId p = b.where_else_zero(valid, b.emit(Op::kSoftmax, {b.where(valid, scores, lowest)}, last));
+
+  const ValueId dp = b.cast(b.matmul(dog, b.swap_last_two(a.v)), DType::kF32);
+  const ValueId along = b.reduce(Op::kSum, b.mul(dp, p), {last.axis}, true);
+  const ValueId ds = b.cast(b.mul(b.mul(p, b.sub(dp, along)), scale), q.dtype);
+  d[0] = ungrouped(b.matmul(ds, a.k), q.shape);
+  d[1] = b.matmul(b.swap_last_two(ds), qg);
+  d[2] = b.matmul(b.swap_last_two(b.cast(p, q.dtype)), dog);
+}
+
 }  // namespace
 
 void add_attention_ops(std::vector<OpDef>& defs) {
@@ -402,7 +500,10 @@ void add_attention_ops(std::vector<OpDef>& defs) {
     d.blocks_padding = attention_blocks_padding;
     defs.push_back(d);
   };
+  // paged_attention has no derivative rule: its cache is a pool shared by
+  // sequences, written by serving, not trained through.
   add(Op::kAttention, "attention", {"q", "k", "v", "len", "start", "scale"}, infer_attention<false>);
+  defs.back().vjp = vjp_attention;
   add(Op::kPagedAttention, "paged_attention", {"q", "k_pool", "v_pool", "len", "blocks", "start", "scale"},
       infer_attention<true>);
 }

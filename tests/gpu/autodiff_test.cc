@@ -88,6 +88,43 @@ d_up = grad(l, w_up);
 d_norm = grad(l, norm_w);
 )";
 
+// Attention by the attention op in a training step: grouped-query heads
+// (two query heads per k/v head), causal from position 0, a length per
+// sequence (a padded batch), over a run-time batch.
+const char* kAttentionBlock = R"(program attention_block;
+dim B in [1, 8];
+const S = 16;
+const NH = 4;
+const KVH = 2;
+const HD = 32;
+const H = NH * HD;
+input x : {T}[B, S, H];
+input lens : i32[B];
+input norm_w : {T}[H];
+input w_q : {T}[H, H];
+input w_kv : {T}[H, 2 * KVH * HD];
+input w_o : {T}[H, H];
+input dy : {T}[B, S, H];
+output loss : {T};
+output d_x : {T}[B, S, H];
+output d_q : {T}[H, H];
+output d_kv : {T}[H, 2 * KVH * HD];
+output d_o : {T}[H, H];
+let n = rmsnorm(x, weight = norm_w);
+let q = reshape(n @ w_q, [B, S, NH, HD]);
+let kv = n @ w_kv;
+let k = transpose(reshape(kv[:, :, 0:KVH * HD], [B, S, KVH, HD]), perm = [0, 2, 1, 3]);
+let v = transpose(reshape(kv[:, :, KVH * HD:2 * KVH * HD], [B, S, KVH, HD]), perm = [0, 2, 1, 3]);
+let o = attention(q, k, v, lens, start = 0);
+let h = x + reshape(o, [B, S, H]) @ w_o;
+let l = sum(h * dy, axis = [0, 1, 2]);
+loss = l;
+d_x = grad(l, x);
+d_q = grad(l, w_q);
+d_kv = grad(l, w_kv);
+d_o = grad(l, w_o);
+)";
+
 // A language model's ends: token embeddings read by gather (repeated ids
 // among 40 tokens of a 50-row table), and a cross-entropy picked by
 // take_along_axis; the table's gradient is scatter_add's atomic sums.
@@ -155,6 +192,23 @@ TEST_CASE("grad: a decoder block's gradients (rope, causal softmax, SwiGLU, norm
     INFO(t);
     Program program = compile_text(with_dtype(kBlock, t));
     CHECK(check_program(program, seed_for("block " + t), {}, scaled_weights));
+  }
+}
+
+TEST_CASE("grad: attention's gradients (grouped heads, causal, a length per sequence) match the CPU reference") {
+  for (const std::string t : {"f32", "bf16"}) {
+    INFO(t);
+    Program program = compile_text(with_dtype(kAttentionBlock, t));
+    const RangeFor range = [](const TensorInfo& info) {
+      ValueRange r = scaled_weights(info);
+      r.int_lo = 1;  // lens: 1 to S positions
+      r.int_hi = 16;
+      return r;
+    };
+    for (int64_t batch : {1, 3, 8}) {
+      INFO("batch " << batch);
+      CHECK(check_program(program, seed_for("attention block " + t + std::to_string(batch)), {batch}, range));
+    }
   }
 }
 
