@@ -406,6 +406,37 @@ d_w2 = grad(loss, w2);
   CHECK(matmuls == 5);
 }
 
+TEST_CASE("grad: a stacked weight read a layer at a time gets its layers' parts written into one buffer") {
+  // Layers 0 and 1 are read twice (their own slices, and row 1 of both),
+  // so the overlapping parts go into a second buffer, added to the first.
+  const std::string text = R"(program t;
+input w : f32[3, 4, 4];
+input x : f32[2, 4];
+output loss : f32;
+output d_w : f32[3, 4, 4];
+let h = x;
+for l in 0..3 {
+  h = tanh(h @ w[l]);
+}
+let l = sum(h * h, axis = [0, 1]) + sum(w[0:2, 1, :], axis = [0, 1]);
+loss = l;
+d_w = grad(l, w);
+)";
+  check_gradients(text, {"w"}, 540);
+  const ir::Graph g = compile_text(text);
+  int full_zeros = 0, full_adds = 0, full_updates = 0;
+  for (const ir::Node& n : g.nodes) {
+    if (n.type.shape != Shape{Dim::constant(3), Dim::constant(4), Dim::constant(4)}) continue;
+    full_zeros += n.op == ir::Op::kBroadcastTo;
+    full_adds += n.op == ir::Op::kAdd;
+    full_updates += n.op == ir::Op::kUpdateSlice;
+  }
+  // Two buffers (their zeros one value after CSE), four regions written, one add.
+  CHECK(full_zeros == 1);
+  CHECK(full_updates == 4);
+  CHECK(full_adds == 1);
+}
+
 TEST_CASE("grad: a loss that does not depend on the value gives zeros; integer paths pass no gradient") {
   const std::string text = R"(program t;
 input x : f32[3];

@@ -12,6 +12,8 @@
 //    left for dead-code elimination.
 #include "autodiff/gradient.h"
 
+#include <algorithm>
+
 #include "autodiff/adjoint_builder.h"
 #include "internal_error.h"
 #include "ops/op_def.h"
@@ -41,12 +43,61 @@ std::vector<bool> values_on_the_way(const ir::Graph& g, ValueId loss, ValueId wr
   return on_way;
 }
 
-// Step 2: the sum of v's parts (kNoValue: none).
+// A part that is zeros with one region written (a slice's part: one
+// layer's rows of a stacked weight read in a loop): the region's bounds.
+const std::vector<int64_t>* written_region(const ir::Graph& g, ValueId part) {
+  const ir::Node& n = g.node(part);
+  if (n.op != ir::Op::kUpdateSlice) return nullptr;
+  const ir::Node& base = g.node(n.args[0]);
+  if (base.op != ir::Op::kBroadcastTo) return nullptr;
+  const ir::Node& fill = g.node(base.args[0]);
+  return fill.op == ir::Op::kConstant && fill.attrs.value == 0 ? &n.attrs.ints : nullptr;
+}
+
+// Slice bounds [start, end) per axis; an end of -1 is a whole run-time axis.
+bool disjoint(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  for (size_t i = 0; i + 1 < a.size(); i += 2)
+    if (a[i + 1] >= 0 && b[i + 1] >= 0 && (a[i + 1] <= b[i] || b[i + 1] <= a[i])) return true;
+  return false;
+}
+
+// Step 2: the sum of v's parts (kNoValue: none). A part that writes a
+// region of zeros joins the first buffer of such parts whose regions it
+// does not overlap, its region written in turn (L layers' parts of a
+// stacked weight cost one pass over it, not L zeros and L adds); the
+// buffers and the other parts are added.
 ValueId whole_adjoint(AdjointBuilder& b, LossBackward& back, ValueId v) {
   if (auto done = back.adjoint.find(v); done != back.adjoint.end()) return done->second;
-  ValueId sum = ir::kNoValue;
+  struct Buffer {
+    ValueId value;
+    std::vector<std::vector<int64_t>> written;
+  };
+  std::vector<Buffer> buffers;
+  std::vector<ValueId> addends;
   if (auto parts = back.parts.find(v); parts != back.parts.end())
-    for (ValueId part : parts->second) sum = sum == ir::kNoValue ? part : b.add(sum, part);
+    for (ValueId part : parts->second) {
+      const std::vector<int64_t>* found = written_region(b.g, part);
+      if (!found) {
+        addends.push_back(part);
+        continue;
+      }
+      const std::vector<int64_t> region = *found;  // a copy: emit moves the graph's nodes
+      const auto apart = [&](const Buffer& buffer) {
+        return std::all_of(buffer.written.begin(), buffer.written.end(),
+                           [&](const std::vector<int64_t>& w) { return disjoint(w, region); });
+      };
+      auto into = std::find_if(buffers.begin(), buffers.end(), apart);
+      if (into == buffers.end()) {
+        buffers.push_back({part, {region}});
+        continue;
+      }
+      const ir::Node n = b.g.node(part);
+      into->value = b.emit(ir::Op::kUpdateSlice, {into->value, n.args[1]}, n.attrs);
+      into->written.push_back(region);
+    }
+  for (const Buffer& buffer : buffers) addends.push_back(buffer.value);
+  ValueId sum = ir::kNoValue;
+  for (ValueId part : addends) sum = sum == ir::kNoValue ? part : b.add(sum, part);
   back.adjoint[v] = sum;
   return sum;
 }
