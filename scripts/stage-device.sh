@@ -8,10 +8,12 @@
 #   BUILD=.device/build-release GDL_CACHE_DIR=$PWD/.device/cache scripts/gpu-check.sh tests
 #   bash bench/run.sh OUT          (GDL_BENCH_BIN=.device/build-release/bench/gdl_bench)
 #   bash bench/sweep.sh OUT        (the same, and GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache)
+#   bash bench/train.sh OUT        (GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-release}
-targets=(gdl_gpu_tests run_mlp run_chain run_attention hello_host load_and_run llama_generate gdlc gdlrun gdl_bench)
+targets=(gdl_gpu_tests run_mlp run_chain run_attention hello_host load_and_run llama_generate gdlc gdlrun gdl_bench
+  gdl_train_bench)
 [ -f bench/dynamic_bench.cc ] && targets+=(gdl_dynamic_bench)
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j "${JOBS:-2}" --target "${targets[@]}"
@@ -21,7 +23,7 @@ mkdir -p "$stage/tests" "$stage/examples" "$stage/bench" "$stage/artifacts" .dev
 cp "$BUILD/tests/gdl_gpu_tests" "$stage/tests/"
 cp "$BUILD"/examples/run_{mlp,chain,attention} "$BUILD"/examples/{hello_host,load_and_run,llama_generate} "$stage/examples/"
 cp "$BUILD/gdlc" "$BUILD/gdlrun" "$stage/"
-cp "$BUILD/bench/gdl_bench" "$stage/bench/"
+cp "$BUILD/bench/gdl_bench" "$BUILD/bench/gdl_train_bench" "$stage/bench/"
 # What the binaries were built from (bench/run.sh copies it into env.txt).
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . && echo '' || echo ' with uncommitted changes')" \
   >"$stage/bench/built-from.txt"
@@ -47,6 +49,12 @@ rm -rf /tmp/stage-device-sweep
 python3 bench/sweep.py programs /tmp/stage-device-sweep >/dev/null
 for program in /tmp/stage-device-sweep/*.gdl; do
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 traced "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
+done
+# The training benchmark's program at each of its configs (bench/train.sh).
+for sizes in "" "-D L=4 -D H=1024 -D NH=16 -D KVH=4 -D HD=64 -D F=2816 -D V=8192 -D S=512 -D B=8"; do
+  # shellcheck disable=SC2086
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 traced "$stage/gdlc" examples/train_lm.gdl $sizes -o /tmp/stage-device.gdlx \
+    --cache-dir=.device/bench-cache >/dev/null
 done
 rm -rf /tmp/stage-device.gdlx /tmp/stage-device-sweep
 # The examples as artifacts, for the hosts that link the runtime alone
@@ -80,7 +88,7 @@ cp /usr/include/dlpack/dlpack.h "$py/include/dlpack/"
 strip --strip-debug "$py"/lib/*.a
 # What the GPU machine does not run goes; the rest is stripped and packed.
 rm -f "$stage/gdlc" "$stage/bench/gdl_dynamic_bench"
-strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage/bench/gdl_bench" "$stage/gdlrun" \
+strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage"/bench/gdl_{bench,train_bench} "$stage/gdlrun" \
   "$stage"/consumer/consumer "$stage"/consumer/consumer_jit
 # Two packs, each under the device tool's 64 MiB: device.tgz for the tests
 # and examples (the binaries and the tests' cache entries), bench.tgz for

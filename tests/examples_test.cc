@@ -56,7 +56,10 @@ gdl::Bindings random_bindings(const gdl::ir::Graph& g, std::vector<int64_t> dims
     int64_t count = 1;
     for (int64_t e : t.shape) count *= e;
     for (int64_t i = 0; i < count; ++i) {
-      double sign = (rng() & 1) ? 1.0 : -1.0;
+      // Adam's second moments (states named v_*, examples/train_lm.gdl) are
+      // never negative in a run: sqrt reads them.
+      const bool moment = n.op == gdl::ir::Op::kState && n.name.rfind("v_", 0) == 0;
+      double sign = (rng() & 1) || moment ? 1.0 : -1.0;
       double v = t.dtype == gdl::DType::kI32 ? length(rng) : sign * uniform(rng) * (n.op == gdl::ir::Op::kParam ? 0.05 : 1.0);
       t.data.push_back(gdl::round_to_dtype(v, t.dtype));
     }
