@@ -8,6 +8,7 @@
 // run.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "gpu_test_util.h"
 
@@ -156,60 +157,49 @@ ValueRange scaled_weights(const TensorInfo& t) {
   return r;
 }
 
+// scaled_weights, and i32 tensors drawn in [lo, hi].
+RangeFor scaled_weights_and_ints(int64_t lo, int64_t hi) {
+  return [=](const TensorInfo& info) {
+    ValueRange r = scaled_weights(info);
+    r.int_lo = lo;
+    r.int_hi = hi;
+    return r;
+  };
+}
+
+// The program in f32 and in `narrow` (f16 or bf16), against the CPU
+// reference at each batch (a program without run-time dims: once).
+void check_in_two_dtypes(const char* text, const std::string& name, const std::string& narrow,
+                         const std::vector<int64_t>& batches, const RangeFor& range) {
+  for (const std::string& t : {std::string("f32"), narrow}) {
+    INFO(t);
+    Program program = compile_text(with_dtype(text, t));
+    if (batches.empty()) CHECK(check_program(program, seed_for(name + " " + t), {}, range));
+    for (int64_t batch : batches) {
+      INFO("batch " << batch);
+      CHECK(check_program(program, seed_for(name + " " + t + std::to_string(batch)), {batch}, range));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("grad: a classifier's gradients on the GPU match the CPU reference, at every batch") {
-  for (const std::string t : {"f32", "bf16"}) {
-    INFO(t);
-    Program program = compile_text(with_dtype(kClassifier, t));
-    for (int64_t batch : {1, 5, 8, 33, 48}) {
-      INFO("batch " << batch);
-      CHECK(check_program(program, seed_for("classifier " + t + std::to_string(batch)), {batch},
-                          scaled_weights));
-    }
-  }
+  check_in_two_dtypes(kClassifier, "classifier", "bf16", {1, 5, 8, 33, 48}, scaled_weights);
 }
 
 TEST_CASE("grad: an embedding's and a cross-entropy's gradients (scatter_add, take_along_axis) match the CPU reference") {
-  for (const std::string t : {"f32", "bf16"}) {
-    INFO(t);
-    Program program = compile_text(with_dtype(kEmbedding, t));
-    const RangeFor range = [](const TensorInfo& info) {
-      ValueRange r = scaled_weights(info);
-      r.int_lo = 0;  // ids and targets: rows of the table, classes of the logits
-      r.int_hi = 49;
-      return r;
-    };
-    for (int64_t batch : {1, 17, 40}) {
-      INFO("batch " << batch);
-      CHECK(check_program(program, seed_for("embedding " + t + std::to_string(batch)), {batch}, range));
-    }
-  }
+  // ids and targets: rows of the table, classes of the logits.
+  check_in_two_dtypes(kEmbedding, "embedding", "bf16", {1, 17, 40}, scaled_weights_and_ints(0, 49));
 }
 
 TEST_CASE("grad: a decoder block's gradients (rope, causal softmax, SwiGLU, norms) match the CPU reference") {
-  for (const std::string t : {"f32", "f16"}) {
-    INFO(t);
-    Program program = compile_text(with_dtype(kBlock, t));
-    CHECK(check_program(program, seed_for("block " + t), {}, scaled_weights));
-  }
+  check_in_two_dtypes(kBlock, "block", "f16", {}, scaled_weights);
 }
 
 TEST_CASE("grad: attention's gradients (grouped heads, causal, a length per sequence) match the CPU reference") {
-  for (const std::string t : {"f32", "bf16"}) {
-    INFO(t);
-    Program program = compile_text(with_dtype(kAttentionBlock, t));
-    const RangeFor range = [](const TensorInfo& info) {
-      ValueRange r = scaled_weights(info);
-      r.int_lo = 1;  // lens: 1 to S positions
-      r.int_hi = 16;
-      return r;
-    };
-    for (int64_t batch : {1, 3, 8}) {
-      INFO("batch " << batch);
-      CHECK(check_program(program, seed_for("attention block " + t + std::to_string(batch)), {batch}, range));
-    }
-  }
+  // lens: 1 to S positions.
+  check_in_two_dtypes(kAttentionBlock, "attention block", "bf16", {1, 3, 8}, scaled_weights_and_ints(1, 16));
 }
 
 TEST_CASE("training: AdamW steps, state chained run after run, match the CPU reference at every step") {
