@@ -8,7 +8,8 @@
 # the graph and eager launches; bench/train_report.py prints one table
 # (OUT/train.md). Environment: GDL_TRAIN_BIN (default
 # .device/build-release/bench/gdl_train_bench), GDL_BENCH_COMPILE_CACHE (an
-# NVRTC cache folder), GDL_TRAIN_STEPS (timed steps, default 50).
+# NVRTC cache folder), GDL_TRAIN_STEPS (timed steps, default 50),
+# GDL_TRAIN_PROFILE=N (gdl's N slowest kernel nodes, in OUT/gdl_CONFIG.log).
 set -uo pipefail
 OUT=${1:?usage: bash bench/train.sh OUT [CONFIGS]}
 configs=${2:-small,base}
@@ -23,7 +24,8 @@ for config in ${configs//,/ }; do
   python3 bench/train_torch.py --config "$config" --data "$data" --json "$OUT/torch_$config.json" --steps "$STEPS" \
     >"$OUT/torch_$config.log" 2>&1 || { echo "torch $config failed"; failed=1; }
   "$BIN" --data "$data" --program examples/train_lm.gdl --json "$OUT/gdl_$config.json" --steps "$STEPS" \
-    ${GDL_BENCH_COMPILE_CACHE:+--cache-dir "$GDL_BENCH_COMPILE_CACHE"} >"$OUT/gdl_$config.log" 2>&1 ||
+    ${GDL_BENCH_COMPILE_CACHE:+--cache-dir "$GDL_BENCH_COMPILE_CACHE"} --profile "${GDL_TRAIN_PROFILE:-0}" \
+    >"$OUT/gdl_$config.log" 2>&1 ||
     { echo "gdl $config failed"; failed=1; }
 done
 python3 bench/train_report.py "$OUT" | tee "$OUT/train.md"

@@ -11,8 +11,12 @@
 //    graph (and the same with eager launches): the wall clock over --steps
 //    steps after --warmup, synchronized at both ends, divided by the steps.
 //
+// 4. with --profile N, times every kernel node of a step (profile_nodes,
+//    eager launches with events around each) and prints the N slowest and
+//    the sum, so that a slow step shows where its time goes.
+//
 //   gdl_train_bench --data DIR --program examples/train_lm.gdl --json OUT.json
-//                   [--steps 50] [--warmup 10] [--cache-dir DIR]
+//                   [--steps 50] [--warmup 10] [--cache-dir DIR] [--profile N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +31,7 @@
 #include "bench_json.h"
 #include "gdl/gdl.h"
 #include "gdl/jit.h"
+#include "gdl/profile.h"
 
 namespace {
 
@@ -45,7 +50,7 @@ constexpr double kAgreeingUpdates = 0.95;
 
 struct Options {
   std::string data, program, json, cache_dir;
-  int steps = 50, warmup = 10;
+  int steps = 50, warmup = 10, profile = 0;
 };
 
 std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
@@ -104,7 +109,8 @@ int run(const Options& opt) {
   const Json& m = *manifest;
   gdl::jit::CompileSettings settings;
   settings.cache_dir = opt.cache_dir;
-  for (const Json::Member& c : m["consts"].members) settings.consts[c.key] = std::to_string(c.value.as_int());
+  for (const Json::Member& c : m["consts"].members)  // sizes, and the compute dtype DT
+    settings.consts[c.key] = c.value.kind == Json::Kind::kString ? c.value.text : std::to_string(c.value.as_int());
   const auto compile_start = std::chrono::steady_clock::now();
   gdl::Expected<gdl::Program> program = gdl::jit::compile(opt.program, settings);
   require(program.status(), "compile " + opt.program);
@@ -185,6 +191,18 @@ int run(const Options& opt) {
       rows.push_back(JsonObject(base).str("mode", eager ? "eager" : "graph").num("step_us", us).text());
     }
   }
+  if (ok && opt.profile > 0) {
+    gdl::Expected<std::vector<gdl::NodeTime>> nodes = gdl::profile_nodes(s, 5);
+    require(nodes.status(), "profile_nodes");
+    std::vector<size_t> order(nodes->size());
+    double total = 0;
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i, total += (*nodes)[i].device_us;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return (*nodes)[a].device_us > (*nodes)[b].device_us; });
+    std::printf("gdl %s profile: %zu kernel nodes, %.1f us of device time in all; the slowest:\n",
+                m["config"].text.c_str(), nodes->size(), total);
+    for (size_t i = 0; i < order.size() && i < static_cast<size_t>(opt.profile); ++i)
+      std::printf("  #%-4zu %9.1f us  %s\n", order[i], (*nodes)[order[i]].device_us, (*nodes)[order[i]].kernel.c_str());
+  }
   std::ofstream out(opt.json);
   out << "[";
   for (size_t i = 0; i < rows.size(); ++i) out << (i ? ",\n " : "") << rows[i];
@@ -204,6 +222,7 @@ int main(int argc, char** argv) {
     else if (flag == "--cache-dir") opt.cache_dir = value;
     else if (flag == "--steps") opt.steps = std::stoi(value);
     else if (flag == "--warmup") opt.warmup = std::stoi(value);
+    else if (flag == "--profile") opt.profile = std::stoi(value);
     else {
       std::fprintf(stderr, "gdl_train_bench: unknown flag %s\n", flag.c_str());
       return 2;

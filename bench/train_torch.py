@@ -153,7 +153,7 @@ def main():
     cos, sin = rope_tables(c, dev, dt)
     batches = [torch.randint(0, c["V"], (c["B"], c["S"] + 1), generator=gen, device=dev, dtype=torch.int32)
                for _ in range(4)]
-    manifest = {"config": args.config, "consts": c, "weights": {}, "scalars": {}, "after": {}}
+    manifest = {"config": args.config, "consts": dict(c, DT="bf16"), "weights": {}, "scalars": {}, "after": {}}
     for name, w in W.items():
         manifest["weights"][name] = {"shape": list(w.shape), "file": write(args.data, f"w0_{name}.f32", w)}
     manifest["rope_cos"] = write(args.data, "rope_cos.bf16", cos)

@@ -51,7 +51,7 @@ for program in /tmp/stage-device-sweep/*.gdl; do
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 traced "$stage/gdlc" "$program" -o /tmp/stage-device.gdlx --cache-dir=.device/bench-cache >/dev/null
 done
 # The training benchmark's program at each of its configs (bench/train.sh).
-for sizes in "" "-D L=4 -D H=1024 -D NH=16 -D KVH=4 -D HD=64 -D F=2816 -D V=8192 -D S=512 -D B=8"; do
+for sizes in "-D DT=bf16" "-D DT=bf16 -D L=4 -D H=1024 -D NH=16 -D KVH=4 -D HD=64 -D F=2816 -D V=8192 -D S=512 -D B=8"; do
   # shellcheck disable=SC2086
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 traced "$stage/gdlc" examples/train_lm.gdl $sizes -o /tmp/stage-device.gdlx \
     --cache-dir=.device/bench-cache >/dev/null
@@ -92,7 +92,7 @@ strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage"/be
   "$stage"/consumer/consumer "$stage"/consumer/consumer_jit
 # Two packs, each under the device tool's 64 MiB: device.tgz for the tests
 # and examples (the binaries and the tests' cache entries), bench.tgz for
-# the benchmarks (gdl_bench, gdlrun and the bench cache's entries).
+# the benchmarks (gdl_bench, gdl_train_bench, gdlrun and the bench cache's entries).
 used_entries() {  # CACHE: its entries this staging opened or wrote, relative to the repo
   { grep -h -v ' = -1 ' "$trace_dir"/trace.* | grep -oE "\.device/$1/[^\"]+" || true
     find ".device/$1" -type f -newer "$trace_dir/stamp"; } | sort -u | while read -r f; do if [ -f "$f" ]; then echo "$f"; fi; done  # (a last missing entry must not fail the loop)
@@ -100,7 +100,9 @@ used_entries() {  # CACHE: its entries this staging opened or wrote, relative to
 mkdir -p build-pack
 used_entries cache >"$trace_dir/cache.list"
 used_entries bench-cache >"$trace_dir/bench.list"
-tar czf build-pack/device.tgz .device/build-release -T "$trace_dir/cache.list"
+# (the benchmark binaries go in bench.tgz only: both in device.tgz would pass the 64 MiB)
+tar czf build-pack/device.tgz --exclude=.device/build-release/bench/gdl_bench \
+  --exclude=.device/build-release/bench/gdl_train_bench .device/build-release -T "$trace_dir/cache.list"
 tar czf build-pack/bench.tgz .device/build-release/bench .device/build-release/gdlrun -T "$trace_dir/bench.list"
 rm -rf "$trace_dir"
 du -sh build-pack/device.tgz build-pack/bench.tgz

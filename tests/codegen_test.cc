@@ -386,7 +386,7 @@ TEST_CASE("codegen: matmul reductions softmax norms data movement and attention 
     if (n.op == Op::kSum && n.attrs.axis == 2) {
       CHECK(r.work == dims({Dim::runtime(0), c(32)}));  // one block per row
       CHECK(r.items_per_block == 1);
-      CHECK(r.block == 64);
+      CHECK(r.block == 32);  // rows of 64: at least 8 elements a thread
     }
     if (n.op == Op::kAttention) {
       // Two blocks per (batch, head), each over half of the 128 positions.

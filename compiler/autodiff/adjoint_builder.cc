@@ -58,6 +58,17 @@ ValueId AdjointBuilder::sum_to(ValueId x, Shape s) {
 }
 
 ValueId AdjointBuilder::reduce(Op op, ValueId x, const std::vector<int64_t>& axes, bool keepdims) {
+  // Over axes of one element it is x itself (reshaped): no kernel that
+  // reduces rows of length 1 (take_along_axis's part of a cross-entropy
+  // sums its one pick over the vocabulary so).
+  const Shape from = shape(x);
+  if (std::all_of(axes.begin(), axes.end(), [&](int64_t a) { return from[static_cast<size_t>(a)] == Dim::constant(1); })) {
+    if (keepdims) return x;
+    Shape kept;
+    for (size_t a = 0; a < from.size(); ++a)
+      if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) == axes.end()) kept.push_back(from[a]);
+    return reshape(x, kept);
+  }
   ir::Attrs a;
   if (axes.size() == 1) a.axis = static_cast<int>(axes[0]);
   else a.ints = axes;

@@ -61,6 +61,7 @@ class AdjointBuilder {
   // from `s`, and shaped as `s`: the adjoint of an operand that an
   // elementwise op or a batched matmul broadcast.
   ValueId sum_to(ValueId x, Shape s);
+  // (over axes of one element only: x, reshaped when !keepdims)
   ValueId reduce(ir::Op op, ValueId x, const std::vector<int64_t>& axes, bool keepdims);
   // A reduction's result with its reduced axes put back as 1s (the
   // keepdims form), from the node's attributes; a rank-0 result as it is,

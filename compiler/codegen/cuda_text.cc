@@ -118,10 +118,14 @@ LaunchRule task_launch(const std::vector<TaskFactor>& factors, uint32_t block) {
   return rule;
 }
 
-// Threads for a one-block-per-row kernel over rows of at most `len` elements.
+// Threads for a one-block-per-row kernel over rows of at most `len` elements:
+// at least 8 elements a thread up to 256 threads. A row's block reductions
+// cost about the same whatever its block, so short rows take small blocks
+// and an SM holds more rows at once (a softmax over rows of 512 in blocks
+// of 256 left the SMs waiting on its reductions).
 uint32_t row_block(int64_t len) {
   uint32_t block = 32;
-  while (block < 256 && block < len) block *= 2;
+  while (block < 256 && block * 8 < len) block *= 2;
   if (len >= 8192) block = 512;
   return block;
 }
