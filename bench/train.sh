@@ -21,8 +21,13 @@ mkdir -p "$OUT"
 failed=0
 for config in ${configs//,/ }; do
   data=/tmp/gdl-train-data/$config
-  python3 bench/train_torch.py --config "$config" --data "$data" --json "$OUT/torch_$config.json" --steps "$STEPS" \
-    >"$OUT/torch_$config.log" 2>&1 || { echo "torch $config failed"; failed=1; }
+  rm -rf "$data"  # gdl checks against this run's data only
+  if ! python3 bench/train_torch.py --config "$config" --data "$data" --json "$OUT/torch_$config.json" \
+    --steps "$STEPS" >"$OUT/torch_$config.log" 2>&1; then
+    echo "torch $config failed (OUT/torch_$config.log); gdl not run"
+    failed=1
+    continue
+  fi
   "$BIN" --data "$data" --program examples/train_lm.gdl --json "$OUT/gdl_$config.json" --steps "$STEPS" \
     ${GDL_BENCH_COMPILE_CACHE:+--cache-dir "$GDL_BENCH_COMPILE_CACHE"} --profile "${GDL_TRAIN_PROFILE:-0}" \
     >"$OUT/gdl_$config.log" 2>&1 ||

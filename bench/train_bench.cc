@@ -5,8 +5,8 @@
 // 1. compiles examples/train_lm.gdl with the config's sizes as consts;
 // 2. sets the weights (states; the moments start at zero), the rope tables
 //    (params), binds the first batch, runs one step, and compares the loss,
-//    every weight's two moments and its update with PyTorch's. A step that
-//    disagrees is reported and not timed;
+//    every weight's two moments and its update (size and sign) with
+//    PyTorch's. A step that disagrees is reported and not timed;
 // 3. times steps, each binding its own batch of tokens then running the
 //    graph (and the same with eager launches): the wall clock over --steps
 //    steps after --warmup, synchronized at both ends, divided by the steps.
@@ -42,11 +42,12 @@ using gdl_bench::JsonObject;
 
 // bf16 and f32 agree to about 3 significant digits in a gradient; the
 // gradient's moments are compared as whole tensors (relative norm).
-constexpr double kLossTolerance = 1e-2, kMomentTolerance = 5e-2;
-// At step 1 Adam moves each weight by about lr times the sign of its
-// gradient, so a gradient near zero may point either way in bf16: at least
-// this share of the updates must point as PyTorch's.
-constexpr double kAgreeingUpdates = 0.95;
+constexpr double kLossTolerance = 1e-3, kMomentTolerance = 5e-2;
+// At step 1 Adam moves each weight by lr times the sign of its gradient
+// plus the decay, so a gradient near zero may point either way in bf16: at
+// least this share of the updates must be PyTorch's within 1% (which
+// checks lr, the bias corrections and the decay, not only the sign).
+constexpr double kMatchingUpdates = 0.95, kUpdateTolerance = 1e-2;
 
 struct Options {
   std::string data, program, json, cache_dir;
@@ -58,9 +59,19 @@ std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::vector<float> read_floats(const std::filesystem::path& path) {
+struct Fail {
+  std::string why;
+};
+void require(const Status& s, const std::string& what) {
+  if (!s.ok()) throw Fail{what + ": " + s.message()};
+}
+
+// A file of exactly `count` floats.
+std::vector<float> read_floats(const std::filesystem::path& path, size_t count) {
   const std::vector<uint8_t> bytes = read_bytes(path);
-  std::vector<float> out(bytes.size() / sizeof(float));
+  if (count == 0 || bytes.size() != count * sizeof(float))
+    throw Fail{path.string() + ": " + std::to_string(bytes.size()) + " bytes, want " + std::to_string(count) + " floats"};
+  std::vector<float> out(count);
   std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
   return out;
 }
@@ -73,13 +84,6 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
     norm += double(want[i]) * want[i];
   }
   return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
-struct Fail {
-  std::string why;
-};
-void require(const Status& s, const std::string& what) {
-  if (!s.ok()) throw Fail{what + ": " + s.message()};
 }
 
 // Per step, in microseconds: bind a batch, run (graph or eager), for `steps`
@@ -149,24 +153,30 @@ int run(const Options& opt) {
   double worst_moment = 0, worst_agreement = 1;
   for (const Json::Member& w : m["weights"].members) {
     const Json& after = m["after"][w.key];
-    const std::vector<float> before = read_floats(dir / w.value["file"].text);
+    const gdl::TensorInfo* info = program->find_state(w.key);
+    if (!info) throw Fail{"the program has no state " + w.key};
+    const size_t count = info->max_bytes / sizeof(float);
+    const std::vector<float> before = read_floats(dir / w.value["file"].text, count);
     const auto state = [&](const std::string& name) {
-      std::vector<float> out(before.size());
+      std::vector<float> out(count);
       require(s.read_state(name, out.data(), out.size() * sizeof(float)), "read_state " + name);
       return out;
     };
-    const double m_error = relative_error(state("m_" + w.key), read_floats(dir / after["m"].text));
-    const double v_error = relative_error(state("v_" + w.key), read_floats(dir / after["v"].text));
-    const std::vector<float> got = state(w.key), want = read_floats(dir / after["w"].text);
-    size_t agree = 0;
-    for (size_t i = 0; i < got.size(); ++i) agree += (got[i] - before[i] > 0) == (want[i] - before[i] > 0);
-    const double agreement = double(agree) / double(got.size());
-    std::printf("  %-10s m error %.2e, v error %.2e, updates pointing as torch's %.4f\n", w.key.c_str(), m_error,
+    const double m_error = relative_error(state("m_" + w.key), read_floats(dir / after["m"].text, count));
+    const double v_error = relative_error(state("v_" + w.key), read_floats(dir / after["v"].text, count));
+    const std::vector<float> got = state(w.key), want = read_floats(dir / after["w"].text, count);
+    size_t matching = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double step_got = double(got[i]) - before[i], step_want = double(want[i]) - before[i];
+      matching += std::fabs(step_got - step_want) <= kUpdateTolerance * std::fabs(step_want);
+    }
+    const double agreement = double(matching) / double(count);
+    std::printf("  %-10s m error %.2e, v error %.2e, updates within 1%% of torch's %.4f\n", w.key.c_str(), m_error,
                 v_error, agreement);
     worst_moment = std::max({worst_moment, m_error, v_error});
     worst_agreement = std::min(worst_agreement, agreement);
     ok = ok && std::isfinite(m_error) && std::isfinite(v_error) && m_error <= kMomentTolerance &&
-         v_error <= kMomentTolerance && agreement >= kAgreeingUpdates;
+         v_error <= kMomentTolerance && agreement >= kMatchingUpdates;
   }
 
   JsonObject base;
@@ -177,7 +187,7 @@ int run(const Options& opt) {
       .num("arena_bytes", double(program->arena_bytes()))
       .num("loss_error", loss_error)
       .num("worst_moment_error", worst_moment)
-      .num("worst_update_agreement", worst_agreement)
+      .num("worst_matching_updates", worst_agreement)
       .flag("checked", ok);
   std::vector<std::string> rows;
   if (!ok) {
@@ -214,22 +224,28 @@ int run(const Options& opt) {
 
 int main(int argc, char** argv) {
   Options opt;
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "gdl_train_bench: every flag takes a value\n");
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--data") opt.data = value;
     else if (flag == "--program") opt.program = value;
     else if (flag == "--json") opt.json = value;
     else if (flag == "--cache-dir") opt.cache_dir = value;
-    else if (flag == "--steps") opt.steps = std::stoi(value);
-    else if (flag == "--warmup") opt.warmup = std::stoi(value);
-    else if (flag == "--profile") opt.profile = std::stoi(value);
+    else if (flag == "--steps") opt.steps = std::atoi(value.c_str());
+    else if (flag == "--warmup") opt.warmup = std::atoi(value.c_str());
+    else if (flag == "--profile") opt.profile = std::atoi(value.c_str());
     else {
       std::fprintf(stderr, "gdl_train_bench: unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  if (opt.data.empty() || opt.program.empty() || opt.json.empty()) {
-    std::fprintf(stderr, "usage: gdl_train_bench --data DIR --program FILE.gdl --json OUT [--steps N] [--warmup N]\n");
+  if (opt.data.empty() || opt.program.empty() || opt.json.empty() || opt.steps < 1 || opt.warmup < 0) {
+    std::fprintf(stderr,
+                 "usage: gdl_train_bench --data DIR --program FILE.gdl --json OUT [--steps N] [--warmup N] "
+                 "[--cache-dir DIR] [--profile N]\n");
     return 2;
   }
   try {

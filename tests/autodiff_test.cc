@@ -265,8 +265,8 @@ d_x = grad(loss, x);
 }
 
 TEST_CASE("grad: attention's q, k and v, grouped heads, per-sequence lengths and causal queries") {
-  // Lengths are drawn as 0..2 plus 2 (a row of few positions; positions past
-  // it must get no gradient) and 0..2 (a sequence of length 0: zero rows).
+  // Lengths 2 * (0..2) - 1: -1 (no position: zero rows), 1 and 3 of 5
+  // (positions past them must get no gradient).
   const std::string grouped = R"(program t;
 input q : f32[2, 4, 3];
 input k : f32[2, 2, 5, 3];
@@ -277,14 +277,16 @@ output loss : f32;
 output d_q : f32[2, 4, 3];
 output d_k : f32[2, 2, 5, 3];
 output d_v : f32[2, 2, 5, 2];
-let o = attention(q, k, v, lens + 2);
+let o = attention(q, k, v, lens * 2 - 1);
 loss = sum(reshape(o * w, [-1]));
 d_q = grad(loss, q);
 d_k = grad(loss, k);
 d_v = grad(loss, v);
 )";
   check_gradients(grouped, {"q", "k", "v"}, 530);
-  // Causal queries from a per-sequence start, with a scale, one k/v head for three query heads.
+  // Causal queries from a per-sequence start, with a scale, one k/v head for
+  // three query heads; the length cuts the later queries' positions short
+  // (t < start + 1 for queries 1 and 2, which see t <= start + i).
   check_gradients(R"(program t;
 input q : f32[2, 3, 3, 4];
 input k : f32[2, 1, 6, 4];
@@ -295,7 +297,7 @@ output loss : f32;
 output d_q : f32[2, 3, 3, 4];
 output d_k : f32[2, 1, 6, 4];
 output d_v : f32[2, 1, 6, 4];
-let o = attention(q, k, v, starts + 3, start = starts, scale = 0.7);
+let o = attention(q, k, v, starts + 1, start = starts, scale = 0.7);
 loss = sum(reshape(o * w, [-1]));
 d_q = grad(loss, q);
 d_k = grad(loss, k);
@@ -314,12 +316,27 @@ output d_q : f32[2, 2, 3];
 output d_k : f32[2, 4, 3];
 output d_v : f32[2, 4, 3];
 let o = attention(q, k, v, 4, start = n);
-loss = sum(reshape(o * w, [-1])) + sum(reshape(attention(q[0], k, v, n), [-1]));
+loss = sum(reshape(o * w, [-1])) + sum(reshape(attention(q[0], k, v, n), [-1])) +
+       sum(reshape(attention(q[1], k, v, 0), [-1]));
 d_q = grad(loss, q);
 d_k = grad(loss, k);
 d_v = grad(loss, v);
 )",
                   {"q", "k", "v"}, 532);
+  // Two sequence dims: q [2, 2, NH, D] splits to rank 6, the most there is.
+  check_gradients(R"(program t;
+input q : f32[2, 2, 2, 3];
+input k : f32[2, 2, 1, 3, 3];
+input v : f32[2, 2, 1, 3, 3];
+input w : f32[2, 2, 2, 3];
+output loss : f32;
+output d_q : f32[2, 2, 2, 3];
+output d_k : f32[2, 2, 1, 3, 3];
+loss = sum(attention(q, k, v, 3) * w, axis = [0, 1, 2, 3]);
+d_q = grad(loss, q);
+d_k = grad(loss, k);
+)",
+                  {"q", "k"}, 534);
 }
 
 TEST_CASE("grad: attention over a run-time batch equals its rows computed one at a time") {
@@ -336,7 +353,7 @@ output loss : f32;
 output d_q : f32[B, 2, 2, 4];
 output d_k : f32[B, 1, 5, 4];
 output d_v : f32[B, 1, 5, 4];
-let o = attention(q, k, v, starts + 2, start = starts);
+let o = attention(q, k, v, starts + 1, start = starts);
 loss = sum(o * w, axis = [0, 1, 2, 3]);
 d_q = grad(loss, q);
 d_k = grad(loss, k);

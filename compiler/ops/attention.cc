@@ -392,13 +392,15 @@ void attention_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBl
 // keeps no probabilities): the query heads of each k/v head as one matrix
 // of rows (head in group, query), so GQA's k and v are read once per group
 // and their parts summed over the group by the matmuls themselves.
-//   s = scale * q k^T, masked to t < len (and t <= start + i), in f32
+//   s = (scale q) k^T, masked to t < len (and t <= start + i), in f32
 //   p = softmax(s) over the valid positions (a row with none: zeros)
 //   dv = p^T do;  dp = do v^T;  ds = p (dp - sum(dp p)) scale
 //   dq = ds k;    dk = ds^T q
-// The matmuls run in the operands' dtype, the softmax and ds in f32. It
-// holds p and ds whole (rows x T per k/v head), like PyTorch's math path;
-// a fused backward that streams positions is the memory-light alternative.
+// The five matmuls run in the operands' dtype (in f16 or bf16 the
+// recomputed scores are rounded to it, as PyTorch's math path rounds
+// them), the softmax and ds in f32. It holds p and ds whole (rows x T per
+// k/v head), like PyTorch's math path; a fused backward that streams
+// positions is the memory-light alternative.
 void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const Node n = b.node(y);
   const AttentionOperands a = attention_operands(n);
@@ -417,9 +419,9 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
     b.refused = "with a run-time number of heads or queries (its gradient is written for fixed ones)";
     return;
   }
-  if (s + 5 > kMaxRank) {
-    b.refused = "of rank " + std::to_string(q.rank()) + " (its gradient regroups the heads with two more dims, at most " +
-                std::to_string(kMaxRank) + ")";
+  if (s + 4 > kMaxRank) {  // [S..., Q, KVH, G, D]
+    b.refused = "with " + std::to_string(s) + " sequence dims (its gradient splits q into [sequences..., Q, KVH, " +
+                "G, D], rank at most " + std::to_string(kMaxRank) + ")";
     return;
   }
   const int64_t group = heads.extent / kv_heads.extent, rows = group * queries;
@@ -465,8 +467,10 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
     const ValueId last = b.add(per_sequence(a.start), query);
     valid = b.binary(Op::kAnd, valid, b.binary(Op::kLe, t, last));
   }
+  // q scaled before the product, as the scores' magnitude is what an f16
+  // result can hold (the forward kernels scale an f32 sum instead).
   const ValueId scale = b.constant(n.attrs.value, DType::kF32);
-  const ValueId scores = b.mul(b.cast(b.matmul(qg, b.swap_last_two(a.k)), DType::kF32), scale);
+  const ValueId scores = b.cast(b.matmul(b.mul(qg, n.attrs.value), b.swap_last_two(a.k)), DType::kF32);
   const ValueId lowest = b.constant(-std::numeric_limits<float>::max(), DType::kF32);
   ir::Attrs last;
   last.axis = static_cast<int>(s + 2);
