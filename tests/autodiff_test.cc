@@ -264,6 +264,27 @@ d_x = grad(loss, x);
                   {"x"}, 523);
 }
 
+TEST_CASE("grad: topk_values gives each selected element its part, along any axis") {
+  check_gradients(R"(program t;
+input x : f32[3, 6];
+input w : f32[3, 2];
+output loss : f32;
+output d_x : f32[3, 6];
+loss = sum(topk_values(x, 2) * w, axis = [0, 1]);
+d_x = grad(loss, x);
+)",
+                  {"x"}, 535);
+  check_gradients(R"(program t;
+input x : f32[5, 3];
+input w : f32[3, 3];
+output loss : f32;
+output d_x : f32[5, 3];
+loss = sum(topk_values(x, 3, axis = 0) * w, axis = [0, 1]);
+d_x = grad(loss, x);
+)",
+                  {"x"}, 536);
+}
+
 TEST_CASE("grad: attention's q, k and v, grouped heads, per-sequence lengths and causal queries") {
   // Lengths 2 * (0..2) - 1: -1 (no position: zero rows), 1 and 3 of 5
   // (positions past them must get no gradient).

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
 #include "codegen/step_emitter.h"
 #include "interp/host_ops.h"
@@ -183,6 +184,19 @@ std::string emit_select(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
   return body;
 }
 
+// topk_values is take_along_axis of its own indices: each selected element
+// gets its part of dy back (of tied elements, the one the selection took),
+// by take_along_axis's rule. argmax, argmin and topk_indices are integers
+// and pass no gradient.
+void vjp_topk_values(autodiff::AdjointBuilder& b, ir::ValueId y, ir::ValueId dy, std::vector<ir::ValueId>& d) {
+  const ir::Node n = b.node(y);
+  const ir::ValueId ids = b.emit(Op::kTopKIndices, {n.args[0]}, n.attrs);
+  ir::Attrs along;
+  along.axis = n.attrs.axis;
+  const ir::ValueId picked = b.emit(Op::kTakeAlongAxis, {n.args[0], ids}, along);
+  op_def(Op::kTakeAlongAxis).vjp(b, picked, dy, d);
+}
+
 OpDef selection(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval,
                 std::string (*attr_text)(const ir::Attrs&)) {
   OpDef d;
@@ -207,6 +221,7 @@ void add_select_ops(std::vector<OpDef>& defs) {
   defs.push_back(selection(Op::kArgMin, "argmin", {"x", "axis", "keepdims"}, infer_arg, eval_arg, arg_attrs));
   defs.push_back(selection(Op::kTopKValues, "topk_values", {"x", "k", "axis"}, infer_topk<Op::kTopKValues>, eval_topk,
                            topk_attrs));
+  defs.back().vjp = vjp_topk_values;
   defs.push_back(selection(Op::kTopKIndices, "topk_indices", {"x", "k", "axis"}, infer_topk<Op::kTopKIndices>,
                            eval_topk, topk_attrs));
 }

@@ -147,6 +147,24 @@ d_table = grad(l, table);
 d_w_out = grad(l, w_out);
 )";
 
+// A selection in the loss: the 8 best of each row of an input (so that the
+// GPU and the CPU select the same elements: the values compared are the
+// bound ones, not results that round differently), through a matmul, over
+// a run-time batch. topk_values' gradient reaches only the selected ones.
+const char* kTopK = R"(program topk;
+dim B in [1, 16];
+input x : {T}[B, 64];
+input w_out : {T}[8, 24];
+input weights : {T}[B, 24];
+output loss : {T};
+output d_w_out : {T}[8, 24];
+output d_x : {T}[B, 64];
+let l = sum((topk_values(x, 8) @ w_out) * weights, axis = [0, 1]);
+loss = l;
+d_w_out = grad(l, w_out);
+d_x = grad(l, x);
+)";
+
 // Weights like trained ones: scaled by 1/sqrt(fan-in), so activations stay O(1).
 ValueRange scaled_weights(const TensorInfo& t) {
   ValueRange r;
@@ -200,6 +218,10 @@ TEST_CASE("grad: a decoder block's gradients (rope, causal softmax, SwiGLU, norm
 TEST_CASE("grad: attention's gradients (grouped heads, causal, a length per sequence) match the CPU reference") {
   // lens: 1 to S positions.
   check_in_two_dtypes(kAttentionBlock, "attention block", "bf16", {1, 3, 8}, scaled_weights_and_ints(1, 16));
+}
+
+TEST_CASE("grad: topk_values' gradient (the selected elements only) matches the CPU reference") {
+  check_in_two_dtypes(kTopK, "topk", "f16", {1, 7, 16}, scaled_weights);
 }
 
 TEST_CASE("training: AdamW steps, state chained run after run, match the CPU reference at every step") {
