@@ -284,6 +284,15 @@ loss = sum(topk_values(x, 3, axis = 0) * w, axis = [0, 1]);
 d_x = grad(loss, x);
 )",
                   {"x"}, 536);
+  // A tie: of two equal bests the lower index is selected and gets it all.
+  const ir::Graph g = compile_text(R"(program t;
+input x : f32[2, 3];
+output d_x : f32[2, 3];
+d_x = grad(sum(topk_values(x, 1) * 2.0, axis = [0, 1]), x);
+)");
+  Bindings b;
+  b.tensors["x"] = tensor(DType::kF32, {2, 3}, {1, 1, 0, -1, 0.5, 0.5});
+  CHECK(run_both(g, b).at("d_x").data == std::vector<double>{2, 0, 0, 0, 2, 0});
 }
 
 TEST_CASE("grad: attention's q, k and v, grouped heads, per-sequence lengths and causal queries") {
@@ -675,8 +684,16 @@ TEST_CASE("examples/train_lm.gdl: AdamW steps on one batch drive its loss down (
   std::optional<SourceFile> file = load_source(std::string(GDL_SOURCE_DIR) + "/examples/train_lm.gdl", diags, &fatal);
   REQUIRE_MESSAGE(file.has_value(), fatal);
   PipelineOptions options;
-  options.const_settings = {{"L", "1"},  {"H", "32"}, {"NH", "2"}, {"KVH", "1"}, {"HD", "16"},
-                            {"F", "48"}, {"V", "24"}, {"S", "12"}, {"B", "2"}};
+  constexpr int kHalf = 8, kVocab = 24, kPositions = 12, kSequences = 2;  // HD / 2, V, S, B
+  options.const_settings = {{"L", "1"},
+                            {"H", "32"},
+                            {"NH", "2"},
+                            {"KVH", "1"},
+                            {"HD", std::to_string(2 * kHalf)},
+                            {"F", "48"},
+                            {"V", std::to_string(kVocab)},
+                            {"S", std::to_string(kPositions)},
+                            {"B", std::to_string(kSequences)}};
   std::optional<ir::Graph> compiled = compile_to_ir(*file, diags, options);
   INFO(diags.render(*file));
   REQUIRE(compiled.has_value());
@@ -692,17 +709,22 @@ TEST_CASE("examples/train_lm.gdl: AdamW steps on one batch drive its loss down (
       else if (t.dtype == DType::kF32) v = normal(rng);
     }
   }
-  // Rotary tables for positions 0..S-1 over 8 frequencies.
-  for (int p = 0; p < 12; ++p)
-    for (int i = 0; i < 8; ++i) {
-      const double angle = p / std::pow(10000.0, i / 8.0);
-      b.tensors["rope_cos"].data[static_cast<size_t>(p * 8 + i)] = std::cos(angle);
-      b.tensors["rope_sin"].data[static_cast<size_t>(p * 8 + i)] = std::sin(angle);
+  // Rotary tables for positions 0..S-1 over HD / 2 frequencies.
+  std::vector<double>&cos = b.tensors.at("rope_cos").data, &sin = b.tensors.at("rope_sin").data;
+  REQUIRE(cos.size() == kPositions * kHalf);
+  for (int p = 0; p < kPositions; ++p)
+    for (int i = 0; i < kHalf; ++i) {
+      const double angle = p / std::pow(10000.0, static_cast<double>(i) / kHalf);
+      cos[static_cast<size_t>(p * kHalf + i)] = std::cos(angle);
+      sin[static_cast<size_t>(p * kHalf + i)] = std::sin(angle);
     }
   // Two sequences the model can learn: each token the one before plus 3
   // (the first) or plus 2 (the second), modulo V.
-  std::vector<double>& tokens = b.tensors["tokens"].data;
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<double>((i < 13 ? 3 * i : 5 + 2 * (i - 13)) % 24);
+  std::vector<double>& tokens = b.tensors.at("tokens").data;
+  const size_t row = kPositions + 1;
+  REQUIRE(tokens.size() == kSequences * row);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<double>((i < row ? 3 * i : 5 + 2 * (i - row)) % kVocab);
   std::vector<double> losses;
   for (int step = 1; step <= 25; ++step) {
     b.scalars["lr"] = 0.01;
@@ -715,7 +737,9 @@ TEST_CASE("examples/train_lm.gdl: AdamW steps on one batch drive its loss down (
       if (out.count(name)) t = out.at(name);  // the states' new values carry over
   }
   INFO("losses: first " << losses.front() << ", last " << losses.back());
-  CHECK(losses.front() == doctest::Approx(std::log(24.0)).epsilon(0.1));  // an untrained model: about ln V
-  CHECK(losses.back() < 0.5 * losses.front());
+  // An untrained model: about ln V = 3.18 (weights of std 0.1 move it a little).
+  CHECK(losses.front() > 2.9);
+  CHECK(losses.front() < 3.8);
+  CHECK(losses.back() < 0.1);
   for (size_t i = 5; i < losses.size(); ++i) CHECK(losses[i] < losses[i - 5]);  // falling, five steps apart
 }

@@ -819,36 +819,9 @@ void vjp_gather(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& 
   const ValueId sums = b.emit(Op::kScatterAdd, {b.zeros({DType::kF32, table.shape}), rows, b.cast(dy, DType::kF32)}, along);
   d[0] = b.cast(sums, table.dtype);
 }
-// Each element read is added back at its index: along the axis,
-// dx[e] = sum over j of dy[j] where index[j] == e. Written as a comparison
-// with arange(E) over a new axis after it and a sum over the axis: no
-// scatter, so x may have run-time dims and the sums keep a fixed order;
-// it costs J x E per row, which for a cross-entropy's one pick (J = 1) is
-// x's own size.
 void vjp_take_along_axis(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ir::Node n = b.node(y);
-  const TensorType x = b.type(n.args[0]);
-  const auto axis = static_cast<size_t>(n.attrs.axis);
-  if (x.rank() + 1 > kMaxRank) {
-    b.refused = "of a rank-" + std::to_string(x.rank()) + " x (its gradient needs one more dim, at most " +
-                std::to_string(kMaxRank) + ")";
-    return;
-  }
-  const auto widened = [&](ValueId v) {  // a 1 inserted after the axis
-    Shape s = b.shape(v);
-    s.insert(s.begin() + static_cast<ptrdiff_t>(axis) + 1, Dim::constant(1));
-    return b.reshape(v, s);
-  };
-  Shape positions(static_cast<size_t>(x.rank()) + 1, Dim::constant(1));
-  positions[axis + 1] = x.shape[axis];
-  ir::Attrs range;
-  range.ints = {0, x.shape[axis].extent, 1};
-  if (x.shape[axis].is_runtime()) range.ints = {0, 0, 1};
-  // arange over the axis's extent (a run-time dim: its value this run)
-  const ValueId along = b.reshape(b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {x.shape[axis]}}), positions);
-  const ValueId picked = b.binary(Op::kEq, widened(n.args[1]), along);
-  const ValueId parts = b.where_else_zero(picked, widened(dy));
-  d[0] = b.sum_to(b.reduce(Op::kSum, parts, {static_cast<int64_t>(axis)}, false), x.shape);
+  d[0] = take_along_axis_part(b, n.args[0], n.args[1], n.attrs.axis, dy);
 }
 
 OpDef movement(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval, ElementFn element) {
@@ -877,6 +850,37 @@ OpDef indexed(Op op, const char* callable, std::vector<const char*> params, Infe
 }
 
 }  // namespace
+
+// Each element read is added back at its index: along the axis,
+// dx[e] = sum over j of dy[j] where index[j] == e. Written as a comparison
+// with arange(E) over a new axis after it and a sum over the axis: no
+// scatter, so x may have run-time dims and the sums keep a fixed order;
+// it costs J x E per row, which for a cross-entropy's one pick (J = 1) is
+// x's own size.
+ValueId take_along_axis_part(AdjointBuilder& b, ValueId x_value, ValueId index, int axis_attr, ValueId dy) {
+  const TensorType x = b.type(x_value);
+  const auto axis = static_cast<size_t>(axis_attr);
+  if (x.rank() + 1 > kMaxRank) {
+    b.refused = "of a rank-" + std::to_string(x.rank()) + " x (its gradient needs one more dim, at most " +
+                std::to_string(kMaxRank) + ")";
+    return ir::kNoValue;
+  }
+  const auto widened = [&](ValueId v) {  // a 1 inserted after the axis
+    Shape s = b.shape(v);
+    s.insert(s.begin() + static_cast<ptrdiff_t>(axis) + 1, Dim::constant(1));
+    return b.reshape(v, s);
+  };
+  Shape positions(static_cast<size_t>(x.rank()) + 1, Dim::constant(1));
+  positions[axis + 1] = x.shape[axis];
+  ir::Attrs range;
+  range.ints = {0, x.shape[axis].extent, 1};
+  if (x.shape[axis].is_runtime()) range.ints = {0, 0, 1};
+  // arange over the axis's extent (a run-time dim: its value this run)
+  const ValueId along = b.reshape(b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {x.shape[axis]}}), positions);
+  const ValueId picked = b.binary(Op::kEq, widened(index), along);
+  const ValueId parts = b.where_else_zero(picked, widened(dy));
+  return b.sum_to(b.reduce(Op::kSum, parts, {static_cast<int64_t>(axis)}, false), x.shape);
+}
 
 void add_data_movement_ops(std::vector<OpDef>& defs) {
   OpDef transpose = movement(Op::kTranspose, "transpose", {"x", "perm"}, infer_transpose, eval_transpose, element_transpose);

@@ -42,6 +42,12 @@ const TensorType* float_rows_operand(TypeQuery& q, std::optional<TypeResult>* ba
 double identity_rule(double x, DType);
 bool same_type(const ir::Node& n, const ir::Node& arg);
 
+// Shared by the derivative rules of take_along_axis and topk_values (a
+// take_along_axis of its own indices): x's part of take_along_axis(x,
+// index, axis) for the adjoint dy; kNoValue with b.refused set when the
+// rule cannot build it.
+ir::ValueId take_along_axis_part(autodiff::AdjointBuilder& b, ir::ValueId x, ir::ValueId index, int axis, ir::ValueId dy);
+
 // Shared by the IR text of the ops' attributes.
 std::string number_text(double v);                     // shortest text that reads back as v
 std::string ints_text(const std::vector<int64_t>& v);  // "[1, 0]"

@@ -191,10 +191,7 @@ std::string emit_select(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
 void vjp_topk_values(autodiff::AdjointBuilder& b, ir::ValueId y, ir::ValueId dy, std::vector<ir::ValueId>& d) {
   const ir::Node n = b.node(y);
   const ir::ValueId ids = b.emit(Op::kTopKIndices, {n.args[0]}, n.attrs);
-  ir::Attrs along;
-  along.axis = n.attrs.axis;
-  const ir::ValueId picked = b.emit(Op::kTakeAlongAxis, {n.args[0], ids}, along);
-  op_def(Op::kTakeAlongAxis).vjp(b, picked, dy, d);
+  d[0] = take_along_axis_part(b, n.args[0], ids, n.attrs.axis, dy);
 }
 
 OpDef selection(Op op, const char* callable, std::vector<const char*> params, InferFn infer, EvalFn eval,

@@ -147,22 +147,28 @@ d_table = grad(l, table);
 d_w_out = grad(l, w_out);
 )";
 
-// A selection in the loss: the 8 best of each row of an input (so that the
-// GPU and the CPU select the same elements: the values compared are the
-// bound ones, not results that round differently), through a matmul, over
-// a run-time batch. topk_values' gradient reaches only the selected ones.
+// Selections in the loss: the 8 best of each row of an input and the 4 best
+// of each column of another (both sides select the same elements: the
+// values compared are the bound ones, not results that round differently),
+// through a matmul, over a run-time batch. topk_values' gradient reaches
+// only the selected ones.
 const char* kTopK = R"(program topk;
 dim B in [1, 16];
 input x : {T}[B, 64];
+input y : {T}[32, 24];
 input w_out : {T}[8, 24];
 input weights : {T}[B, 24];
+input column_weights : {T}[4, 24];
 output loss : {T};
 output d_w_out : {T}[8, 24];
 output d_x : {T}[B, 64];
-let l = sum((topk_values(x, 8) @ w_out) * weights, axis = [0, 1]);
+output d_y : {T}[32, 24];
+let l = sum((topk_values(x, 8) @ w_out) * weights, axis = [0, 1]) +
+        sum(topk_values(y, 4, axis = 0) * column_weights, axis = [0, 1]);
 loss = l;
 d_w_out = grad(l, w_out);
 d_x = grad(l, x);
+d_y = grad(l, y);
 )";
 
 // Weights like trained ones: scaled by 1/sqrt(fan-in), so activations stay O(1).
