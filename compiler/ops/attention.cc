@@ -462,7 +462,8 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
   const ValueId t = arange(positions.extent);
   ValueId valid = b.binary(Op::kLt, t, per_sequence(a.len));
   if (a.causal()) {
-    const ValueId query = b.reshape(b.binary(Op::kMod, arange(rows), b.constant(static_cast<double>(queries), DType::kI32)),
+    const ValueId row = arange(rows);
+    const ValueId query = b.reshape(b.binary(Op::kMod, row, b.constant(static_cast<double>(queries), DType::kI32)),
                                     {r, Dim::constant(1)});
     const ValueId last = b.add(per_sequence(a.start), query);
     valid = b.binary(Op::kAnd, valid, b.binary(Op::kLe, t, last));
@@ -470,7 +471,8 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
   // q scaled before the product, as the scores' magnitude is what an f16
   // result can hold (the forward kernels scale an f32 sum instead).
   const ValueId scale = b.constant(n.attrs.value, DType::kF32);
-  const ValueId scores = b.cast(b.matmul(b.mul(qg, n.attrs.value), b.swap_last_two(a.k)), DType::kF32);
+  const ValueId scaled = b.mul(qg, n.attrs.value);
+  const ValueId scores = b.cast(b.matmul(scaled, b.swap_last_two(a.k)), DType::kF32);
   const ValueId lowest = b.constant(-std::numeric_limits<float>::max(), DType::kF32);
   ir::Attrs last;
   last.axis = static_cast<int>(s + 2);

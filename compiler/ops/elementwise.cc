@@ -352,6 +352,9 @@ ValueId sum_to_operand(AdjointBuilder& b, ValueId y, size_t k, ValueId part) {
 ValueId number(AdjointBuilder& b, ValueId y, double v) { return b.constant(v, b.type(y).dtype); }
 
 // A unary op whose derivative f'(x) is built from x and y: d = dy * f'(x).
+// The rules emit nodes in statement order: two calls that emit as arguments
+// of one call would run in an order C++ leaves to the compiler, and the IR
+// would differ between compilers.
 template <ValueId (*kDerivative)(AdjointBuilder& b, ValueId x, ValueId y)>
 void vjp_unary(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   d[0] = b.mul(dy, kDerivative(b, operand(b, y, 0), y));
@@ -360,20 +363,27 @@ ValueId d_exp(AdjointBuilder&, ValueId, ValueId y) { return y; }
 ValueId d_log(AdjointBuilder& b, ValueId x, ValueId y) { return b.div(number(b, y, 1), x); }
 ValueId d_sqrt(AdjointBuilder& b, ValueId, ValueId y) { return b.div(number(b, y, 0.5), y); }
 ValueId d_rsqrt(AdjointBuilder& b, ValueId, ValueId y) { return b.mul(b.mul(y, b.mul(y, y)), -0.5); }  // -x^(-3/2) / 2
-ValueId d_tanh(AdjointBuilder& b, ValueId, ValueId y) { return b.sub(number(b, y, 1), b.mul(y, y)); }
+ValueId d_tanh(AdjointBuilder& b, ValueId, ValueId y) {
+  const ValueId one = number(b, y, 1);
+  return b.sub(one, b.mul(y, y));
+}
 ValueId d_sigmoid(AdjointBuilder& b, ValueId, ValueId y) { return b.mul(y, b.sub(number(b, y, 1), y)); }
 ValueId d_relu(AdjointBuilder& b, ValueId x, ValueId y) {
-  return b.where(b.binary(Op::kGt, x, 0.0), number(b, y, 1), number(b, y, 0));
+  const ValueId positive = b.binary(Op::kGt, x, 0.0);
+  const ValueId one = number(b, y, 1);
+  return b.where(positive, one, number(b, y, 0));
 }
 // Phi(x) + x phi(x), with Phi the normal CDF (gelu = x Phi(x)) and phi its density.
 ValueId d_gelu(AdjointBuilder& b, ValueId x, ValueId y) {
-  const ValueId cdf = b.mul(b.add(b.unary(Op::kErf, b.mul(x, M_SQRT1_2)), number(b, y, 1)), 0.5);
+  const ValueId erf = b.unary(Op::kErf, b.mul(x, M_SQRT1_2));
+  const ValueId cdf = b.mul(b.add(erf, number(b, y, 1)), 0.5);
   const ValueId density = b.mul(b.unary(Op::kExp, b.mul(b.mul(x, x), -0.5)), 0.5 * M_2_SQRTPI * M_SQRT1_2);
   return b.add(cdf, b.mul(x, density));
 }
 ValueId d_silu(AdjointBuilder& b, ValueId x, ValueId y) {  // s (1 + x (1 - s)), s = sigmoid(x)
   const ValueId s = b.unary(Op::kSigmoid, x);
-  return b.mul(s, b.add(number(b, y, 1), b.mul(x, b.sub(number(b, y, 1), s))));
+  const ValueId one = number(b, y, 1);
+  return b.mul(s, b.add(one, b.mul(x, b.sub(one, s))));
 }
 ValueId d_abs(AdjointBuilder& b, ValueId x, ValueId) { return b.unary(Op::kSign, x); }
 ValueId d_cos(AdjointBuilder& b, ValueId x, ValueId) { return b.neg(b.unary(Op::kSin, x)); }
@@ -410,8 +420,8 @@ template <Op kChoose>
 void vjp_choose(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ValueId p = operand(b, y, 0), q = operand(b, y, 1);
   const DType t = b.type(y).dtype;
-  const ValueId p_share =
-      b.add(b.cast(b.binary(kChoose, p, q), t), b.mul(b.cast(b.binary(Op::kEq, p, q), t), 0.5));
+  const ValueId chosen = b.cast(b.binary(kChoose, p, q), t);
+  const ValueId p_share = b.add(chosen, b.mul(b.cast(b.binary(Op::kEq, p, q), t), 0.5));
   d[0] = sum_to_operand(b, y, 0, b.mul(dy, p_share));
   d[1] = sum_to_operand(b, y, 1, b.mul(dy, b.sub(number(b, y, 1), p_share)));
 }
@@ -421,7 +431,9 @@ void vjp_pow(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) 
   const ValueId p = operand(b, y, 0), q = operand(b, y, 1);
   // q p^(q - 1), taken as 0 where q == 0 (p^0 is constant; 0 * 0^-1 would be NaN).
   const ValueId slope = b.mul(q, b.binary(Op::kPow, p, b.sub(q, number(b, y, 1))));
-  d[0] = sum_to_operand(b, y, 0, b.where(b.binary(Op::kEq, q, 0.0), number(b, y, 0), b.mul(dy, slope)));
+  const ValueId constant_q = b.binary(Op::kEq, q, 0.0);
+  const ValueId zero = number(b, y, 0);
+  d[0] = sum_to_operand(b, y, 0, b.where(constant_q, zero, b.mul(dy, slope)));
   const ValueId positive = b.binary(Op::kGt, p, 0.0);
   const ValueId safe_p = b.where(positive, p, number(b, y, 1));
   d[1] = sum_to_operand(b, y, 1, b.where_else_zero(positive, b.mul(dy, b.mul(y, b.unary(Op::kLog, safe_p)))));
@@ -435,8 +447,10 @@ void vjp_where(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d
 // where it lifts x and is not above hi, hi where it caps.
 void vjp_clamp(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const ValueId x = operand(b, y, 0), lo = operand(b, y, 1), hi = operand(b, y, 2);
-  const ValueId inside = b.binary(Op::kAnd, b.binary(Op::kGe, x, lo), b.binary(Op::kLe, x, hi));
-  const ValueId lifts = b.binary(Op::kAnd, b.binary(Op::kLt, x, lo), b.binary(Op::kLe, lo, hi));
+  const ValueId above_lo = b.binary(Op::kGe, x, lo);
+  const ValueId inside = b.binary(Op::kAnd, above_lo, b.binary(Op::kLe, x, hi));
+  const ValueId below_lo = b.binary(Op::kLt, x, lo);
+  const ValueId lifts = b.binary(Op::kAnd, below_lo, b.binary(Op::kLe, lo, hi));
   const ValueId caps = b.binary(Op::kGt, b.binary(Op::kMax, x, lo), hi);
   d[0] = sum_to_operand(b, y, 0, b.where_else_zero(inside, dy));
   d[1] = sum_to_operand(b, y, 1, b.where_else_zero(lifts, dy));

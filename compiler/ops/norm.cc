@@ -129,7 +129,8 @@ void vjp_norm(autodiff::AdjointBuilder& b, ir::ValueId y, ir::ValueId dy, std::v
   const auto row_mean = [&](ir::ValueId v) { return b.reduce(Op::kMean, v, {last}, true); };
   const ir::ValueId x = b.cast(n.args[0], f), dyf = b.cast(dy, f);
   const ir::ValueId centred = n.op == Op::kLayerNorm ? b.sub(x, row_mean(x)) : x;
-  const ir::ValueId r = b.unary(Op::kRsqrt, b.add(row_mean(b.mul(centred, centred)), b.constant(n.attrs.value, f)));
+  const ir::ValueId variance = row_mean(b.mul(centred, centred));
+  const ir::ValueId r = b.unary(Op::kRsqrt, b.add(variance, b.constant(n.attrs.value, f)));
   const ir::ValueId xhat = b.mul(centred, r);
   const bool has_weight = n.args.size() > 1;
   const ir::ValueId g = has_weight ? b.mul(dyf, b.cast(n.args[1], f)) : dyf;

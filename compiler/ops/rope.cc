@@ -116,8 +116,9 @@ void vjp_rope(autodiff::AdjointBuilder& b, ValueId y, ValueId dy, std::vector<Va
     return b.slice(v, std::move(bounds));
   };
   const ValueId x1 = halves(x, 0), x2 = halves(x, half), g1 = halves(dy, 0), g2 = halves(dy, half);
-  d[1] = b.sum_to(b.add(b.mul(g1, x1), b.mul(g2, x2)), b.shape(cos));
-  d[2] = b.sum_to(b.sub(b.mul(g2, x1), b.mul(g1, x2)), b.shape(sin));
+  const ValueId g1x1 = b.mul(g1, x1), g2x2 = b.mul(g2, x2), g2x1 = b.mul(g2, x1), g1x2 = b.mul(g1, x2);
+  d[1] = b.sum_to(b.add(g1x1, g2x2), b.shape(cos));
+  d[2] = b.sum_to(b.sub(g2x1, g1x2), b.shape(sin));
 }
 
 }  // namespace
