@@ -21,13 +21,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "bench_data.h"
 #include "bench_json.h"
 #include "gdl/gdl.h"
 #include "gdl/jit.h"
@@ -54,11 +54,6 @@ struct Options {
   int steps = 50, warmup = 10, profile = 0;
 };
 
-std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 struct Fail {
   std::string why;
 };
@@ -66,24 +61,17 @@ void require(const Status& s, const std::string& what) {
   if (!s.ok()) throw Fail{what + ": " + s.message()};
 }
 
-// A file of exactly `count` floats.
-std::vector<float> read_floats(const std::filesystem::path& path, size_t count) {
-  const std::vector<uint8_t> bytes = read_bytes(path);
-  if (count == 0 || bytes.size() != count * sizeof(float))
-    throw Fail{path.string() + ": " + std::to_string(bytes.size()) + " bytes, want " + std::to_string(count) + " floats"};
-  std::vector<float> out(count);
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
+std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
+  std::optional<std::vector<uint8_t>> bytes = gdl_bench::read_bytes(path);
+  if (!bytes) throw Fail{"cannot read " + path.string()};
+  return std::move(*bytes);
 }
 
-// ||got - want|| / ||want||.
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
+// DIR/FILE, exactly `count` f32 values.
+std::vector<double> read_floats(const std::filesystem::path& dir, const std::string& file, size_t count) {
+  std::optional<std::vector<double>> values = gdl_bench::load_reference(dir, file, false, count);
+  if (count == 0 || !values) throw Fail{(dir / file).string() + ": not a file of " + std::to_string(count) + " floats"};
+  return std::move(*values);
 }
 
 // Per step, in microseconds: bind a batch, run (graph or eager), for `steps`
@@ -156,18 +144,18 @@ int run(const Options& opt) {
     const gdl::TensorInfo* info = program->find_state(w.key);
     if (!info) throw Fail{"the program has no state " + w.key};
     const size_t count = info->max_bytes / sizeof(float);
-    const std::vector<float> before = read_floats(dir / w.value["file"].text, count);
+    const std::vector<double> before = read_floats(dir, w.value["file"].text, count);
     const auto state = [&](const std::string& name) {
       std::vector<float> out(count);
       require(s.read_state(name, out.data(), out.size() * sizeof(float)), "read_state " + name);
-      return out;
+      return gdl::decode_elements(ElementType::kF32, out.data(), count);
     };
-    const double m_error = relative_error(state("m_" + w.key), read_floats(dir / after["m"].text, count));
-    const double v_error = relative_error(state("v_" + w.key), read_floats(dir / after["v"].text, count));
-    const std::vector<float> got = state(w.key), want = read_floats(dir / after["w"].text, count);
+    const double m_error = gdl_bench::relative_error(state("m_" + w.key), read_floats(dir, after["m"].text, count));
+    const double v_error = gdl_bench::relative_error(state("v_" + w.key), read_floats(dir, after["v"].text, count));
+    const std::vector<double> got = state(w.key), want = read_floats(dir, after["w"].text, count);
     size_t matching = 0;
     for (size_t i = 0; i < count; ++i) {
-      const double step_got = double(got[i]) - before[i], step_want = double(want[i]) - before[i];
+      const double step_got = got[i] - before[i], step_want = want[i] - before[i];
       matching += std::fabs(step_got - step_want) <= kUpdateTolerance * std::fabs(step_want);
     }
     const double agreement = double(matching) / double(count);
