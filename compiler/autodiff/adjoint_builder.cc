@@ -110,6 +110,12 @@ ValueId AdjointBuilder::count(Shape s, const std::vector<int64_t>& axes, DType d
   return constant_part == 1 ? product : mul(product, constant(static_cast<double>(constant_part), dtype));
 }
 
+ValueId AdjointBuilder::arange(Dim n) {
+  ir::Attrs range;
+  range.ints = {0, n.is_runtime() ? 0 : n.extent, 1};  // the IR's stop of a run-time extent is 0
+  return emit(Op::kArange, {}, range, TensorType{DType::kI32, {n}});
+}
+
 ValueId AdjointBuilder::reshape(ValueId x, Shape s) {
   if (shape(x) == s) return x;
   return emit(Op::kReshape, {x}, {}, TensorType{type(x).dtype, std::move(s)});

@@ -70,6 +70,8 @@ class AdjointBuilder {
   // The number of elements over `axes` of s, as a rank-0 of dtype: a
   // constant, times the values of run-time dims this run.
   ValueId count(Shape s, const std::vector<int64_t>& axes, DType dtype);
+  // i32 0, 1, ..., n - 1; a run-time n counts to its value this run.
+  ValueId arange(Dim n);
   ValueId reshape(ValueId x, Shape s);
   ValueId transpose(ValueId x, std::vector<int64_t> perm);
   ValueId swap_last_two(ValueId x);  // transpose's default

@@ -454,15 +454,10 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
   const auto per_sequence = [&](ValueId x) {  // rank 0, or S... -> [S..., 1, 1, 1]
     return b.type(x).rank() == 0 ? x : b.reshape(x, with({Dim::constant(1), Dim::constant(1), Dim::constant(1)}));
   };
-  const auto arange = [&](int64_t extent) {
-    ir::Attrs range;
-    range.ints = {0, extent, 1};
-    return b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {Dim::constant(extent)}});
-  };
-  const ValueId t = arange(positions.extent);
+  const ValueId t = b.arange(positions);
   ValueId valid = b.binary(Op::kLt, t, per_sequence(a.len));
   if (a.causal()) {
-    const ValueId row = arange(rows);
+    const ValueId row = b.arange(r);
     const ValueId query = b.reshape(b.binary(Op::kMod, row, b.constant(static_cast<double>(queries), DType::kI32)),
                                     {r, Dim::constant(1)});
     const ValueId last = b.add(per_sequence(a.start), query);

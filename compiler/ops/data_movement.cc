@@ -764,10 +764,9 @@ void vjp_slice(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d
     dx = b.emit(Op::kUpdateSlice, {b.zeros({n.type.dtype, region}), dy}, at);
   }
   for (auto [axis, start] : widened) {
-    ir::Attrs range, along;
-    range.ints = {0, xs[axis].is_runtime() ? 0 : xs[axis].extent, 1};
+    ir::Attrs along;
     along.axis = static_cast<int>(axis);
-    ValueId positions = b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {xs[axis]}});
+    ValueId positions = b.arange(xs[axis]);
     if (start != 0) positions = b.sub(positions, b.constant(static_cast<double>(start), DType::kI32));
     dx = b.emit(Op::kGather, {dx, positions}, along);
   }
@@ -872,11 +871,7 @@ ValueId take_along_axis_part(AdjointBuilder& b, ValueId x_value, ValueId index, 
   };
   Shape positions(static_cast<size_t>(x.rank()) + 1, Dim::constant(1));
   positions[axis + 1] = x.shape[axis];
-  ir::Attrs range;
-  range.ints = {0, x.shape[axis].extent, 1};
-  if (x.shape[axis].is_runtime()) range.ints = {0, 0, 1};
-  // arange over the axis's extent (a run-time dim: its value this run)
-  const ValueId along = b.reshape(b.emit(Op::kArange, {}, range, TensorType{DType::kI32, {x.shape[axis]}}), positions);
+  const ValueId along = b.reshape(b.arange(x.shape[axis]), positions);
   const ValueId picked = b.binary(Op::kEq, widened(index), along);
   const ValueId parts = b.where_else_zero(picked, widened(dy));
   return b.sum_to(b.reduce(Op::kSum, parts, {static_cast<int64_t>(axis)}, false), x.shape);
