@@ -56,7 +56,10 @@ inline constexpr ValueId kNoValue = -1;
   X(kAllReduce, "all_reduce") X(kAllGather, "all_gather") X(kReduceScatter, "reduce_scatter")         \
   /* Added after the others: an operand repeated to a shape (elementwise); rows added in place; */    \
   /* a value that passes no gradient (elementwise; constant folding removes it). */                  \
-  X(kBroadcastTo, "broadcast_to") X(kScatterAdd, "scatter_add") X(kStopGradient, "stop_gradient")
+  X(kBroadcastTo, "broadcast_to") X(kScatterAdd, "scatter_add") X(kStopGradient, "stop_gradient")         \
+  /* Attention's derivative in three kernels (compiler/ops/attention.cc; no source form). */           \
+  X(kAttentionStats, "attention_stats") X(kAttentionGradQ, "attention_grad_q")                         \
+  X(kAttentionGradKV, "attention_grad_kv")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,

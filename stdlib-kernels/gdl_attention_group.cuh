@@ -58,6 +58,22 @@ template <int D, int DV, typename T, int P, int STAGES, int HEADS> struct Attent
 namespace att {
 // The shared-memory byte offset of 16-byte chunk c of row t, rows of ROW bytes.
 template <int ROW> GDL_DEV unsigned swizzled(int t, int c) { return (unsigned)(t * ROW + ((c ^ (t & 7)) << 4)); }
+
+// n rows of x (width W) from row `at` into the swizzled stage rows at shared
+// address `slot`, zeros for the rows from n to ROWS (every product reads
+// finite values); THREADS threads take part.
+template <int ROWS, int W, int THREADS, typename T, typename I>
+GDL_DEV void copy_rows(unsigned slot, const T* x, I at, int n) {
+  constexpr int C = W / 8, CHUNKS = ROWS * C;  // 16-byte chunks of a row, of the stage
+#pragma unroll
+  for (int i0 = 0; i0 < CHUNKS; i0 += THREADS) {
+    const int i = i0 + (int)threadIdx.x;
+    if (CHUNKS % THREADS != 0 && i >= CHUNKS) break;
+    const int t = i / C, c = i % C;
+    const bool whole = t < n;
+    cp_async16_or_zero(slot + swizzled<W * 2>(t, c), x + (whole ? (at + t) * W + c * 8 : 0), whole);
+  }
+}
 }  // namespace att
 
 template <int D, int DV, int P, int STAGES, int HEADS, typename I, typename T, typename TO, typename Len, typename Kv>
@@ -67,8 +83,6 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
   using Range = att::StreamRange<I, P>;
   static_assert(Kv::template stages_contiguous<P>(), "a stage is one run of positions of k and of v");
   constexpr int KS = D / 16;                // k steps of the scores
-  constexpr int KC = D / 8, VC = DV / 8;    // 16-byte chunks of a row of k, of v
-  constexpr int CHUNKS = P * (KC + VC);     // of a stage
   constexpr int NT = A::kColumns / 8;       // 8-column output tiles of a warp
   constexpr bool kHigh = HEADS > 8;         // A's rows 8-15 hold heads
   constexpr float kLog2e = 1.4426950408889634f;
@@ -99,17 +113,8 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
       I at;
       const int n = stage_count(j, at);
       const unsigned slot = ring_at + (unsigned)(j % STAGES) * A::stage_bytes;
-#pragma unroll
-      for (int i0 = 0; i0 < CHUNKS; i0 += kAttentionThreads) {
-        const int i = i0 + tid;
-        if (CHUNKS % kAttentionThreads != 0 && i >= CHUNKS) break;
-        const bool of_k = i < P * KC;
-        const int t = of_k ? i / KC : (i - P * KC) / VC, c = of_k ? i % KC : (i - P * KC) % VC;
-        const bool whole = t < n;
-        const T* src = of_k ? k + (whole ? (at + t) * D + c * 8 : 0) : v + (whole ? (at + t) * DV + c * 8 : 0);
-        const unsigned dst = of_k ? slot + att::swizzled<D * 2>(t, c) : slot + A::k_bytes + att::swizzled<DV * 2>(t, c);
-        cp_async16_or_zero(dst, src, whole);
-      }
+      att::copy_rows<P, D, kAttentionThreads>(slot, k, at, n);
+      att::copy_rows<P, DV, kAttentionThreads>(slot + A::k_bytes, v, at, n);
     };
 #pragma unroll
     for (int j = 0; j < STAGES - 1; ++j) {

@@ -20,4 +20,6 @@
 #include "gdl_matmul.cuh"
 #include "gdl_attention.cuh"
 #include "gdl_attention_group.cuh"
+#include "gdl_attention_prefill.cuh"
+#include "gdl_attention_backward.cuh"
 #include "gdl_chain.cuh"

@@ -805,6 +805,123 @@ TEST_CASE("codegen: grouped query heads take the tensor-core group kernel by dty
     }
 }
 
+// Causal queries take the prefill kernel (gdl_attention_prefill.cuh) for
+// f16/bf16 heads of 64 or 128 where its tasks, a block of 64 / group queries
+// of a sequence and k/v head, give each of the 132 multiprocessors one at
+// the smallest binding; GDL_ATTENTION_PREFILL=all wherever it can, 0 never.
+// Over a paged cache its stages halve until they divide the block.
+TEST_CASE("codegen: blocks of causal queries take the prefill kernel where their tasks fill the GPU") {
+  struct Case {
+    std::string type, batch, queries, nh, kvh, d, dv, block;  // block: paged cache's block size ("": contiguous)
+    int query_block, positions;                               // by default; 0: not the prefill kernel
+    int query_block_all;                                       // with GDL_ATTENTION_PREFILL=all
+  };
+  const std::vector<Case> cases = {
+      {"bf16", "8", "512", "16", "4", "64", "64", "", 16, 64, 16},     // 8 x 4 x 32 = 1024 tasks
+      {"f16", "1", "2048", "32", "8", "128", "128", "", 16, 64, 16},   // 1 x 8 x 128
+      {"f16", "1", "16", "32", "8", "128", "128", "", 0, 0, 16},       // 8 tasks: the decode kernels split positions
+      {"bf16", "2", "1024", "16", "16", "128", "64", "", 64, 64, 64},  // one head a k/v head: 64 queries a task
+      {"bf16", "4", "512", "12", "4", "64", "128", "", 21, 64, 21},    // groups of 3: 21 queries, 63 rows
+      {"bf16", "1", "256", "128", "1", "64", "64", "", 0, 0, 0},       // a group of 128 is more than a task's rows
+      {"f32", "8", "512", "16", "4", "64", "64", "", 0, 0, 0},
+      {"f16", "8", "512", "16", "4", "80", "80", "", 0, 0, 0},
+      {"f16", "8", "512", "16", "4", "256", "256", "", 0, 0, 0},
+      {"f16", "8", "512", "16", "4", "64", "64", "16", 16, 16, 16},
+      {"f16", "8", "512", "16", "4", "64", "64", "96", 16, 32, 16},
+      {"f16", "8", "512", "16", "4", "64", "64", "24", 0, 0, 0},
+  };
+  for (const Case& k : cases)
+    for (const char* knob : {"", "all", "0"}) {
+      testing::ScopedEnv prefill("GDL_ATTENTION_PREFILL", knob);
+      const bool paged = !k.block.empty();
+      INFO(k.type << " B = " << k.batch << ", Q = " << k.queries << ", " << k.nh << " query heads over " << k.kvh
+                  << ", D = " << k.d << ", DV = " << k.dv << (paged ? ", paged block " + k.block : std::string())
+                  << ", GDL_ATTENTION_PREFILL=" << std::string(knob));
+      const std::string q = k.type + "[" + k.batch + ", " + k.queries + ", " + k.nh + ", " + k.d + "]";
+      const std::string o = k.type + "[" + k.batch + ", " + k.queries + ", " + k.nh + ", " + k.dv + "]";
+      auto cache = [&](const std::string& dim) {
+        return paged ? k.type + "[512, " + k.kvh + ", " + k.block + ", " + dim + "]"
+                     : k.type + "[" + k.batch + ", " + k.kvh + ", 4096, " + dim + "]";
+      };
+      const std::string text = "program prefill;\ninput q : " + q + ";\nparam k : " + cache(k.d) + ";\nparam v : " +
+                               cache(k.dv) + ";\ninput len : i32[" + k.batch + "];\n" +
+                               (paged ? "input blocks : i32[" + k.batch + ", 32];\n" : "") + "output o : " + o +
+                               ";\no = " +
+                               (paged ? "paged_attention(q, k, v, len, blocks, start = 0)"
+                                      : "attention(q, k, v, len, start = 0)") +
+                               ";\n";
+      SourceFile file = source_from_string("prefill.gdl", text);
+      DiagnosticSink diags;
+      std::optional<ir::Graph> g = compile_to_ir(file, diags);
+      INFO(diags.render(file));
+      REQUIRE(g.has_value());
+      plan::Plan p = plan_of(*g);
+      const int query_block = std::string(knob) == "0" ? 0 : std::string(knob) == "all" ? k.query_block_all : k.query_block;
+      const ir::Node& step = [&]() -> const ir::Node& {
+        for (const ir::Node& n : p.graph.nodes)
+          if (n.op == Op::kAttention || n.op == Op::kPagedAttention) return n;
+        FAIL("no attention step");
+        return p.graph.nodes.front();
+      }();
+      const AttentionChoice choice = choose_attention(p.graph, step);
+      CHECK(choice.prefill_query_block == query_block);
+      GeneratedCode code = generate_cuda(p);
+      const size_t at = code.source.find("gdl::attention_prefill<" + k.d + ", " + k.dv + ", ");
+      CHECK((at != std::string::npos) == (query_block > 0));
+      if (query_block == 0) continue;
+      if (std::string(knob).empty())
+        CHECK(code.source.find("gdl::attention_prefill<" + k.d + ", " + k.dv + ", " + std::to_string(k.positions) + ", ") ==
+              at);
+      CHECK(code.source.find(", " + std::to_string(query_block) + ", ", at) < code.source.find("\n", at));
+      REQUIRE(code.kernels.step_choices.size() == 1);
+      CHECK(own_kernel(code, 0).launch.block == 128u);
+      CHECK(own_kernel(code, 0).launch.shared_bytes == choice.prefill_shared_bytes);
+      if (std::string(knob).empty()) require_compiles(code);
+    }
+}
+
+// grad through attention in f16/bf16 with heads of 64 or 128: the three
+// derivative kernels (gdl_attention_backward.cuh), with the stages of
+// choose_attention_backward, and they compile.
+TEST_CASE("codegen: attention's derivative takes its three kernels and they compile") {
+  for (const auto& [type, d, dv] : std::vector<std::tuple<std::string, int, int>>{{"bf16", 64, 64}, {"f16", 128, 128},
+                                                                                   {"bf16", 64, 128}}) {
+    INFO(type << " D = " << d << ", DV = " << dv);
+    const std::string q = type + "[4, 96, 8, " + std::to_string(d) + "]";
+    const std::string o = type + "[4, 96, 8, " + std::to_string(dv) + "]";
+    const std::string text = "program attention_grad;\ninput q : " + q + ";\ninput k : " + type + "[4, 2, 96, " +
+                             std::to_string(d) + "];\ninput v : " + type + "[4, 2, 96, " + std::to_string(dv) +
+                             "];\ninput w : " + o + ";\noutput d_q : " + q + ";\noutput d_k : " + type + "[4, 2, 96, " +
+                             std::to_string(d) + "];\noutput d_v : " + type + "[4, 2, 96, " + std::to_string(dv) +
+                             "];\nlet l = sum(reshape(attention(q, k, v, 96, start = 0) * w, [-1]));\n"
+                             "d_q = grad(l, q);\nd_k = grad(l, k);\nd_v = grad(l, v);\n";
+    SourceFile file = source_from_string("attention_grad.gdl", text);
+    DiagnosticSink diags;
+    std::optional<ir::Graph> g = compile_to_ir(file, diags);
+    INFO(diags.render(file));
+    REQUIRE(g.has_value());
+    plan::Plan p = plan_of(*g);
+    GeneratedCode code = generate_cuda(p);
+    const int positions = d + dv <= 128 ? 64 : 32;
+    for (const char* kernel : {"stats", "q", "kv"}) {
+      INFO(kernel);
+      const std::string call = "gdl::attention_backward_" + std::string(kernel) + "<" + std::to_string(d) + ", " +
+                               std::to_string(dv) + ", " + std::to_string(positions) + ", ";
+      CHECK(code.source.find(call) != std::string::npos);
+    }
+    // Nothing of the matmul rule's [.., rows, T] probabilities: no softmax.
+    CHECK(std::none_of(p.graph.nodes.begin(), p.graph.nodes.end(), [](const ir::Node& n) { return n.op == Op::kSoftmax; }));
+    for (const ir::Node& n : p.graph.nodes)
+      if (n.op == Op::kAttentionStats || n.op == Op::kAttentionGradQ || n.op == Op::kAttentionGradKV) {
+        const AttentionBackwardChoice c = choose_attention_backward(p.graph, n);
+        CHECK(c.query_block == 16);  // 64 rows of a task over 4 query heads a k/v head
+        CHECK(c.positions == positions);
+        CHECK(c.stages >= 2);
+      }
+    require_compiles(code);
+  }
+}
+
 TEST_CASE("codegen: the rows kernel's splits of a strip form a cluster where the launch has a block per SM at most") {
   for (DType t : kFloats) {
     INFO(dtype_name(t));

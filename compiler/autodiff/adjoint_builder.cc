@@ -140,4 +140,15 @@ ValueId AdjointBuilder::slice(ValueId x, std::vector<int64_t> bounds) {
   return emit(Op::kSlice, {x}, a);
 }
 
+ValueId AdjointBuilder::slice_last_axis(ValueId x, int64_t from, int64_t to) {
+  const Shape& s = shape(x);
+  std::vector<int64_t> bounds;
+  for (size_t a = 0; a + 1 < s.size(); ++a) {
+    if (s[a].is_runtime()) bounds.insert(bounds.end(), {0, -1});
+    else bounds.insert(bounds.end(), {0, s[a].extent});
+  }
+  bounds.insert(bounds.end(), {from, to});
+  return slice(x, std::move(bounds));
+}
+
 }  // namespace gdl::autodiff

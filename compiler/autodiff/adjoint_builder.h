@@ -77,6 +77,7 @@ class AdjointBuilder {
   ValueId swap_last_two(ValueId x);  // transpose's default
   ValueId matmul(ValueId a, ValueId b) { return emit(ir::Op::kMatMul, {a, b}); }
   ValueId slice(ValueId x, std::vector<int64_t> bounds);
+  ValueId slice_last_axis(ValueId x, int64_t from, int64_t to);  // the other axes whole
 };
 
 // The axes a reduction node reduced (ascending), from its attributes.

@@ -23,7 +23,9 @@
 // below); paged_attention has none.
 //
 // Kernels (plan/kernel_choice.h choose_attention): the grouped one
-// (gdl_attention_group.cuh: the query heads of a k/v head on tensor cores,
+// (gdl_attention_prefill.cuh: blocks of causal queries on tensor cores,
+// f16/bf16 heads of 64 or 128, where its tasks fill the GPU), the grouped
+// one (gdl_attention_group.cuh: the query heads of a k/v head on tensor cores,
 // f16/bf16 heads of multiples of 64, sm_80) and, in gdl_attention.cuh, the
 // streamed one (k and v through a ring of bulk copies, sm_90, head dims of
 // whole 16-byte vectors, 16-byte aligned operands, a stage within one block
@@ -32,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "autodiff/adjoint_builder.h"
 #include "codegen/cuda_text.h"
@@ -160,11 +163,47 @@ TypeResult infer_attention(TypeQuery& q) {
   return TensorType{tq->dtype, out};
 }
 
+// The derivative's kernels, built by vjp_attention from operands the
+// forward's rule checked: their results' types.
+TypeResult infer_attention_stats(TypeQuery& q) {  // f32 [S..., (Q,) NH, 2]: (lse, delta) per row
+  const TensorType* tq = q.tensor(0, "attention_stats q");
+  if (!tq || tq->rank() < 2) return TypeResult::failed();
+  Shape rows(tq->shape.begin(), tq->shape.end() - 1);
+  rows.push_back(Dim::constant(2));
+  return TensorType{DType::kF32, rows};
+}
+TypeResult infer_attention_grad_q(TypeQuery& q) {  // q's type
+  const TensorType* tq = q.tensor(0, "attention_grad_q q");
+  if (!tq) return TypeResult::failed();
+  return *tq;
+}
+TypeResult infer_attention_grad_kv(TypeQuery& q) {  // [S..., KVH, T, D + DV]: dk and dv side by side
+  const TensorType* tk = q.tensor(1, "attention_grad_kv k");
+  const TensorType* tv = tk ? q.tensor(2, "attention_grad_kv v") : nullptr;
+  if (!tv || tk->rank() < 3 || tk->shape.back().is_runtime() || tv->shape.back().is_runtime())
+    return TypeResult::failed();
+  Shape s(tk->shape.begin(), tk->shape.end() - 1);
+  s.push_back(Dim::constant(tk->shape.back().extent + tv->shape.back().extent));
+  return TensorType{tk->dtype, s};
+}
+
 std::string scale_attr(const ir::Attrs& a) { return "scale=" + number_text(a.value); }
 
 }  // namespace
 
 AttentionOperands attention_operands(const Node& n) {
+  if (n.op == Op::kAttentionStats || n.op == Op::kAttentionGradQ || n.op == Op::kAttentionGradKV) {
+    const bool stats = n.op == Op::kAttentionStats;
+    const size_t start = stats ? 5 : 6;
+    GDL_INTERNAL_ASSERT(n.args.size() == start || n.args.size() == start + 1, "attention derivative argument count");
+    AttentionOperands a;
+    a.q = n.args[0], a.k = n.args[1], a.dout = n.args[3];
+    (stats ? a.o : a.v) = n.args[2];
+    if (!stats) a.stats = n.args[4];
+    a.len = n.args[start - 1];
+    if (n.args.size() > start) a.start = n.args[start];
+    return a;
+  }
   GDL_INTERNAL_ASSERT(n.op == Op::kAttention || n.op == Op::kPagedAttention, "attention_operands of " + std::string(op_name(n.op)));
   const bool paged = n.op == Op::kPagedAttention;
   const size_t start = paged ? 5 : 4;
@@ -188,14 +227,43 @@ Dim attention_positions(const ir::Graph& g, const Node& n) {
 
 namespace {
 
-// How query rows (sequence, query, head) map onto sequences and k/v rows,
-// from the operands' extents.
+// How query rows (sequence, query, head) map onto sequences and k/v rows
+// (q [S..., (Q,) NH, D], k [S..., KVH, T, D] or a paged pool), and how many
+// positions each row attends over: t < clamp(len, 0, t_max) and, with
+// start, t <= start + query.
 struct RowLayout {
-  int64_t heads = 1, queries = 1, kv_heads = 1, group = 1;
+  int64_t heads = 1, queries = 1, kv_heads = 1, group = 1, t_max = 0;
+  const HostTensor* len = nullptr;
+  const HostTensor* start = nullptr;
+  RowLayout(const HostTensor& q, const HostTensor& k, const HostTensor& len_, const HostTensor* start_, int64_t t)
+      : t_max(t), len(&len_), start(start_) {
+    const size_t rq = q.shape.size(), rk = k.shape.size();
+    GDL_INTERNAL_ASSERT(rq >= 2 && rk >= 3, "attention operand ranks");
+    heads = q.shape[rq - 2];
+    queries = start ? q.shape[rq - 3] : 1;
+    kv_heads = k.shape[rk - 3];
+    GDL_INTERNAL_ASSERT(kv_heads > 0 && heads % kv_heads == 0 && k.shape.back() == q.shape.back(),
+                        "attention shapes disagree");
+    group = heads / kv_heads;
+  }
   int64_t sequence(int64_t row) const { return row / (heads * queries); }
   int64_t query(int64_t row) const { return row / heads % queries; }
   int64_t kv_row(int64_t row) const { return sequence(row) * kv_heads + row % heads / group; }
+  int64_t per_sequence(const HostTensor& t, int64_t row) const {
+    return static_cast<int64_t>(t.data[t.data.size() == 1 ? 0 : static_cast<size_t>(sequence(row))]);
+  }
+  int64_t length(int64_t row) const {
+    int64_t limit = per_sequence(*len, row);
+    if (start) limit = std::min(limit, per_sequence(*start, row) + query(row) + 1);
+    return std::clamp<int64_t>(limit, 0, t_max);
+  }
 };
+
+double dot(const double* a, const double* b, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
 
 // For every query row, softmax(scale * q.k_t) over its positions (t <
 // clamp(len, 0, the valid T), t <= start + query, stored), weighted sum of v_t.
@@ -203,25 +271,15 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
   const AttentionOperands a = attention_operands(n);
   const HostTensor &q = *in.values[0], &k = *in.values[1], &v = *in.values[2], &len = *in.values[3];
   const size_t start_arg = a.paged() ? 5 : 4;
-  const HostTensor* start = a.causal() ? in.values[start_arg] : nullptr;
   const HostTensor* table = a.paged() ? in.values[4] : nullptr;
-  const size_t rq = q.shape.size(), rk = k.shape.size();
-  GDL_INTERNAL_ASSERT(rq >= 2 && rk >= 3 && v.shape.size() == rk, "attention operand ranks");
+  const size_t rk = k.shape.size();
+  GDL_INTERNAL_ASSERT(v.shape.size() == rk, "attention operand ranks");
   const int64_t d = q.shape.back(), dv = v.shape.back(), block = k.shape[rk - 2];
-  RowLayout rows_of;
-  rows_of.heads = q.shape[rq - 2];
-  rows_of.queries = start ? q.shape[rq - 3] : 1;
-  rows_of.kv_heads = k.shape[rk - 3];
-  GDL_INTERNAL_ASSERT(rows_of.kv_heads > 0 && rows_of.heads % rows_of.kv_heads == 0 && k.shape.back() == d,
-                      "attention shapes disagree");
-  rows_of.group = rows_of.heads / rows_of.kv_heads;
   const int64_t max_blocks = table ? table->shape.back() : 1;
   const int64_t pool_blocks = k.shape[0];
-  const int64_t t_max = table ? max_blocks * block : std::min(block, in.valid(1, -2));
+  const RowLayout rows_of(q, k, len, a.causal() ? in.values[start_arg] : nullptr,
+                          table ? max_blocks * block : std::min(block, in.valid(1, -2)));
   const int64_t rows = host::product(q.shape) / std::max<int64_t>(d, 1);
-  auto per_sequence = [&](const HostTensor& t, int64_t row) {
-    return static_cast<int64_t>(t.data[t.data.size() == 1 ? 0 : static_cast<size_t>(rows_of.sequence(row))]);
-  };
   // The row of k and v (in rows of D and DV) holding position t of row r, or -1.
   auto stored_at = [&](int64_t r, int64_t t) -> int64_t {
     if (!table) return rows_of.kv_row(r) * block + t;
@@ -230,21 +288,17 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
     return (id * rows_of.kv_heads + r % rows_of.heads / rows_of.group) * block + t % block;
   };
   const double scale = n.attrs.value;
-  std::vector<double> score(static_cast<size_t>(std::max<int64_t>(t_max, 0)));
+  std::vector<double> score(static_cast<size_t>(std::max<int64_t>(rows_of.t_max, 0)));
   std::vector<int64_t> at(score.size());
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t limit = per_sequence(len, r);
-    if (start) limit = std::min(limit, per_sequence(*start, r) + rows_of.query(r) + 1);
-    const int64_t valid = std::clamp<int64_t>(limit, 0, t_max);
+    const int64_t valid = rows_of.length(r);
     const double* qr = q.data.data() + r * d;
     double* o = out.data.data() + r * dv;  // stays zero when no position is valid
     double peak = -std::numeric_limits<double>::infinity();
     for (int64_t t = 0; t < valid; ++t) {
       at[t] = stored_at(r, t);
       if (at[t] < 0) continue;
-      double dot = 0;
-      for (int64_t i = 0; i < d; ++i) dot += qr[i] * k.data[static_cast<size_t>(at[t] * d + i)];
-      score[t] = dot * scale;
+      score[t] = dot(qr, k.data.data() + at[t] * d, d) * scale;
       peak = std::max(peak, score[t]);
     }
     double total = 0;
@@ -253,6 +307,61 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
     for (int64_t t = 0; t < valid; ++t)
       if (at[t] >= 0)
         for (int64_t i = 0; i < dv; ++i) o[i] += score[t] / total * v.data[static_cast<size_t>(at[t] * dv + i)];
+  }
+}
+
+// attention_stats: per query row (lse, delta), lse = log sum_t exp(scale
+// q.k_t) over its positions (0 with none), delta = do . o.
+void eval_attention_stats(const Node& n, const EvalArgs& in, HostTensor& out) {
+  const AttentionOperands a = attention_operands(n);
+  const HostTensor &q = *in.values[0], &k = *in.values[1], &o = *in.values[2], &dout = *in.values[3];
+  const int64_t d = q.shape.back(), dv = o.shape.back(), positions = k.shape[k.shape.size() - 2];
+  const RowLayout rows_of(q, k, *in.values[4], a.causal() ? in.values[5] : nullptr, std::min(positions, in.valid(1, -2)));
+  const int64_t rows = host::product(q.shape) / std::max<int64_t>(d, 1);
+  std::vector<double> score(static_cast<size_t>(positions));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t valid = rows_of.length(r);
+    double peak = -std::numeric_limits<double>::infinity(), total = 0;
+    for (int64_t t = 0; t < valid; ++t) {
+      score[t] = dot(q.data.data() + r * d, k.data.data() + (rows_of.kv_row(r) * positions + t) * d, d) * n.attrs.value;
+      peak = std::max(peak, score[t]);
+    }
+    for (int64_t t = 0; t < valid; ++t) total += std::exp(score[t] - peak);
+    out.data[static_cast<size_t>(2 * r)] = valid > 0 ? peak + std::log(total) : 0.0;
+    out.data[static_cast<size_t>(2 * r + 1)] = dot(dout.data.data() + r * dv, o.data.data() + r * dv, dv);
+  }
+}
+
+// attention_grad_q (dq [rows, D]) and attention_grad_kv (dk and dv side by
+// side, [.., KVH, T, D + DV]): with p_rt = exp(scale q_r.k_t - lse_r) and
+// ds_rt = p_rt (do_r.v_t - delta_r) scale, dq_r = sum_t ds_rt k_t, dk_t =
+// sum_r ds_rt q_r, dv_t = sum_r p_rt do_r.
+void eval_attention_grad(const Node& n, const EvalArgs& in, HostTensor& out) {
+  const AttentionOperands a = attention_operands(n);
+  const HostTensor &q = *in.values[0], &k = *in.values[1], &v = *in.values[2], &dout = *in.values[3];
+  const HostTensor& stats = *in.values[4];
+  const int64_t d = q.shape.back(), dv = v.shape.back(), positions = k.shape[k.shape.size() - 2];
+  const RowLayout rows_of(q, k, *in.values[5], a.causal() ? in.values[6] : nullptr, std::min(positions, in.valid(1, -2)));
+  const int64_t rows = host::product(q.shape) / std::max<int64_t>(d, 1);
+  const bool for_q = n.op == Op::kAttentionGradQ;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t valid = rows_of.length(r);
+    const double* qr = q.data.data() + r * d;
+    const double* dor = dout.data.data() + r * dv;
+    const double lse = stats.data[static_cast<size_t>(2 * r)], delta = stats.data[static_cast<size_t>(2 * r + 1)];
+    for (int64_t t = 0; t < valid; ++t) {
+      const int64_t kv = rows_of.kv_row(r) * positions + t;
+      const double* kt = k.data.data() + kv * d;
+      const double p = std::exp(dot(qr, kt, d) * n.attrs.value - lse);
+      const double ds = p * (dot(dor, v.data.data() + kv * dv, dv) - delta) * n.attrs.value;
+      if (for_q) {
+        for (int64_t i = 0; i < d; ++i) out.data[static_cast<size_t>(r * d + i)] += ds * kt[i];
+        continue;
+      }
+      double* row = out.data.data() + kv * (d + dv);
+      for (int64_t i = 0; i < d; ++i) row[i] += ds * qr[i];
+      for (int64_t i = 0; i < dv; ++i) row[d + i] += p * dor[i];
+    }
   }
 }
 
@@ -280,22 +389,40 @@ bool padded_leading_rows(const Shape& qs) {
   return true;
 }
 
+// The locals every attention kernel reads: rows of q (sequence, query,
+// head), heads, queries (1 without start), kv_heads, group, positions.
+std::string row_locals(StepEmitter& e, const Shape& qs, const Shape& ks, bool causal, const Dim& positions) {
+  return e.local("rows", e.product(qs, 0, qs.size() - 1)) + e.local("heads", e.dim(qs[qs.size() - 2])) +
+         e.local("queries", causal ? e.dim(qs[qs.size() - 3]) : "1") + e.local("kv_heads", e.dim(ks[ks.size() - 3])) +
+         e.local("group", "heads / kv_heads") +  // query heads per k/v head
+         e.local("positions", e.dim(positions));
+}
+
+// A row's length as the kernels read it: len, with start the causal limit
+// (the positions up to the query's own), clamped to a padded T's valid
+// count, and none for the padding rows of a padded leading axis.
+Source row_lengths(StepEmitter& e, Source len, const std::optional<Source>& start, const Shape& qs,
+                   const Dim& positions) {
+  if (start)
+    len = {"gdl::CausalLen<" + len.type + ", " + start->type + ">", len.text() + ", " + start->text() + ", heads, queries"};
+  if (positions.is_runtime())  // a padded T: positions past its valid count are padding, whatever len says
+    len = {"gdl::ClampedLen<" + len.type + ">", len.text() + ", " + valid_count_expr(positions.symbol)};
+  if (padded_leading_rows(qs))  // queries past the valid ones are padding: no positions (a bucket's waste stays small)
+    len = {"gdl::ValidRowsLen<" + len.type + ">", len.text() + ", (long long)" + valid_count_expr(qs[0].symbol) +
+                                                      " * " + e.product(qs, 1, qs.size() - 1)};
+  return len;
+}
+
 std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionOperands a = attention_operands(n);
   const std::string q = e.pointer(a.q), k = e.pointer(a.k), v = e.pointer(a.v);
   const Shape& qs = e.g.node(a.q).type.shape;
   const Shape& ks = e.g.node(a.k).type.shape;
   const Shape& vs = e.g.node(a.v).type.shape;
-  std::string body;
-  body += e.local("rows", e.product(qs, 0, qs.size() - 1));
-  body += e.local("heads", e.dim(qs[qs.size() - 2]));
-  body += e.local("queries", a.causal() ? e.dim(qs[qs.size() - 3]) : "1");
-  body += e.local("kv_heads", e.dim(ks[ks.size() - 3]));
-  body += e.local("group", "heads / kv_heads");  // query heads per k/v head
   const Dim positions_dim = attention_positions(e.g, n);
-  body += e.local("positions", e.dim(positions_dim));
+  std::string body = row_locals(e, qs, ks, a.causal(), positions_dim);
   // The operands' sources in argument order (their pointers are declared in that order).
-  Source len = int_source(e, a.len, "heads * queries");
+  const Source len = int_source(e, a.len, "heads * queries");
   std::string kv;
   if (a.paged()) {
     const std::string table = e.pointer(a.blocks);
@@ -305,15 +432,9 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   } else {
     kv = "gdl::KvRows{heads, queries, kv_heads, group, positions}";
   }
-  if (a.causal()) {
-    const Source start = int_source(e, a.start, "heads * queries");
-    len = {"gdl::CausalLen<" + len.type + ", " + start.type + ">", len.text() + ", " + start.text() + ", heads, queries"};
-  }
-  if (positions_dim.is_runtime())  // a padded T: positions past its valid count are padding, whatever len says
-    len = {"gdl::ClampedLen<" + len.type + ">", len.text() + ", " + valid_count_expr(positions_dim.symbol)};
-  if (padded_leading_rows(qs))  // queries past the valid ones are padding: no positions (a bucket's waste stays small)
-    len = {"gdl::ValidRowsLen<" + len.type + ">", len.text() + ", (long long)" + valid_count_expr(qs[0].symbol) +
-                                                      " * " + e.product(qs, 1, qs.size() - 1)};
+  std::optional<Source> start;
+  if (a.causal()) start = int_source(e, a.start, "heads * queries");
+  const Source lengths = row_lengths(e, len, start, qs, positions_dim);
   const std::string out = e.result_pointer();
   int64_t d_max = max_extent(qs.back(), e.g), dv_max = max_extent(vs.back(), e.g);
   GDL_INTERNAL_ASSERT(d_max <= kAttentionMaxHeadDim && dv_max <= kAttentionMaxHeadDim,
@@ -329,6 +450,23 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
     body += "  static_assert(" + layout_struct + "::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
   };
+  if (choice.prefill_query_block > 0 && aligned && e.sm >= 80) {  // cp.async, ldmatrix and bf16 mma: sm_80
+    const std::string ring = std::to_string(choice.prefill_positions) + ", " + std::to_string(choice.prefill_stages) +
+                             ", " + std::to_string(kAttentionPrefillWarps);  // P, STAGES, WARPS
+    const std::string bytes = std::to_string(choice.prefill_shared_bytes);
+    body += "  // attention kernel: blocks of " + std::to_string(choice.prefill_query_block) +
+            " causal queries times the query heads of a k/v head on tensor cores, a ring of " + bytes + " bytes\n";
+    declare_ring("gdl::AttentionPrefill<" + layout + ", " + type + ", " + ring + ">", bytes);
+    body += "  gdl::attention_prefill<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " +
+            out + ", " + lengths.text() + ", " + kv + ", rows, heads, queries, kv_heads, positions, " +
+            std::to_string(choice.prefill_query_block) + ", " + float_literal(n.attrs.value) + ", attention_ring);\n";
+    rule = task_launch({{sub_shape(qs, 0, qs.size() - 3), 1},
+                        {{ks[ks.size() - 3]}, 1},
+                        {{qs[qs.size() - 3]}, choice.prefill_query_block}},
+                       static_cast<uint32_t>(32 * kAttentionPrefillWarps));
+    rule.shared_bytes = choice.prefill_shared_bytes;
+    return body;
+  }
   if (choice.group_splits > 0 && aligned && e.sm >= 80) {  // cp.async, ldmatrix and bf16 mma: sm_80
     const std::string ring = std::to_string(choice.group_positions) + ", " + std::to_string(choice.group_stages) +
                              ", " + std::to_string(choice.group_heads);  // P, STAGES, HEADS
@@ -339,7 +477,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     declare_ring("gdl::AttentionGroup<" + layout + ", " + type + ", " + ring + ">", bytes);
     const std::string scratch = e.split_scratch(choice.group_splits, false, choice.scratch, body);
     body += "  gdl::attention_group<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " + out +
-            ", " + len.text() + ", " + kv + ", rows, positions, " + float_literal(n.attrs.value) + ", " + scratch +
+            ", " + lengths.text() + ", " + kv + ", rows, positions, " + float_literal(n.attrs.value) + ", " + scratch +
             ", attention_ring, " + std::to_string(choice.group_least_split_stages) + ");\n";
     rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.group_heads}, {{Dim::constant(choice.group_splits)}, 1}},
                        kAttentionBlock);
@@ -362,7 +500,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     e.early_start |= kv_early;
     body += "  gdl::attention_stream<" + layout + ", " + ring + ", " + (kv_early ? "true" : "false") + ", " +
             std::to_string(choice.stream_heads) + ", " + e.idx + ">(" +
-            q + ", " + k + ", " + v + ", " + out + ", " + len.text() + ", " + kv + ", rows, positions, " +
+            q + ", " + k + ", " + v + ", " + out + ", " + lengths.text() + ", " + kv + ", rows, positions, " +
             float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
     rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.stream_heads}, {{Dim::constant(choice.stream_splits)}, 1}},
                        kAttentionBlock);
@@ -374,9 +512,62 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   body += "  // attention kernel: split, " + std::to_string(choice.splits) + " block(s) per row over the positions\n";
   body += "  gdl::attention_split<" + std::to_string(std::max<int64_t>(1, d_max)) + ", " +
           std::to_string(std::max<int64_t>(1, dv_max)) + ", " + std::to_string(kAttentionChunk) + ", " + e.idx + ">(" + q +
-          ", " + k + ", " + v + ", " + out + ", " + len.text() + ", " + kv + ", rows, positions, D, DV, " +
+          ", " + k + ", " + v + ", " + out + ", " + lengths.text() + ", " + kv + ", rows, positions, D, DV, " +
           float_literal(n.attrs.value) + ", " + e.split_scratch(choice.splits, false, choice.scratch, body) + ");\n";
   rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.splits)}, 1}}, kAttentionBlock);
+  return body;
+}
+
+// The derivative's kernels (gdl_attention_backward.cuh, kernel_choice.cc
+// choose_attention_backward): f16/bf16 heads of 64 or 128, sm_80, operands
+// 16-byte aligned, which vjp_attention asks before it builds them.
+std::string emit_attention_backward(StepEmitter& e, const Node& n, LaunchRule& rule) {
+  const AttentionOperands a = attention_operands(n);
+  const bool stats_kernel = n.op == Op::kAttentionStats, kv_kernel = n.op == Op::kAttentionGradKV;
+  // The pointers in argument order.
+  const std::string q = e.pointer(a.q), k = e.pointer(a.k), v_or_o = e.pointer(stats_kernel ? a.o : a.v),
+                    dout = e.pointer(a.dout), stats = stats_kernel ? "" : e.pointer(a.stats);
+  const Shape& qs = e.g.node(a.q).type.shape;
+  const Shape& ks = e.g.node(a.k).type.shape;
+  const Dim positions = ks[ks.size() - 2];
+  std::string body = row_locals(e, qs, ks, a.causal(), positions);
+  const Source len = int_source(e, a.len, "heads * queries");
+  std::optional<Source> start;
+  if (a.causal()) start = int_source(e, a.start, "heads * queries");
+  const Source lengths = row_lengths(e, len, start, qs, positions);
+  const std::string out = e.result_pointer();
+  const AttentionBackwardChoice c = choose_attention_backward(e.g, n);
+  auto aligned16 = [&](ir::ValueId id) {
+    return plan::buffer_alignment(e.p.buffers.at(static_cast<size_t>(id))) >= 16;
+  };
+  GDL_INTERNAL_ASSERT(c.query_block > 0 && e.sm >= 80 && aligned16(a.q) && aligned16(a.k) &&
+                          aligned16(stats_kernel ? a.o : a.v) && aligned16(a.dout),
+                      "attention's derivative kernels need f16/bf16 heads of 64 or 128, 16-byte aligned operands and sm_80");
+  const std::string d = std::to_string(qs.back().extent),
+                    dv = std::to_string(e.g.node(stats_kernel ? a.o : a.v).type.shape.back().extent);
+  const std::string layout = d + ", " + dv + ", " + std::to_string(c.positions) + ", " + std::to_string(c.stages) + ", " +
+                             std::to_string(kAttentionPrefillWarps);  // D, DV, P, STAGES, WARPS
+  const std::string bytes = std::to_string(c.shared_bytes);
+  const char* kernel = stats_kernel ? "stats" : kv_kernel ? "kv" : "q";
+  body += "  // attention's derivative kernel (" + std::string(kernel) + "), a ring of " + bytes + " bytes\n";
+  body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
+  body += "  static_assert(gdl::AttentionBackward<" + d + ", " + dv + ", " + storage_type(e.g.node(a.q).type.dtype) +
+          ", " + std::to_string(c.positions) + ", " + std::to_string(c.stages) + ", " +
+          std::to_string(kAttentionPrefillWarps) + ">::" + kernel + "_bytes == " + bytes +
+          ", \"the shared memory gdlc asks the launch for\");\n";
+  const std::string tail = lengths.text() + ", gdl::KvRows{heads, queries, kv_heads, group, positions}, rows, heads, "
+                           "queries, kv_heads, positions, ";
+  const std::string block = std::to_string(c.query_block) + ", ";
+  const std::string scale = float_literal(n.attrs.value);
+  body += "  gdl::attention_backward_" + std::string(kernel) + "<" + layout + ", " + e.idx + ">(" + q + ", " + k + ", " +
+          v_or_o + ", " + dout + ", " + (stats_kernel ? "" : stats + ", ") + out + ", " + tail +
+          (kv_kernel ? "" : block) + scale + ", attention_ring);\n";
+  const size_t sequence_dims = qs.size() - (a.causal() ? 3 : 2);
+  const TaskFactor sequences{sub_shape(qs, 0, sequence_dims), 1}, kv_heads{{ks[ks.size() - 3]}, 1};
+  const TaskFactor blocks = kv_kernel ? TaskFactor{{positions}, 16 * kAttentionPrefillWarps}
+                                      : TaskFactor{{a.causal() ? qs[sequence_dims] : Dim::constant(1)}, c.query_block};
+  rule = task_launch({sequences, kv_heads, blocks}, static_cast<uint32_t>(32 * kAttentionPrefillWarps));
+  rule.shared_bytes = c.shared_bytes;
   return body;
 }
 
@@ -389,7 +580,10 @@ void attention_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBl
 }
 
 // The derivative of attention, recomputed from its operands (the forward
-// keeps no probabilities): the query heads of each k/v head as one matrix
+// keeps no probabilities). Where the derivative's kernels fit
+// (attention_backward_fits: f16/bf16 heads of 64 or 128), three kernels
+// that stream the positions; otherwise matmuls with the query heads of each
+// k/v head as one matrix
 // of rows (head in group, query), so GQA's k and v are read once per group
 // and their parts summed over the group by the matmuls themselves.
 //   s = (scale q) k^T, masked to t < len (and t <= start + i), in f32
@@ -425,6 +619,22 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
     return;
   }
   const int64_t group = heads.extent / kv_heads.extent, rows = group * queries;
+  if (attention_backward_fits(q.dtype, q.shape.back().extent, v.shape.back().extent, group)) {
+    // Three kernels that stream the positions (gdl_attention_backward.cuh).
+    std::vector<ValueId> tail = {a.len};
+    if (a.causal()) tail.push_back(a.start);
+    auto operands = [&](std::vector<ValueId> head) {
+      head.insert(head.end(), tail.begin(), tail.end());
+      return head;
+    };
+    const ValueId stats = b.emit(Op::kAttentionStats, operands({a.q, a.k, y, dy}), n.attrs);
+    d[0] = b.emit(Op::kAttentionGradQ, operands({a.q, a.k, a.v, dy, stats}), n.attrs);
+    const ValueId dkv = b.emit(Op::kAttentionGradKV, operands({a.q, a.k, a.v, dy, stats}), n.attrs);
+    const int64_t dk = q.shape.back().extent;
+    d[1] = b.slice_last_axis(dkv, 0, dk);
+    d[2] = b.slice_last_axis(dkv, dk, dk + v.shape.back().extent);
+    return;
+  }
   const auto with = [&](std::initializer_list<Dim> tail) {
     Shape r = sequences;
     r.insert(r.end(), tail);
@@ -507,6 +717,28 @@ void add_attention_ops(std::vector<OpDef>& defs) {
   defs.back().vjp = vjp_attention;
   add(Op::kPagedAttention, "paged_attention", {"q", "k_pool", "v_pool", "len", "blocks", "start", "scale"},
       infer_attention<true>);
+  // The derivative's kernels: no source form, no derivative of their own.
+  auto add_derivative = [&](Op op, std::vector<const char*> params, InferFn infer, EvalFn eval) {
+    OpDef d;
+    d.op = op;
+    d.fusion = FusionClass::kAttention;
+    d.params = std::move(params);
+    d.operands = d.params.size();
+    d.required = d.operands - 1;  // all but start
+    d.min_args = d.required;
+    d.max_args = d.operands;
+    d.infer = infer;
+    d.attr_text = scale_attr;
+    d.eval = eval;
+    d.kernel = emit_attention_backward;
+    defs.push_back(d);
+  };
+  add_derivative(Op::kAttentionStats, {"q", "k", "o", "do", "len", "start"}, infer_attention_stats,
+                 eval_attention_stats);
+  add_derivative(Op::kAttentionGradQ, {"q", "k", "v", "do", "stats", "len", "start"}, infer_attention_grad_q,
+                 eval_attention_grad);
+  add_derivative(Op::kAttentionGradKV, {"q", "k", "v", "do", "stats", "len", "start"}, infer_attention_grad_kv,
+                 eval_attention_grad);
 }
 
 }  // namespace gdl::ops

@@ -104,17 +104,8 @@ void vjp_rope(autodiff::AdjointBuilder& b, ValueId y, ValueId dy, std::vector<Va
   const Node n = b.node(y);
   const ValueId x = n.args[0], cos = n.args[1], sin = n.args[2];
   d[0] = b.emit(ir::Op::kRope, {dy, cos, b.neg(sin)});
-  const Shape xs = b.shape(x);
-  const int64_t half = xs.back().extent / 2;
-  const auto halves = [&](ValueId v, int64_t from) {
-    std::vector<int64_t> bounds;
-    for (size_t a = 0; a + 1 < xs.size(); ++a) {
-      if (xs[a].is_runtime()) bounds.insert(bounds.end(), {0, -1});
-      else bounds.insert(bounds.end(), {0, xs[a].extent});
-    }
-    bounds.insert(bounds.end(), {from, from + half});
-    return b.slice(v, std::move(bounds));
-  };
+  const int64_t half = b.shape(x).back().extent / 2;
+  const auto halves = [&](ValueId v, int64_t from) { return b.slice_last_axis(v, from, from + half); };
   const ValueId x1 = halves(x, 0), x2 = halves(x, half), g1 = halves(dy, 0), g2 = halves(dy, half);
   const ValueId g1x1 = b.mul(g1, x1), g2x2 = b.mul(g2, x2), g2x1 = b.mul(g2, x1), g1x2 = b.mul(g1, x2);
   d[1] = b.sum_to(b.add(g1x1, g2x2), b.shape(cos));

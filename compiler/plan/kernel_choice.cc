@@ -49,7 +49,10 @@
 // gdl::AttentionStream) sets how many blocks share a multiprocessor, and
 // its splits aim at filling them, each at least a stage and 64 positions
 // long; over a paged cache a stage also divides the block size (or the
-// split kernel computes it). Scratch is one ticket per row and, per row and split, (max, sum)
+// split kernel computes it). Causal queries of f16/bf16 heads of 64 or 128
+// take gdl::attention_prefill where its tasks (a block of queries times the
+// query heads of a k/v head) fill the GPU (choose_prefill).
+// Scratch is one ticket per row and, per row and split, (max, sum)
 // and DV partial sums, for the largest binding and the kernel with more
 // splits.
 #include "plan/kernel_choice.h"
@@ -367,6 +370,56 @@ std::vector<RowsBand> matmul_tile_bands(const ir::Graph& g, const ir::Node& n) {
   return bands;
 }
 
+namespace {
+
+// Which attention steps take gdl::attention_prefill: GDL_ATTENTION_PREFILL
+// (read at every choice, so that a test can set it) "0" none, "all" every
+// one it can compute, otherwise those whose tasks fill the GPU.
+enum class PrefillAttention { kNone, kFilling, kAll };
+PrefillAttention prefill_attention() {
+  if (env_is("GDL_ATTENTION_PREFILL", "all")) return PrefillAttention::kAll;
+  if (env_is("GDL_ATTENTION_PREFILL", "0")) return PrefillAttention::kNone;
+  return PrefillAttention::kFilling;
+}
+
+// gdl::attention_prefill for causal queries of f16/bf16 heads of 64 or 128
+// with `group` (static) query heads a k/v head, at most a task's rows. A
+// task takes the group's heads of QB = rows / group queries; the kernel has
+// no splits, so it is chosen where the tasks at the smallest binding give
+// every multiprocessor one (fewer, and a long cache is better split over
+// blocks by the decode kernels). Stages of 64 positions (over a paged cache
+// halved until they divide its block), about kAttentionPrefillRingBytes of
+// them.
+void choose_prefill(const ir::Graph& g, const ops::AttentionOperands& a, int64_t esize, int64_t group,
+                    AttentionChoice& c) {
+  const PrefillAttention wanted = prefill_attention();
+  if (!a.causal() || wanted == PrefillAttention::kNone || esize != 2) return;
+  const Shape& qs = g.node(a.q).type.shape;
+  const Shape& ks = g.node(a.k).type.shape;
+  const Dim& d = qs.back();
+  const Dim& dv = g.node(a.v).type.shape.back();
+  auto head_dim = [](const Dim& x) { return !x.is_runtime() && (x.extent == 64 || x.extent == 128); };
+  constexpr int64_t kRows = 16 * kAttentionPrefillWarps;
+  if (!head_dim(d) || !head_dim(dv) || group < 1 || group > kRows) return;
+  const int64_t query_block = kRows / group;
+  const size_t query_axis = qs.size() - 3;
+  const int64_t tasks_min = product_at(qs, 0, query_axis, g, false) * ks[ks.size() - 3].extent *
+                            ceil_div(extent_at(qs[query_axis], g, false), query_block);
+  if (wanted != PrefillAttention::kAll && tasks_min < g.target.multiprocessors) return;
+  int64_t positions = 64;
+  if (a.paged())
+    while (positions > 16 && ks[2].extent % positions != 0) positions /= 2;
+  if (a.paged() && ks[2].extent % positions != 0) return;
+  const int64_t stage = positions * (d.extent + dv.extent) * esize;
+  const int64_t stages = std::clamp<int64_t>(kAttentionPrefillRingBytes / stage, 2, 4);
+  c.prefill_query_block = static_cast<int>(query_block);
+  c.prefill_positions = static_cast<int>(positions);
+  c.prefill_stages = static_cast<int>(stages);
+  c.prefill_shared_bytes = static_cast<uint32_t>(stages * stage);
+}
+
+}  // namespace
+
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   const ops::AttentionOperands a = ops::attention_operands(n);
   const Shape& qs = g.node(a.q).type.shape;
@@ -493,11 +546,46 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
       }
     }
   }
+  choose_prefill(g, a, esize, static_heads ? group : 0, c);
   const int most = std::max({c.splits, c.stream_splits, c.group_splits});
   if (most > 1) {
     c.scratch.tickets = rows_max;
     c.scratch.partial_floats = rows_max * most * (2 + dv_max);
   }
+  return c;
+}
+
+bool attention_backward_fits(DType t, int64_t d, int64_t dv, int64_t group) {
+  auto head = [](int64_t x) { return x == 64 || x == 128; };
+  return (t == DType::kF16 || t == DType::kBF16) && head(d) && head(dv) && group >= 1 &&
+         group <= 16 * kAttentionPrefillWarps;
+}
+
+// The derivative's kernels take the forward prefill kernel's tasks (query
+// blocks of the group's heads) or, for dk and dv, 16 * warps positions;
+// stages of 64 positions or query rows (32 for heads of 128, whose
+// fragments and accumulators leave fewer registers), about
+// kAttentionPrefillRingBytes of them.
+AttentionBackwardChoice choose_attention_backward(const ir::Graph& g, const ir::Node& n) {
+  const ops::AttentionOperands a = ops::attention_operands(n);
+  const Shape& qs = g.node(a.q).type.shape;
+  const Shape& ks = g.node(a.k).type.shape;
+  const bool stats = n.op == ir::Op::kAttentionStats;
+  const int64_t d = qs.back().extent, dv = g.node(stats ? a.o : a.v).type.shape.back().extent;
+  const Dim& heads = qs[qs.size() - 2];
+  const Dim& kv_heads = ks[ks.size() - 3];
+  AttentionBackwardChoice c;
+  if (heads.is_runtime() || kv_heads.is_runtime() || kv_heads.extent < 1) return c;
+  const int64_t group = heads.extent / kv_heads.extent;
+  if (!attention_backward_fits(g.node(a.q).type.dtype, d, dv, group)) return c;
+  const int64_t positions = d + dv <= 128 ? 64 : 32;
+  int64_t stage = positions * d * 2;                                                  // stats: k
+  if (n.op == ir::Op::kAttentionGradQ) stage = positions * (d + dv) * 2;              // k and v
+  if (n.op == ir::Op::kAttentionGradKV) stage = positions * (d + dv) * 2 + positions * 12;  // q, do, lse, delta, len
+  c.query_block = static_cast<int>(16 * kAttentionPrefillWarps / group);
+  c.positions = static_cast<int>(positions);
+  c.stages = static_cast<int>(std::clamp<int64_t>(kAttentionPrefillRingBytes / stage, 2, 4));
+  c.shared_bytes = static_cast<uint32_t>(c.stages * stage);
   return c;
 }
 
@@ -602,7 +690,7 @@ SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>
     }
     return need;
   }
-  if (ops::fusion_class(anchor.op) == ops::FusionClass::kAttention) return choose_attention(g, anchor).scratch;
+  if (anchor.op == ir::Op::kAttention || anchor.op == ir::Op::kPagedAttention) return choose_attention(g, anchor).scratch;
   return {};
 }
 

@@ -140,6 +140,11 @@ inline constexpr int64_t kAttentionMaxStreamHeads = 4;
 inline constexpr int64_t kAttentionStreamHeadsDims = 512;  // head dims of a task's heads together
 // Query heads of one k/v head that a gdl::attention_group task takes: the 16 rows of an mma tile.
 inline constexpr int64_t kAttentionMaxGroupHeads = 16;
+// gdl::attention_prefill: warps of a block, each taking 16 rows of a task.
+inline constexpr int64_t kAttentionPrefillWarps = 4;
+// Its ring: about this many bytes of stages (two to four), so that three
+// blocks share a multiprocessor.
+inline constexpr int64_t kAttentionPrefillRingBytes = 64 * 1024;
 // Stages of its row a gdl::attention_group split takes at least, at run time:
 // two, the fewest whose copies overlap the math of a stage. A one-stage
 // split exposes its copy's latency and still pays a ticket and a combine
@@ -174,9 +179,33 @@ struct AttentionChoice {
   int group_positions = 0;           // positions of k and v per stage (P)
   int group_least_split_stages = kAttentionLeastSplitStages;  // stages a split of a row takes at least, at run time (a shorter row, fewer splits)
   uint32_t group_shared_bytes = 0;   // == gdl::AttentionGroup<D, DV, T, P, stages, heads>::bytes
-  SplitScratchSize scratch;  // enough for either kernel
+  // gdl::attention_prefill (gdl_attention_prefill.cuh), blocks of causal
+  // queries on tensor cores: possible for f16/bf16 with static head dims of
+  // 64 or 128, a k/v cache of contiguous rows and static heads, where the
+  // tasks fill the GPU (kernel_choice.cc; GDL_ATTENTION_PREFILL); codegen
+  // takes it before the others when q, k and v are 16-byte aligned and the
+  // target has sm_80. 0 when not possible.
+  int prefill_query_block = 0;        // queries a task takes (QB), times the group's heads: its rows
+  int prefill_positions = 0;          // positions of k and v per stage (P)
+  int prefill_stages = 0;             // stages of its ring
+  uint32_t prefill_shared_bytes = 0;  // == gdl::AttentionPrefill<D, DV, T, P, stages, warps>::bytes
+  SplitScratchSize scratch;  // enough for any of the kernels
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
+
+// Attention's derivative in three kernels (gdl_attention_backward.cuh):
+// possible for f16/bf16 heads (D, DV) of 64 or 128 with at most a task's
+// 16 * kAttentionPrefillWarps rows of query heads a k/v head (`group`);
+// vjp_attention builds them where it is, and its matmuls otherwise.
+bool attention_backward_fits(DType t, int64_t d, int64_t dv, int64_t group);
+struct AttentionBackwardChoice {
+  int query_block = 0;        // queries a task of the stats and q kernels takes (times the group's heads: its rows)
+  int positions = 0;          // P: positions of k and v (stats, q) or query rows (kv) a stage holds
+  int stages = 0;             // stages of its ring
+  uint32_t shared_bytes = 0;  // == gdl::AttentionBackward<D, DV, T, P, stages, warps>::{stats,q,kv}_bytes
+};
+// For an attention_stats, attention_grad_q or attention_grad_kv node.
+AttentionBackwardChoice choose_attention_backward(const ir::Graph& g, const ir::Node& n);
 
 // A layernorm or rmsnorm run as the prologue of a matmul (gdl_matmul.cuh)
 // reads the rows of the norm's input again for their statistics: the rows

@@ -1,7 +1,9 @@
 // Attention for serving on the GPU against the CPU reference: causal
 // queries from a per-sequence start (prefill, chunked decode) and a paged
-// cache read through a block table, in every float dtype, through the
-// streamed kernel (head dims of whole 16-byte vectors) and the split one.
+// cache read through a block table, in every float dtype, through each
+// kernel that can compute them: the prefill kernel (blocks of causal
+// queries), the grouped one, the streamed one (head dims of whole 16-byte
+// vectors) and the split one.
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -23,6 +25,16 @@ std::string with(std::string text, const std::map<std::string, std::string>& val
   return text;
 }
 
+// The kernel a case asks for through the knobs of kernel_choice.cc (where
+// the step can take it; otherwise the next one down the list).
+struct KernelKnobs {
+  testing::ScopedEnv grouped, prefill;
+  explicit KernelKnobs(const std::string& kernel)
+      : grouped("GDL_ATTENTION_GROUPED", kernel == "streamed" ? "0" : "1"),
+        prefill("GDL_ATTENTION_PREFILL", kernel == "prefill" ? "all" : "0") {}
+};
+const std::vector<std::string> kKernels = {"streamed", "grouped", "prefill"};
+
 void set_ints(std::map<std::string, TensorData>& t, const std::string& name, const std::vector<double>& values) {
   TensorData& d = t.at(name);
   REQUIRE(d.dtype == ElementType::kI32);
@@ -36,12 +48,13 @@ TEST_CASE("attention with start: causal queries over a contiguous cache") {
       "program causal;\ninput q : {T}[3, {Q}, 8, {D}];\ninput k : {T}[3, 2, 300, {D}];\n"
       "input v : {T}[3, 2, 300, {D}];\ninput len : i32[3];\ninput start : i32[3];\n"
       "output y : {T}[3, {Q}, 8, {D}];\ny = attention(q, k, v, len, start = start);\n";
-  for (const char* grouped : {"0", "1"})  // the streamed kernel, then the group kernel where it applies
+  for (const std::string& kernel : kKernels)
   for (const std::string t : {"f32", "f16", "bf16"})
     for (const std::string d : {"64", "128", "40"})
       for (const std::string q : {"1", "7", "33"}) {
-        testing::ScopedEnv knob("GDL_ATTENTION_GROUPED", grouped);
-        INFO("GDL_ATTENTION_GROUPED=" << grouped << ", " << t << " D = " << d << " Q = " << q);
+        if (kernel == "prefill" && (t == "f32" || d == "40")) continue;  // f16/bf16 heads of 64 or 128 only
+        const KernelKnobs knobs(kernel);
+        INFO(kernel << " kernel, " << t << " D = " << d << " Q = " << q);
         Program program = compile_text(with(text, {{"{T}", t}, {"{D}", d}, {"{Q}", q}}));
         const double queries = std::stod(q);
         // A prefill from 0; a chunk after 250 cached positions; a chunk cut short by len.
@@ -54,17 +67,59 @@ TEST_CASE("attention with start: causal queries over a contiguous cache") {
 }
 
 TEST_CASE("attention with start over a run-time prompt length, padded by buckets") {
-  Program program = compile_text(
-      "program prefill;\ndim P in [1, 64];\ninput q : f16[2, P, 8, 64];\ninput k : f16[2, 2, 128, 64];\n"
-      "input v : f16[2, 2, 128, 64];\ninput len : i32[2];\noutput y : f16[2, P, 8, 64];\n"
-      "y = attention(q, k, v, len, start = 0);\n");
-  for (int64_t p : {1, 5, 64}) {
-    INFO("P = " << p);
-    const Adjust adjust = [&](std::map<std::string, TensorData>& b) {
-      set_ints(b, "len", {static_cast<double>(p), static_cast<double>(std::max<int64_t>(1, p - 1))});
-    };
-    CHECK(check_program(program, seed_for("prefill/" + std::to_string(p)), {p}, {}, {}, adjust));
+  for (const std::string& kernel : kKernels) {
+    const KernelKnobs knobs(kernel);
+    Program program = compile_text(
+        "program prefill;\ndim P in [1, 64];\ninput q : f16[2, P, 8, 64];\ninput k : f16[2, 2, 128, 64];\n"
+        "input v : f16[2, 2, 128, 64];\ninput len : i32[2];\noutput y : f16[2, P, 8, 64];\n"
+        "y = attention(q, k, v, len, start = 0);\n");
+    for (int64_t p : {1, 5, 64}) {
+      INFO(kernel << " kernel, P = " << p);
+      const Adjust adjust = [&](std::map<std::string, TensorData>& b) {
+        set_ints(b, "len", {static_cast<double>(p), static_cast<double>(std::max<int64_t>(1, p - 1))});
+      };
+      CHECK(check_program(program, seed_for("prefill/" + std::to_string(p)), {p}, {}, {}, adjust));
+    }
   }
+}
+
+// The prefill kernel (gdl_attention_prefill.cuh) at its edges: groups of 1
+// to 64 query heads a k/v head (12 over 4: a task's rows past 21 queries'
+// are padding; 64 over 1: one query a task), head dims 64 and 128 with DV
+// != D, query counts that leave a partial last block, 300 positions (a
+// partial last stage), chunks that start after cached positions, lengths
+// that cut the causal rows short, and a sequence with no position.
+TEST_CASE("attention: blocks of causal queries on tensor cores, every group size and head dims") {
+  const std::string text =
+      "program prefill_blocks;\ninput q : {T}[3, {Q}, {NH}, {D}];\ninput k : {T}[3, {KVH}, 300, {D}];\n"
+      "input v : {T}[3, {KVH}, 300, {DV}];\ninput len : i32[3];\ninput start : i32[3];\n"
+      "output y : {T}[3, {Q}, {NH}, {DV}];\ny = attention(q, k, v, len, start = start, scale = 0.07);\n";
+  struct Case {
+    std::string nh, kvh, d, dv;
+  };
+  const std::vector<Case> cases = {{"8", "8", "64", "64"},    {"12", "4", "128", "128"}, {"16", "4", "64", "128"},
+                                   {"16", "2", "128", "64"}, {"64", "1", "64", "64"}};
+  const KernelKnobs knobs("prefill");
+  for (const std::string t : {"f16", "bf16"})
+    for (const Case& c : cases)
+      for (const std::string q : {"1", "33", "100"}) {
+        INFO(t << ": " << c.nh << " query heads over " << c.kvh << ", D = " << c.d << ", DV = " << c.dv << ", Q = " << q);
+        Program program = compile_text(
+            with(text, {{"{T}", t}, {"{NH}", c.nh}, {"{KVH}", c.kvh}, {"{D}", c.d}, {"{DV}", c.dv}, {"{Q}", q}}));
+        const double queries = std::stod(q);
+        using Lengths = std::pair<std::vector<double>, std::vector<double>>;  // start, len
+        for (const Lengths& lengths : {Lengths{{0, 200, 37}, {queries, std::min(300.0, 200 + queries), 37 + queries / 2}},
+                                       Lengths{{0, 0, 299}, {0, 300, 300}}}) {
+          INFO("start " << lengths.first[0] << ", " << lengths.first[1] << ", " << lengths.first[2] << "; len "
+                        << lengths.second[0] << ", " << lengths.second[1] << ", " << lengths.second[2]);
+          const Adjust adjust = [&](std::map<std::string, TensorData>& b) {
+            set_ints(b, "start", lengths.first);
+            set_ints(b, "len", lengths.second);
+          };
+          CHECK(check_program(program, seed_for("prefill_blocks/" + t + c.nh + c.kvh + c.d + c.dv + q), {}, {}, {},
+                              adjust));
+        }
+      }
 }
 
 // A pool of NB blocks shared by B sequences: each sequence's table holds
@@ -168,14 +223,15 @@ TEST_CASE("paged_attention: sequences of different lengths share one pool") {
       "program paged;\ninput q : {T}[5, {Q}8, {D}];\ninput k_pool : {T}[40, 2, {BS}, {D}];\n"
       "input v_pool : {T}[40, 2, {BS}, {D}];\ninput blocks : i32[5, 8];\ninput len : i32[5];\n{START_DECL}"
       "output y : {T}[5, {Q}8, {D}];\ny = paged_attention(q, k_pool, v_pool, len, blocks{START});\n";
-  for (const char* grouped : {"0", "1"})  // the streamed kernel, then the group kernel where it applies
+  for (const std::string& kernel : kKernels)
   for (const std::string t : {"f32", "f16", "bf16"})
     for (const std::string d : {"128", "40"})
       for (const std::string bs : {"16", "64", "12"})
         for (bool causal : {false, true}) {
-          testing::ScopedEnv knob("GDL_ATTENTION_GROUPED", grouped);
-          INFO("GDL_ATTENTION_GROUPED=" << grouped << ", " << t << " D = " << d << " block " << bs
-                                        << (causal ? " causal" : ""));
+          // The prefill kernel: causal queries of f16/bf16 heads of 64 or 128 only.
+          if (kernel == "prefill" && (!causal || t == "f32" || d == "40")) continue;
+          const KernelKnobs knobs(kernel);
+          INFO(kernel << " kernel, " << t << " D = " << d << " block " << bs << (causal ? " causal" : ""));
           Program program = compile_text(with(text, {{"{T}", t},
                                                      {"{D}", d},
                                                      {"{BS}", bs},

@@ -89,9 +89,9 @@ d_up = grad(l, w_up);
 d_norm = grad(l, norm_w);
 )";
 
-// Attention by the attention op in a training step: grouped-query heads
-// (two query heads per k/v head), causal from position 0, a length per
-// sequence (a padded batch), over a run-time batch.
+// Attention by the attention op in a training step: grouped-query heads,
+// causal from position 0, a length per sequence (a padded batch), over a
+// run-time batch; S, NH, KVH and HD set with -D.
 const char* kAttentionBlock = R"(program attention_block;
 dim B in [1, 8];
 const S = 16;
@@ -191,9 +191,25 @@ RangeFor scaled_weights_and_ints(int64_t lo, int64_t hi) {
   };
 }
 
+// kAttentionBlock at other sizes.
+std::string attention_block(int s, int nh, int kvh, int hd) {
+  std::string text = kAttentionBlock;
+  auto set = [&](const std::string& name, int value) {
+    const std::string at = "const " + name + " = ";
+    const size_t i = text.find(at);
+    REQUIRE(i != std::string::npos);
+    text.replace(i, text.find(';', i) - i, at + std::to_string(value));
+  };
+  set("S", s);
+  set("NH", nh);
+  set("KVH", kvh);
+  set("HD", hd);
+  return text;
+}
+
 // The program in f32 and in `narrow` (f16 or bf16), against the CPU
 // reference at each batch (a program without run-time dims: once).
-void check_in_two_dtypes(const char* text, const std::string& name, const std::string& narrow,
+void check_in_two_dtypes(const std::string& text, const std::string& name, const std::string& narrow,
                          const std::vector<int64_t>& batches, const RangeFor& range) {
   for (const std::string& t : {std::string("f32"), narrow}) {
     INFO(t);
@@ -224,6 +240,17 @@ TEST_CASE("grad: a decoder block's gradients (rope, causal softmax, SwiGLU, norm
 TEST_CASE("grad: attention's gradients (grouped heads, causal, a length per sequence) match the CPU reference") {
   // lens: 1 to S positions.
   check_in_two_dtypes(kAttentionBlock, "attention block", "bf16", {1, 3, 8}, scaled_weights_and_ints(1, 16));
+}
+
+TEST_CASE("grad: attention's derivative kernels (heads of 64 and 128) match the CPU reference") {
+  // f16/bf16 heads of 64 or 128 take the three kernels that stream the
+  // positions (gdl_attention_backward.cuh; f32 the matmul rule): 100
+  // positions (a partial last stage of 64) with 4 query heads a k/v head;
+  // heads of 128 (stages of 32), one query head each.
+  check_in_two_dtypes(attention_block(100, 8, 2, 64), "attention kernels 64", "bf16", {1, 3},
+                      scaled_weights_and_ints(1, 100));
+  check_in_two_dtypes(attention_block(70, 4, 4, 128), "attention kernels 128", "f16", {2},
+                      scaled_weights_and_ints(1, 70));
 }
 
 TEST_CASE("grad: topk_values' gradient (the selected elements only) matches the CPU reference") {

@@ -1,0 +1,291 @@
+// attention_prefill: the attention of gdl_attention.cuh for many causal
+// queries of a sequence at once (prefill, a training step's forward), on
+// tensor cores, for f16/bf16 heads of 64 or 128. The decode kernels take one
+// query's heads a task and read the k and v rows up to its position again
+// for every query; here a task takes a block of queries, so each stage of k
+// and v is read once for all of them and the scores are whole 16 x 8 tiles
+// of an mma.
+//
+// A task is (query block, sequence, k/v head): the QB queries of the block
+// times the G query heads that read the k/v head, as 16 * WARPS rows of A
+// (row r: query QB * block + r / G, head G * kv_head + r % G; rows past QB *
+// G or past the sequence's queries are padding). Each row has its own
+// length L (len_source: causal, clamped), and the task reads the positions
+// below the largest L of its rows, in stages of P, copied by every thread
+// with 16-byte cp.async into a ring of STAGES stages (the swizzled layout
+// of gdl_attention_group.cuh; positions past the stage's count are zero),
+// STAGES - 1 in flight while one is computed. Query blocks go out in
+// decreasing order (the causal tasks with the most positions first), so
+// the short ones fill the tail of the launch.
+//
+// Per stage, warp w takes its 16 rows against every position of the stage:
+//  1. S = Q K^T by mma.m16n8k16: q's fragments in registers for the whole
+//     task, k's rows by ldmatrix as B;
+//  2. online softmax per row in base 2 (exp2f): scores at positions t >= L
+//     of their row, or past the stage's count, are -inf and weigh nothing;
+//  3. O += P V by mma.m16n8k16: P rounded to T as A, straight from the
+//     score registers, v's rows by ldmatrix.trans as B.
+// A warp whose rows all end before the stage skips it. At the end each row
+// is O / l (a row with no position: zeros), written by the lanes that hold
+// it. No splits: the kernel is chosen where the tasks alone fill the GPU
+// (kernel_choice.cc).
+#pragma once
+
+#include "gdl_attention_group.cuh"
+
+namespace gdl {
+
+template <int D, int DV, typename T, int P, int STAGES, int WARPS> struct AttentionPrefill {
+  static constexpr int kThreads = 32 * WARPS;
+  static constexpr int kRows = 16 * WARPS;  // rows of a task
+  static constexpr int k_bytes = P * D * 2;
+  static constexpr int stage_bytes = P * (D + DV) * 2;
+  static constexpr int bytes = STAGES * stage_bytes;  // the dynamic shared memory of a block
+  static_assert(sizeof(T) == 2, "f16 or bf16");
+  static_assert(D % 64 == 0 && DV % 64 == 0 && D <= 128 && DV <= 128,
+                "rows of whole 128-byte lines (the swizzle); q and the accumulators in registers");
+  static_assert(P % 16 == 0 && P <= 128, "16-position slices");
+  static_assert(STAGES >= 2, "a stage computed while the next one lands");
+};
+
+namespace att {
+
+// The rows of a task of attention_prefill (and of the backward's kernels
+// over blocks of queries, gdl_attention_backward.cuh) as this lane holds
+// them: rows g and g + 8 of its warp's 16 (-1: padding) and their lengths,
+// the most positions a row of the warp reads, and of the block.
+template <typename I> struct QueryRows {
+  I row_of[2];
+  int len[2];
+  int warp_len, most;
+  I first_row;  // the task's first row: its sequence and k/v head locate the stages of k and v
+};
+
+// Task `task` of `rows` query rows (sequence, query, head): query blocks in
+// decreasing order (the longest causal tasks first), then sequences, then
+// k/v heads. Called by every thread (a barrier: warp_most is the block's
+// shared memory of WARPS ints, free again after the task's next barrier).
+template <int WARPS, typename I, typename Len>
+GDL_DEV QueryRows<I> query_rows(I task, const Len& len_source, I rows, I heads, I queries, I kv_heads, I positions,
+                                int query_block, int* warp_most) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
+  const I group = heads / kv_heads, sequences = rows / (heads * queries);
+  const I blocks = ceil_div(queries, (I)query_block);
+  const I block = blocks - 1 - task / (sequences * kv_heads);
+  const I sequence = task / kv_heads % sequences, kv_head = task % kv_heads;
+  QueryRows<I> r;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int at = warp * 16 + g + 8 * h;
+    const I query = block * (I)query_block + (I)at / group;
+    const bool real = (I)at < (I)query_block * group && query < queries;
+    r.row_of[h] = real ? (sequence * queries + query) * heads + kv_head * group + (I)at % group : (I)-1;
+    const int l = real ? len_source.get(r.row_of[h]) : 0;
+    r.len[h] = l <= 0 ? 0 : ((I)l < positions ? l : (int)positions);
+  }
+  int most = max(r.len[0], r.len[1]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) most = max(most, __shfl_xor_sync(0xffffffffu, most, offset));
+  r.warp_len = most;
+  if (lane == 0) warp_most[warp] = most;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) most = max(most, warp_most[w]);
+  r.most = most;
+  r.first_row = (sequence * queries + block * (I)query_block) * heads + kv_head * group;
+  return r;
+}
+
+// A's fragments (mma.m16n8k16) of this lane's two rows of x (width W; row
+// -1: zeros): for k step j, rows g and g + 8, elements 2 tq, 2 tq + 1 and 8 further.
+template <int W, typename T, typename I>
+GDL_DEV void row_fragments(const T* x, const I (&row_of)[2], unsigned (&a)[W / 16][4]) {
+  const int tq = threadIdx.x & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const unsigned* words = reinterpret_cast<const unsigned*>(x + (row_of[h] < 0 ? (I)0 : row_of[h]) * W);
+#pragma unroll
+    for (int j = 0; j < W / 16; ++j) {
+      a[j][h] = row_of[h] >= 0 ? __ldg(words + 8 * j + tq) : 0u;
+      a[j][h + 2] = row_of[h] >= 0 ? __ldg(words + 8 * j + tq + 4) : 0u;
+    }
+  }
+}
+
+// S = A X^T for the 16-row slices below `live` of a stage of X (swizzled
+// rows of W at shared address xs): s[2 i + h8][e] is row g (e < 2) or g + 8
+// against stage row 16 i + 8 h8 + 2 tq + e % 2. Slices from `live` on are
+// left as they are.
+template <int W, int NS, typename T>
+GDL_DEV void stage_products_nt(float (&s)[2 * NS][4], const unsigned (&a)[W / 16][4], unsigned xs, int live) {
+  const int lane = threadIdx.x & 31, r8 = lane & 7, tile = lane >> 3;  // ldmatrix: lane gives row r8 of tile `tile`
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    if (i >= live) break;
+    const int row = 16 * i + ((tile >> 1) << 3) + r8;
+#pragma unroll
+    for (int j = 0; j < W / 16; ++j) {
+      unsigned b[4];
+      ldmatrix_x4(b, xs + swizzled<W * 2>(row, 2 * j + (tile & 1)));
+      mma16816(s[2 * i], a[j], b[0], b[1], T{});
+      mma16816(s[2 * i + 1], a[j], b[2], b[3], T{});
+    }
+  }
+}
+
+// acc += P X for the 16-row slices below `live` of a stage of X (swizzled
+// rows of W at xs), P the slices' values of s (the layout above) rounded
+// to T as A; acc[c][e]: row g (e < 2) or g + 8, column 8 c + 2 tq + e % 2.
+template <int W, int NS, typename T>
+GDL_DEV void stage_products_nn(float (&acc)[W / 8][4], const float (&s)[2 * NS][4], unsigned xs, int live) {
+  const int lane = threadIdx.x & 31, r8 = lane & 7, tile = lane >> 3;
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    if (i >= live) break;
+    const unsigned pa[4] = {Vec16<T>::pack(s[2 * i][0], s[2 * i][1]), Vec16<T>::pack(s[2 * i][2], s[2 * i][3]),
+                            Vec16<T>::pack(s[2 * i + 1][0], s[2 * i + 1][1]),
+                            Vec16<T>::pack(s[2 * i + 1][2], s[2 * i + 1][3])};
+    const int row = 16 * i + ((tile & 1) << 3) + r8;
+#pragma unroll
+    for (int c = 0; c < W / 8; c += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, xs + swizzled<W * 2>(row, c + (tile >> 1)));
+      mma16816(acc[c], pa, b[0], b[1], T{});
+      mma16816(acc[c + 1], pa, b[2], b[3], T{});
+    }
+  }
+}
+
+// Row h (0: g, 1: g + 8) of acc times `factor`, written to o (a row of W) by the lane's columns.
+template <int W, typename TO> GDL_DEV void write_row(TO* o, const float (&acc)[W / 8][4], int h, float factor) {
+  o += 2 * (threadIdx.x & 3);
+#pragma unroll
+  for (int i = 0; i < W / 8; ++i) {
+    const float lo = acc[i][2 * h] * factor, hi = acc[i][2 * h + 1] * factor;
+    if constexpr (sizeof(TO) == 2) {  // the pair as one word
+      *reinterpret_cast<unsigned*>(o + 8 * i) = Vec16<TO>::pack(lo, hi);
+    } else {
+      o[8 * i] = cvt<TO>(lo);
+      o[8 * i + 1] = cvt<TO>(hi);
+    }
+  }
+}
+
+}  // namespace att
+
+template <int D, int DV, int P, int STAGES, int WARPS, typename I, typename T, typename TO, typename Len, typename Kv>
+GDL_DEV void attention_prefill(const T* q, const T* k, const T* v, TO* out, Len len_source, Kv kv, I rows,
+                               I heads, I queries, I kv_heads, I positions, int query_block, float scale,
+                               unsigned char* ring) {
+  using A = AttentionPrefill<D, DV, T, P, STAGES, WARPS>;
+  static_assert(Kv::template stages_contiguous<P>(), "a stage is one run of positions of k and of v");
+  constexpr int NP = P / 16;  // 16-position slices of a stage
+  constexpr int NT = DV / 8;  // 8-column output tiles
+  constexpr float kLog2e = 1.4426950408889634f;
+  __shared__ int warp_most[WARPS];
+
+  if (blockDim.x != A::kThreads) __trap();  // a launch that breaks the LaunchRule
+  const int tq = threadIdx.x & 3;
+  const I tasks = ceil_div(queries, (I)query_block) * (rows / (heads * queries)) * kv_heads;
+  const unsigned ring_at = bulk::shared_address(ring);
+  const float q_scale = scale * kLog2e;
+
+  for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+    const att::QueryRows<I> r =
+        att::query_rows<WARPS>(task, len_source, rows, heads, queries, kv_heads, positions, query_block, warp_most);
+    const int stages = (r.most + P - 1) / P;
+    auto stage_count = [&](int j, I& at) {
+      at = kv.at(r.first_row, (I)(j * P));
+      return at < 0 ? 0 : min(P, r.most - j * P);
+    };
+    auto issue = [&](int j) {
+      I at;
+      const int n = stage_count(j, at);
+      const unsigned slot = ring_at + (unsigned)(j % STAGES) * A::stage_bytes;
+      att::copy_rows<P, D, A::kThreads>(slot, k, at, n);
+      att::copy_rows<P, DV, A::kThreads>(slot + A::k_bytes, v, at, n);
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; ++j) {
+      if (j < stages) issue(j);
+      cp_async_commit();
+    }
+
+    unsigned qa[D / 16][4];
+    att::row_fragments<D>(q, r.row_of, qa);
+    float m[2] = {-inf_f32(), -inf_f32()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
+    float acc[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+
+    for (int j = 0; j < stages; ++j) {
+      cp_async_wait<STAGES - 2>();  // this thread's copies of stage j have landed
+      __syncthreads();              // everyone's have, and every warp is done with stage j - 1's slot
+      if (j + STAGES - 1 < stages) issue(j + STAGES - 1);
+      cp_async_commit();
+      I at;
+      const int n = stage_count(j, at);
+      const int p_lo = j * P;
+      if (p_lo >= r.warp_len || n == 0) continue;  // no row of this warp reads the stage (the same for the whole warp)
+      const unsigned ks = ring_at + (unsigned)(j % STAGES) * A::stage_bytes, vs = ks + A::k_bytes;
+      // Slices past the warp's positions are skipped (their scores are masked below).
+      const int live = min(NP, (min(r.warp_len - p_lo, n) + 15) / 16);
+
+      // 1. scores
+      float s[2 * NP][4];
+#pragma unroll
+      for (int i = 0; i < 2 * NP; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[i][e] = 0.0f;
+      att::stage_products_nt<D, NP, T>(s, qa, ks, live);
+      // 2. online softmax; s[i][e]: row g (e < 2) or g + 8, stage position 8 i + 2 tq + e % 2
+      float peak[2] = {-inf_f32(), -inf_f32()};
+#pragma unroll
+      for (int i = 0; i < 2 * NP; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int t = 8 * i + 2 * tq + (e & 1);
+          s[i][e] = t < n && p_lo + t < r.len[e >> 1] ? s[i][e] * q_scale : -inf_f32();
+          peak[e >> 1] = fmaxf(peak[e >> 1], s[i][e]);
+        }
+      float rescale[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 1));
+        peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 2));
+        const float m_new = fmaxf(m[h], peak[h]);
+        // A row with no position yet keeps m = -inf, and its l and acc stay 0.
+        rescale[h] = m_new == -inf_f32() ? 1.0f : exp2f(m[h] - m_new);
+        m[h] = m_new;
+        l[h] *= rescale[h];
+      }
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][e] *= rescale[e >> 1];
+#pragma unroll
+      for (int i = 0; i < 2 * NP; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[i][e] = s[i][e] == -inf_f32() ? 0.0f : exp2f(s[i][e] - m[e >> 1]);
+          l[e >> 1] += s[i][e];
+        }
+      // 3. O += P V
+      att::stage_products_nn<DV, NP, T>(acc, s, vs, live);
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the ring (and with warp_most)
+
+    // Each row: O / l over its four lanes' sums (no position: zeros).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      if (r.row_of[h] >= 0) att::write_row<DV>(out + r.row_of[h] * DV, acc, h, l[h] > 0.0f ? 1.0f / l[h] : 0.0f);
+    }
+  }
+}
+
+}  // namespace gdl
