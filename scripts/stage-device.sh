@@ -2,10 +2,12 @@
 # Builds the GPU binaries here (Release) and stages them under .device/ (git
 # ignored) for the GPU machine, with an NVRTC cache filled by compiling every
 # GPU test program once here, so the GPU machine spends its time running.
-# Then, on the GPU machine, from the repo root (carry build-pack/device.tgz,
-# or build-pack/bench.tgz for the benchmarks):
-#   tar xzf build-pack/device.tgz
+# Then, on the GPU machine, from the repo root (carry build-pack/tests.tgz
+# for the GPU tests, build-pack/device.tgz for the examples and the rest of
+# gpu-check.sh, build-pack/bench.tgz for the benchmarks):
+#   tar xzf build-pack/tests.tgz
 #   BUILD=.device/build-release GDL_CACHE_DIR=$PWD/.device/cache scripts/gpu-check.sh tests
+#   (device.tgz: the same with examples, consumer, python, ...)
 #   bash bench/run.sh OUT          (GDL_BENCH_BIN=.device/build-release/bench/gdl_bench)
 #   bash bench/sweep.sh OUT        (the same, and GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache)
 #   bash bench/train.sh OUT        (GDL_BENCH_COMPILE_CACHE=$PWD/.device/bench-cache)
@@ -90,9 +92,11 @@ strip --strip-debug "$py"/lib/*.a
 rm -f "$stage/gdlc" "$stage/bench/gdl_dynamic_bench"
 strip --strip-debug "$stage"/tests/gdl_gpu_tests "$stage"/examples/* "$stage"/bench/gdl_{bench,train_bench} "$stage/gdlrun" \
   "$stage"/consumer/consumer "$stage"/consumer/consumer_jit
-# Two packs, each under the device tool's 64 MiB: device.tgz for the tests
-# and examples (the binaries and the tests' cache entries), bench.tgz for
-# the benchmarks (gdl_bench, gdl_train_bench, gdlrun and the bench cache's entries).
+# Three packs, each under the device tool's 64 MiB: tests.tgz for the GPU
+# tests (their binary and the cache entries), device.tgz for the examples,
+# the consumer and the Python module (the other binaries and the same
+# entries), bench.tgz for the benchmarks (gdl_bench, gdl_train_bench, gdlrun
+# and the bench cache's entries).
 used_entries() {  # CACHE: its entries this staging opened or wrote, relative to the repo
   { grep -h -v ' = -1 ' "$trace_dir"/trace.* | grep -oE "\.device/$1/[^\"]+" || true
     find ".device/$1" -type f -newer "$trace_dir/stamp"; } | sort -u | while read -r f; do if [ -f "$f" ]; then echo "$f"; fi; done  # (a last missing entry must not fail the loop)
@@ -100,9 +104,13 @@ used_entries() {  # CACHE: its entries this staging opened or wrote, relative to
 mkdir -p build-pack
 used_entries cache >"$trace_dir/cache.list"
 used_entries bench-cache >"$trace_dir/bench.list"
-# (the benchmark binaries go in bench.tgz only: both in device.tgz would pass the 64 MiB)
+tar czf build-pack/tests.tgz .device/build-release/tests -T "$trace_dir/cache.list"
 tar czf build-pack/device.tgz --exclude=.device/build-release/bench/gdl_bench \
-  --exclude=.device/build-release/bench/gdl_train_bench .device/build-release -T "$trace_dir/cache.list"
+  --exclude=.device/build-release/bench/gdl_train_bench --exclude=.device/build-release/tests .device/build-release \
+  -T "$trace_dir/cache.list"
 tar czf build-pack/bench.tgz .device/build-release/bench .device/build-release/gdlrun -T "$trace_dir/bench.list"
 rm -rf "$trace_dir"
-du -sh build-pack/device.tgz build-pack/bench.tgz
+ls -l build-pack/tests.tgz build-pack/device.tgz build-pack/bench.tgz
+for pack in tests device bench; do
+  [ "$(stat -c %s "build-pack/$pack.tgz")" -le $((64 << 20)) ] || echo "build-pack/$pack.tgz is over the 64 MiB a device call carries" >&2
+done
