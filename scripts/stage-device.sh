@@ -112,5 +112,5 @@ tar czf build-pack/bench.tgz .device/build-release/bench .device/build-release/g
 rm -rf "$trace_dir"
 ls -l build-pack/tests.tgz build-pack/device.tgz build-pack/bench.tgz
 for pack in tests device bench; do
-  [ "$(stat -c %s "build-pack/$pack.tgz")" -le $((64 << 20)) ] || echo "build-pack/$pack.tgz is over the 64 MiB a device call carries" >&2
+  [ "$(stat -c %s "build-pack/$pack.tgz")" -le $((64 << 20)) ] || echo "build-pack/$pack.tgz is over 64 MiB, more than one command to the GPU machine carries" >&2
 done

@@ -77,6 +77,7 @@ template <int BLOCK> struct KvPages {
 };
 
 namespace att {
+constexpr float kLog2e = 1.4426950408889634f;  // scores in base 2: exp2f does the exponentials
 __host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 __host__ __device__ constexpr int min_of(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_of(int a, int b) { return a < b ? b : a; }
@@ -184,7 +185,7 @@ GDL_DEV void attention_split(const T* q, const T* k, const T* v, TO* out, Len le
   constexpr int SLICES = BLOCK / TPR_V;
   constexpr int UV = att::max_of(1, 8 / NV);
   constexpr int ROW_W = TPR_V * NV * V;  // floats of one slice's accumulators
-  constexpr float kLog2e = 1.4426950408889634f;
+  using att::kLog2e;
   __shared__ __align__(16) float q_s[QV * V];
   __shared__ float p_s[CHUNK];
   __shared__ __align__(16) float slice_s[SLICES * ROW_W];
@@ -625,7 +626,7 @@ GDL_DEV void attention_stream(const T* q, const T* k, const T* v, TO* out, Len l
   static_assert(Kv::template stages_contiguous<A::kPositions>(), "a stage is one run of positions of k and of v");
   static_assert(!(KV_EARLY && Kv::kPaged), "the block table is an input: read after the wait");
   constexpr int NS = A::kStages, GROUPS = Math::kGroups;
-  constexpr float kLog2e = 1.4426950408889634f;
+  using att::kLog2e;
   __shared__ unsigned long long full[NS];
 
   if (blockDim.x != kAttentionThreads) __trap();  // a launch that breaks the LaunchRule

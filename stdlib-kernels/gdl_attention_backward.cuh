@@ -42,15 +42,6 @@ template <int D, int DV, typename T, int P, int STAGES, int WARPS> struct Attent
 };
 
 namespace att {
-constexpr float kLog2e = 1.4426950408889634f;
-
-template <int N> GDL_DEV void zero(float (&x)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) x[i][e] = 0.0f;
-}
-
 // The sum of row h (0: g, 1: g + 8) of a . b over the lane's columns of
 // rows of W elements (the output layout of stage_products_nn), over the
 // four lanes of the row.
@@ -95,45 +86,21 @@ GDL_DEV void attention_backward_stats(const T* q, const T* k, const T* o, const 
       att::copy_rows<P, D, A::kThreads>(ring_at + (unsigned)(j % STAGES) * A::k_bytes, k,
                                         kv.at(r.first_row, (I)(j * P)), min(P, r.most - j * P));
     };
-#pragma unroll
-    for (int j = 0; j < STAGES - 1; ++j) {
-      if (j < stages) issue(j);
-      cp_async_commit();
-    }
+    att::ring_start<STAGES>(stages, issue);
     unsigned qa[D / 16][4];
     att::row_fragments<D>(q, r.row_of, qa);
     float m[2] = {-inf_f32(), -inf_f32()}, l[2] = {0.0f, 0.0f};
     for (int j = 0; j < stages; ++j) {
-      cp_async_wait<STAGES - 2>();
-      __syncthreads();
-      if (j + STAGES - 1 < stages) issue(j + STAGES - 1);
-      cp_async_commit();
+      att::ring_next<STAGES>(j, stages, issue);
       const int p_lo = j * P;
       if (p_lo >= r.warp_len) continue;
       const int live = min(NP, (r.warp_len - p_lo + 15) / 16);
-      float s[2 * NP][4];
+      float s[2 * NP][4], rescale[2];
       att::zero(s);
       att::stage_products_nt<D, NP, T>(s, qa, ring_at + (unsigned)(j % STAGES) * A::k_bytes, live);
-      float peak[2] = {-inf_f32(), -inf_f32()};
-#pragma unroll
-      for (int i = 0; i < 2 * NP; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[i][e] = p_lo + 8 * i + 2 * tq + (e & 1) < r.len[e >> 1] ? s[i][e] * q_scale : -inf_f32();
-          peak[e >> 1] = fmaxf(peak[e >> 1], s[i][e]);
-        }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 1));
-        peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 2));
-        const float m_new = fmaxf(m[h], peak[h]);
-        l[h] *= m_new == -inf_f32() ? 1.0f : exp2f(m[h] - m_new);
-        m[h] = m_new;
-      }
-#pragma unroll
-      for (int i = 0; i < 2 * NP; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) l[e >> 1] += s[i][e] == -inf_f32() ? 0.0f : exp2f(s[i][e] - m[e >> 1]);
+      att::mask_scores(s, p_lo, P, r.len, q_scale);
+      att::update_maxima(s, m, l, rescale);
+      att::exponentiate(s, m, l);
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with the ring (and with warp_most)
@@ -178,11 +145,7 @@ GDL_DEV void attention_backward_q(const T* q, const T* k, const T* v, const T* d
       att::copy_rows<P, D, A::kThreads>(slot, k, at, n);
       att::copy_rows<P, DV, A::kThreads>(slot + A::k_bytes, v, at, n);
     };
-#pragma unroll
-    for (int j = 0; j < STAGES - 1; ++j) {
-      if (j < stages) issue(j);
-      cp_async_commit();
-    }
+    att::ring_start<STAGES>(stages, issue);
     unsigned qa[D / 16][4], da[DV / 16][4];
     att::row_fragments<D>(q, r.row_of, qa);
     att::row_fragments<DV>(dout, r.row_of, da);
@@ -195,10 +158,7 @@ GDL_DEV void attention_backward_q(const T* q, const T* k, const T* v, const T* d
     float acc[D / 8][4];
     att::zero(acc);
     for (int j = 0; j < stages; ++j) {
-      cp_async_wait<STAGES - 2>();
-      __syncthreads();
-      if (j + STAGES - 1 < stages) issue(j + STAGES - 1);
-      cp_async_commit();
+      att::ring_next<STAGES>(j, stages, issue);
       const int p_lo = j * P;
       if (p_lo >= r.warp_len) continue;
       const int live = min(NP, (r.warp_len - p_lo + 15) / 16);
@@ -214,8 +174,8 @@ GDL_DEV void attention_backward_q(const T* q, const T* k, const T* v, const T* d
         for (int e = 0; e < 4; ++e) {
           const int h = e >> 1;
           const bool valid = p_lo + 8 * i + 2 * tq + (e & 1) < r.len[h];
-          const float p = valid ? exp2f(s[i][e] * q_scale - lse[h]) : 0.0f;
-          s[i][e] = p * (dp[i][e] - delta[h]) * scale;  // ds
+          // ds; a masked position is 0 whatever v and do hold there
+          s[i][e] = valid ? exp2f(s[i][e] * q_scale - lse[h]) * (dp[i][e] - delta[h]) * scale : 0.0f;
         }
       att::stage_products_nn<D, NP, T>(acc, s, ks, live);
     }
@@ -253,7 +213,7 @@ GDL_DEV void attention_backward_kv(const T* q, const T* k, const T* v, const T* 
   const float q_scale = scale * att::kLog2e;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
-    const I block = blocks - 1 - task / (sequences * kv_heads);  // the most rows first (causal)
+    const I block = task / (sequences * kv_heads);  // position block 0 first: every causal row reads it
     const I sequence = task / kv_heads % sequences, kv_head = task % kv_heads;
     const I first_row = sequence * queries * heads + kv_head * group;  // task row 0
     auto row_at = [&](I i) { return first_row + (i / group) * heads + i % group; };  // task row i's row of q
@@ -277,17 +237,10 @@ GDL_DEV void attention_backward_kv(const T* q, const T* k, const T* v, const T* 
       const I lo = from + (I)j * P;
       const int n = (int)min((I)P, task_rows - lo);
       const unsigned slot = ring_at + (unsigned)(j % STAGES) * A::kv_stage_bytes;
-      // q and do rows of a stage are not one run (the query heads of other k/v heads lie between): row by row.
-      constexpr int QC = D / 8, DC = DV / 8;
-      for (int i = tid; i < P * (QC + DC); i += A::kThreads) {
-        const bool of_q = i < P * QC;
-        const int t = of_q ? i / QC : (i - P * QC) / DC, c = of_q ? i % QC : (i - P * QC) % DC;
-        const bool whole = t < n;
-        const I row = whole ? row_at(lo + t) : (I)0;
-        const T* src = of_q ? q + row * D + c * 8 : dout + row * DV + c * 8;
-        const unsigned dst = of_q ? slot + att::swizzled<D * 2>(t, c) : slot + A::rows_q_bytes + att::swizzled<DV * 2>(t, c);
-        cp_async16_or_zero(dst, src, whole);
-      }
+      // q and do rows of a stage are not one run (the query heads of other k/v heads lie between).
+      auto stage_row = [&](int t) { return row_at(lo + (I)t); };
+      att::copy_mapped_rows<P, D, A::kThreads>(slot, q, stage_row, n);
+      att::copy_mapped_rows<P, DV, A::kThreads>(slot + A::rows_q_bytes, dout, stage_row, n);
       float* st = reinterpret_cast<float*>(ring + (j % STAGES) * A::kv_stage_bytes + A::rows_q_bytes + A::rows_do_bytes);
       for (int t = tid; t < P; t += A::kThreads) {
         const bool whole = t < n;
@@ -298,11 +251,7 @@ GDL_DEV void attention_backward_kv(const T* q, const T* k, const T* v, const T* 
         reinterpret_cast<int*>(st)[2 * P + t] = len <= 0 ? 0 : ((I)len < positions ? len : (int)positions);
       }
     };
-#pragma unroll
-    for (int j = 0; j < STAGES - 1; ++j) {
-      if (j < stages) issue(j);
-      cp_async_commit();
-    }
+    att::ring_start<STAGES>(stages, issue);
     // This warp's 16 positions as A: rows g and g + 8 (-1: past T).
     const I t0 = p_block + (I)(warp * 16);
     I pos_row[2];
@@ -315,11 +264,8 @@ GDL_DEV void attention_backward_kv(const T* q, const T* k, const T* v, const T* 
     att::zero(dk);
     att::zero(dv);
     for (int j = 0; j < stages; ++j) {
-      cp_async_wait<STAGES - 2>();
-      __syncthreads();  // stage j is in (its plain stores too), and every warp is done with stage j - 1's slot
-      if (j + STAGES - 1 < stages) issue(j + STAGES - 1);
-      cp_async_commit();
-      const unsigned qs = ring_at + (unsigned)(j % STAGES) * A::kv_stage_bytes, ds_at = qs + A::rows_q_bytes;
+      att::ring_next<STAGES>(j, stages, issue);  // stage j is in, its plain stores too (before the barrier)
+      const unsigned qs = ring_at + (unsigned)(j % STAGES) * A::kv_stage_bytes, do_at = qs + A::rows_q_bytes;
       const float* st = reinterpret_cast<const float*>(ring + (j % STAGES) * A::kv_stage_bytes + A::rows_q_bytes +
                                                        A::rows_do_bytes);
       const int* len = reinterpret_cast<const int*>(st + 2 * P);
@@ -327,7 +273,7 @@ GDL_DEV void attention_backward_kv(const T* q, const T* k, const T* v, const T* 
       att::zero(s);
       att::zero(dp);
       att::stage_products_nt<D, NR, T>(s, ka, qs, NR);
-      att::stage_products_nt<DV, NR, T>(dp, va, ds_at, NR);
+      att::stage_products_nt<DV, NR, T>(dp, va, do_at, NR);
       // s[i][e]: position t0 + g (e < 2) or + 8, stage row 8 i + 2 tq + e % 2
 #pragma unroll
       for (int i = 0; i < 2 * NR; ++i)
@@ -337,9 +283,9 @@ GDL_DEV void attention_backward_kv(const T* q, const T* k, const T* v, const T* 
           const bool valid = t0 + g + 8 * (e >> 1) < (I)len[row];
           const float p = valid ? exp2f(s[i][e] * q_scale - st[row]) : 0.0f;
           s[i][e] = p;
-          dp[i][e] = p * (dp[i][e] - st[P + row]) * scale;  // ds
+          dp[i][e] = valid ? p * (dp[i][e] - st[P + row]) * scale : 0.0f;  // ds: 0 where masked, whatever v and do hold
         }
-      att::stage_products_nn<DV, NR, T>(dv, s, ds_at, NR);
+      att::stage_products_nn<DV, NR, T>(dv, s, do_at, NR);
       att::stage_products_nn<D, NR, T>(dk, dp, qs, NR);
     }
     cp_async_wait<0>();

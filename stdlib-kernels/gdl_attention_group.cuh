@@ -59,11 +59,12 @@ namespace att {
 // The shared-memory byte offset of 16-byte chunk c of row t, rows of ROW bytes.
 template <int ROW> GDL_DEV unsigned swizzled(int t, int c) { return (unsigned)(t * ROW + ((c ^ (t & 7)) << 4)); }
 
-// n rows of x (width W) from row `at` into the swizzled stage rows at shared
-// address `slot`, zeros for the rows from n to ROWS (every product reads
-// finite values); THREADS threads take part.
-template <int ROWS, int W, int THREADS, typename T, typename I>
-GDL_DEV void copy_rows(unsigned slot, const T* x, I at, int n) {
+// n rows of x (width W), row t of the stage from row row_at(t) of x, into
+// the swizzled stage rows at shared address `slot`, zeros for the rows
+// from n to ROWS (every product reads finite values); THREADS threads take
+// part.
+template <int ROWS, int W, int THREADS, typename T, typename RowAt>
+GDL_DEV void copy_mapped_rows(unsigned slot, const T* x, const RowAt& row_at, int n) {
   constexpr int C = W / 8, CHUNKS = ROWS * C;  // 16-byte chunks of a row, of the stage
 #pragma unroll
   for (int i0 = 0; i0 < CHUNKS; i0 += THREADS) {
@@ -71,8 +72,33 @@ GDL_DEV void copy_rows(unsigned slot, const T* x, I at, int n) {
     if (CHUNKS % THREADS != 0 && i >= CHUNKS) break;
     const int t = i / C, c = i % C;
     const bool whole = t < n;
-    cp_async16_or_zero(slot + swizzled<W * 2>(t, c), x + (whole ? (at + t) * W + c * 8 : 0), whole);
+    cp_async16_or_zero(slot + swizzled<W * 2>(t, c), x + (whole ? row_at(t) * W + c * 8 : 0), whole);
   }
+}
+// The same for n consecutive rows of x from row `at`.
+template <int ROWS, int W, int THREADS, typename T, typename I>
+GDL_DEV void copy_rows(unsigned slot, const T* x, I at, int n) {
+  copy_mapped_rows<ROWS, W, THREADS>(slot, x, [&](int t) { return at + (I)t; }, n);
+}
+
+// A ring of STAGES stage slots filled by cp.async: ring_start issues the
+// first STAGES - 1 stages of `stages` (one commit group each, empty past
+// the end); ring_next, at the top of stage j, waits for stage j's copies
+// (every thread's: a barrier, after which every warp is also done with
+// stage j - 1's slot) and issues stage j + STAGES - 1 into that slot.
+// issue(j) copies stage j into slot j % STAGES; every thread calls both.
+template <int STAGES, typename Issue> GDL_DEV void ring_start(int stages, const Issue& issue) {
+#pragma unroll
+  for (int j = 0; j < STAGES - 1; ++j) {
+    if (j < stages) issue(j);
+    cp_async_commit();
+  }
+}
+template <int STAGES, typename Issue> GDL_DEV void ring_next(int j, int stages, const Issue& issue) {
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  if (j + STAGES - 1 < stages) issue(j + STAGES - 1);
+  cp_async_commit();
 }
 }  // namespace att
 
@@ -85,7 +111,6 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
   constexpr int KS = D / 16;                // k steps of the scores
   constexpr int NT = A::kColumns / 8;       // 8-column output tiles of a warp
   constexpr bool kHigh = HEADS > 8;         // A's rows 8-15 hold heads
-  constexpr float kLog2e = 1.4426950408889634f;
 
   if (blockDim.x != kAttentionThreads) __trap();  // a launch that breaks the LaunchRule
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -94,7 +119,7 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
   const int S = sk.splits;
   const I tasks = rows / (I)HEADS * S;
   const unsigned ring_at = bulk::shared_address(ring);
-  const float q_scale = scale * kLog2e;
+  const float q_scale = scale * att::kLog2e;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const I row = task / S * (I)HEADS, split = task % S;  // the task's first row: the others share its k, v and length
@@ -116,11 +141,7 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
       att::copy_rows<P, D, kAttentionThreads>(slot, k, at, n);
       att::copy_rows<P, DV, kAttentionThreads>(slot + A::k_bytes, v, at, n);
     };
-#pragma unroll
-    for (int j = 0; j < STAGES - 1; ++j) {
-      if (j < stages) issue(j);
-      cp_async_commit();
-    }
+    att::ring_start<STAGES>(stages, issue);
 
     // A's fragment of q for each k step: rows g and g + 8 (heads), elements 2 tq, 2 tq + 1 and 8 further.
     unsigned qa[KS][4];
@@ -142,10 +163,7 @@ GDL_DEV void attention_group(const T* q, const T* k, const T* v, TO* out, Len le
 
     const int p0 = slice * 16, r8 = lane & 7, tile = lane >> 3;  // ldmatrix: lane gives row r8 of tile `tile`
     for (int j = 0; j < stages; ++j) {
-      cp_async_wait<STAGES - 2>();  // this thread's copies of stage j have landed
-      __syncthreads();              // everyone's have, and every warp is done with stage j - 1's slot
-      if (j + STAGES - 1 < stages) issue(j + STAGES - 1);
-      cp_async_commit();
+      att::ring_next<STAGES>(j, stages, issue);
       I at;
       const int n = stage_count(j, at);
       if (p0 >= n) continue;  // nothing of this slice in the stage (the same for the whole warp)

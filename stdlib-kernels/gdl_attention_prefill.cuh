@@ -156,6 +156,60 @@ GDL_DEV void stage_products_nn(float (&acc)[W / 8][4], const float (&s)[2 * NS][
   }
 }
 
+template <int N> GDL_DEV void zero(float (&x)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[i][e] = 0.0f;
+}
+
+// A stage's scores of rows g and g + 8 (s[i][e]: row g for e < 2, else g +
+// 8; stage position 8 i + 2 tq + e % 2) in base 2, times q_scale; -inf at
+// the positions past the stage's n or at p_lo + t >= the row's length.
+template <int N> GDL_DEV void mask_scores(float (&s)[N][4], int p_lo, int n, const int (&len)[2], float q_scale) {
+  const int tq = threadIdx.x & 3;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int t = 8 * i + 2 * tq + (e & 1);
+      s[i][e] = t < n && p_lo + t < len[e >> 1] ? s[i][e] * q_scale : -inf_f32();
+    }
+}
+
+// The online softmax's step over a stage of masked scores for rows g and g
+// + 8: the running maxima m (the four lanes of a row agree through two
+// shuffles), the sums l rescaled to them, and each row's rescale of what
+// came before (1 while the row has no position: its sums are still 0).
+template <int N> GDL_DEV void update_maxima(const float (&s)[N][4], float (&m)[2], float (&l)[2], float (&rescale)[2]) {
+  float peak[2] = {-inf_f32(), -inf_f32()};
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) peak[e >> 1] = fmaxf(peak[e >> 1], s[i][e]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 1));
+    peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 2));
+    const float m_new = fmaxf(m[h], peak[h]);
+    rescale[h] = m_new == -inf_f32() ? 1.0f : exp2f(m[h] - m_new);
+    m[h] = m_new;
+    l[h] *= rescale[h];
+  }
+}
+
+// Each score in place as its probability's numerator exp2(s - m) (0 where
+// masked), added to its row's l.
+template <int N> GDL_DEV void exponentiate(float (&s)[N][4], const float (&m)[2], float (&l)[2]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[i][e] = s[i][e] == -inf_f32() ? 0.0f : exp2f(s[i][e] - m[e >> 1]);
+      l[e >> 1] += s[i][e];
+    }
+}
+
 // Row h (0: g, 1: g + 8) of acc times `factor`, written to o (a row of W) by the lane's columns.
 template <int W, typename TO> GDL_DEV void write_row(TO* o, const float (&acc)[W / 8][4], int h, float factor) {
   o += 2 * (threadIdx.x & 3);
@@ -181,14 +235,12 @@ GDL_DEV void attention_prefill(const T* q, const T* k, const T* v, TO* out, Len 
   static_assert(Kv::template stages_contiguous<P>(), "a stage is one run of positions of k and of v");
   constexpr int NP = P / 16;  // 16-position slices of a stage
   constexpr int NT = DV / 8;  // 8-column output tiles
-  constexpr float kLog2e = 1.4426950408889634f;
   __shared__ int warp_most[WARPS];
 
   if (blockDim.x != A::kThreads) __trap();  // a launch that breaks the LaunchRule
-  const int tq = threadIdx.x & 3;
   const I tasks = ceil_div(queries, (I)query_block) * (rows / (heads * queries)) * kv_heads;
   const unsigned ring_at = bulk::shared_address(ring);
-  const float q_scale = scale * kLog2e;
+  const float q_scale = scale * att::kLog2e;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const att::QueryRows<I> r =
@@ -205,26 +257,16 @@ GDL_DEV void attention_prefill(const T* q, const T* k, const T* v, TO* out, Len 
       att::copy_rows<P, D, A::kThreads>(slot, k, at, n);
       att::copy_rows<P, DV, A::kThreads>(slot + A::k_bytes, v, at, n);
     };
-#pragma unroll
-    for (int j = 0; j < STAGES - 1; ++j) {
-      if (j < stages) issue(j);
-      cp_async_commit();
-    }
+    att::ring_start<STAGES>(stages, issue);
 
     unsigned qa[D / 16][4];
     att::row_fragments<D>(q, r.row_of, qa);
     float m[2] = {-inf_f32(), -inf_f32()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8
     float acc[NT][4];
-#pragma unroll
-    for (int i = 0; i < NT; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+    att::zero(acc);
 
     for (int j = 0; j < stages; ++j) {
-      cp_async_wait<STAGES - 2>();  // this thread's copies of stage j have landed
-      __syncthreads();              // everyone's have, and every warp is done with stage j - 1's slot
-      if (j + STAGES - 1 < stages) issue(j + STAGES - 1);
-      cp_async_commit();
+      att::ring_next<STAGES>(j, stages, issue);
       I at;
       const int n = stage_count(j, at);
       const int p_lo = j * P;
@@ -235,43 +277,17 @@ GDL_DEV void attention_prefill(const T* q, const T* k, const T* v, TO* out, Len 
 
       // 1. scores
       float s[2 * NP][4];
-#pragma unroll
-      for (int i = 0; i < 2 * NP; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[i][e] = 0.0f;
+      att::zero(s);
       att::stage_products_nt<D, NP, T>(s, qa, ks, live);
-      // 2. online softmax; s[i][e]: row g (e < 2) or g + 8, stage position 8 i + 2 tq + e % 2
-      float peak[2] = {-inf_f32(), -inf_f32()};
-#pragma unroll
-      for (int i = 0; i < 2 * NP; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int t = 8 * i + 2 * tq + (e & 1);
-          s[i][e] = t < n && p_lo + t < r.len[e >> 1] ? s[i][e] * q_scale : -inf_f32();
-          peak[e >> 1] = fmaxf(peak[e >> 1], s[i][e]);
-        }
+      // 2. online softmax
+      att::mask_scores(s, p_lo, n, r.len, q_scale);
       float rescale[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 1));
-        peak[h] = fmaxf(peak[h], __shfl_xor_sync(0xffffffffu, peak[h], 2));
-        const float m_new = fmaxf(m[h], peak[h]);
-        // A row with no position yet keeps m = -inf, and its l and acc stay 0.
-        rescale[h] = m_new == -inf_f32() ? 1.0f : exp2f(m[h] - m_new);
-        m[h] = m_new;
-        l[h] *= rescale[h];
-      }
+      att::update_maxima(s, m, l, rescale);
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][e] *= rescale[e >> 1];
-#pragma unroll
-      for (int i = 0; i < 2 * NP; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[i][e] = s[i][e] == -inf_f32() ? 0.0f : exp2f(s[i][e] - m[e >> 1]);
-          l[e >> 1] += s[i][e];
-        }
+      att::exponentiate(s, m, l);
       // 3. O += P V
       att::stage_products_nn<DV, NP, T>(acc, s, vs, live);
     }

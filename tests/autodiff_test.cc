@@ -399,9 +399,9 @@ d_v = grad(loss, v);
 // against central differences above), within f16's rounding of the
 // forward's result and of the gradients: grouped heads (4 query heads a
 // k/v head), causal queries from a start, a length that cuts them short,
-// DV != D.
+// DV != D; and one query per sequence (no start), with a length of 0.
 TEST_CASE("grad: attention's derivative kernels give what its matmul rule gives") {
-  const std::string text = R"(program t;
+  const std::string causal = R"(program t;
 input q : {T}[2, 20, 8, 64];
 input k : {T}[2, 2, 40, 64];
 input v : {T}[2, 2, 40, 128];
@@ -419,40 +419,60 @@ d_q = grad(l, q);
 d_k = grad(l, k);
 d_v = grad(l, v);
 )";
-  auto with = [&](const std::string& t) {
-    std::string s = text;
-    for (size_t at = s.find("{T}"); at != std::string::npos; at = s.find("{T}", at)) s.replace(at, 3, t);
-    return compile_text(s);
-  };
-  const ir::Graph kernels = with("f16"), matmuls = with("f32");
-  auto count = [](const ir::Graph& g, ir::Op op) {
-    return std::count_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.op == op; });
-  };
-  CHECK(count(kernels, ir::Op::kAttentionStats) == 1);
-  CHECK(count(kernels, ir::Op::kAttentionGradQ) == 1);
-  CHECK(count(kernels, ir::Op::kAttentionGradKV) == 1);
-  CHECK(count(matmuls, ir::Op::kAttentionGradKV) == 0);
-  std::mt19937 rng(540);
-  Bindings f16 = random_bindings(kernels, {}, rng);
-  // Sequence 0: queries at 20..39 of 40 positions, each up to its own;
-  // sequence 1: from 0, cut at 13 positions (queries 13..19 see 13).
-  f16.tensors["lens"].data = {40, 13};
-  f16.tensors["starts"].data = {20, 0};
-  Bindings f32 = f16;
-  for (auto& [name, t] : f32.tensors)
-    if (t.dtype == DType::kF16) t.dtype = DType::kF32;
-  const std::map<std::string, HostTensor> got = run_both(kernels, f16), want = run_both(matmuls, f32);
-  for (const char* name : {"d_q", "d_k", "d_v"}) {
-    INFO(name);
-    const std::vector<double>&a = got.at(name).data, &b = want.at(name).data;
-    REQUIRE(a.size() == b.size());
-    double most = 0, error = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      most = std::max(most, std::fabs(b[i]));
-      error = std::max(error, std::fabs(a[i] - b[i]));
+  const std::string decode = R"(program t;
+input q : {T}[3, 4, 128];
+input k : {T}[3, 1, 30, 128];
+input v : {T}[3, 1, 30, 64];
+input lens : i32[3];
+input w : {T}[3, 4, 64];
+output loss : f32;
+output d_q : {T}[3, 4, 128];
+output d_k : {T}[3, 1, 30, 128];
+output d_v : {T}[3, 1, 30, 64];
+let l = cast(sum(reshape(attention(q, k, v, lens) * w, [-1])), f32);
+loss = l;
+d_q = grad(l, q);
+d_k = grad(l, k);
+d_v = grad(l, v);
+)";
+  // Causal: sequence 0's queries at 20..39 of 40 positions, each up to its
+  // own; sequence 1's from 0, cut at 13 positions. Decode: 30, 0 and 7 positions.
+  using Lengths = std::map<std::string, std::vector<double>>;
+  for (const auto& [text, lengths] : {std::pair{causal, Lengths{{"lens", {40, 13}}, {"starts", {20, 0}}}},
+                                      std::pair{decode, Lengths{{"lens", {30, 0, 7}}}}}) {
+    INFO(text);
+    auto with = [&](const std::string& t) {
+      std::string s = text;
+      for (size_t at = s.find("{T}"); at != std::string::npos; at = s.find("{T}", at)) s.replace(at, 3, t);
+      return compile_text(s);
+    };
+    const ir::Graph kernels = with("f16"), matmuls = with("f32");
+    auto count = [](const ir::Graph& g, ir::Op op) {
+      return std::count_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.op == op; });
+    };
+    CHECK(count(kernels, ir::Op::kAttentionStats) == 1);
+    CHECK(count(kernels, ir::Op::kAttentionGradQ) == 1);
+    CHECK(count(kernels, ir::Op::kAttentionGradKV) == 1);
+    CHECK(count(matmuls, ir::Op::kAttentionGradKV) == 0);
+    std::mt19937 rng(540);
+    Bindings f16 = random_bindings(kernels, {}, rng);
+    for (const auto& [name, values] : lengths) f16.tensors[name].data = values;
+    Bindings f32 = f16;
+    for (auto& [name, t] : f32.tensors)
+      if (t.dtype == DType::kF16) t.dtype = DType::kF32;
+    const std::map<std::string, HostTensor> got = run_both(kernels, f16), want = run_both(matmuls, f32);
+    for (const char* name : {"d_q", "d_k", "d_v"}) {
+      INFO(name);
+      const std::vector<double>&a = got.at(name).data, &b = want.at(name).data;
+      REQUIRE(a.size() == b.size());
+      double most = 0, error = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        most = std::max(most, std::fabs(b[i]));
+        error = std::max(error, std::fabs(a[i] - b[i]));
+      }
+      CHECK(most > 0.1);
+      CHECK(error <= 1e-2 * most);
     }
-    CHECK(most > 0.1);
-    CHECK(error <= 1e-2 * most);
   }
 }
 

@@ -22,7 +22,7 @@
 // grad: attention's derivative recomputes the probabilities (vjp_attention
 // below); paged_attention has none.
 //
-// Kernels (plan/kernel_choice.h choose_attention): the grouped one
+// Kernels (plan/kernel_choice.h choose_attention): the prefill one
 // (gdl_attention_prefill.cuh: blocks of causal queries on tensor cores,
 // f16/bf16 heads of 64 or 128, where its tasks fill the GPU), the grouped
 // one (gdl_attention_group.cuh: the query heads of a k/v head on tensor cores,
@@ -413,6 +413,10 @@ Source row_lengths(StepEmitter& e, Source len, const std::optional<Source>& star
   return len;
 }
 
+bool aligned16(const StepEmitter& e, ir::ValueId id) {
+  return plan::buffer_alignment(e.p.buffers.at(static_cast<size_t>(id))) >= 16;
+}
+
 std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionOperands a = attention_operands(n);
   const std::string q = e.pointer(a.q), k = e.pointer(a.k), v = e.pointer(a.v);
@@ -441,8 +445,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
                       "attention head dims above " + std::to_string(kAttentionMaxHeadDim) + " are not supported");
   const AttentionChoice choice = choose_attention(e.g, n);
   auto buffer = [&](ir::ValueId id) -> const plan::Buffer& { return e.p.buffers.at(static_cast<size_t>(id)); };
-  auto aligned16 = [&](ir::ValueId id) { return plan::buffer_alignment(buffer(id)) >= 16; };
-  const bool aligned = aligned16(a.q) && aligned16(a.k) && aligned16(a.v);
+  const bool aligned = aligned16(e, a.q) && aligned16(e, a.k) && aligned16(e, a.v);
   const std::string type = storage_type(n.type.dtype);
   const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
   // A ring kernel's dynamic shared memory, checked against what its layout struct says.
@@ -519,8 +522,11 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
 }
 
 // The derivative's kernels (gdl_attention_backward.cuh, kernel_choice.cc
-// choose_attention_backward): f16/bf16 heads of 64 or 128, sm_80, operands
-// 16-byte aligned, which vjp_attention asks before it builds them.
+// choose_attention_backward). vjp_attention builds them for f16/bf16 heads
+// of 64 or 128; they also need sm_80, as the f16/bf16 matmul kernels do,
+// and 16-byte aligned operands, which whole rows of such heads always are
+// (a view's offset is a multiple of a row), so either missing is a
+// compiler bug.
 std::string emit_attention_backward(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionOperands a = attention_operands(n);
   const bool stats_kernel = n.op == Op::kAttentionStats, kv_kernel = n.op == Op::kAttentionGradKV;
@@ -537,11 +543,8 @@ std::string emit_attention_backward(StepEmitter& e, const Node& n, LaunchRule& r
   const Source lengths = row_lengths(e, len, start, qs, positions);
   const std::string out = e.result_pointer();
   const AttentionBackwardChoice c = choose_attention_backward(e.g, n);
-  auto aligned16 = [&](ir::ValueId id) {
-    return plan::buffer_alignment(e.p.buffers.at(static_cast<size_t>(id))) >= 16;
-  };
-  GDL_INTERNAL_ASSERT(c.query_block > 0 && e.sm >= 80 && aligned16(a.q) && aligned16(a.k) &&
-                          aligned16(stats_kernel ? a.o : a.v) && aligned16(a.dout),
+  GDL_INTERNAL_ASSERT(c.query_block > 0 && e.sm >= 80 && aligned16(e, a.q) && aligned16(e, a.k) &&
+                          aligned16(e, stats_kernel ? a.o : a.v) && aligned16(e, a.dout),
                       "attention's derivative kernels need f16/bf16 heads of 64 or 128, 16-byte aligned operands and sm_80");
   const std::string d = std::to_string(qs.back().extent),
                     dv = std::to_string(e.g.node(stats_kernel ? a.o : a.v).type.shape.back().extent);
@@ -581,7 +584,7 @@ void attention_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBl
 
 // The derivative of attention, recomputed from its operands (the forward
 // keeps no probabilities). Where the derivative's kernels fit
-// (attention_backward_fits: f16/bf16 heads of 64 or 128), three kernels
+// (attention_blocks_fit: f16/bf16 heads of 64 or 128), three kernels
 // that stream the positions; otherwise matmuls with the query heads of each
 // k/v head as one matrix
 // of rows (head in group, query), so GQA's k and v are read once per group
@@ -593,8 +596,7 @@ void attention_blocks_padding(const ir::Graph& g, const Node& n, const PaddingBl
 // The five matmuls run in the operands' dtype (in f16 or bf16 the
 // recomputed scores are rounded to it, as PyTorch's math path rounds
 // them), the softmax and ds in f32. It holds p and ds whole (rows x T per
-// k/v head), like PyTorch's math path; a fused backward that streams
-// positions is the memory-light alternative.
+// k/v head), like PyTorch's math path.
 void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId>& d) {
   const Node n = b.node(y);
   const AttentionOperands a = attention_operands(n);
@@ -613,13 +615,8 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
     b.refused = "with a run-time number of heads or queries (its gradient is written for fixed ones)";
     return;
   }
-  if (s + 4 > kMaxRank) {  // [S..., Q, KVH, G, D]
-    b.refused = "with " + std::to_string(s) + " sequence dims (its gradient splits q into [sequences..., Q, KVH, " +
-                "G, D], rank at most " + std::to_string(kMaxRank) + ")";
-    return;
-  }
   const int64_t group = heads.extent / kv_heads.extent, rows = group * queries;
-  if (attention_backward_fits(q.dtype, q.shape.back().extent, v.shape.back().extent, group)) {
+  if (attention_blocks_fit(q.dtype, q.shape.back().extent, v.shape.back().extent, group)) {
     // Three kernels that stream the positions (gdl_attention_backward.cuh).
     std::vector<ValueId> tail = {a.len};
     if (a.causal()) tail.push_back(a.start);
@@ -633,6 +630,11 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
     const int64_t dk = q.shape.back().extent;
     d[1] = b.slice_last_axis(dkv, 0, dk);
     d[2] = b.slice_last_axis(dkv, dk, dk + v.shape.back().extent);
+    return;
+  }
+  if (s + 4 > kMaxRank) {  // [S..., Q, KVH, G, D]
+    b.refused = "with " + std::to_string(s) + " sequence dims (its gradient splits q into [sequences..., Q, KVH, " +
+                "G, D], rank at most " + std::to_string(kMaxRank) + ")";
     return;
   }
   const auto with = [&](std::initializer_list<Dim> tail) {
@@ -694,51 +696,40 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
 }  // namespace
 
 void add_attention_ops(std::vector<OpDef>& defs) {
-  auto add = [&](Op op, const char* callable, std::vector<const char*> params, InferFn infer) {
+  // Operands first, start the last of them and optional, then scale.
+  auto add = [&](Op op, const char* callable, std::vector<const char*> params, size_t operands, InferFn infer,
+                 EvalFn eval, KernelFn kernel) {
     OpDef d;
     d.op = op;
     d.fusion = FusionClass::kAttention;
     d.callable = callable;
     d.params = std::move(params);
-    d.operands = d.params.size() - 1;  // all but scale
-    d.required = d.operands - 1;       // all but start
-    d.min_args = d.required;
-    d.max_args = d.operands;
-    d.infer = infer;
-    d.attr_text = scale_attr;
-    d.eval = eval_attention;
-    d.kernel = emit_attention;
-    d.blocks_padding = attention_blocks_padding;
-    defs.push_back(d);
-  };
-  // paged_attention has no derivative rule: its cache is a pool shared by
-  // sequences, written by serving, not trained through.
-  add(Op::kAttention, "attention", {"q", "k", "v", "len", "start", "scale"}, infer_attention<false>);
-  defs.back().vjp = vjp_attention;
-  add(Op::kPagedAttention, "paged_attention", {"q", "k_pool", "v_pool", "len", "blocks", "start", "scale"},
-      infer_attention<true>);
-  // The derivative's kernels: no source form, no derivative of their own.
-  auto add_derivative = [&](Op op, std::vector<const char*> params, InferFn infer, EvalFn eval) {
-    OpDef d;
-    d.op = op;
-    d.fusion = FusionClass::kAttention;
-    d.params = std::move(params);
-    d.operands = d.params.size();
+    d.operands = operands;
     d.required = d.operands - 1;  // all but start
     d.min_args = d.required;
     d.max_args = d.operands;
     d.infer = infer;
     d.attr_text = scale_attr;
     d.eval = eval;
-    d.kernel = emit_attention_backward;
+    d.kernel = kernel;
     defs.push_back(d);
   };
-  add_derivative(Op::kAttentionStats, {"q", "k", "o", "do", "len", "start"}, infer_attention_stats,
-                 eval_attention_stats);
-  add_derivative(Op::kAttentionGradQ, {"q", "k", "v", "do", "stats", "len", "start"}, infer_attention_grad_q,
-                 eval_attention_grad);
-  add_derivative(Op::kAttentionGradKV, {"q", "k", "v", "do", "stats", "len", "start"}, infer_attention_grad_kv,
-                 eval_attention_grad);
+  // paged_attention has no derivative rule: its cache is a pool shared by
+  // sequences, written by serving, not trained through.
+  add(Op::kAttention, "attention", {"q", "k", "v", "len", "start", "scale"}, 5, infer_attention<false>, eval_attention,
+      emit_attention);
+  defs.back().vjp = vjp_attention;
+  defs.back().blocks_padding = attention_blocks_padding;
+  add(Op::kPagedAttention, "paged_attention", {"q", "k_pool", "v_pool", "len", "blocks", "start", "scale"}, 6,
+      infer_attention<true>, eval_attention, emit_attention);
+  defs.back().blocks_padding = attention_blocks_padding;
+  // The derivative's kernels: no source form (scale is the forward's attribute), no derivative of their own.
+  add(Op::kAttentionStats, nullptr, {"q", "k", "o", "do", "len", "start"}, 6, infer_attention_stats,
+      eval_attention_stats, emit_attention_backward);
+  add(Op::kAttentionGradQ, nullptr, {"q", "k", "v", "do", "stats", "len", "start"}, 7, infer_attention_grad_q,
+      eval_attention_grad, emit_attention_backward);
+  add(Op::kAttentionGradKV, nullptr, {"q", "k", "v", "do", "stats", "len", "start"}, 7, infer_attention_grad_kv,
+      eval_attention_grad, emit_attention_backward);
 }
 
 }  // namespace gdl::ops

@@ -393,15 +393,14 @@ PrefillAttention prefill_attention() {
 void choose_prefill(const ir::Graph& g, const ops::AttentionOperands& a, int64_t esize, int64_t group,
                     AttentionChoice& c) {
   const PrefillAttention wanted = prefill_attention();
-  if (!a.causal() || wanted == PrefillAttention::kNone || esize != 2) return;
   const Shape& qs = g.node(a.q).type.shape;
   const Shape& ks = g.node(a.k).type.shape;
   const Dim& d = qs.back();
   const Dim& dv = g.node(a.v).type.shape.back();
-  auto head_dim = [](const Dim& x) { return !x.is_runtime() && (x.extent == 64 || x.extent == 128); };
-  constexpr int64_t kRows = 16 * kAttentionPrefillWarps;
-  if (!head_dim(d) || !head_dim(dv) || group < 1 || group > kRows) return;
-  const int64_t query_block = kRows / group;
+  if (!a.causal() || wanted == PrefillAttention::kNone || d.is_runtime() || dv.is_runtime() ||
+      !attention_blocks_fit(g.node(a.q).type.dtype, d.extent, dv.extent, group))
+    return;
+  const int64_t query_block = 16 * kAttentionPrefillWarps / group;
   const size_t query_axis = qs.size() - 3;
   const int64_t tasks_min = product_at(qs, 0, query_axis, g, false) * ks[ks.size() - 3].extent *
                             ceil_div(extent_at(qs[query_axis], g, false), query_block);
@@ -555,7 +554,7 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
   return c;
 }
 
-bool attention_backward_fits(DType t, int64_t d, int64_t dv, int64_t group) {
+bool attention_blocks_fit(DType t, int64_t d, int64_t dv, int64_t group) {
   auto head = [](int64_t x) { return x == 64 || x == 128; };
   return (t == DType::kF16 || t == DType::kBF16) && head(d) && head(dv) && group >= 1 &&
          group <= 16 * kAttentionPrefillWarps;
@@ -577,7 +576,7 @@ AttentionBackwardChoice choose_attention_backward(const ir::Graph& g, const ir::
   AttentionBackwardChoice c;
   if (heads.is_runtime() || kv_heads.is_runtime() || kv_heads.extent < 1) return c;
   const int64_t group = heads.extent / kv_heads.extent;
-  if (!attention_backward_fits(g.node(a.q).type.dtype, d, dv, group)) return c;
+  if (!attention_blocks_fit(g.node(a.q).type.dtype, d, dv, group)) return c;
   const int64_t positions = d + dv <= 128 ? 64 : 32;
   int64_t stage = positions * d * 2;                                                  // stats: k
   if (n.op == ir::Op::kAttentionGradQ) stage = positions * (d + dv) * 2;              // k and v

@@ -181,7 +181,8 @@ struct AttentionChoice {
   uint32_t group_shared_bytes = 0;   // == gdl::AttentionGroup<D, DV, T, P, stages, heads>::bytes
   // gdl::attention_prefill (gdl_attention_prefill.cuh), blocks of causal
   // queries on tensor cores: possible for f16/bf16 with static head dims of
-  // 64 or 128, a k/v cache of contiguous rows and static heads, where the
+  // 64 or 128 and static heads (over a paged cache, a stage of 16 to 64
+  // positions dividing its block), where the
   // tasks fill the GPU (kernel_choice.cc; GDL_ATTENTION_PREFILL); codegen
   // takes it before the others when q, k and v are 16-byte aligned and the
   // target has sm_80. 0 when not possible.
@@ -193,11 +194,14 @@ struct AttentionChoice {
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
 
-// Attention's derivative in three kernels (gdl_attention_backward.cuh):
-// possible for f16/bf16 heads (D, DV) of 64 or 128 with at most a task's
-// 16 * kAttentionPrefillWarps rows of query heads a k/v head (`group`);
-// vjp_attention builds them where it is, and its matmuls otherwise.
-bool attention_backward_fits(DType t, int64_t d, int64_t dv, int64_t group);
+// Whether the tensor-core kernels over blocks of query rows
+// (gdl::attention_prefill and the derivative's three kernels,
+// gdl_attention_backward.cuh) can compute attention of dtype t: f16/bf16
+// heads (D, DV) of 64 or 128 with 1 to a task's 16 *
+// kAttentionPrefillWarps rows of query heads a k/v head (`group`).
+// vjp_attention builds the derivative's kernels where they can, and its
+// matmuls otherwise.
+bool attention_blocks_fit(DType t, int64_t d, int64_t dv, int64_t group);
 struct AttentionBackwardChoice {
   int query_block = 0;        // queries a task of the stats and q kernels takes (times the group's heads: its rows)
   int positions = 0;          // P: positions of k and v (stats, q) or query rows (kv) a stage holds

@@ -91,7 +91,7 @@ d_norm = grad(l, norm_w);
 
 // Attention by the attention op in a training step: grouped-query heads,
 // causal from position 0, a length per sequence (a padded batch), over a
-// run-time batch; S, NH, KVH and HD set with -D.
+// run-time batch; attention_block() sets S, NH, KVH and HD.
 const char* kAttentionBlock = R"(program attention_block;
 dim B in [1, 8];
 const S = 16;
@@ -251,6 +251,56 @@ TEST_CASE("grad: attention's derivative kernels (heads of 64 and 128) match the 
                       scaled_weights_and_ints(1, 100));
   check_in_two_dtypes(attention_block(70, 4, 4, 128), "attention kernels 128", "f16", {2},
                       scaled_weights_and_ints(1, 70));
+}
+
+// The derivative's kernels with DV != D, grouped heads, causal queries from
+// a start per sequence and a length that cuts them short, and a sequence
+// with no position at all; and without start (one query per sequence).
+TEST_CASE("grad: attention's derivative kernels with a start, DV != D and lengths of 0") {
+  const std::string causal = R"(program attention_kernels;
+input q : {T}[3, 40, 8, 64];
+input k : {T}[3, 2, 90, 64];
+input v : {T}[3, 2, 90, 128];
+input lens : i32[3];
+input starts : i32[3];
+input w : {T}[3, 40, 8, 128];
+output d_q : {T}[3, 40, 8, 64];
+output d_k : {T}[3, 2, 90, 64];
+output d_v : {T}[3, 2, 90, 128];
+let l = sum(reshape(attention(q, k, v, lens, start = starts) * w, [-1]));
+d_q = grad(l, q);
+d_k = grad(l, k);
+d_v = grad(l, v);
+)";
+  const std::string decode = R"(program attention_kernels_decode;
+input q : {T}[5, 16, 128];
+input k : {T}[5, 4, 70, 128];
+input v : {T}[5, 4, 70, 64];
+input lens : i32[5];
+input w : {T}[5, 16, 64];
+output d_q : {T}[5, 16, 128];
+output d_k : {T}[5, 4, 70, 128];
+output d_v : {T}[5, 4, 70, 64];
+let l = sum(reshape(attention(q, k, v, lens) * w, [-1]));
+d_q = grad(l, q);
+d_k = grad(l, k);
+d_v = grad(l, v);
+)";
+  for (const std::string t : {"f16", "bf16"}) {
+    INFO(t);
+    // Sequence 0 from 50 to the cache's end; 1 from 0, cut at 25 positions; 2 with none.
+    const Adjust causal_lengths = [](std::map<std::string, TensorData>& b) {
+      b.at("starts").bytes = encode_elements(ElementType::kI32, std::vector<double>{50, 0, 7});
+      b.at("lens").bytes = encode_elements(ElementType::kI32, std::vector<double>{90, 25, 0});
+    };
+    CHECK(check_program(compile_text(with_dtype(causal, t)), seed_for("attention kernels causal " + t), {},
+                        scaled_weights, {}, causal_lengths));
+    const Adjust decode_lengths = [](std::map<std::string, TensorData>& b) {
+      b.at("lens").bytes = encode_elements(ElementType::kI32, std::vector<double>{70, 1, 0, 64, 65});
+    };
+    CHECK(check_program(compile_text(with_dtype(decode, t)), seed_for("attention kernels decode " + t), {},
+                        scaled_weights, {}, decode_lengths));
+  }
 }
 
 TEST_CASE("grad: topk_values' gradient (the selected elements only) matches the CPU reference") {
