@@ -438,8 +438,10 @@ d_v = grad(l, v);
   // Causal: sequence 0's queries at 20..39 of 40 positions, each up to its
   // own; sequence 1's from 0, cut at 13 positions. Decode: 30, 0 and 7 positions.
   using Lengths = std::map<std::string, std::vector<double>>;
-  for (const auto& [text, lengths] : {std::pair{causal, Lengths{{"lens", {40, 13}}, {"starts", {20, 0}}}},
-                                      std::pair{decode, Lengths{{"lens", {30, 0, 7}}}}}) {
+  for (const auto& program : {std::pair{causal, Lengths{{"lens", {40, 13}}, {"starts", {20, 0}}}},
+                               std::pair{decode, Lengths{{"lens", {30, 0, 7}}}}}) {
+    const std::string& text = program.first;
+    const Lengths& lengths = program.second;
     INFO(text);
     auto with = [&](const std::string& t) {
       std::string s = text;

@@ -884,8 +884,13 @@ TEST_CASE("codegen: blocks of causal queries take the prefill kernel where their
 // derivative kernels (gdl_attention_backward.cuh), with the stages of
 // choose_attention_backward, and they compile.
 TEST_CASE("codegen: attention's derivative takes its three kernels and they compile") {
-  for (const auto& [type, d, dv] : std::vector<std::tuple<std::string, int, int>>{{"bf16", 64, 64}, {"f16", 128, 128},
-                                                                                   {"bf16", 64, 128}}) {
+  struct Case {
+    std::string type;
+    int d, dv;
+  };
+  for (const Case& c : std::vector<Case>{{"bf16", 64, 64}, {"f16", 128, 128}, {"bf16", 64, 128}}) {
+    const std::string& type = c.type;
+    const int d = c.d, dv = c.dv;
     INFO(type << " D = " << d << ", DV = " << dv);
     const std::string q = type + "[4, 96, 8, " + std::to_string(d) + "]";
     const std::string o = type + "[4, 96, 8, " + std::to_string(dv) + "]";
