@@ -413,6 +413,13 @@ Source row_lengths(StepEmitter& e, Source len, const std::optional<Source>& star
   return len;
 }
 
+// A ring kernel's dynamic shared memory, checked against what its layout
+// struct says (`size`: the struct's byte count, e.g. gdl::AttentionGroup<...>::bytes).
+std::string ring_declaration(const std::string& size, const std::string& bytes) {
+  return "  extern __shared__ __align__(128) unsigned char attention_ring[];\n  static_assert(" + size + " == " + bytes +
+         ", \"the shared memory gdlc asks the launch for\");\n";
+}
+
 bool aligned16(const StepEmitter& e, ir::ValueId id) {
   return plan::buffer_alignment(e.p.buffers.at(static_cast<size_t>(id))) >= 16;
 }
@@ -448,18 +455,13 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const bool aligned = aligned16(e, a.q) && aligned16(e, a.k) && aligned16(e, a.v);
   const std::string type = storage_type(n.type.dtype);
   const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
-  // A ring kernel's dynamic shared memory, checked against what its layout struct says.
-  auto declare_ring = [&](const std::string& layout_struct, const std::string& bytes) {
-    body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
-    body += "  static_assert(" + layout_struct + "::bytes == " + bytes + ", \"the shared memory gdlc asks the launch for\");\n";
-  };
   if (choice.prefill_query_block > 0 && aligned && e.sm >= 80) {  // cp.async, ldmatrix and bf16 mma: sm_80
     const std::string ring = std::to_string(choice.prefill_positions) + ", " + std::to_string(choice.prefill_stages) +
                              ", " + std::to_string(kAttentionPrefillWarps);  // P, STAGES, WARPS
     const std::string bytes = std::to_string(choice.prefill_shared_bytes);
     body += "  // attention kernel: blocks of " + std::to_string(choice.prefill_query_block) +
             " causal queries times the query heads of a k/v head on tensor cores, a ring of " + bytes + " bytes\n";
-    declare_ring("gdl::AttentionPrefill<" + layout + ", " + type + ", " + ring + ">", bytes);
+    body += ring_declaration("gdl::AttentionPrefill<" + layout + ", " + type + ", " + ring + ">::bytes", bytes);
     body += "  gdl::attention_prefill<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " +
             out + ", " + lengths.text() + ", " + kv + ", rows, heads, queries, kv_heads, positions, " +
             std::to_string(choice.prefill_query_block) + ", " + float_literal(n.attrs.value) + ", attention_ring);\n";
@@ -477,7 +479,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     body += "  // attention kernel: grouped query heads on tensor cores, " + std::to_string(choice.group_heads) +
             " query head(s) a task, " + std::to_string(choice.group_splits) +
             " block(s) per task over the positions, a ring of " + bytes + " bytes\n";
-    declare_ring("gdl::AttentionGroup<" + layout + ", " + type + ", " + ring + ">", bytes);
+    body += ring_declaration("gdl::AttentionGroup<" + layout + ", " + type + ", " + ring + ">::bytes", bytes);
     const std::string scratch = e.split_scratch(choice.group_splits, false, choice.scratch, body);
     body += "  gdl::attention_group<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " + out +
             ", " + lengths.text() + ", " + kv + ", rows, positions, " + float_literal(n.attrs.value) + ", " + scratch +
@@ -493,7 +495,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     body += "  // attention kernel: streamed, " + std::to_string(choice.stream_splits) +
             " block(s) per row over the positions, a ring of " + bytes + " bytes, " +
             std::to_string(choice.stream_heads) + " query head(s) a task\n";
-    declare_ring("gdl::AttentionStream<" + layout + ", " + type + ", " + ring + ">", bytes);
+    body += ring_declaration("gdl::AttentionStream<" + layout + ", " + type + ", " + ring + ">::bytes", bytes);
     const std::string scratch = e.split_scratch(choice.stream_splits, false, choice.scratch, body);
     // k and v params (a KV cache that persists across runs): their first copies go out before the
     // kernel waits for the ones it depends on (gdl_attention.cuh KV_EARLY), so it waits in its body.
@@ -553,11 +555,10 @@ std::string emit_attention_backward(StepEmitter& e, const Node& n, LaunchRule& r
   const std::string bytes = std::to_string(c.shared_bytes);
   const char* kernel = stats_kernel ? "stats" : kv_kernel ? "kv" : "q";
   body += "  // attention's derivative kernel (" + std::string(kernel) + "), a ring of " + bytes + " bytes\n";
-  body += "  extern __shared__ __align__(128) unsigned char attention_ring[];\n";
-  body += "  static_assert(gdl::AttentionBackward<" + d + ", " + dv + ", " + storage_type(e.g.node(a.q).type.dtype) +
-          ", " + std::to_string(c.positions) + ", " + std::to_string(c.stages) + ", " +
-          std::to_string(kAttentionPrefillWarps) + ">::" + kernel + "_bytes == " + bytes +
-          ", \"the shared memory gdlc asks the launch for\");\n";
+  body += ring_declaration("gdl::AttentionBackward<" + d + ", " + dv + ", " + storage_type(e.g.node(a.q).type.dtype) +
+                               ", " + std::to_string(c.positions) + ", " + std::to_string(c.stages) + ", " +
+                               std::to_string(kAttentionPrefillWarps) + ">::" + kernel + "_bytes",
+                           bytes);
   const std::string tail = lengths.text() + ", gdl::KvRows{heads, queries, kv_heads, group, positions}, rows, heads, "
                            "queries, kv_heads, positions, ";
   const std::string block = std::to_string(c.query_block) + ", ";
