@@ -6,6 +6,7 @@
 //   fold-constants  evaluate what needs no run-time data       (not with optimize off)
 //   cse             one node per value                         (not with optimize off)
 //   matmul-operands transposes and column slices read by matmuls in place (not with optimize off)
+//   ragged-attention attention over a ragged batch split between the decode and prefill kernels (not with optimize off)
 //   dce             drop what no output needs                  (not with optimize off)
 //   padding         which run-time dims padding cannot serve
 //   collectives     collectives laid out as NCCL moves memory (contiguous parts, arguments in buffers)
@@ -41,6 +42,7 @@
 #include "passes/ir_print.h"
 #include "passes/ir_verify.h"
 #include "passes/padding.h"
+#include "passes/ragged_attention.h"
 #include "ops/op_def.h"
 #include "plan/chains.h"
 #include "plan/check.h"
@@ -191,6 +193,7 @@ const std::vector<Pass>& passes() {
       {"fold-constants", optimize<fold_constants>},
       {"cse", optimize<eliminate_common_subexpressions>},
       {"matmul-operands", optimize<fold_matmul_operands>},
+      {"ragged-attention", optimize<share_ragged_attention>},
       {"dce", optimize<eliminate_dead_code>},
       {"padding", padding},
       {"collectives", collectives},

@@ -59,7 +59,9 @@ inline constexpr ValueId kNoValue = -1;
   X(kBroadcastTo, "broadcast_to") X(kScatterAdd, "scatter_add") X(kStopGradient, "stop_gradient")         \
   /* Attention's derivative in three kernels (compiler/ops/attention.cc; no source form). */           \
   X(kAttentionStats, "attention_stats") X(kAttentionGradQ, "attention_grad_q")                         \
-  X(kAttentionGradKV, "attention_grad_kv")
+  X(kAttentionGradKV, "attention_grad_kv")                                                             \
+  /* A ragged batch's token blocks of one sequence, in blocks of queries (no source form). */         \
+  X(kPagedAttentionShared, "paged_attention_shared")
 
 enum class Op : uint8_t {
 #define GDL_IR_OP_ENUM(id, name) id,

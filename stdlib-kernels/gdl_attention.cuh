@@ -61,7 +61,15 @@ struct KvRows {  // k [sequences, kv_heads, positions, D]
   }
 };
 // A paged cache (vLLM's layout): k [pool_blocks, kv_heads, BLOCK, D]; position
-// t of a sequence is row t % BLOCK of pool block table[sequence][t / BLOCK].
+// t of a sequence is row t % BLOCK of pool block table[sequence][t / BLOCK]:
+// that row for k/v head kv_head of a sequence whose block ids are `blocks`
+// (-1: a block outside the pool).
+template <int BLOCK, typename I>
+GDL_DEV I paged_row(const int* blocks, long long pool_blocks, long long kv_heads, I kv_head, I t) {
+  const int id = blocks[t / BLOCK];
+  if (id < 0 || (long long)id >= pool_blocks) return (I)-1;
+  return ((I)id * (I)kv_heads + kv_head) * (I)BLOCK + t % BLOCK;
+}
 template <int BLOCK> struct KvPages {
   const int* table;  // [sequences, max_blocks]
   long long heads, queries, kv_heads, group, max_blocks, pool_blocks;
@@ -70,9 +78,59 @@ template <int BLOCK> struct KvPages {
   template <int P> static constexpr bool stages_contiguous() { return BLOCK % P == 0; }
   template <typename I> GDL_DEV I at(I row, I t) const {
     const I sequence = row / (I)(heads * queries), kv_head = row % (I)heads / (I)group;
-    const int id = table[sequence * (I)max_blocks + t / BLOCK];
-    if (id < 0 || (long long)id >= pool_blocks) return (I)-1;
-    return ((I)id * (I)kv_heads + kv_head) * (I)BLOCK + t % BLOCK;
+    return paged_row<BLOCK>(table + sequence * (I)max_blocks, pool_blocks, kv_heads, kv_head, t);
+  }
+};
+// A paged cache read by a ragged batch of tokens (paged_attention's
+// `sequence` form): q's rows are (token, head), and token x reads the block
+// table's row sequence[x]. A sequence id outside [0, sequences) stores no
+// position (the valid count of a padded sequence axis: its padding rows
+// hold stale ids).
+template <int BLOCK> struct KvPagesBySequence {
+  const int* table;     // [sequences, max_blocks]
+  const int* sequence;  // [tokens]
+  long long heads, kv_heads, group, max_blocks, pool_blocks, sequences;
+  static constexpr bool kPaged = true;
+  template <int P> static constexpr bool stages_contiguous() { return BLOCK % P == 0; }
+  template <typename I> GDL_DEV I at(I row, I t) const {
+    const int s = sequence[(long long)row / heads];
+    if (s < 0 || (long long)s >= sequences) return (I)-1;
+    const I kv_head = row % (I)heads / (I)group;
+    return paged_row<BLOCK>(table + (I)s * (I)max_blocks, pool_blocks, kv_heads, kv_head, t);
+  }
+};
+
+// Which tokens of a ragged batch attention_prefill serves together
+// (paged_attention_shared), the others being left to the decode kernels:
+// the blocks of `block` consecutive tokens (its query blocks) that are
+// whole valid tokens of one sequence, in a step of at least `min_tokens`
+// valid tokens (fewer, and its tasks would not fill the GPU: the decode
+// kernels split a row's positions over blocks, it does not).
+struct SharedTokenBlocks {
+  const int* sequence;  // [tokens]
+  long long tokens;     // the valid ones
+  int block, min_tokens;
+  template <typename I> GDL_DEV bool shared(I first) const {  // first: a multiple of block
+    if (tokens < min_tokens || (long long)first + block > tokens) return false;
+    const int s = sequence[first];
+    bool one = true;  // no early exit: the loads go out together
+    for (int i = 1; i < block; ++i) one &= sequence[first + i] == s;
+    return one;
+  }
+};
+// A token's length in a ragged batch: none where its sequence id is outside
+// [0, sequences), nor (for the decode kernels, with shared.block > 0) where
+// attention_prefill serves its block.
+template <typename L> struct SequenceLen {
+  L len;
+  SharedTokenBlocks shared;  // block 0: none is served elsewhere
+  long long heads, sequences;
+  template <typename I> GDL_DEV int get(I row) const {
+    const long long token = (long long)row / heads;
+    const int s = shared.sequence[token];
+    if (s < 0 || (long long)s >= sequences) return 0;
+    if (shared.block > 0 && shared.shared(token / shared.block * shared.block)) return 0;
+    return len.get(row);
   }
 };
 

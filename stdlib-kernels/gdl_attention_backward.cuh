@@ -74,13 +74,14 @@ GDL_DEV void attention_backward_stats(const T* q, const T* k, const T* o, const 
   __shared__ int warp_most[WARPS];
   if (blockDim.x != A::kThreads) __trap();  // a launch that breaks the LaunchRule
   const int tq = threadIdx.x & 3;
-  const I tasks = ceil_div(queries, (I)query_block) * (rows / (heads * queries)) * kv_heads;
+  const I tasks = att::query_tasks(rows, heads, queries, kv_heads, query_block);
   const unsigned ring_at = bulk::shared_address(ring);
   const float q_scale = scale * att::kLog2e;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const att::QueryRows<I> r =
-        att::query_rows<WARPS>(task, len_source, rows, heads, queries, kv_heads, positions, query_block, warp_most);
+        att::query_rows<WARPS>(att::query_task(task, rows, heads, queries, kv_heads, query_block), len_source,
+                               heads, queries, kv_heads, positions, query_block, warp_most);
     const int stages = (r.most + P - 1) / P;
     auto issue = [&](int j) {
       att::copy_rows<P, D, A::kThreads>(ring_at + (unsigned)(j % STAGES) * A::k_bytes, k,
@@ -130,13 +131,14 @@ GDL_DEV void attention_backward_q(const T* q, const T* k, const T* v, const T* d
   __shared__ int warp_most[WARPS];
   if (blockDim.x != A::kThreads) __trap();  // a launch that breaks the LaunchRule
   const int tq = threadIdx.x & 3;
-  const I tasks = ceil_div(queries, (I)query_block) * (rows / (heads * queries)) * kv_heads;
+  const I tasks = att::query_tasks(rows, heads, queries, kv_heads, query_block);
   const unsigned ring_at = bulk::shared_address(ring);
   const float q_scale = scale * att::kLog2e;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
     const att::QueryRows<I> r =
-        att::query_rows<WARPS>(task, len_source, rows, heads, queries, kv_heads, positions, query_block, warp_most);
+        att::query_rows<WARPS>(att::query_task(task, rows, heads, queries, kv_heads, query_block), len_source,
+                               heads, queries, kv_heads, positions, query_block, warp_most);
     const int stages = (r.most + P - 1) / P;
     auto issue = [&](int j) {
       const I at = kv.at(r.first_row, (I)(j * P));

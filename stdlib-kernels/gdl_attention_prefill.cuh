@@ -61,18 +61,30 @@ template <typename I> struct QueryRows {
   I first_row;  // the task's first row: its sequence and k/v head locate the stages of k and v
 };
 
-// Task `task` of `rows` query rows (sequence, query, head): query blocks in
+// The tasks of a kernel over blocks of query_block queries of `rows` query
+// rows (sequence, query, head), and task `task`: query blocks in
 // decreasing order (the longest causal tasks first), then sequences, then
-// k/v heads. Called by every thread (a barrier: warp_most is the block's
-// shared memory of WARPS ints, free again after the task's next barrier).
+// k/v heads.
+template <typename I> struct QueryTask {
+  I block, sequence, kv_head;
+};
+template <typename I> GDL_DEV I query_tasks(I rows, I heads, I queries, I kv_heads, int query_block) {
+  return ceil_div(queries, (I)query_block) * (rows / (heads * queries)) * kv_heads;
+}
+template <typename I> GDL_DEV QueryTask<I> query_task(I task, I rows, I heads, I queries, I kv_heads, int query_block) {
+  const I sequences = rows / (heads * queries);
+  return {ceil_div(queries, (I)query_block) - 1 - task / (sequences * kv_heads), task / kv_heads % sequences,
+          task % kv_heads};
+}
+
+// The rows of task t. Called by every thread (a barrier: warp_most is the
+// block's shared memory of WARPS ints, free again after the task's next
+// barrier).
 template <int WARPS, typename I, typename Len>
-GDL_DEV QueryRows<I> query_rows(I task, const Len& len_source, I rows, I heads, I queries, I kv_heads, I positions,
-                                int query_block, int* warp_most) {
+GDL_DEV QueryRows<I> query_rows(const QueryTask<I>& t, const Len& len_source, I heads, I queries, I kv_heads,
+                                I positions, int query_block, int* warp_most) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
-  const I group = heads / kv_heads, sequences = rows / (heads * queries);
-  const I blocks = ceil_div(queries, (I)query_block);
-  const I block = blocks - 1 - task / (sequences * kv_heads);
-  const I sequence = task / kv_heads % sequences, kv_head = task % kv_heads;
+  const I group = heads / kv_heads, block = t.block, sequence = t.sequence, kv_head = t.kv_head;
   QueryRows<I> r;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -225,12 +237,44 @@ template <int W, typename TO> GDL_DEV void write_row(TO* o, const float (&acc)[W
   }
 }
 
+// Which tasks attention_prefill computes: every one.
+struct EveryTask {
+  template <typename I> GDL_DEV bool takes(const QueryTask<I>&, int) const { return true; }
+};
+
 }  // namespace att
 
-template <int D, int DV, int P, int STAGES, int WARPS, typename I, typename T, typename TO, typename Len, typename Kv>
+// paged_attention_shared's tasks (the queries are the step's tokens, one
+// sequence axis): the query blocks of one sequence that SharedTokenBlocks
+// gives it; every other block's rows are the decode kernels' result
+// `partial`, copied (16-byte chunks: a row is 128 or 256 bytes).
+template <int DV, typename TO> struct SharedBlocksOnly {
+  SharedTokenBlocks shared;
+  const TO* partial;
+  TO* out;
+  long long tokens, heads, group;  // tokens: every one of the layout, padding included
+  static_assert(DV * sizeof(TO) % 16 == 0, "whole 16-byte chunks");
+  template <typename I> GDL_DEV bool takes(const att::QueryTask<I>& t, int query_block) const {
+    const long long first = (long long)t.block * query_block;
+    if (shared.shared(first)) return true;
+    constexpr long long kChunk = 16 / sizeof(TO);   // elements of a 16-byte chunk
+    const long long span = group * DV / kChunk;     // chunks of a token's rows of this k/v head
+    const long long count = (tokens - first < query_block ? tokens - first : query_block) * span;
+    const uint4* from = reinterpret_cast<const uint4*>(partial);
+    uint4* to = reinterpret_cast<uint4*>(out);
+    for (long long i = threadIdx.x; i < count; i += blockDim.x) {
+      const long long at = ((first + i / span) * heads + (long long)t.kv_head * group) * DV / kChunk + i % span;
+      to[at] = from[at];
+    }
+    return false;
+  }
+};
+
+template <int D, int DV, int P, int STAGES, int WARPS, typename I, typename T, typename TO, typename Len, typename Kv,
+          typename Tasks = att::EveryTask>
 GDL_DEV void attention_prefill(const T* q, const T* k, const T* v, TO* out, Len len_source, Kv kv, I rows,
                                I heads, I queries, I kv_heads, I positions, int query_block, float scale,
-                               unsigned char* ring) {
+                               unsigned char* ring, Tasks tasks_taken = {}) {
   using A = AttentionPrefill<D, DV, T, P, STAGES, WARPS>;
   static_assert(Kv::template stages_contiguous<P>(), "a stage is one run of positions of k and of v");
   constexpr int NP = P / 16;  // 16-position slices of a stage
@@ -238,13 +282,15 @@ GDL_DEV void attention_prefill(const T* q, const T* k, const T* v, TO* out, Len 
   __shared__ int warp_most[WARPS];
 
   if (blockDim.x != A::kThreads) __trap();  // a launch that breaks the LaunchRule
-  const I tasks = ceil_div(queries, (I)query_block) * (rows / (heads * queries)) * kv_heads;
+  const I tasks = att::query_tasks(rows, heads, queries, kv_heads, query_block);
   const unsigned ring_at = bulk::shared_address(ring);
   const float q_scale = scale * att::kLog2e;
 
   for (I task = task_first<I>(); task < tasks; task += task_stride<I>()) {
+    const att::QueryTask<I> t = att::query_task(task, rows, heads, queries, kv_heads, query_block);
+    if (!tasks_taken.takes(t, query_block)) continue;  // the same for every thread
     const att::QueryRows<I> r =
-        att::query_rows<WARPS>(task, len_source, rows, heads, queries, kv_heads, positions, query_block, warp_most);
+        att::query_rows<WARPS>(t, len_source, heads, queries, kv_heads, positions, query_block, warp_most);
     const int stages = (r.most + P - 1) / P;
     auto stage_count = [&](int j, I& at) {
       at = kv.at(r.first_row, (I)(j * P));

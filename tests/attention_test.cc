@@ -1,12 +1,16 @@
 // Attention for serving on the CPU reference and through its plan:
 // grouped-query heads, per-sequence lengths, causal queries from a
 // per-sequence start, and a paged cache read through its block table, each
-// checked against plain attention over the equivalent contiguous cache.
+// checked against plain attention over the equivalent contiguous cache; a
+// ragged batch of tokens (paged_attention's `sequence` form) against the
+// same attention through gathered block-table rows, also where it is split
+// between the decode and prefill kernels.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
 #include "cpu_program.h"
+#include "ops/attention.h"
 
 namespace gdl {
 namespace {
@@ -227,6 +231,98 @@ y = paged_attention(q, k_pool, v_pool, len, blocks, start = start);
   Bindings want = c.contiguous;
   for (const char* name : {"q", "len", "start"}) want.tensors[name] = b.tensors[name];
   check_close(y, 0, run_both(contiguous, want).at("y").data);
+}
+
+// A ragged batch: token x of q reads the table row sequence[x]. The same as
+// a table gathered per token; a sequence id outside the table gives a zero
+// row.
+TEST_CASE("paged_attention with sequence: a ragged batch of tokens, each over its sequence's blocks") {
+  const std::string head = R"(program r;
+input q : f32[6, 4, 8];
+input k_pool : f32[5, 2, 4, 8];
+input v_pool : f32[5, 2, 4, 8];
+input tables : i32[2, 3];
+input seq : i32[6];
+input len : i32[6];
+output y : f32[6, 4, 8];
+)";
+  ir::Graph ragged = compile_text(head + "y = paged_attention(q, k_pool, v_pool, len, tables, sequence = seq);\n");
+  ir::Graph gathered = compile_text(head + "y = paged_attention(q, k_pool, v_pool, len, gather(tables, seq));\n");
+  std::mt19937 rng(31);
+  PagedCase c = paged_case(rng, {3, 0, 4, 1, 2, -1}, {10, 7});
+  Bindings b = c.pool;
+  b.tensors["q"] = random_tensor(rng, DType::kF32, {6, 4, 8});
+  b.tensors["tables"] = tensor(DType::kI32, {2, 3}, c.table);
+  b.tensors["len"] = tensor(DType::kI32, {6}, {10, 3, 7, 12, 1, 0});
+  b.tensors["seq"] = tensor(DType::kI32, {6}, {0, 0, 1, 1, 1, 0});
+  check_close(run_both(ragged, b).at("y").data, 0, run_both(gathered, b).at("y").data);
+  b.tensors["seq"] = tensor(DType::kI32, {6}, {0, -1, 1, 2, 1, 0});  // tokens 1 and 3: no such sequence
+  const std::vector<double> y = run_both(ragged, b).at("y").data;
+  for (int64_t token : {1, 3})
+    CHECK(std::all_of(y.begin() + token * 32, y.begin() + token * 32 + 32, [](double x) { return x == 0.0; }));
+}
+
+// Where the prefill kernel fits (bf16 heads of 64, 8 query heads over 2,
+// blocks of 16 positions), the ragged-attention pass splits the op: whole
+// blocks of 16 tokens of one sequence go to paged_attention_shared when
+// the step has at least min_tokens (a 4-multiprocessor target: 2 tasks of
+// 2 k/v heads, 32 tokens), the rest to the decode kernels. Together they
+// give what the op gives unsplit, at token counts on both sides of
+// min_tokens, with blocks of one sequence, mixed blocks, a partial last
+// block and a token of no sequence.
+TEST_CASE("paged_attention with sequence: split between the decode and prefill kernels, the same result") {
+  const std::string text = R"(program r;
+dim T in [1, 64];
+input q : bf16[T, 8, 64];
+input k_pool : bf16[12, 2, 16, 64];
+input v_pool : bf16[12, 2, 16, 64];
+input tables : i32[3, 4];
+input seq : i32[T];
+input len : i32[T];
+output y : bf16[T, 8, 64];
+y = paged_attention(q, k_pool, v_pool, len, tables, sequence = seq);
+)";
+  PipelineOptions split_options;
+  split_options.target.multiprocessors = 4;
+  DiagnosticSink diags;
+  std::optional<ir::Graph> split = compile_to_ir(source_from_string("r.gdl", text), diags, split_options);
+  REQUIRE(split.has_value());
+  PipelineOptions whole_options = split_options;
+  whole_options.optimize = false;  // no ragged-attention pass
+  std::optional<ir::Graph> whole = compile_to_ir(source_from_string("r.gdl", text), diags, whole_options);
+  REQUIRE(whole.has_value());
+  int shared = 0;
+  for (const ir::Node& n : split->nodes)
+    if (n.op == ir::Op::kPagedAttentionShared) {
+      ++shared;
+      const ops::AttentionOperands a = ops::attention_operands(n);
+      CHECK(a.shared_block == 16);
+      CHECK(a.shared_min_tokens == 32);
+    }
+  CHECK(shared == 1);
+  std::mt19937 rng(37);
+  for (int64_t tokens : {20, 40, 64}) {
+    INFO(tokens << " tokens");
+    Bindings b;
+    b.dims = {tokens};
+    for (const char* name : {"k_pool", "v_pool"}) b.tensors[name] = random_tensor(rng, DType::kBF16, {12, 2, 16, 64});
+    b.tensors["q"] = random_tensor(rng, DType::kBF16, {tokens, 8, 64});
+    b.tensors["tables"] = tensor(DType::kI32, {3, 4}, {7, 2, 9, 0, 11, 4, 1, 5, 3, 6, 8, 10});
+    // Tokens 0-2 decode sequences 0-2; from 3 a prompt chunk of sequence 1 at positions 10..;
+    // token 35 (of no sequence) breaks the block it falls in.
+    std::vector<double> seq, len;
+    for (int64_t x = 0; x < tokens; ++x) {
+      const bool decode = x < 3;
+      seq.push_back(decode ? static_cast<double>(x) : x == 35 ? 3.0 : 1.0);
+      len.push_back(decode ? static_cast<double>(20 + 13 * x) : static_cast<double>(std::min<int64_t>(64, 8 + x)));
+    }
+    b.tensors["seq"] = tensor(DType::kI32, {tokens}, seq);
+    b.tensors["len"] = tensor(DType::kI32, {tokens}, len);
+    const std::vector<double> got = run_both(*split, b).at("y").data;
+    const std::vector<double> want = run_both(*whole, b).at("y").data;
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == want[i]);
+  }
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ struct Failpoints {
 
 TEST_CASE("pipeline: every pass has a name and runs in the order listed") {
   const std::vector<std::string> expected = {"parse", "consts", "check", "lower", "fold-constants", "cse",
-                                             "matmul-operands", "dce", "padding", "collectives", "inplace", "schedule",
+                                             "matmul-operands", "ragged-attention", "dce", "padding", "collectives", "inplace", "schedule",
                                              "fuse", "memory", "dependencies", "chains", "scratch", "codegen", "nvrtc"};
   CHECK(pass_names() == expected);
   CHECK(is_pass_name("fuse"));

@@ -57,10 +57,11 @@ constexpr int kAttentionBlock = 256;
 constexpr int kAttentionChunk = 512;             // positions scored per pass (shared memory)
 constexpr int64_t kAttentionMaxHeadDim = 4096;   // keeps its static shared memory under 48 KiB
 
-// The node's operand slots: attention (q, k, v, len, start), paged (q, k, v, len, blocks, start).
+// The call's parameter slots: attention (q, k, v, len, start, scale),
+// paged (q, k, v, len, blocks, start, sequence, scale).
 template <bool kPaged> struct Slots {
   static constexpr size_t q = 0, k = 1, v = 2, len = 3, blocks = kPaged ? 4 : SIZE_MAX, start = kPaged ? 5 : 4,
-                          scale = start + 1;
+                          sequence = kPaged ? 6 : SIZE_MAX, scale = kPaged ? 7 : 5;
 };
 
 // "[2, B]" -> "2, B".
@@ -77,14 +78,27 @@ TypeResult infer_attention(TypeQuery& q) {
   const std::string all = "q " + q.text(*tq) + ", k " + q.text(*tk) + ", v " + q.text(*tv);
   if (!is_float(tq->dtype) || tk->dtype != tq->dtype || tv->dtype != tq->dtype)
     return q.error(kAtOp, name + " q, k and v must share one float dtype: " + all, "convert them with cast");
-  const bool causal = q.given(S::start);
+  // A ragged batch: q [T, NH, D], a sequence per token. A node holds the
+  // given operands in order, so there `sequence` is in start's slot and
+  // Attrs::axis says which it is.
+  const bool from_node = kPaged && q.attrs().axis == kBySequence && !q.given(S::sequence);
+  const bool by_sequence = kPaged && (q.given(S::sequence) || from_node);
+  const size_t sequence_slot = from_node || !kPaged ? S::start : S::sequence;
+  const bool causal = q.given(S::start) && !from_node;
+  if (causal && by_sequence)
+    return q.error(static_cast<int>(sequence_slot),
+                   "paged_attention takes start (the queries of each sequence) or sequence (a ragged batch of tokens), "
+                   "not both",
+                   "over a ragged batch, give each token's length (its position + 1) as len");
   const int q_tail = causal ? 3 : 2;  // [Q,] NH, D
-  const std::string q_layout = causal ? "q is [..., Q, NH, D] (with start)" : "q is [..., NH, D]";
+  const std::string q_layout = causal        ? "q is [..., Q, NH, D] (with start)"
+                               : by_sequence ? "q is [T, NH, D] (with sequence)"
+                                             : "q is [..., NH, D]";
   const std::string layout = q_layout + (kPaged ? ", k_pool and v_pool are [NB, KVH, BS, D]"
                                                 : ", k and v are [..., KVH, T, D]") +
                              " with KVH dividing NH";
   const int k_rank = kPaged ? 4 : tq->rank() - q_tail + 3;
-  if (tq->rank() < q_tail || tk->rank() != k_rank || tv->rank() != tk->rank())
+  if (tq->rank() < q_tail || (by_sequence && tq->rank() != 3) || tk->rank() != k_rank || tv->rank() != tk->rank())
     return q.error(kAtOp, name + " ranks do not fit: " + all, layout);
   const Shape sequences(tq->shape.begin(), tq->shape.end() - static_cast<std::ptrdiff_t>(q_tail));
   const Dim &heads = tq->shape[tq->rank() - 2], &kv_heads = tk->shape[tk->rank() - 3];
@@ -101,15 +115,29 @@ TypeResult infer_attention(TypeQuery& q) {
       return q.error(S::k, "the block size of a paged cache must be static, got " + q.text(*tk), layout);
     const TensorType* table = q.tensor(S::blocks, "paged_attention blocks");
     if (!table) return TypeResult::failed();
-    Shape want = sequences;
+    // One row of block ids per sequence: q's sequence dims, or any count of them for a ragged batch.
+    Shape want = by_sequence && table->rank() == 2 ? Shape{table->shape[0]} : sequences;
     want.push_back(table->rank() > 0 ? table->shape.back() : Dim::constant(1));
-    if (table->dtype != DType::kI32 || table->rank() != static_cast<int>(sequences.size()) + 1 || table->shape != want ||
+    if (table->dtype != DType::kI32 || table->rank() != static_cast<int>(want.size()) || table->shape != want ||
         want.back().is_runtime())
       return q.error(S::blocks,
-                     "the block table must be i32[" + (sequences.empty() ? std::string() : inner(q.text(sequences)) + ", ") +
+                     "the block table must be i32[" +
+                         (by_sequence ? std::string("S") : sequences.empty() ? std::string() : inner(q.text(sequences))) +
+                         (by_sequence || !sequences.empty() ? ", " : "") +
                          "MAX_BLOCKS] (one row of block ids per sequence, MAX_BLOCKS static), got " + q.text(*table),
-                     "declare it as input blocks : i32[B, MAX_BLOCKS];");
+                     by_sequence ? "declare it as input tables : i32[S, MAX_BLOCKS];"
+                                 : "declare it as input blocks : i32[B, MAX_BLOCKS];");
     paged_positions = want.back().extent * block.extent;
+    if (by_sequence) {
+      const TensorType* ids = q.tensor(sequence_slot, "paged_attention sequence");
+      if (!ids) return TypeResult::failed();
+      if (ids->dtype != DType::kI32 || ids->shape != sequences)
+        return q.error(static_cast<int>(sequence_slot),
+                       "sequence must be i32[" + inner(q.text(sequences)) + "] (each token's row of the block table), got " +
+                           q.text(*ids),
+                       "declare it as input seq : i32[T];");
+      q.attrs().axis = kBySequence;
+    }
   }
   // len, and start: rank 0 or one per sequence.
   auto per_sequence = [&](size_t slot, const std::string& role, const std::string& hint) -> std::optional<TypeResult> {
@@ -187,7 +215,21 @@ TypeResult infer_attention_grad_kv(TypeQuery& q) {  // [S..., KVH, T, D + DV]: d
   return TensorType{tk->dtype, s};
 }
 
-std::string scale_attr(const ir::Attrs& a) { return "scale=" + number_text(a.value); }
+// paged_attention_shared, built by share_ragged_attention from a
+// paged_attention the rule above checked: partial's type.
+TypeResult infer_attention_shared(TypeQuery& q) {
+  const TensorType* partial = q.tensor(6, "paged_attention_shared partial");
+  if (!partial) return TypeResult::failed();
+  return *partial;
+}
+
+std::string scale_attr(const ir::Attrs& a) {
+  std::string text = "scale=" + number_text(a.value);
+  if (a.axis == kBySequence) text += ", by sequence";
+  if (a.ints.size() == 2)
+    text += ", shared blocks of " + std::to_string(a.ints[0]) + " tokens from " + std::to_string(a.ints[1]);
+  return text;
+}
 
 }  // namespace
 
@@ -204,14 +246,30 @@ AttentionOperands attention_operands(const Node& n) {
     if (n.args.size() > start) a.start = n.args[start];
     return a;
   }
-  GDL_INTERNAL_ASSERT(n.op == Op::kAttention || n.op == Op::kPagedAttention, "attention_operands of " + std::string(op_name(n.op)));
-  const bool paged = n.op == Op::kPagedAttention;
+  GDL_INTERNAL_ASSERT(n.op == Op::kAttention || n.op == Op::kPagedAttention || n.op == Op::kPagedAttentionShared,
+                      "attention_operands of " + std::string(op_name(n.op)));
+  const bool paged = n.op != Op::kAttention;
   const size_t start = paged ? 5 : 4;
-  GDL_INTERNAL_ASSERT(n.args.size() == start || n.args.size() == start + 1, "attention argument count");
+  const bool shared = n.op == Op::kPagedAttentionShared;
+  GDL_INTERNAL_ASSERT(shared ? n.args.size() == 7 : n.args.size() == start || n.args.size() == start + 1,
+                      "attention argument count");
   AttentionOperands a;
   a.q = n.args[0], a.k = n.args[1], a.v = n.args[2], a.len = n.args[3];
   if (paged) a.blocks = n.args[4];
-  if (n.args.size() > start) a.start = n.args[start];
+  if (shared || n.attrs.axis == kBySequence) {
+    a.sequence = n.args[5];
+    if (shared) a.partial = n.args[6];
+    GDL_INTERNAL_ASSERT(n.attrs.ints.empty() || n.attrs.ints.size() == 2, "the shared token blocks of attention");
+    if (n.attrs.ints.size() == 2) a.shared_block = n.attrs.ints[0], a.shared_min_tokens = n.attrs.ints[1];
+  } else if (n.args.size() > start) {
+    a.start = n.args[start];
+  }
+  return a;
+}
+
+ir::Attrs shared_blocks_attrs(const ir::Attrs& attention, int64_t block, int64_t min_tokens) {
+  ir::Attrs a = attention;
+  a.ints = {block, min_tokens};
   return a;
 }
 
@@ -265,13 +323,29 @@ double dot(const double* a, const double* b, int64_t n) {
   return sum;
 }
 
+// Whether token `token` of a ragged batch lies in a block that
+// paged_attention_shared serves (SharedTokenBlocks, gdl_attention.cuh).
+bool shared_token(const AttentionOperands& a, const HostTensor& sequence, int64_t valid_tokens, int64_t token) {
+  const int64_t first = token / a.shared_block * a.shared_block;
+  if (a.shared_block <= 0 || valid_tokens < a.shared_min_tokens || first + a.shared_block > valid_tokens) return false;
+  for (int64_t x = first + 1; x < first + a.shared_block; ++x)
+    if (sequence.data[static_cast<size_t>(x)] != sequence.data[static_cast<size_t>(first)]) return false;
+  return true;
+}
+
 // For every query row, softmax(scale * q.k_t) over its positions (t <
 // clamp(len, 0, the valid T), t <= start + query, stored), weighted sum of v_t.
+// Over a ragged batch split in two (AttentionOperands::shared_block), each
+// node computes its own tokens' rows: paged_attention leaves zeros in the
+// others, paged_attention_shared the rows of `partial`.
 void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
   const AttentionOperands a = attention_operands(n);
   const HostTensor &q = *in.values[0], &k = *in.values[1], &v = *in.values[2], &len = *in.values[3];
   const size_t start_arg = a.paged() ? 5 : 4;
   const HostTensor* table = a.paged() ? in.values[4] : nullptr;
+  const HostTensor* sequence = a.by_sequence() ? in.values[5] : nullptr;
+  const bool shared_rows = n.op == Op::kPagedAttentionShared;  // the rows this node computes, when split
+  if (shared_rows) out.data = in.values[6]->data;
   const size_t rk = k.shape.size();
   GDL_INTERNAL_ASSERT(v.shape.size() == rk, "attention operand ranks");
   const int64_t d = q.shape.back(), dv = v.shape.back(), block = k.shape[rk - 2];
@@ -280,10 +354,17 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
   const RowLayout rows_of(q, k, len, a.causal() ? in.values[start_arg] : nullptr,
                           table ? max_blocks * block : std::min(block, in.valid(1, -2)));
   const int64_t rows = host::product(q.shape) / std::max<int64_t>(d, 1);
+  // Row r's row of the block table: its sequence's, or over a ragged batch
+  // its token's sequence id, none (-1) outside the table's valid rows.
+  auto table_row = [&](int64_t r) -> int64_t {
+    if (!sequence) return rows_of.sequence(r);
+    const auto id = static_cast<int64_t>(sequence->data[static_cast<size_t>(rows_of.sequence(r))]);
+    return id >= 0 && id < in.valid(4, 0) ? id : -1;
+  };
   // The row of k and v (in rows of D and DV) holding position t of row r, or -1.
   auto stored_at = [&](int64_t r, int64_t t) -> int64_t {
     if (!table) return rows_of.kv_row(r) * block + t;
-    const int64_t id = static_cast<int64_t>(table->data[static_cast<size_t>(rows_of.sequence(r) * max_blocks + t / block)]);
+    const int64_t id = static_cast<int64_t>(table->data[static_cast<size_t>(table_row(r) * max_blocks + t / block)]);
     if (id < 0 || id >= pool_blocks) return -1;
     return (id * rows_of.kv_heads + r % rows_of.heads / rows_of.group) * block + t % block;
   };
@@ -291,9 +372,11 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
   std::vector<double> score(static_cast<size_t>(std::max<int64_t>(rows_of.t_max, 0)));
   std::vector<int64_t> at(score.size());
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t valid = rows_of.length(r);
+    if (a.shared_block > 0 && shared_token(a, *sequence, in.valid(0, 0), rows_of.sequence(r)) != shared_rows) continue;
+    const int64_t valid = sequence && table_row(r) < 0 ? 0 : rows_of.length(r);
     const double* qr = q.data.data() + r * d;
-    double* o = out.data.data() + r * dv;  // stays zero when no position is valid
+    double* o = out.data.data() + r * dv;  // zero when no position is valid
+    std::fill(o, o + dv, 0.0);
     double peak = -std::numeric_limits<double>::infinity();
     for (int64_t t = 0; t < valid; ++t) {
       at[t] = stored_at(r, t);
@@ -424,6 +507,12 @@ bool aligned16(const StepEmitter& e, ir::ValueId id) {
   return plan::buffer_alignment(e.p.buffers.at(static_cast<size_t>(id))) >= 16;
 }
 
+// A dim's valid count this run as an expression: a run-time dim's from
+// the valid-dims block, else its extent.
+std::string valid_count(StepEmitter& e, const Dim& d) {
+  return d.is_runtime() ? "(long long)" + valid_count_expr(d.symbol) : e.dim(d);
+}
+
 std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionOperands a = attention_operands(n);
   const std::string q = e.pointer(a.q), k = e.pointer(a.k), v = e.pointer(a.v);
@@ -431,15 +520,32 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const Shape& ks = e.g.node(a.k).type.shape;
   const Shape& vs = e.g.node(a.v).type.shape;
   const Dim positions_dim = attention_positions(e.g, n);
-  std::string body = row_locals(e, qs, ks, a.causal(), positions_dim);
+  // paged_attention_shared takes the tokens of its ragged batch as the queries of one sequence.
+  const bool shared = n.op == Op::kPagedAttentionShared;
+  std::string body = row_locals(e, qs, ks, a.causal() || shared, positions_dim);
   // The operands' sources in argument order (their pointers are declared in that order).
-  const Source len = int_source(e, a.len, "heads * queries");
-  std::string kv;
+  Source len = int_source(e, a.len, a.by_sequence() ? "heads" : "heads * queries");
+  std::string kv, shared_tasks;
   if (a.paged()) {
     const std::string table = e.pointer(a.blocks);
     const Shape& bs = e.g.node(a.blocks).type.shape;
-    kv = "gdl::KvPages<" + std::to_string(ks[2].extent) + ">{" + table + ", heads, queries, kv_heads, group, " +
-         e.dim(bs.back()) + ", " + e.dim(ks[0]) + "}";
+    const std::string block = std::to_string(ks[2].extent);
+    if (a.by_sequence()) {
+      const std::string ids = e.pointer(a.sequence);
+      kv = "gdl::KvPagesBySequence<" + block + ">{" + table + ", " + ids + ", heads, kv_heads, group, " +
+           e.dim(bs.back()) + ", " + e.dim(ks[0]) + ", " + valid_count(e, bs[0]) + "}";
+      const std::string blocks = "gdl::SharedTokenBlocks{" + ids + ", " + valid_count(e, qs[0]) + ", " +
+                                 std::to_string(a.shared_block) + ", " + std::to_string(a.shared_min_tokens) + "}";
+      // The decode kernels leave the shared blocks to paged_attention_shared, which leaves the others to them.
+      len = {"gdl::SequenceLen<" + len.type + ">", len.text() + ", " + (shared ? "gdl::SharedTokenBlocks{" + ids + ", 0, 0, 0}" : blocks) +
+                                                       ", heads, " + valid_count(e, bs[0])};
+      if (shared)
+        shared_tasks = ", gdl::SharedBlocksOnly<" + std::to_string(vs.back().extent) + ", " + storage_type(n.type.dtype) +
+                       ">{" + blocks + ", " + e.pointer(a.partial) + ", out, queries, heads, group}";
+    } else {
+      kv = "gdl::KvPages<" + block + ">{" + table + ", heads, queries, kv_heads, group, " + e.dim(bs.back()) + ", " +
+           e.dim(ks[0]) + "}";
+    }
   } else {
     kv = "gdl::KvRows{heads, queries, kv_heads, group, positions}";
   }
@@ -453,6 +559,11 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionChoice choice = choose_attention(e.g, n);
   auto buffer = [&](ir::ValueId id) -> const plan::Buffer& { return e.p.buffers.at(static_cast<size_t>(id)); };
   const bool aligned = aligned16(e, a.q) && aligned16(e, a.k) && aligned16(e, a.v);
+  // share_ragged_attention splits a paged_attention only where the prefill kernel fits (choose_shared_token_blocks);
+  // whole rows of f16/bf16 heads of 64 or 128 are 16-byte aligned, and sm_80 is the f16/bf16 kernels' floor.
+  GDL_INTERNAL_ASSERT(!shared || (choice.prefill_query_block == a.shared_block && aligned && e.sm >= 80 &&
+                                  aligned16(e, a.partial)),
+                      "paged_attention_shared needs the prefill kernel, 16-byte aligned operands and sm_80");
   const std::string type = storage_type(n.type.dtype);
   const std::string layout = std::to_string(d_max) + ", " + std::to_string(dv_max);  // D, DV
   if (choice.prefill_query_block > 0 && aligned && e.sm >= 80) {  // cp.async, ldmatrix and bf16 mma: sm_80
@@ -464,7 +575,8 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     body += ring_declaration("gdl::AttentionPrefill<" + layout + ", " + type + ", " + ring + ">::bytes", bytes);
     body += "  gdl::attention_prefill<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " +
             out + ", " + lengths.text() + ", " + kv + ", rows, heads, queries, kv_heads, positions, " +
-            std::to_string(choice.prefill_query_block) + ", " + float_literal(n.attrs.value) + ", attention_ring);\n";
+            std::to_string(choice.prefill_query_block) + ", " + float_literal(n.attrs.value) + ", attention_ring" +
+            shared_tasks + ");\n";
     rule = task_launch({{sub_shape(qs, 0, qs.size() - 3), 1},
                         {{ks[ks.size() - 3]}, 1},
                         {{qs[qs.size() - 3]}, choice.prefill_query_block}},
@@ -721,9 +833,15 @@ void add_attention_ops(std::vector<OpDef>& defs) {
       emit_attention);
   defs.back().vjp = vjp_attention;
   defs.back().blocks_padding = attention_blocks_padding;
-  add(Op::kPagedAttention, "paged_attention", {"q", "k_pool", "v_pool", "len", "blocks", "start", "scale"}, 6,
-      infer_attention<true>, eval_attention, emit_attention);
+  add(Op::kPagedAttention, "paged_attention", {"q", "k_pool", "v_pool", "len", "blocks", "start", "sequence", "scale"},
+      7, infer_attention<true>, eval_attention, emit_attention);
+  defs.back().required = defs.back().min_args = 5;  // start or sequence, never both
+  defs.back().max_args = 6;
   defs.back().blocks_padding = attention_blocks_padding;
+  // A ragged batch's shared token blocks (share_ragged_attention): no source form.
+  add(Op::kPagedAttentionShared, nullptr, {"q", "k_pool", "v_pool", "len", "blocks", "sequence", "partial"}, 7,
+      infer_attention_shared, eval_attention, emit_attention);
+  defs.back().required = defs.back().min_args = 7;
   // The derivative's kernels: no source form (scale is the forward's attribute), no derivative of their own.
   add(Op::kAttentionStats, nullptr, {"q", "k", "o", "do", "len", "start"}, 6, infer_attention_stats,
       eval_attention_stats, emit_attention_backward);

@@ -387,24 +387,27 @@ PrefillAttention prefill_attention() {
 // task takes the group's heads of QB = rows / group queries; the kernel has
 // no splits, so it is chosen where the tasks at the smallest binding give
 // every multiprocessor one (fewer, and a long cache is better split over
-// blocks by the decode kernels). Stages of 64 positions (over a paged cache
+// blocks by the decode kernels); for paged_attention_shared, whose tokens
+// are its queries, that is a rule it applies at run time
+// (choose_shared_token_blocks). Stages of 64 positions (over a paged cache
 // halved until they divide its block), about kAttentionPrefillRingBytes of
 // them.
 void choose_prefill(const ir::Graph& g, const ops::AttentionOperands& a, int64_t esize, int64_t group,
                     AttentionChoice& c) {
   const PrefillAttention wanted = prefill_attention();
+  const bool shared = a.partial != ir::kNoValue;
   const Shape& qs = g.node(a.q).type.shape;
   const Shape& ks = g.node(a.k).type.shape;
   const Dim& d = qs.back();
   const Dim& dv = g.node(a.v).type.shape.back();
-  if (!a.causal() || wanted == PrefillAttention::kNone || d.is_runtime() || dv.is_runtime() ||
+  if (!(a.causal() || shared) || (wanted == PrefillAttention::kNone && !shared) || d.is_runtime() || dv.is_runtime() ||
       !attention_blocks_fit(g.node(a.q).type.dtype, d.extent, dv.extent, group))
     return;
   const int64_t query_block = 16 * kAttentionPrefillWarps / group;
   const size_t query_axis = qs.size() - 3;
   const int64_t tasks_min = product_at(qs, 0, query_axis, g, false) * ks[ks.size() - 3].extent *
                             ceil_div(extent_at(qs[query_axis], g, false), query_block);
-  if (wanted != PrefillAttention::kAll && tasks_min < g.target.multiprocessors) return;
+  if (wanted != PrefillAttention::kAll && !shared && tasks_min < g.target.multiprocessors) return;
   int64_t positions = 64;
   if (a.paged())
     while (positions > 16 && ks[2].extent % positions != 0) positions /= 2;
@@ -551,6 +554,27 @@ AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& n) {
     c.scratch.tickets = rows_max;
     c.scratch.partial_floats = rows_max * most * (2 + dv_max);
   }
+  return c;
+}
+
+SharedTokenBlocksChoice choose_shared_token_blocks(const ir::Graph& g, const ir::Node& n) {
+  SharedTokenBlocksChoice c;
+  if (n.op != ir::Op::kPagedAttention) return c;
+  const ops::AttentionOperands a = ops::attention_operands(n);
+  if (!a.by_sequence() || a.shared_block > 0 || prefill_attention() == PrefillAttention::kNone) return c;
+  const Shape& qs = g.node(a.q).type.shape;
+  const Shape& ks = g.node(a.k).type.shape;
+  const Dim &heads = qs[1], &kv_heads = ks[1], &d = qs[2], &dv = g.node(a.v).type.shape.back();
+  if (heads.is_runtime() || kv_heads.is_runtime() || kv_heads.extent < 1 || d.is_runtime() || dv.is_runtime() ||
+      ks[2].extent % 16 != 0)  // stages of 16 to 64 positions within a block (choose_prefill)
+    return c;
+  const int64_t group = heads.extent / kv_heads.extent;
+  if (!attention_blocks_fit(n.type.dtype, d.extent, dv.extent, group)) return c;
+  const int64_t block = 16 * kAttentionPrefillWarps / group;
+  const int64_t min_tokens = ceil_div(g.target.multiprocessors, kv_heads.extent) * block;
+  if (extent_at(qs[0], g, true) < min_tokens) return c;  // never as many tokens
+  c.block = block;
+  c.min_tokens = min_tokens;
   return c;
 }
 

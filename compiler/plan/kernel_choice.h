@@ -194,6 +194,24 @@ struct AttentionChoice {
 };
 AttentionChoice choose_attention(const ir::Graph& g, const ir::Node& attention);
 
+// A paged_attention over a ragged batch of tokens (its `sequence` form) in
+// two steps (passes/ragged_attention.h): the decode kernels for most
+// tokens, and gdl::attention_prefill for the blocks of `block` consecutive
+// tokens of one sequence (prompt chunks), which read each stage of the
+// cache once for all of them; `block` is the prefill kernel's query block
+// (its 16 * warps rows over the group's heads). Both decide at run time
+// which tokens are whose (gdl::SharedTokenBlocks): a whole block of one
+// sequence goes to the prefill kernel when the step has at least
+// min_tokens valid tokens, enough for a task per multiprocessor if they
+// were all such blocks (the prefill kernel has no splits). Possible where
+// the prefill kernel is (f16/bf16 heads of 64 or 128, static heads, a
+// cache block of a multiple of 16 positions, GDL_ATTENTION_PREFILL not 0)
+// and the step can hold min_tokens tokens; block 0 otherwise.
+struct SharedTokenBlocksChoice {
+  int64_t block = 0, min_tokens = 0;
+};
+SharedTokenBlocksChoice choose_shared_token_blocks(const ir::Graph& g, const ir::Node& paged_attention);
+
 // Whether the tensor-core kernels over blocks of query rows
 // (gdl::attention_prefill and the derivative's three kernels,
 // gdl_attention_backward.cuh) can compute attention of dtype t: f16/bf16

@@ -1,9 +1,9 @@
 // Attention for serving on the GPU against the CPU reference: causal
-// queries from a per-sequence start (prefill, chunked decode) and a paged
-// cache read through a block table, in every float dtype, through each
-// kernel that can compute them: the prefill kernel (blocks of causal
-// queries), the grouped one, the streamed one (head dims of whole 16-byte
-// vectors) and the split one.
+// queries from a per-sequence start (prefill, chunked decode), a paged
+// cache read through a block table and a ragged batch of tokens over one,
+// in every float dtype, through each kernel that can compute them: the
+// prefill kernel (blocks of causal queries), the grouped one, the streamed
+// one (head dims of whole 16-byte vectors) and the split one.
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -249,6 +249,70 @@ TEST_CASE("paged_attention: sequences of different lengths share one pool") {
             set_ints(b, "start", start);
           };
           CHECK(check_program(program, seed, {}, {}, {}, adjust));
+        }
+}
+
+// A ragged batch of tokens (paged_attention's `sequence` form) as a Llama
+// step serves it: decode tokens of four sequences, a token of no sequence,
+// a prompt chunk that starts inside a block of 16 tokens and one from
+// position 0, and a last token whose sequence id is past the table. At 100
+// tokens (fewer than the 272 the prefill kernel waits for on 132
+// multiprocessors: every token goes to the decode kernels) and at 400 (in
+// the bucket of 512: the whole blocks of 16 tokens of one sequence go to
+// the prefill kernel, paged_attention_shared), through the grouped and the
+// streamed decode kernels, and with the split off (GDL_ATTENTION_PREFILL=0).
+TEST_CASE("paged_attention with sequence: a ragged batch of decode tokens and prompt chunks") {
+  const std::string text =
+      "program ragged;\ndim T in [1, 512];\ninput q : {T}[T, 32, {D}];\ninput k_pool : {T}[{NB}, 8, {BS}, {D}];\n"
+      "input v_pool : {T}[{NB}, 8, {BS}, {D}];\ninput tables : i32[6, {MAXB}];\ninput seq : i32[T];\n"
+      "input len : i32[T];\noutput y : {T}[T, 32, {D}];\n"
+      "y = paged_attention(q, k_pool, v_pool, len, tables, sequence = seq);\n";
+  struct Kernels {
+    const char *decode, *grouped, *prefill;
+  };
+  for (const std::string t : {"f16", "bf16"})
+    for (const std::string d : {"64", "128"})
+      for (const int64_t block : {16, 64})
+        for (const Kernels& k : {Kernels{"grouped", "1", "1"}, Kernels{"streamed", "0", "1"}, Kernels{"grouped", "1", "0"}}) {
+          const testing::ScopedEnv grouped("GDL_ATTENTION_GROUPED", k.grouped), prefill("GDL_ATTENTION_PREFILL", k.prefill);
+          const int64_t max_blocks = 512 / block, pool = 6 * max_blocks;
+          Program program = compile_text(with(text, {{"{T}", t},
+                                                     {"{D}", d},
+                                                     {"{BS}", std::to_string(block)},
+                                                     {"{NB}", std::to_string(pool)},
+                                                     {"{MAXB}", std::to_string(max_blocks)}}));
+          for (const int64_t tokens : {100, 400}) {
+            INFO(t << " D = " << d << ", blocks of " << block << ", " << k.decode << " decode kernel, prefill "
+                   << k.prefill << ", " << tokens << " tokens");
+            const uint64_t seed = seed_for("ragged/" + t + d + std::to_string(block) + k.decode + k.prefill);
+            const Adjust adjust = [&](std::map<std::string, TensorData>& b) {
+              std::mt19937_64 rng(seed);
+              std::vector<int64_t> ids(static_cast<size_t>(pool));
+              std::iota(ids.begin(), ids.end(), 0);
+              std::shuffle(ids.begin(), ids.end(), rng);
+              set_ints(b, "tables", std::vector<double>(ids.begin(), ids.end()));  // 6 sequences of distinct blocks
+              std::vector<double> seq, len;
+              const int64_t chunk = tokens == 400 ? 300 : 60;
+              for (int64_t x = 0; x < tokens; ++x) {
+                if (x < 4) {  // decode tokens
+                  seq.push_back(static_cast<double>(x));
+                  len.push_back(static_cast<double>(1 + rng() % 512));
+                } else if (x == 4 || x == tokens - 1) {  // no sequence; past the table
+                  seq.push_back(x == 4 ? -1.0 : 6.0);
+                  len.push_back(50);
+                } else if (x < 5 + chunk) {  // a chunk of sequence 4 at positions 130..
+                  seq.push_back(4);
+                  len.push_back(static_cast<double>(131 + x - 5));
+                } else {  // a chunk of sequence 5 from position 0
+                  seq.push_back(5);
+                  len.push_back(static_cast<double>(1 + x - 5 - chunk));
+                }
+              }
+              set_ints(b, "seq", seq);
+              set_ints(b, "len", len);
+            };
+            CHECK(check_program(program, seed, {tokens}, {}, {}, adjust));
+          }
         }
 }
 
