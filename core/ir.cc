@@ -14,6 +14,14 @@ const char* op_name(Op op) {
   return static_cast<size_t>(op) < kOpCount ? kNames[static_cast<size_t>(op)] : "?";
 }
 
+void Graph::renumber_results(const std::vector<ValueId>& new_id) {
+  for (Output& o : outputs) o.value = new_id.at(static_cast<size_t>(o.value));
+  for (StateUpdate& u : state_updates) {
+    u.state = new_id.at(static_cast<size_t>(u.state));
+    u.value = new_id.at(static_cast<size_t>(u.value));
+  }
+}
+
 std::vector<ValueId> Graph::leaves(Op role) const {
   std::vector<ValueId> out;
   for (size_t i = 0; i < nodes.size(); ++i)

@@ -100,12 +100,15 @@ inline bool has_no_storage(Op op) { return op == Op::kConstant || op == Op::kSca
 struct Attrs {
   double value = 0;             // kConstant value; eps; attention scale; kScalar default
   // kDimValue: the run-time dim (Graph::dims index) whose value this run it is, in `axis`
-  int axis = 0;                 // reductions, softmax, concat, gather, take_along_axis, argmax, topk, cumsum (non-negative)
+  int axis = 0;                 // reductions, softmax, concat, gather, take_along_axis, argmax, topk, cumsum (non-negative);
+                                // paged_attention: 1 over a ragged batch (ops/attention.h kBySequence)
   bool keepdims = false;        // reductions, argmax, argmin
   // transpose perm; slice bounds; a reduction's axes when it combines two or
   // more (ascending; `axis` is then 0); any other integer attribute at its
   // position among the op's attributes (topk [k], one_hot [n], arange
-  // [start, stop, step], whose stop is 0 when its extent is a run-time dim).
+  // [start, stop, step], whose stop is 0 when its extent is a run-time dim;
+  // a ragged batch's shared token blocks [block, min_tokens] of paged_attention and
+  // paged_attention_shared, ops/attention.h).
   std::vector<int64_t> ints;
   bool operator==(const Attrs&) const = default;
 };
@@ -178,6 +181,9 @@ struct Graph {
 
   // Leaves of a role in declaration order (inputs, params, run-time scalars).
   std::vector<ValueId> leaves(Op role) const;
+  // The outputs' and state updates' values through an old-to-new table,
+  // after a pass rebuilt `nodes` (their arguments renumbered already).
+  void renumber_results(const std::vector<ValueId>& new_id);
 };
 
 // The invariants that need no op's type rule, which the runtime relies on:

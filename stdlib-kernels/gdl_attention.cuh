@@ -5,7 +5,8 @@
 // a KV layout (`kv`, below): a contiguous cache (KvRows: query head h of a
 // sequence reads k/v head h / group, `group` query heads sharing one;
 // grouped-query attention) or a paged one (KvPages: fixed-size blocks of
-// positions found through a block table). Per row r, with L = clamp(len(r),
+// positions found through a block table; KvPagesBySequence: the same for
+// a ragged batch of tokens, each naming its table row). Per row r, with L = clamp(len(r),
 // 0, T) read from the device at run time (one for every row or one per
 // sequence; causal rows see only the positions up to their own, CausalLen;
 // a padded T comes with a len source that is already clamped, ClampedLen):
@@ -123,11 +124,12 @@ struct SharedTokenBlocks {
 // attention_prefill serves its block.
 template <typename L> struct SequenceLen {
   L len;
-  SharedTokenBlocks shared;  // block 0: none is served elsewhere
+  const int* sequence;  // [tokens]
   long long heads, sequences;
+  SharedTokenBlocks shared;  // block 0: none is served elsewhere
   template <typename I> GDL_DEV int get(I row) const {
     const long long token = (long long)row / heads;
-    const int s = shared.sequence[token];
+    const int s = sequence[token];
     if (s < 0 || (long long)s >= sequences) return 0;
     if (shared.block > 0 && shared.shared(token / shared.block * shared.block)) return 0;
     return len.get(row);

@@ -29,6 +29,12 @@
 // is O / l (a row with no position: zeros), written by the lanes that hold
 // it. No splits: the kernel is chosen where the tasks alone fill the GPU
 // (kernel_choice.cc).
+//
+// paged_attention_shared takes it for a ragged batch of tokens (one
+// sequence axis, the step's tokens as its queries, each with its own
+// length): a task filter (SharedBlocksOnly) keeps the query blocks whose
+// tokens all belong to one sequence, decided at run time, and copies the
+// decode kernels' rows of the others.
 #pragma once
 
 #include "gdl_attention_group.cuh"

@@ -315,6 +315,43 @@ c = x @ transpose(x);
     expect_capacity_mode_matches(g, {valid}, {capacity}, 30 + valid);
 }
 
+// A ragged batch over padded tokens and sequences: a token whose sequence
+// id points into the table's padding rows gets a zero row, as it does past
+// the table's end in a plain run; padded tokens read nothing.
+TEST_CASE("buckets: capacity mode keeps a ragged batch's tokens to the valid rows of a padded block table") {
+  ir::Graph g = graph_of(R"(program r;
+dim T in [1, 16];
+dim S in [1, 4];
+input q : f32[T, 4, 8];
+input k_pool : f32[6, 2, 4, 8];
+input v_pool : f32[6, 2, 4, 8];
+input tables : i32[S, 3];
+input seq : i32[T];
+input len : i32[T];
+output o : f32[T, 4, 8];
+o = paged_attention(q, k_pool, v_pool, len, tables, sequence = seq);
+)");
+  const std::vector<int64_t> valid = {5, 2}, capacity = {8, 4};
+  Bindings plain = random_bindings(g, valid, 77);
+  plain.tensors["tables"].data = {3, 0, 5, 1, 4, 2};
+  plain.tensors["seq"].data = {0, 1, 2, 3, 1};  // 2 and 3: rows of the padded table, none of the plain one
+  plain.tensors["len"].data = {12, 5, 9, 3, 7};
+  Expected<std::map<std::string, HostTensor>> want = interpret(g, plain);
+  REQUIRE(want.ok());
+  Bindings padded;
+  padded.dims = capacity;
+  padded.valid_dims = valid;
+  for (const ir::Node& n : g.nodes)
+    if (n.op == ir::Op::kInput)
+      padded.tensors[n.name] = pad_to_capacity(plain.tensors.at(n.name), n.type.shape, capacity, 1.0);  // id 1 in padding
+  Expected<std::map<std::string, HostTensor>> got = interpret(g, padded);
+  REQUIRE(got.ok());
+  HostTensor part = valid_part(got->at("o"), g.node(g.outputs[0].value).type.shape, valid);
+  CHECK(part.data == want->at("o").data);
+  for (int64_t token : {2, 3})
+    for (int64_t i = 0; i < 32; ++i) CHECK(part.data[static_cast<size_t>(token * 32 + i)] == 0.0);
+}
+
 TEST_CASE("buckets: capacity mode clamps attention to the valid positions of a padded T") {
   ir::Graph g = graph_of(R"(program a;
 dim T in [1, 40];

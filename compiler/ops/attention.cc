@@ -1,5 +1,5 @@
 // attention(q, k, v, len, start, scale = 1/sqrt(D)) and
-// paged_attention(q, k_pool, v_pool, len, blocks, start, scale).
+// paged_attention(q, k_pool, v_pool, len, blocks, start, sequence, scale).
 //
 // q [S..., NH, D] holds one query per sequence (S... the sequence dims),
 // or with `start` given [S..., Q, NH, D], Q queries per sequence: query i
@@ -19,12 +19,22 @@
 // sum of v_t; no position gives a zero row. Over a run-time T that buckets
 // pad, positions past its valid count are padding whatever len says.
 //
+// paged_attention with `sequence` (i32 [T], not with start) serves a
+// ragged batch of tokens: q [T, NH, D], len rank 0 or one per token, blocks
+// [S, MAX_BLOCKS], token x reading the table row sequence[x] (outside the
+// table's valid rows: a zero row). The pass ragged-attention
+// (passes/ragged_attention.h) splits it into this op, left to the decode
+// kernels, and paged_attention_shared(q, k_pool, v_pool, len, blocks,
+// sequence, partial), which computes the rows of whole blocks of tokens of
+// one sequence with the prefill kernel and takes the others from partial.
+//
 // grad: attention's derivative recomputes the probabilities (vjp_attention
 // below); paged_attention has none.
 //
 // Kernels (plan/kernel_choice.h choose_attention): the prefill one
 // (gdl_attention_prefill.cuh: blocks of causal queries on tensor cores,
-// f16/bf16 heads of 64 or 128, where its tasks fill the GPU), the grouped
+// f16/bf16 heads of 64 or 128, where its tasks fill the GPU; and
+// paged_attention_shared's token blocks), the grouped
 // one (gdl_attention_group.cuh: the query heads of a k/v head on tensor cores,
 // f16/bf16 heads of multiples of 64, sm_80) and, in gdl_attention.cuh, the
 // streamed one (k and v through a ring of bulk copies, sm_90, head dims of
@@ -139,19 +149,23 @@ TypeResult infer_attention(TypeQuery& q) {
       q.attrs().axis = kBySequence;
     }
   }
-  // len, and start: rank 0 or one per sequence.
+  // len, and start: rank 0 or one per sequence (over a ragged batch, per token).
+  const std::string each = by_sequence ? "token" : "sequence";
   auto per_sequence = [&](size_t slot, const std::string& role, const std::string& hint) -> std::optional<TypeResult> {
     std::string described;
     const TensorType* t = q.value(slot, name + " " + role, DType::kI32, &described);
     if (!t && described.empty()) return TypeResult::failed();
     if (t && t->dtype == DType::kI32 && (t->rank() == 0 || t->shape == sequences)) return std::nullopt;
     return q.error(static_cast<int>(slot),
-                   name + " " + role + " must be a rank-0 i32 or one i32 per sequence" +
+                   name + " " + role + " must be a rank-0 i32 or one i32 per " + each +
                        (sequences.empty() ? std::string() : " (" + q.text(sequences) + ")") + ", got " +
                        (t ? q.text(*t) : described),
                    hint);
   };
-  if (auto bad = per_sequence(S::len, "len", "declare it as input len : i32; or input len : i32[B];")) return *bad;
+  if (auto bad = per_sequence(S::len, "len",
+                              by_sequence ? "declare it as input len : i32[T]; (each token's position + 1)"
+                                          : "declare it as input len : i32; or input len : i32[B];"))
+    return *bad;
   // A run-time len is clamped to [0, T]; a compile-time one outside it is a mistake seen now.
   if (std::optional<int64_t> len = q.static_integer(S::len)) {
     int64_t positions = 0;
@@ -215,11 +229,22 @@ TypeResult infer_attention_grad_kv(TypeQuery& q) {  // [S..., KVH, T, D + DV]: d
   return TensorType{tk->dtype, s};
 }
 
-// paged_attention_shared, built by share_ragged_attention from a
-// paged_attention the rule above checked: partial's type.
+// paged_attention_shared(q, k_pool, v_pool, len, blocks, sequence,
+// partial), built by share_ragged_attention from a paged_attention the rule
+// above checked: partial's type, which is that paged_attention's ([T, NH,
+// DV] in q's dtype), and the token blocks it serves (Attrs::ints).
 TypeResult infer_attention_shared(TypeQuery& q) {
-  const TensorType* partial = q.tensor(6, "paged_attention_shared partial");
+  const TensorType* tq = q.tensor(0, "paged_attention_shared q");
+  const TensorType* tv = tq ? q.tensor(2, "paged_attention_shared v_pool") : nullptr;
+  const TensorType* ids = tv ? q.tensor(5, "paged_attention_shared sequence") : nullptr;
+  const TensorType* partial = ids ? q.tensor(6, "paged_attention_shared partial") : nullptr;
   if (!partial) return TypeResult::failed();
+  const std::vector<int64_t>& blocks = q.attrs().ints;
+  const bool fits = tq->rank() == 3 && tv->rank() == 4 && ids->dtype == DType::kI32 &&
+                    ids->shape == Shape{tq->shape[0]} &&
+                    *partial == TensorType{tq->dtype, {tq->shape[0], tq->shape[1], tv->shape.back()}} &&
+                    blocks.size() == 2 && blocks[0] > 0 && blocks[1] >= blocks[0];
+  if (!fits) return q.error(kAtOp, "paged_attention_shared operands or token blocks do not fit", "");
   return *partial;
 }
 
@@ -326,8 +351,9 @@ double dot(const double* a, const double* b, int64_t n) {
 // Whether token `token` of a ragged batch lies in a block that
 // paged_attention_shared serves (SharedTokenBlocks, gdl_attention.cuh).
 bool shared_token(const AttentionOperands& a, const HostTensor& sequence, int64_t valid_tokens, int64_t token) {
+  if (a.shared_block <= 0) return false;
   const int64_t first = token / a.shared_block * a.shared_block;
-  if (a.shared_block <= 0 || valid_tokens < a.shared_min_tokens || first + a.shared_block > valid_tokens) return false;
+  if (valid_tokens < a.shared_min_tokens || first + a.shared_block > valid_tokens) return false;
   for (int64_t x = first + 1; x < first + a.shared_block; ++x)
     if (sequence.data[static_cast<size_t>(x)] != sequence.data[static_cast<size_t>(first)]) return false;
   return true;
@@ -525,7 +551,7 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   std::string body = row_locals(e, qs, ks, a.causal() || shared, positions_dim);
   // The operands' sources in argument order (their pointers are declared in that order).
   Source len = int_source(e, a.len, a.by_sequence() ? "heads" : "heads * queries");
-  std::string kv, shared_tasks;
+  std::string kv, shared_blocks, partial;
   if (a.paged()) {
     const std::string table = e.pointer(a.blocks);
     const Shape& bs = e.g.node(a.blocks).type.shape;
@@ -534,14 +560,12 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
       const std::string ids = e.pointer(a.sequence);
       kv = "gdl::KvPagesBySequence<" + block + ">{" + table + ", " + ids + ", heads, kv_heads, group, " +
            e.dim(bs.back()) + ", " + e.dim(ks[0]) + ", " + valid_count(e, bs[0]) + "}";
-      const std::string blocks = "gdl::SharedTokenBlocks{" + ids + ", " + valid_count(e, qs[0]) + ", " +
-                                 std::to_string(a.shared_block) + ", " + std::to_string(a.shared_min_tokens) + "}";
+      shared_blocks = "gdl::SharedTokenBlocks{" + ids + ", " + valid_count(e, qs[0]) + ", " +
+                      std::to_string(a.shared_block) + ", " + std::to_string(a.shared_min_tokens) + "}";
       // The decode kernels leave the shared blocks to paged_attention_shared, which leaves the others to them.
-      len = {"gdl::SequenceLen<" + len.type + ">", len.text() + ", " + (shared ? "gdl::SharedTokenBlocks{" + ids + ", 0, 0, 0}" : blocks) +
-                                                       ", heads, " + valid_count(e, bs[0])};
-      if (shared)
-        shared_tasks = ", gdl::SharedBlocksOnly<" + std::to_string(vs.back().extent) + ", " + storage_type(n.type.dtype) +
-                       ">{" + blocks + ", " + e.pointer(a.partial) + ", out, queries, heads, group}";
+      len = {"gdl::SequenceLen<" + len.type + ">", len.text() + ", " + ids + ", heads, " + valid_count(e, bs[0]) + ", " +
+                                                       (shared ? "gdl::SharedTokenBlocks{}" : shared_blocks)};
+      if (shared) partial = e.pointer(a.partial);
     } else {
       kv = "gdl::KvPages<" + block + ">{" + table + ", heads, queries, kv_heads, group, " + e.dim(bs.back()) + ", " +
            e.dim(ks[0]) + "}";
@@ -553,6 +577,10 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   if (a.causal()) start = int_source(e, a.start, "heads * queries");
   const Source lengths = row_lengths(e, len, start, qs, positions_dim);
   const std::string out = e.result_pointer();
+  const std::string shared_tasks = shared ? ", gdl::SharedBlocksOnly<" + std::to_string(vs.back().extent) + ", " +
+                                                storage_type(n.type.dtype) + ">{" + shared_blocks + ", " + partial +
+                                                ", " + out + ", queries, heads, group}"
+                                          : "";
   int64_t d_max = max_extent(qs.back(), e.g), dv_max = max_extent(vs.back(), e.g);
   GDL_INTERNAL_ASSERT(d_max <= kAttentionMaxHeadDim && dv_max <= kAttentionMaxHeadDim,
                       "attention head dims above " + std::to_string(kAttentionMaxHeadDim) + " are not supported");
@@ -571,7 +599,8 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
                              ", " + std::to_string(kAttentionPrefillWarps);  // P, STAGES, WARPS
     const std::string bytes = std::to_string(choice.prefill_shared_bytes);
     body += "  // attention kernel: blocks of " + std::to_string(choice.prefill_query_block) +
-            " causal queries times the query heads of a k/v head on tensor cores, a ring of " + bytes + " bytes\n";
+            (shared ? " tokens of one sequence" : " causal queries") +
+            " times the query heads of a k/v head on tensor cores, a ring of " + bytes + " bytes\n";
     body += ring_declaration("gdl::AttentionPrefill<" + layout + ", " + type + ", " + ring + ">::bytes", bytes);
     body += "  gdl::attention_prefill<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " +
             out + ", " + lengths.text() + ", " + kv + ", rows, heads, queries, kv_heads, positions, " +
@@ -809,7 +838,7 @@ void vjp_attention(AdjointBuilder& b, ValueId y, ValueId dy, std::vector<ValueId
 }  // namespace
 
 void add_attention_ops(std::vector<OpDef>& defs) {
-  // Operands first, start the last of them and optional, then scale.
+  // Operands first (start, and paged_attention's sequence, optional), then scale.
   auto add = [&](Op op, const char* callable, std::vector<const char*> params, size_t operands, InferFn infer,
                  EvalFn eval, KernelFn kernel) {
     OpDef d;

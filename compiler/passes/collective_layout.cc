@@ -91,11 +91,7 @@ void lay_out_collectives(ir::Graph& g) {
     restored.name = n.name;
     new_id[v] = g.add(std::move(restored));
   }
-  for (ir::Output& o : g.outputs) o.value = new_id[static_cast<size_t>(o.value)];
-  for (ir::StateUpdate& u : g.state_updates) {
-    u.state = new_id[static_cast<size_t>(u.state)];
-    u.value = new_id[static_cast<size_t>(u.value)];
-  }
+  g.renumber_results(new_id);
 }
 
 }  // namespace gdl

@@ -35,11 +35,7 @@ void eliminate_dead_code(ir::Graph& g) {
     kept.push_back(std::move(n));
   }
   g.nodes = std::move(kept);
-  for (ir::Output& o : g.outputs) o.value = new_id[static_cast<size_t>(o.value)];
-  for (ir::StateUpdate& u : g.state_updates) {
-    u.state = new_id[static_cast<size_t>(u.state)];
-    u.value = new_id[static_cast<size_t>(u.value)];
-  }
+  g.renumber_results(new_id);
 }
 
 }  // namespace gdl

@@ -273,11 +273,7 @@ class Placer {
       nodes.push_back(std::move(node));
     }
     g_.nodes = std::move(nodes);
-    for (ir::Output& o : g_.outputs) o.value = new_id[static_cast<size_t>(o.value)];
-    for (ir::StateUpdate& u : g_.state_updates) {
-      u.state = new_id[static_cast<size_t>(u.state)];
-      u.value = new_id[static_cast<size_t>(u.value)];
-    }
+    g_.renumber_results(new_id);
   }
 
   ir::Graph& g_;

@@ -35,11 +35,7 @@ void share_ragged_attention(ir::Graph& g) {
   }
   if (nodes.size() == g.nodes.size()) return;
   g.nodes = std::move(nodes);
-  for (ir::Output& o : g.outputs) o.value = new_id[static_cast<size_t>(o.value)];
-  for (ir::StateUpdate& u : g.state_updates) {
-    u.state = new_id[static_cast<size_t>(u.state)];
-    u.value = new_id[static_cast<size_t>(u.value)];
-  }
+  g.renumber_results(new_id);
 }
 
 }  // namespace gdl

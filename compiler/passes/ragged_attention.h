@@ -12,7 +12,7 @@ namespace gdl {
 // (Attrs::ints, ops/attention.h shared_blocks_attrs), and
 // paged_attention_shared, which computes those rows with the prefill
 // kernel and takes the others from the first. Together they compute what
-// the one node did; each uses of it reads the second.
+// the one node did; each use of it reads the second.
 void share_ragged_attention(ir::Graph& g);
 
 }  // namespace gdl
