@@ -137,4 +137,8 @@ std::string valid_count_expr(int symbol) {
   return "gdl::valid_dim(arena, " + std::to_string(plan::kValidDimsOffset) + "ull, " + std::to_string(symbol) + ")";
 }
 
+std::string valid_count_or_extent(const Dim& d) {
+  return d.is_runtime() ? valid_count_expr(d.symbol) : std::to_string(d.extent);
+}
+
 }  // namespace gdl

@@ -56,5 +56,7 @@ uint32_t row_block(int64_t len);
 // arena's valid-dims block (plan.h): what a kernel that combines elements
 // along a run-time axis stops at when the layout is padded (buckets).
 std::string valid_count_expr(int symbol);
+// A dim's count this run: a run-time dim's valid count, a static dim's extent.
+std::string valid_count_or_extent(const Dim& d);
 
 }  // namespace gdl

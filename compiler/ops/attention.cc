@@ -387,10 +387,11 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
     const auto id = static_cast<int64_t>(sequence->data[static_cast<size_t>(rows_of.sequence(r))]);
     return id >= 0 && id < in.valid(4, 0) ? id : -1;
   };
-  // The row of k and v (in rows of D and DV) holding position t of row r, or -1.
-  auto stored_at = [&](int64_t r, int64_t t) -> int64_t {
+  // The row of k and v (in rows of D and DV) holding position t of row r
+  // (paged: whose block table row is `in_table`), or -1.
+  auto stored_at = [&](int64_t r, int64_t in_table, int64_t t) -> int64_t {
     if (!table) return rows_of.kv_row(r) * block + t;
-    const int64_t id = static_cast<int64_t>(table->data[static_cast<size_t>(table_row(r) * max_blocks + t / block)]);
+    const int64_t id = static_cast<int64_t>(table->data[static_cast<size_t>(in_table * max_blocks + t / block)]);
     if (id < 0 || id >= pool_blocks) return -1;
     return (id * rows_of.kv_heads + r % rows_of.heads / rows_of.group) * block + t % block;
   };
@@ -399,13 +400,14 @@ void eval_attention(const Node& n, const EvalArgs& in, HostTensor& out) {
   std::vector<int64_t> at(score.size());
   for (int64_t r = 0; r < rows; ++r) {
     if (a.shared_block > 0 && shared_token(a, *sequence, in.valid(0, 0), rows_of.sequence(r)) != shared_rows) continue;
-    const int64_t valid = sequence && table_row(r) < 0 ? 0 : rows_of.length(r);
+    const int64_t in_table = table ? table_row(r) : -1;
+    const int64_t valid = sequence && in_table < 0 ? 0 : rows_of.length(r);
     const double* qr = q.data.data() + r * d;
     double* o = out.data.data() + r * dv;  // zero when no position is valid
     std::fill(o, o + dv, 0.0);
     double peak = -std::numeric_limits<double>::infinity();
     for (int64_t t = 0; t < valid; ++t) {
-      at[t] = stored_at(r, t);
+      at[t] = stored_at(r, in_table, t);
       if (at[t] < 0) continue;
       score[t] = dot(qr, k.data.data() + at[t] * d, d) * scale;
       peak = std::max(peak, score[t]);
@@ -533,12 +535,6 @@ bool aligned16(const StepEmitter& e, ir::ValueId id) {
   return plan::buffer_alignment(e.p.buffers.at(static_cast<size_t>(id))) >= 16;
 }
 
-// A dim's valid count this run as an expression: a run-time dim's from
-// the valid-dims block, else its extent.
-std::string valid_count(StepEmitter& e, const Dim& d) {
-  return d.is_runtime() ? "(long long)" + valid_count_expr(d.symbol) : e.dim(d);
-}
-
 std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionOperands a = attention_operands(n);
   const std::string q = e.pointer(a.q), k = e.pointer(a.k), v = e.pointer(a.v);
@@ -559,11 +555,11 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     if (a.by_sequence()) {
       const std::string ids = e.pointer(a.sequence);
       kv = "gdl::KvPagesBySequence<" + block + ">{" + table + ", " + ids + ", heads, kv_heads, group, " +
-           e.dim(bs.back()) + ", " + e.dim(ks[0]) + ", " + valid_count(e, bs[0]) + "}";
-      shared_blocks = "gdl::SharedTokenBlocks{" + ids + ", " + valid_count(e, qs[0]) + ", " +
+           e.dim(bs.back()) + ", " + e.dim(ks[0]) + ", " + valid_count_or_extent(bs[0]) + "}";
+      shared_blocks = "gdl::SharedTokenBlocks{" + ids + ", " + valid_count_or_extent(qs[0]) + ", " +
                       std::to_string(a.shared_block) + ", " + std::to_string(a.shared_min_tokens) + "}";
       // The decode kernels leave the shared blocks to paged_attention_shared, which leaves the others to them.
-      len = {"gdl::SequenceLen<" + len.type + ">", len.text() + ", " + ids + ", heads, " + valid_count(e, bs[0]) + ", " +
+      len = {"gdl::SequenceLen<" + len.type + ">", len.text() + ", " + ids + ", heads, " + valid_count_or_extent(bs[0]) + ", " +
                                                        (shared ? "gdl::SharedTokenBlocks{}" : shared_blocks)};
       if (shared) partial = e.pointer(a.partial);
     } else {

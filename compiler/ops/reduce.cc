@@ -239,7 +239,7 @@ std::string emit_reduce_axes(StepEmitter& e, const ir::Node& n, LaunchRule& rule
       continue;
     }
     // A run-time axis may be padded (buckets): combine its valid positions only.
-    counts.push_back(xs[a].is_runtime() ? valid_count_expr(xs[a].symbol) : std::to_string(xs[a].extent));
+    counts.push_back(valid_count_or_extent(xs[a]));
     strides.push_back(stride);
     longest *= max_extent(xs[a], e.g);
   }

@@ -392,6 +392,17 @@ PrefillAttention prefill_attention() {
 // (choose_shared_token_blocks). Stages of 64 positions (over a paged cache
 // halved until they divide its block), about kAttentionPrefillRingBytes of
 // them.
+// The prefill kernel's queries a task (its 16 * warps rows over the group's heads).
+int64_t prefill_query_block(int64_t group) { return 16 * kAttentionPrefillWarps / group; }
+// Its positions a stage: 64, over a paged cache of `block` positions halved
+// until they divide it (a stage lies in one block), 0 where even 16 do not.
+int64_t prefill_stage_positions(bool paged, int64_t block) {
+  int64_t positions = 64;
+  if (paged)
+    while (positions > 16 && block % positions != 0) positions /= 2;
+  return paged && block % positions != 0 ? 0 : positions;
+}
+
 void choose_prefill(const ir::Graph& g, const ops::AttentionOperands& a, int64_t esize, int64_t group,
                     AttentionChoice& c) {
   const PrefillAttention wanted = prefill_attention();
@@ -403,15 +414,13 @@ void choose_prefill(const ir::Graph& g, const ops::AttentionOperands& a, int64_t
   if (!(a.causal() || shared) || (wanted == PrefillAttention::kNone && !shared) || d.is_runtime() || dv.is_runtime() ||
       !attention_blocks_fit(g.node(a.q).type.dtype, d.extent, dv.extent, group))
     return;
-  const int64_t query_block = 16 * kAttentionPrefillWarps / group;
+  const int64_t query_block = prefill_query_block(group);
   const size_t query_axis = qs.size() - 3;
   const int64_t tasks_min = product_at(qs, 0, query_axis, g, false) * ks[ks.size() - 3].extent *
                             ceil_div(extent_at(qs[query_axis], g, false), query_block);
   if (wanted != PrefillAttention::kAll && !shared && tasks_min < g.target.multiprocessors) return;
-  int64_t positions = 64;
-  if (a.paged())
-    while (positions > 16 && ks[2].extent % positions != 0) positions /= 2;
-  if (a.paged() && ks[2].extent % positions != 0) return;
+  const int64_t positions = prefill_stage_positions(a.paged(), a.paged() ? ks[2].extent : 0);
+  if (positions == 0) return;
   const int64_t stage = positions * (d.extent + dv.extent) * esize;
   const int64_t stages = std::clamp<int64_t>(kAttentionPrefillRingBytes / stage, 2, 4);
   c.prefill_query_block = static_cast<int>(query_block);
@@ -566,11 +575,11 @@ SharedTokenBlocksChoice choose_shared_token_blocks(const ir::Graph& g, const ir:
   const Shape& ks = g.node(a.k).type.shape;
   const Dim &heads = qs[1], &kv_heads = ks[1], &d = qs[2], &dv = g.node(a.v).type.shape.back();
   if (heads.is_runtime() || kv_heads.is_runtime() || kv_heads.extent < 1 || d.is_runtime() || dv.is_runtime() ||
-      ks[2].extent % 16 != 0)  // stages of 16 to 64 positions within a block (choose_prefill)
+      prefill_stage_positions(true, ks[2].extent) == 0)
     return c;
   const int64_t group = heads.extent / kv_heads.extent;
   if (!attention_blocks_fit(n.type.dtype, d.extent, dv.extent, group)) return c;
-  const int64_t block = 16 * kAttentionPrefillWarps / group;
+  const int64_t block = prefill_query_block(group);
   const int64_t min_tokens = ceil_div(g.target.multiprocessors, kv_heads.extent) * block;
   if (extent_at(qs[0], g, true) < min_tokens) return c;  // never as many tokens
   c.block = block;
@@ -605,7 +614,7 @@ AttentionBackwardChoice choose_attention_backward(const ir::Graph& g, const ir::
   int64_t stage = positions * d * 2;                                                  // stats: k
   if (n.op == ir::Op::kAttentionGradQ) stage = positions * (d + dv) * 2;              // k and v
   if (n.op == ir::Op::kAttentionGradKV) stage = positions * (d + dv) * 2 + positions * 12;  // q, do, lse, delta, len
-  c.query_block = static_cast<int>(16 * kAttentionPrefillWarps / group);
+  c.query_block = static_cast<int>(prefill_query_block(group));
   c.positions = static_cast<int>(positions);
   c.stages = static_cast<int>(std::clamp<int64_t>(kAttentionPrefillRingBytes / stage, 2, 4));
   c.shared_bytes = static_cast<uint32_t>(c.stages * stage);
