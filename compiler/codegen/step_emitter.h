@@ -23,7 +23,8 @@ namespace gdl {
 
 // Which kernel of its step an emitter writes: the step's only (or first)
 // kernel, a large kernel of a matmul step that has several (for the rows
-// of one band of matmul_tile_bands, above those its first kernel serves),
+// of one band of matmul_tile_bands, above those its first kernel serves;
+// or a ragged batch's decode attention without splits, ops/attention.cc),
 // the step as one block of its chain's kernel (codegen/chain_kernel.cc),
 // the epilogue of a matmul whose product cuBLASLt computes in front of it
 // (kernel_choice.h choose_library_matmul), or the norm prologue that runs

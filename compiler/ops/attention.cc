@@ -583,6 +583,19 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   const AttentionChoice choice = choose_attention(e.g, n);
   auto buffer = [&](ir::ValueId id) -> const plan::Buffer& { return e.p.buffers.at(static_cast<size_t>(id)); };
   const bool aligned = aligned16(e, a.q) && aligned16(e, a.k) && aligned16(e, a.v);
+  // A ragged batch's decode kernels where the step can hold shared token
+  // blocks (min_tokens tokens or more at the layout): a second kernel, without
+  // splits, which the runtime takes at those rows. The tokens alone fill the
+  // GPU there, and every split of a shared block's token is a block launched
+  // to find no work (with 3 splits, 203 us a layer at 2048 tokens, H100).
+  bool one_split = false;
+  if (n.op == Op::kPagedAttention && a.shared_block > 0) {
+    if (e.variant == Variant::kFirst) {
+      e.large_bands = {RowsBand{a.shared_min_tokens * qs[1].extent, RowsBand{}.hi}};
+      e.rows_of_matmul = Shape(qs.begin(), qs.end() - 1);  // [T, NH]
+    }
+    one_split = e.variant == Variant::kLarge;
+  }
   // share_ragged_attention splits a paged_attention only where the prefill kernel fits (choose_shared_token_blocks);
   // whole rows of f16/bf16 heads of 64 or 128 are 16-byte aligned, and sm_80 is the f16/bf16 kernels' floor.
   GDL_INTERNAL_ASSERT(!shared || (choice.prefill_query_block == a.shared_block && aligned && e.sm >= 80 &&
@@ -610,30 +623,32 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
     return body;
   }
   if (choice.group_splits > 0 && aligned && e.sm >= 80) {  // cp.async, ldmatrix and bf16 mma: sm_80
+    const int splits = one_split ? 1 : choice.group_splits;
     const std::string ring = std::to_string(choice.group_positions) + ", " + std::to_string(choice.group_stages) +
                              ", " + std::to_string(choice.group_heads);  // P, STAGES, HEADS
     const std::string bytes = std::to_string(choice.group_shared_bytes);
     body += "  // attention kernel: grouped query heads on tensor cores, " + std::to_string(choice.group_heads) +
-            " query head(s) a task, " + std::to_string(choice.group_splits) +
-            " block(s) per task over the positions, a ring of " + bytes + " bytes\n";
+            " query head(s) a task, " + std::to_string(splits) + " block(s) per task over the positions, a ring of " +
+            bytes + " bytes\n";
     body += ring_declaration("gdl::AttentionGroup<" + layout + ", " + type + ", " + ring + ">::bytes", bytes);
-    const std::string scratch = e.split_scratch(choice.group_splits, false, choice.scratch, body);
+    const std::string scratch = e.split_scratch(splits, false, choice.scratch, body);
     body += "  gdl::attention_group<" + layout + ", " + ring + ", " + e.idx + ">(" + q + ", " + k + ", " + v + ", " + out +
             ", " + lengths.text() + ", " + kv + ", rows, positions, " + float_literal(n.attrs.value) + ", " + scratch +
             ", attention_ring, " + std::to_string(choice.group_least_split_stages) + ");\n";
-    rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.group_heads}, {{Dim::constant(choice.group_splits)}, 1}},
+    rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.group_heads}, {{Dim::constant(splits)}, 1}},
                        kAttentionBlock);
     rule.shared_bytes = choice.group_shared_bytes;
     return body;
   }
   if (choice.stream_splits > 0 && aligned && e.sm >= 90) {  // bulk copies and mbarrier byte counts: sm_90
+    const int splits = one_split ? 1 : choice.stream_splits;
     const std::string ring = std::to_string(choice.stream_positions) + ", " + std::to_string(choice.stream_stages);
     const std::string bytes = std::to_string(choice.stream_shared_bytes);
-    body += "  // attention kernel: streamed, " + std::to_string(choice.stream_splits) +
+    body += "  // attention kernel: streamed, " + std::to_string(splits) +
             " block(s) per row over the positions, a ring of " + bytes + " bytes, " +
             std::to_string(choice.stream_heads) + " query head(s) a task\n";
     body += ring_declaration("gdl::AttentionStream<" + layout + ", " + type + ", " + ring + ">::bytes", bytes);
-    const std::string scratch = e.split_scratch(choice.stream_splits, false, choice.scratch, body);
+    const std::string scratch = e.split_scratch(splits, false, choice.scratch, body);
     // k and v params (a KV cache that persists across runs): their first copies go out before the
     // kernel waits for the ones it depends on (gdl_attention.cuh KV_EARLY), so it waits in its body.
     auto param = [&](ir::ValueId id) { return buffer(id).region == plan::Region::kParams; };
@@ -644,19 +659,20 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
             std::to_string(choice.stream_heads) + ", " + e.idx + ">(" +
             q + ", " + k + ", " + v + ", " + out + ", " + lengths.text() + ", " + kv + ", rows, positions, " +
             float_literal(n.attrs.value) + ", " + scratch + ", attention_ring);\n";
-    rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.stream_heads}, {{Dim::constant(choice.stream_splits)}, 1}},
+    rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), choice.stream_heads}, {{Dim::constant(splits)}, 1}},
                        kAttentionBlock);
     rule.shared_bytes = choice.stream_shared_bytes;
     return body;
   }
   body += e.local("D", e.dim(qs.back()));
   body += e.local("DV", e.dim(vs.back()));
-  body += "  // attention kernel: split, " + std::to_string(choice.splits) + " block(s) per row over the positions\n";
+  const int splits = one_split ? 1 : choice.splits;
+  body += "  // attention kernel: split, " + std::to_string(splits) + " block(s) per row over the positions\n";
   body += "  gdl::attention_split<" + std::to_string(std::max<int64_t>(1, d_max)) + ", " +
           std::to_string(std::max<int64_t>(1, dv_max)) + ", " + std::to_string(kAttentionChunk) + ", " + e.idx + ">(" + q +
           ", " + k + ", " + v + ", " + out + ", " + lengths.text() + ", " + kv + ", rows, positions, D, DV, " +
-          float_literal(n.attrs.value) + ", " + e.split_scratch(choice.splits, false, choice.scratch, body) + ");\n";
-  rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(choice.splits)}, 1}}, kAttentionBlock);
+          float_literal(n.attrs.value) + ", " + e.split_scratch(splits, false, choice.scratch, body) + ");\n";
+  rule = task_launch({{sub_shape(qs, 0, qs.size() - 1), 1}, {{Dim::constant(splits)}, 1}}, kAttentionBlock);
   return body;
 }
 
