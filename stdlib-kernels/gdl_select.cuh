@@ -9,12 +9,16 @@
 // A tensor is viewed as [outer, len, inner] around the axis.
 //  - inner == 1 (the last axis): one block per row; each thread keeps the
 //    best of its positions, then the block combines them (block_best).
+//    Where the rows leave the GPU idle a row is read in parts by several
+//    blocks, and the last part to arrive picks from theirs
+//    (compiler/plan/kernel_choice.h choose_selection).
 //  - inner > 1: one thread per column, over the positions in order.
 // topk along the last axis (one block per row) finds its k elements by a
 // radix select on an order-preserving 32-bit key of each element (four
 // passes of one byte each), gathers them (of the ties at the k-th key, the
 // lower positions) and ranks the k in shared memory: five passes over the
-// row whatever k is. Along another axis (a thread per
+// row whatever k is; a row in parts keeps each part's k best, and the last
+// part to arrive selects from those. Along another axis (a thread per
 // column) it picks in k rounds, each the best of the positions after the
 // previous pick in the order; neither needs working memory.
 //
@@ -24,6 +28,7 @@
 
 #include "gdl_index.cuh"
 #include "gdl_ops.cuh"
+#include "gdl_split_tiles.cuh"
 
 namespace gdl {
 
@@ -85,17 +90,45 @@ template <typename O, typename A> GDL_DEV void block_best(A& v, int& i) {
 }
 
 // ------------------------------------------------------------ argmax, argmin
-// x [rows, len] -> y [rows] (i32 positions).
+// The rows of position `valid` split into `parts` runs (the last ones
+// shorter or empty): run `part`'s first position and its count.
+template <typename I> struct RowPart {
+  I first, count;
+  GDL_DEV RowPart(I valid, I parts, I part) {
+    const I chunk = (valid + parts - 1) / parts;
+    first = min_of(part * chunk, valid);
+    count = min_of(chunk, valid - first);
+  }
+};
+
+// x [rows, len] -> y [rows] (i32 positions). With sk.splits > 1 each row
+// is read in that many parts by as many blocks, each keeping its part's
+// best in the scratch, and the last of them to arrive picks the row's.
 template <typename O, typename I, typename TX>
-GDL_DEV void arg_rows(const TX* x, int* y, I rows, I len, I valid) {
+GDL_DEV void arg_rows(const TX* x, int* y, I rows, I len, I valid, SplitScratch sk) {
   typedef typename select_value<TX>::type A;
   valid = min_of(valid, len);
-  for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
+  const I parts = (I)sk.splits;
+  for (I task = task_first<I>(); task < rows * parts; task += task_stride<I>()) {
+    const I row = task / parts, part = task % parts;
     const TX* xr = x + row * len;
+    const RowPart<I> run(valid, parts, part);
     A v = 0;
     int i = -1;
-    for (I j = (I)threadIdx.x; j < valid; j += (I)blockDim.x) keep_better<O>(v, i, (A)num(xr[j]), (int)j);
+    for (I j = (I)threadIdx.x; j < run.count; j += (I)blockDim.x)
+      keep_better<O>(v, i, (A)num(xr[run.first + j]), (int)(run.first + j));
     block_best<O>(v, i);
+    if (parts > 1) {
+      // The scratch: [rows][parts] values, then [rows][parts] positions (-1: an empty part).
+      A* const part_v = reinterpret_cast<A*>(sk.partials) + row * parts;
+      int* const part_i = reinterpret_cast<int*>(sk.partials) + rows * parts + row * parts;
+      if (threadIdx.x == 0) __stcg(part_v + part, v), __stcg(part_i + part, i);
+      if (!split_arrive(sk.tickets + row, (int)parts)) continue;
+      v = 0, i = -1;
+      for (I p = (I)threadIdx.x; p < parts; p += (I)blockDim.x)
+        keep_better<O>(v, i, __ldcg(part_v + p), __ldcg(part_i + p));
+      block_best<O>(v, i);
+    }
     if (threadIdx.x == 0) y[row] = i;
   }
 }
@@ -160,116 +193,171 @@ GDL_DEV unsigned block_prefix_count(bool flag, unsigned* total) {
   return before;
 }
 
-// f(key, position, in_row) for every position of a row of `valid`
-// elements, this thread's share, four loads in flight at a time (a row is
-// read by one block: its rate is the loads it keeps in flight). Every
-// thread of a warp calls f the same number of times (in_row false past the
-// end), so f may use warp-wide intrinsics.
-template <typename A, typename I, typename TX, typename F>
-GDL_DEV void for_each_key(const TX* xr, I valid, F f) {
+// The elements topk selects from, a line in position order: element j's
+// key, whether it is a candidate at all, and its position in the row.
+// TopkRow is a run of a row of x (the whole row, or one part of a split
+// row); TopkCandidates is what the parts of a split row kept, part after
+// part, each part's best first (so that the elements of any one key stay in
+// position order), an absent element where a part held fewer than k.
+template <typename A, typename TX, typename I> struct TopkRow {
+  const TX* row;
+  I first;  // the line's first position in the row
+  GDL_DEV unsigned key(I j) const { return topk_key((A)num(row[first + j])); }
+  GDL_DEV bool present(I) const { return true; }
+  GDL_DEV int position(I j) const { return (int)(first + j); }
+};
+struct TopkCandidates {
+  const unsigned* keys;
+  const int* positions;  // -1: absent
+  // Written by other blocks of this launch (split_arrive): read past L1.
+  template <typename I> GDL_DEV unsigned key(I j) const { return __ldcg(keys + j); }
+  template <typename I> GDL_DEV bool present(I j) const { return __ldcg(positions + j) >= 0; }
+  template <typename I> GDL_DEV int position(I j) const { return __ldcg(positions + j); }
+};
+
+// f(key, j, present) for every element j < count of a line, this thread's
+// share, four loads in flight at a time (a line is read by one block: its
+// rate is the loads it keeps in flight). Every thread of a warp calls f the
+// same number of times (present false past the end), so f may use
+// warp-wide intrinsics.
+template <typename Line, typename I, typename F>
+GDL_DEV void for_each_key(const Line& line, I count, F f) {
   const I step = (I)blockDim.x;
-  const I rounds = (valid + 4 * step - 1) / (4 * step);
+  const I rounds = (count + 4 * step - 1) / (4 * step);
   for (I r = 0; r < rounds; ++r) {
     unsigned keys[4];
+    bool present[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const I j = (r * 4 + (I)u) * step + (I)threadIdx.x;
-      keys[u] = j < valid ? topk_key((A)num(xr[j])) : 0u;
+      present[u] = j < count && line.present(j);
+      keys[u] = present[u] ? line.key(j) : 0u;
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const I j = (r * 4 + (I)u) * step + (I)threadIdx.x;
-      f(keys[u], j, j < valid);
-    }
+    for (int u = 0; u < 4; ++u) f(keys[u], (r * 4 + (I)u) * step + (I)threadIdx.x, present[u]);
   }
 }
 
-// x [rows, len] -> y [rows, k], best first (topk is always largest first:
-// O is Order<true>).
-template <typename O, typename W, typename I, typename TX, typename TY>
-GDL_DEV void topk_rows(const TX* x, TY* y, I rows, I len, I valid, int k) {
-  typedef typename select_value<TX>::type A;
+// The k best elements of a line of `count` (k at most its present ones),
+// best first: emit(rank, key, position) for each rank in 0 .. k-1, by
+// whichever thread holds it. Every thread of the block calls it.
+template <typename Line, typename I, typename Emit>
+GDL_DEV void topk_line(const Line& line, I count, int k, Emit emit) {
   __shared__ unsigned histogram[256];
   __shared__ unsigned chosen_prefix, chosen_need;
   __shared__ unsigned cand_key[kTopKMax];
   __shared__ int cand_pos[kTopKMax];
   __shared__ int equal_pos[kTopKMax];
   __shared__ unsigned count_above, count_equal;
-  valid = min_of(valid, len);
-  for (I row = task_first<I>(); row < rows; row += task_stride<I>()) {
-    const TX* xr = x + row * len;
-    // 1. The k-th largest key, a byte at a time from the top: `need` is how
-    // many of the elements that match `prefix` so far are still to be taken.
-    unsigned prefix = 0, mask = 0, need = (unsigned)k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      for (unsigned b = threadIdx.x; b < 256u; b += blockDim.x) histogram[b] = 0;
-      __syncthreads();
-      for_each_key<A>(xr, valid, [&](unsigned key, I, bool in_row) {
-        const bool counted = in_row && (key & mask) == prefix;
-        const unsigned digit = counted ? (key >> shift) & 255u : 256u;
-        // Logits share their top bits: one atomic per distinct digit in the warp.
-        const unsigned same = __match_any_sync(0xffffffffu, digit);  // for_each_key: every lane calls f
-        if (counted && (__ffs(same) - 1) == (int)(threadIdx.x & 31u)) atomicAdd(&histogram[digit], (unsigned)__popc(same));
-      });
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        unsigned above = 0;
-        int b = 255;
-        for (; b > 0 && above + histogram[b] < need; --b) above += histogram[b];
-        chosen_prefix = prefix | ((unsigned)b << shift);
-        chosen_need = need - above;
-      }
-      __syncthreads();
-      prefix = chosen_prefix;
-      need = chosen_need;
-      mask |= 255u << shift;
-    }
-    // 2. The k elements: every key above the k-th (in any order: step 3
-    // ranks them), and the first `need` positions holding the k-th key.
-    // Those are gathered unordered when at most kTopKMax elements hold it
-    // (then ranked by position), else in position order, chunk by chunk.
-    const unsigned above = (unsigned)k - need;
-    if (threadIdx.x == 0) count_above = 0, count_equal = 0;
+  // 1. The k-th largest key, a byte at a time from the top: `need` is how
+  // many of the elements that match `prefix` so far are still to be taken.
+  unsigned prefix = 0, mask = 0, need = (unsigned)k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (unsigned b = threadIdx.x; b < 256u; b += blockDim.x) histogram[b] = 0;
     __syncthreads();
-    for_each_key<A>(xr, valid, [&](unsigned key, I j, bool in_row) {
-      if (in_row && key > prefix) {
-        const unsigned at = atomicAdd(&count_above, 1u);
-        cand_key[at] = key, cand_pos[at] = (int)j;
-      } else if (in_row && key == prefix) {
-        const unsigned at = atomicAdd(&count_equal, 1u);
-        if (at < (unsigned)kTopKMax) equal_pos[at] = (int)j;
-      }
+    for_each_key(line, count, [&](unsigned key, I, bool present) {
+      const bool counted = present && (key & mask) == prefix;
+      const unsigned digit = counted ? (key >> shift) & 255u : 256u;
+      // Logits share their top bits: one atomic per distinct digit in the warp.
+      const unsigned same = __match_any_sync(0xffffffffu, digit);  // for_each_key: every lane calls f
+      if (counted && (__ffs(same) - 1) == (int)(threadIdx.x & 31u)) atomicAdd(&histogram[digit], (unsigned)__popc(same));
     });
     __syncthreads();
-    const unsigned equal = count_equal;
-    if (equal <= (unsigned)kTopKMax) {
-      for (unsigned e = threadIdx.x; e < equal; e += blockDim.x) {
-        const int pos = equal_pos[e];
-        unsigned before = 0;
-        for (unsigned f = 0; f < equal; ++f) before += equal_pos[f] < pos;
-        if (before < need) cand_key[above + before] = prefix, cand_pos[above + before] = pos;
-      }
-    } else {
-      unsigned taken = 0;
-      for (I base = 0; base < valid && taken < need; base += (I)blockDim.x) {  // block-uniform
-        const I j = base + (I)threadIdx.x;
-        const bool is_equal = j < valid && topk_key((A)num(xr[j])) == prefix;
-        unsigned total = 0;
-        const unsigned at = taken + block_prefix_count(is_equal, &total);
-        if (is_equal && at < need) cand_key[above + at] = prefix, cand_pos[above + at] = (int)j;
-        taken += total;
-      }
+    if (threadIdx.x == 0) {
+      unsigned above = 0;
+      int b = 255;
+      for (; b > 0 && above + histogram[b] < need; --b) above += histogram[b];
+      chosen_prefix = prefix | ((unsigned)b << shift);
+      chosen_need = need - above;
     }
     __syncthreads();
-    // 3. Each candidate's rank: the candidates before it in the order.
-    for (int c = (int)threadIdx.x; c < k; c += (int)blockDim.x) {
-      const unsigned key = cand_key[c];
-      const int pos = cand_pos[c];
-      int rank = 0;
-      for (int d = 0; d < k; ++d) rank += cand_key[d] > key || (cand_key[d] == key && cand_pos[d] < pos);
-      y[row * (I)k + rank] = W::of(xr, pos, (I)1);
+    prefix = chosen_prefix;
+    need = chosen_need;
+    mask |= 255u << shift;
+  }
+  // 2. The k elements: every key above the k-th (in any order: step 3
+  // ranks them), and the first `need` elements in line order holding the
+  // k-th key. Those are gathered unordered when at most kTopKMax elements
+  // hold it (then ranked by position), else in line order, chunk by chunk.
+  const unsigned above = (unsigned)k - need;
+  if (threadIdx.x == 0) count_above = 0, count_equal = 0;
+  __syncthreads();
+  for_each_key(line, count, [&](unsigned key, I j, bool present) {
+    if (present && key > prefix) {
+      const unsigned at = atomicAdd(&count_above, 1u);
+      cand_key[at] = key, cand_pos[at] = line.position(j);
+    } else if (present && key == prefix) {
+      const unsigned at = atomicAdd(&count_equal, 1u);
+      if (at < (unsigned)kTopKMax) equal_pos[at] = line.position(j);
     }
-    __syncthreads();  // the candidates are read before the next row writes them
+  });
+  __syncthreads();
+  const unsigned equal = count_equal;
+  if (equal <= (unsigned)kTopKMax) {
+    for (unsigned e = threadIdx.x; e < equal; e += blockDim.x) {
+      const int pos = equal_pos[e];
+      unsigned before = 0;
+      for (unsigned f = 0; f < equal; ++f) before += equal_pos[f] < pos;
+      if (before < need) cand_key[above + before] = prefix, cand_pos[above + before] = pos;
+    }
+  } else {
+    unsigned taken = 0;
+    for (I base = 0; base < count && taken < need; base += (I)blockDim.x) {  // block-uniform
+      const I j = base + (I)threadIdx.x;
+      const bool is_equal = j < count && line.present(j) && line.key(j) == prefix;
+      unsigned total = 0;
+      const unsigned at = taken + block_prefix_count(is_equal, &total);
+      if (is_equal && at < need) cand_key[above + at] = prefix, cand_pos[above + at] = line.position(j);
+      taken += total;
+    }
+  }
+  __syncthreads();
+  // 3. Each candidate's rank: the candidates before it in the order.
+  for (int c = (int)threadIdx.x; c < k; c += (int)blockDim.x) {
+    const unsigned key = cand_key[c];
+    const int pos = cand_pos[c];
+    int rank = 0;
+    for (int d = 0; d < k; ++d) rank += cand_key[d] > key || (cand_key[d] == key && cand_pos[d] < pos);
+    emit(rank, key, pos);
+  }
+  __syncthreads();  // the candidates are read before the next line writes them
+}
+
+// x [rows, len] -> y [rows, k], best first (topk is always largest first:
+// O is Order<true>). With sk.splits > 1 each row is read in that many parts
+// by as many blocks, each keeping its part's k best (or all it holds) in
+// the scratch, and the last of them to arrive selects the row's k from
+// those: a row that one block would read alone is read by a row's worth of
+// SMs.
+template <typename O, typename W, typename I, typename TX, typename TY>
+GDL_DEV void topk_rows(const TX* x, TY* y, I rows, I len, I valid, int k, SplitScratch sk) {
+  typedef typename select_value<TX>::type A;
+  valid = min_of(valid, len);
+  const I parts = (I)sk.splits;
+  for (I task = task_first<I>(); task < rows * parts; task += task_stride<I>()) {
+    const I row = task / parts, part = task % parts;
+    const TX* xr = x + row * len;
+    auto write_row = [&](int rank, unsigned, int pos) { y[row * (I)k + rank] = W::of(xr, pos, (I)1); };
+    if (parts == 1) {
+      topk_line(TopkRow<A, TX, I>{xr, 0}, valid, k, write_row);
+      continue;
+    }
+    // The scratch: [rows][parts * k] keys, then [rows][parts * k] positions.
+    const I kept_per_row = parts * (I)k;
+    unsigned* const keys = reinterpret_cast<unsigned*>(sk.partials) + row * kept_per_row;
+    int* const positions = reinterpret_cast<int*>(sk.partials) + rows * kept_per_row + row * kept_per_row;
+    const RowPart<I> run(valid, parts, part);
+    const int kept = (int)min_of((I)k, run.count);
+    unsigned* const part_keys = keys + part * (I)k;
+    int* const part_positions = positions + part * (I)k;
+    if (kept > 0)
+      topk_line(TopkRow<A, TX, I>{xr, run.first}, run.count, kept, [&](int rank, unsigned key, int pos) {
+        __stcg(part_keys + rank, key);
+        __stcg(part_positions + rank, pos);
+      });
+    for (int r = kept + (int)threadIdx.x; r < k; r += (int)blockDim.x) __stcg(part_positions + r, -1);
+    if (!split_arrive(sk.tickets + row, (int)parts)) continue;
+    topk_line(TopkCandidates{keys, positions}, kept_per_row, k, write_row);
   }
 }
 

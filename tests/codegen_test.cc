@@ -985,6 +985,67 @@ TEST_CASE("codegen: attention over a k view off 16-byte alignment takes the spli
 // Bulk copies and mbarrier byte counts need sm_90: for an older target the
 // same decode attention takes the split kernel (its scratch already fits
 // either kernel), and the module compiles for that target.
+// A topk or argmax whose rows leave the GPU idle (a decode step's logits)
+// reads each row in parts; its scratch holds k keys and positions a part
+// at the most rows; rows that fill the GPU, and rows too short for two
+// parts, take one block each.
+TEST_CASE("codegen: a topk or argmax over too few rows for the GPU reads each row in parts, and compiles") {
+  auto topk = [](Dim rows, int64_t len, int64_t k) {
+    GraphBuilder b;
+    b.g.program_name = "topk_parts";
+    ValueId x = b.input("x", {DType::kF32, dims({rows, c(len)})});
+    ir::Attrs a;
+    a.axis = 1;
+    a.ints = {k};
+    b.output("y", b.op(Op::kTopKIndices, {x}, {DType::kI32, dims({rows, c(k)})}, a));
+    return b.g;
+  };
+  auto parts = [](const ir::Graph& g) { return choose_selection(g, g.node(g.outputs.at(0).value)).parts; };
+  CHECK(parts(topk(c(1), 128256, 64)) == 31);  // 4096 elements a part at least
+  CHECK(parts(topk(c(1), 128256, 256)) == 31);
+  CHECK(parts(topk(c(1), 20000, 256)) == 4);
+  CHECK(parts(topk(c(64), 128256, 64)) == 9);  // 132 x 4 blocks over 64 rows
+  CHECK(parts(topk(c(132), 128256, 64)) == 1);
+  CHECK(parts(topk(c(4), 3000, 64)) == 1);
+  {
+    GraphBuilder b;  // rows at run time: parts for the fewest, scratch for the most
+    Dim n = b.dim("N", 1, 64);
+    const ir::Graph g = [&] {
+      ValueId x = b.input("x", {DType::kBF16, dims({n, c(128256)})});
+      ir::Attrs a;
+      a.axis = 1;
+      a.ints = {64};
+      b.output("y", b.op(Op::kTopKValues, {x}, {DType::kBF16, dims({n, c(64)})}, a));
+      return b.g;
+    }();
+    const SelectionChoice choice = choose_selection(g, g.node(g.outputs.at(0).value));
+    CHECK(choice.parts == 31);
+    CHECK(choice.scratch.tickets == 64);
+    CHECK(choice.scratch.partial_floats == 64 * 31 * 64 * 2);
+  }
+  GraphBuilder b;  // the argmax beside it, in a program of both
+  b.g.program_name = "select_parts";
+  ValueId x = b.input("x", {DType::kF32, dims({c(2), c(50000)})});
+  ir::Attrs top, arg;
+  top.axis = arg.axis = 1;
+  top.ints = {64};
+  b.output("t", b.op(Op::kTopKIndices, {x}, {DType::kI32, dims({c(2), c(64)})}, top));
+  b.output("a", b.op(Op::kArgMax, {x}, {DType::kI32, dims({c(2)})}, arg));
+  CHECK(parts(b.g) == 12);
+  const SelectionChoice argmax = choose_selection(b.g, b.g.node(b.g.outputs.at(1).value));
+  CHECK(argmax.parts == 12);
+  CHECK(argmax.scratch.partial_floats == 2 * 12 * 2);
+  plan::Plan p = plan_of(b.g);
+  for (const plan::Step& st : p.steps) CHECK(step_scratch(p.graph, st.values).tickets == 2);
+  GeneratedCode code = generate_cuda(p, "sm_90");
+  CHECK(code.source.find("gdl::topk_rows<") != std::string::npos);
+  CHECK(code.source.find("gdl::arg_rows<") != std::string::npos);
+  CHECK(code.source.find("gdl::SplitScratch{tickets, partials, 12}") != std::string::npos);
+  auto module = compile_cuda(code.source, options_in("-"));
+  INFO(module.status().message());
+  CHECK(module.ok());
+}
+
 TEST_CASE("codegen: below sm_90 the decode attention takes the split kernel and compiles") {
   CHECK(sm_number("sm_90") == 90);
   CHECK(sm_number("sm_90a") == 90);

@@ -18,6 +18,7 @@
 #include "interp/host_ops.h"
 #include "internal_error.h"
 #include "ops/families.h"
+#include "plan/kernel_choice.h"
 
 namespace gdl::ops {
 namespace {
@@ -150,8 +151,9 @@ void eval_topk(const ir::Node& n, const EvalArgs& in, HostTensor& out) {
 
 // ----------------------------------------------------------------- kernels
 
-// gdl_select.cuh: the rows kernels (one block per row) when the axis is the
-// last one with more than one element, the column kernels otherwise.
+// gdl_select.cuh: the rows kernels (one block per row, or per part of a row
+// where choose_selection splits it) when the axis is the last one with
+// more than one element, the column kernels otherwise.
 std::string emit_select(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
   const ir::ValueId x = n.args.at(0);
   const std::string in = e.pointer(x);
@@ -170,9 +172,13 @@ std::string emit_select(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
   const std::string targs =
       "<" + order + (arg ? "" : n.op == Op::kTopKValues ? ", gdl::TopValues" : ", gdl::TopIndices") + ", " + e.idx + ">";
   const std::string k = arg ? "" : ", " + std::to_string(n.attrs.ints.at(0));
-  if (last_axis) {
-    body += "  gdl::" + kind + "_rows" + targs + "(" + in + ", " + out + ", outer, len, valid" + k + ");\n";
-    rule = task_launch({{outer, 1}}, row_block(max_extent(xs[axis], e.g)));
+  if (last_axis) {  // a row in parts where the rows leave the GPU idle (choose_selection)
+    const SelectionChoice choice = choose_selection(e.g, n);
+    const std::string scratch = e.split_scratch(choice.parts, false, choice.scratch, body);
+    body += "  gdl::" + kind + "_rows" + targs + "(" + in + ", " + out + ", outer, len, valid" + k + ", " + scratch +
+            ");\n";
+    rule = task_launch({{outer, 1}, {{Dim::constant(choice.parts)}, 1}},
+                       row_block((max_extent(xs[axis], e.g) + choice.parts - 1) / choice.parts));
   } else {
     body += "  gdl::" + kind + "_cols" + targs + "(" + in + ", " + out + ", outer, len, inner, valid" + k + ");\n";
     rule = LaunchRule{};  // one thread per column, grid-stride

@@ -703,6 +703,28 @@ LibraryMatmulChoice choose_library_matmul(const ir::Graph& g, const std::vector<
   return c;
 }
 
+SelectionChoice choose_selection(const ir::Graph& g, const ir::Node& n) {
+  SelectionChoice c;
+  static const bool allowed = !env_is("GDL_SELECT_SPLIT", "0");
+  const Shape& xs = g.node(n.args.at(0)).type.shape;
+  const auto axis = static_cast<size_t>(n.attrs.axis);
+  if (!allowed || axis + 1 != xs.size()) return c;  // the column kernels: a thread per column
+  const bool topk = n.op == ir::Op::kTopKIndices || n.op == ir::Op::kTopKValues;
+  const int64_t kept = topk ? n.attrs.ints.at(0) : 1;  // by each part
+  const int64_t len = extent_at(xs[axis], g, true);
+  const int64_t rows_min = std::max<int64_t>(1, product_at(xs, 0, axis, g, false));
+  const int64_t rows_max = std::max<int64_t>(1, product_at(xs, 0, axis, g, true));
+  if (rows_min >= g.target.multiprocessors) return c;
+  const int64_t parts =
+      std::min({len / kSelectPartElements, ceil_div(g.target.multiprocessors * kSelectBlocksPerSM, rows_min),
+                static_cast<int64_t>(kMaxScratchBytes / 4 / (rows_max * 2 * kept))});
+  if (parts < 2) return c;
+  c.parts = static_cast<int>(parts);
+  c.scratch.tickets = rows_max;
+  c.scratch.partial_floats = rows_max * parts * kept * 2;  // each part's values or keys, and their positions
+  return c;
+}
+
 SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values) {
   if (values.empty()) return {};
   const bool prologue = matmul_prologue(g, values) != ir::kNoValue;
@@ -723,6 +745,9 @@ SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>
     return need;
   }
   if (anchor.op == ir::Op::kAttention || anchor.op == ir::Op::kPagedAttention) return choose_attention(g, anchor).scratch;
+  if (anchor.op == ir::Op::kArgMax || anchor.op == ir::Op::kArgMin || anchor.op == ir::Op::kTopKIndices ||
+      anchor.op == ir::Op::kTopKValues)
+    return choose_selection(g, anchor).scratch;
   return {};
 }
 

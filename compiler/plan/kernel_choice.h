@@ -229,6 +229,24 @@ struct AttentionBackwardChoice {
 // For an attention_stats, attention_grad_q or attention_grad_kv node.
 AttentionBackwardChoice choose_attention_backward(const ir::Graph& g, const ir::Node& n);
 
+// argmax, argmin and topk along the last axis (gdl_select.cuh, one block
+// per row): the parts each row is read in, by as many blocks, where the
+// rows at their fewest leave the GPU idle (fewer than its
+// multiprocessors). Each part reads at least kSelectPartElements elements
+// and keeps its best (topk: its k best) in the scratch; the last part to
+// arrive selects the row's from those (topk's k <= 256: at most a
+// sixteenth of the row). parts * rows at their fewest stop at
+// kSelectBlocksPerSM blocks a multiprocessor, and the scratch within
+// kMaxScratchBytes. parts 1 (no scratch) otherwise, or with
+// GDL_SELECT_SPLIT=0 (an experiment knob).
+inline constexpr int64_t kSelectPartElements = 4096;
+inline constexpr int64_t kSelectBlocksPerSM = 4;
+struct SelectionChoice {
+  int parts = 1;
+  SplitScratchSize scratch;
+};
+SelectionChoice choose_selection(const ir::Graph& g, const ir::Node& selection);
+
 // A layernorm or rmsnorm run as the prologue of a matmul (gdl_matmul.cuh)
 // reads the rows of the norm's input again for their statistics: the rows
 // kernel once per block, the tiled kernels once per output tile (the split
@@ -243,7 +261,7 @@ uint64_t prologue_reread_bytes(const ir::Graph& g, const ir::Node& matmul);
 ir::ValueId matmul_prologue(const ir::Graph& g, const std::vector<ir::ValueId>& values);
 
 // The scratch of the kernel of a step computing `values` (its anchor, a
-// matmul or an attention, comes first, after a norm prologue if it has one);
+// matmul, an attention or a selection, comes first, after a norm prologue if it has one);
 // all zero when it needs none.
 SplitScratchSize step_scratch(const ir::Graph& g, const std::vector<ir::ValueId>& values);
 

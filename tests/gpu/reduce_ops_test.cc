@@ -98,6 +98,9 @@ TEST_CASE("reduce ops: argmax and argmin with ties and NaNs, either axis, rank 1
       {"argmax long row", program("{T}[4, 3000]", "i32[4]", "argmax(a)"), kNumbers, ties},
       {"argmin rank 1", program("{T}[133]", "i32", "argmin(a)"), kNumbers, ties},
       {"argmax rank 4", program("{T}[2, 3, 4, 50]", "i32[2, 3, 4]", "argmax(a)"), kNumbers, ties_and_nans},
+      // Rows read in parts: too few rows for the GPU.
+      {"argmax vocabulary row in parts", program("{T}[1, 128256]", "i32[1]", "argmax(a)"), kNumbers, ties_and_nans},
+      {"argmin rows in parts", program("{T}[3, 20000]", "i32[3]", "argmin(a)"), kNumbers, ties_and_nans},
   });
 }
 
@@ -116,6 +119,60 @@ TEST_CASE("reduce ops: topk values and indices, best first, with ties and NaNs")
       {"topk vocabulary rows", program("{T}[3, 40000]", "i32[3, 64]", "topk_indices(a, 64)"), kNumbers, ties_and_nans},
       {"topk vocabulary values", program("{T}[2, 40000]", "{T}[2, 50]", "topk_values(a, 50)"), kNumbers, ties},
   });
+}
+
+// Few distinct values: far more than 256 elements hold the k-th, in every
+// part of a row read in parts and among the parts' candidates.
+void few_values(std::map<std::string, TensorData>& t) {
+  edit(t, [](size_t, double v) { return std::floor(v / 4); });
+}
+
+TEST_CASE("reduce ops: topk over rows read in parts (too few rows for the GPU), ties, NaNs, few values; argmax beside") {
+  run_cases({
+      {"topk vocabulary row in parts", program("{T}[1, 128256]", "i32[1, 64]", "topk_indices(a, 64)"), kNumbers,
+       ties_and_nans},
+      {"topk values in parts k 256", program("{T}[2, 20000]", "{T}[2, 256]", "topk_values(a, 256)"), kNumbers, ties},
+      {"topk in parts k 1", program("{T}[5, 9000]", "i32[5, 1]", "topk_indices(a, 1)"), kNumbers, ties_and_nans},
+      {"topk in parts few values", program("{T}[3, 40000]", "i32[3, 100]", "topk_indices(a, 100)"), kNumbers,
+       few_values},
+  });
+  // A run-time row length: parts of fewer elements than k at the shortest
+  // rows, the padding poisoned; an argmax beside them.
+  Program p = compile_text(R"(program topk_parts_padded;
+dim V in [300, 40000] buckets(5000, 40000);
+input a : f16[2, V];
+output ti : i32[2, 64];
+output tv : f16[2, 64];
+output am : i32[2];
+ti = topk_indices(a, 64);
+tv = topk_values(a, 64);
+am = argmax(a);
+)");
+  if (cpu_only) {
+    for (int64_t v : {300, 40000}) {
+      std::mt19937_64 rng(seed_for("topk parts padded cpu"));
+      CHECK_FALSE(reference(p, random_bindings(p, {v}, rng)).empty());
+    }
+    return;
+  }
+  for (DimPolicyChoice policy : {DimPolicyChoice::kAsDeclared, DimPolicyChoice::kUpdate}) {
+    INFO("policy " << (policy == DimPolicyChoice::kUpdate ? "update" : "buckets"));
+    SessionOptions options;
+    options.dim_policy = policy;
+    std::unique_ptr<Session> s = make_session(p, options, /*poison_padding=*/true);
+    std::mt19937_64 rng(seed_for("topk parts padded"));
+    for (int64_t v : {300, 4096, 4097, 12345, 40000, 301}) {
+      INFO("V = " << v);
+      std::map<std::string, TensorData> tensors = random_bindings(p, {v}, rng);
+      ties(tensors);
+      bind_inputs(*s, tensors);
+      const std::map<std::string, TensorData> want = reference(p, tensors);
+      std::map<std::string, TensorData> got = run_and_read(*s, false);
+      CHECK_FALSE(any_nan(got));
+      CHECK(expect_match(got, want, "graph"));
+      CHECK(expect_match(run_and_read(*s, true), want, "eager"));
+    }
+  }
 }
 
 TEST_CASE("reduce ops: cumsum along either axis") {
