@@ -90,8 +90,8 @@ template <typename O, typename A> GDL_DEV void block_best(A& v, int& i) {
 }
 
 // ------------------------------------------------------------ argmax, argmin
-// The rows of position `valid` split into `parts` runs (the last ones
-// shorter or empty): run `part`'s first position and its count.
+// A row's `valid` positions split into `parts` runs (the last ones shorter
+// or empty): run `part`'s first position and its count.
 template <typename I> struct RowPart {
   I first, count;
   GDL_DEV RowPart(I valid, I parts, I part) {
@@ -101,6 +101,13 @@ template <typename I> struct RowPart {
   }
 };
 
+// f(row, part, run) for every part of every row that this block takes (a
+// task each); every thread of the block calls it.
+template <typename I, typename F> GDL_DEV void for_each_row_part(I rows, I valid, I parts, F f) {
+  for (I task = task_first<I>(); task < rows * parts; task += task_stride<I>())
+    f(task / parts, task % parts, RowPart<I>(valid, parts, task % parts));
+}
+
 // x [rows, len] -> y [rows] (i32 positions). With sk.splits > 1 each row
 // is read in that many parts by as many blocks, each keeping its part's
 // best in the scratch, and the last of them to arrive picks the row's.
@@ -109,10 +116,8 @@ GDL_DEV void arg_rows(const TX* x, int* y, I rows, I len, I valid, SplitScratch 
   typedef typename select_value<TX>::type A;
   valid = min_of(valid, len);
   const I parts = (I)sk.splits;
-  for (I task = task_first<I>(); task < rows * parts; task += task_stride<I>()) {
-    const I row = task / parts, part = task % parts;
+  for_each_row_part(rows, valid, parts, [&](I row, I part, const RowPart<I>& run) {
     const TX* xr = x + row * len;
-    const RowPart<I> run(valid, parts, part);
     A v = 0;
     int i = -1;
     for (I j = (I)threadIdx.x; j < run.count; j += (I)blockDim.x)
@@ -123,14 +128,14 @@ GDL_DEV void arg_rows(const TX* x, int* y, I rows, I len, I valid, SplitScratch 
       A* const part_v = reinterpret_cast<A*>(sk.partials) + row * parts;
       int* const part_i = reinterpret_cast<int*>(sk.partials) + rows * parts + row * parts;
       if (threadIdx.x == 0) __stcg(part_v + part, v), __stcg(part_i + part, i);
-      if (!split_arrive(sk.tickets + row, (int)parts)) continue;
+      if (!split_arrive(sk.tickets + row, (int)parts)) return;
       v = 0, i = -1;
       for (I p = (I)threadIdx.x; p < parts; p += (I)blockDim.x)
         keep_better<O>(v, i, __ldcg(part_v + p), __ldcg(part_i + p));
       block_best<O>(v, i);
     }
     if (threadIdx.x == 0) y[row] = i;
-  }
+  });
 }
 
 // x [outer, len, inner] -> y [outer, inner]: a thread per column.
@@ -238,17 +243,25 @@ GDL_DEV void for_each_key(const Line& line, I count, F f) {
   }
 }
 
+// topk_line's shared memory: one per kernel, whichever lines it selects from.
+struct TopkShared {
+  unsigned histogram[256];
+  unsigned chosen_prefix, chosen_need;
+  unsigned cand_key[kTopKMax];
+  int cand_pos[kTopKMax];
+  int equal_pos[kTopKMax];
+  unsigned count_above, count_equal;
+};
+
 // The k best elements of a line of `count` (k at most its present ones),
 // best first: emit(rank, key, position) for each rank in 0 .. k-1, by
 // whichever thread holds it. Every thread of the block calls it.
 template <typename Line, typename I, typename Emit>
-GDL_DEV void topk_line(const Line& line, I count, int k, Emit emit) {
-  __shared__ unsigned histogram[256];
-  __shared__ unsigned chosen_prefix, chosen_need;
-  __shared__ unsigned cand_key[kTopKMax];
-  __shared__ int cand_pos[kTopKMax];
-  __shared__ int equal_pos[kTopKMax];
-  __shared__ unsigned count_above, count_equal;
+GDL_DEV void topk_line(TopkShared& sh, const Line& line, I count, int k, Emit emit) {
+  unsigned* const histogram = sh.histogram;
+  unsigned* const cand_key = sh.cand_key;
+  int* const cand_pos = sh.cand_pos;
+  int* const equal_pos = sh.equal_pos;
   // 1. The k-th largest key, a byte at a time from the top: `need` is how
   // many of the elements that match `prefix` so far are still to be taken.
   unsigned prefix = 0, mask = 0, need = (unsigned)k;
@@ -267,12 +280,12 @@ GDL_DEV void topk_line(const Line& line, I count, int k, Emit emit) {
       unsigned above = 0;
       int b = 255;
       for (; b > 0 && above + histogram[b] < need; --b) above += histogram[b];
-      chosen_prefix = prefix | ((unsigned)b << shift);
-      chosen_need = need - above;
+      sh.chosen_prefix = prefix | ((unsigned)b << shift);
+      sh.chosen_need = need - above;
     }
     __syncthreads();
-    prefix = chosen_prefix;
-    need = chosen_need;
+    prefix = sh.chosen_prefix;
+    need = sh.chosen_need;
     mask |= 255u << shift;
   }
   // 2. The k elements: every key above the k-th (in any order: step 3
@@ -280,19 +293,19 @@ GDL_DEV void topk_line(const Line& line, I count, int k, Emit emit) {
   // k-th key. Those are gathered unordered when at most kTopKMax elements
   // hold it (then ranked by position), else in line order, chunk by chunk.
   const unsigned above = (unsigned)k - need;
-  if (threadIdx.x == 0) count_above = 0, count_equal = 0;
+  if (threadIdx.x == 0) sh.count_above = 0, sh.count_equal = 0;
   __syncthreads();
   for_each_key(line, count, [&](unsigned key, I j, bool present) {
     if (present && key > prefix) {
-      const unsigned at = atomicAdd(&count_above, 1u);
+      const unsigned at = atomicAdd(&sh.count_above, 1u);
       cand_key[at] = key, cand_pos[at] = line.position(j);
     } else if (present && key == prefix) {
-      const unsigned at = atomicAdd(&count_equal, 1u);
+      const unsigned at = atomicAdd(&sh.count_equal, 1u);
       if (at < (unsigned)kTopKMax) equal_pos[at] = line.position(j);
     }
   });
   __syncthreads();
-  const unsigned equal = count_equal;
+  const unsigned equal = sh.count_equal;
   if (equal <= (unsigned)kTopKMax) {
     for (unsigned e = threadIdx.x; e < equal; e += blockDim.x) {
       const int pos = equal_pos[e];
@@ -333,32 +346,31 @@ template <typename O, typename W, typename I, typename TX, typename TY>
 GDL_DEV void topk_rows(const TX* x, TY* y, I rows, I len, I valid, int k, SplitScratch sk) {
   typedef typename select_value<TX>::type A;
   valid = min_of(valid, len);
+  __shared__ TopkShared shared;
   const I parts = (I)sk.splits;
-  for (I task = task_first<I>(); task < rows * parts; task += task_stride<I>()) {
-    const I row = task / parts, part = task % parts;
+  for_each_row_part(rows, valid, parts, [&](I row, I part, const RowPart<I>& run) {
     const TX* xr = x + row * len;
     auto write_row = [&](int rank, unsigned, int pos) { y[row * (I)k + rank] = W::of(xr, pos, (I)1); };
     if (parts == 1) {
-      topk_line(TopkRow<A, TX, I>{xr, 0}, valid, k, write_row);
-      continue;
+      topk_line(shared, TopkRow<A, TX, I>{xr, 0}, valid, k, write_row);
+      return;
     }
     // The scratch: [rows][parts * k] keys, then [rows][parts * k] positions.
     const I kept_per_row = parts * (I)k;
     unsigned* const keys = reinterpret_cast<unsigned*>(sk.partials) + row * kept_per_row;
     int* const positions = reinterpret_cast<int*>(sk.partials) + rows * kept_per_row + row * kept_per_row;
-    const RowPart<I> run(valid, parts, part);
     const int kept = (int)min_of((I)k, run.count);
     unsigned* const part_keys = keys + part * (I)k;
     int* const part_positions = positions + part * (I)k;
     if (kept > 0)
-      topk_line(TopkRow<A, TX, I>{xr, run.first}, run.count, kept, [&](int rank, unsigned key, int pos) {
+      topk_line(shared, TopkRow<A, TX, I>{xr, run.first}, run.count, kept, [&](int rank, unsigned key, int pos) {
         __stcg(part_keys + rank, key);
         __stcg(part_positions + rank, pos);
       });
     for (int r = kept + (int)threadIdx.x; r < k; r += (int)blockDim.x) __stcg(part_positions + r, -1);
-    if (!split_arrive(sk.tickets + row, (int)parts)) continue;
-    topk_line(TopkCandidates{keys, positions}, kept_per_row, k, write_row);
-  }
+    if (!split_arrive(sk.tickets + row, (int)parts)) return;
+    topk_line(shared, TopkCandidates{keys, positions}, kept_per_row, k, write_row);
+  });
 }
 
 // x [outer, len, inner] -> y [outer, k, inner]: a thread per column.

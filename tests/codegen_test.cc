@@ -982,13 +982,11 @@ TEST_CASE("codegen: attention over a k view off 16-byte alignment takes the spli
   }
 }
 
-// Bulk copies and mbarrier byte counts need sm_90: for an older target the
-// same decode attention takes the split kernel (its scratch already fits
-// either kernel), and the module compiles for that target.
 // A topk or argmax whose rows leave the GPU idle (a decode step's logits)
 // reads each row in parts; its scratch holds k keys and positions a part
-// at the most rows; rows that fill the GPU, and rows too short for two
-// parts, take one block each.
+// at the most rows the parts serve; rows that fill the GPU, and rows too
+// short for two parts, take one block each (where the rows can do both, a
+// second kernel from 132 rows).
 TEST_CASE("codegen: a topk or argmax over too few rows for the GPU reads each row in parts, and compiles") {
   auto topk = [](Dim rows, int64_t len, int64_t k) {
     GraphBuilder b;
@@ -1022,6 +1020,35 @@ TEST_CASE("codegen: a topk or argmax over too few rows for the GPU reads each ro
     CHECK(choice.parts == 31);
     CHECK(choice.scratch.tickets == 64);
     CHECK(choice.scratch.partial_floats == 64 * 31 * 64 * 2);
+    CHECK(choice.whole_rows_from == 0);
+  }
+  {
+    GraphBuilder b;  // rows that can fill the GPU: a second kernel, one block a row, from 132 rows
+    b.g.program_name = "topk_rows_bands";
+    Dim n = b.dim("N", 1, 4096);
+    ValueId x = b.input("x", {DType::kF32, dims({n, c(128256)})});
+    ir::Attrs a;
+    a.axis = 1;
+    a.ints = {50};
+    b.output("y", b.op(Op::kTopKIndices, {x}, {DType::kI32, dims({n, c(50)})}, a));
+    const SelectionChoice choice = choose_selection(b.g, b.g.node(b.g.outputs.at(0).value));
+    CHECK(choice.parts == 31);
+    CHECK(choice.whole_rows_from == 132);
+    CHECK(choice.scratch.tickets == 131);  // the first kernel's rows only
+    CHECK(choice.scratch.partial_floats == 131 * 31 * 50 * 2);
+    plan::Plan p = plan_of(b.g);
+    GeneratedCode code = generate_cuda(p, "sm_90");
+    size_t step = p.steps.size();
+    for (size_t s = 0; s < p.steps.size(); ++s)
+      if (p.graph.node(p.steps[s].result).op == Op::kTopKIndices) step = s;
+    REQUIRE(step < p.steps.size());
+    const Kernel* whole = large_kernel(code, step);
+    REQUIRE(whole != nullptr);
+    CHECK(whole->min_rows == 132);
+    CHECK(whole->launch.grid_y == 1);
+    CHECK(own_kernel(code, step).launch.grid_y == 31);
+    CHECK(code.source.find("gdl::SplitScratch{nullptr, nullptr, 1}") != std::string::npos);
+    CHECK(code.source.find("gdl::SplitScratch{tickets, partials, 31}") != std::string::npos);
   }
   GraphBuilder b;  // the argmax beside it, in a program of both
   b.g.program_name = "select_parts";
@@ -1046,6 +1073,9 @@ TEST_CASE("codegen: a topk or argmax over too few rows for the GPU reads each ro
   CHECK(module.ok());
 }
 
+// Bulk copies and mbarrier byte counts need sm_90: for an older target the
+// same decode attention takes the split kernel (its scratch already fits
+// either kernel), and the module compiles for that target.
 TEST_CASE("codegen: below sm_90 the decode attention takes the split kernel and compiles") {
   CHECK(sm_number("sm_90") == 90);
   CHECK(sm_number("sm_90a") == 90);

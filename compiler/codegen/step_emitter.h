@@ -24,7 +24,8 @@ namespace gdl {
 // Which kernel of its step an emitter writes: the step's only (or first)
 // kernel, a large kernel of a matmul step that has several (for the rows
 // of one band of matmul_tile_bands, above those its first kernel serves;
-// or a ragged batch's decode attention without splits, ops/attention.cc),
+// or a ragged batch's decode attention without splits, ops/attention.cc;
+// or a selection's one block a row, ops/select.cc),
 // the step as one block of its chain's kernel (codegen/chain_kernel.cc),
 // the epilogue of a matmul whose product cuBLASLt computes in front of it
 // (kernel_choice.h choose_library_matmul), or the norm prologue that runs
@@ -114,7 +115,7 @@ class StepEmitter {
   int min_blocks = 0;           // blocks per multiprocessor the kernel's registers must allow (0: no bound)
   int cluster_y = 0;            // > 1: the kernel runs in clusters of that many blocks along grid.y
   RowsBand band;                // Variant::kLarge: its rows (unused by the other variants)
-  std::vector<RowsBand> large_bands;  // a matmul with several kernels: those of its large ones
+  std::vector<RowsBand> large_bands;  // a step with several kernels (a matmul's): those of its large ones
   bool library_possible = false;  // Variant::kFirst: the step may take a library matmul kernel (Variant::kLibrary)
   LibraryMatmul library;          // Variant::kLibrary: the call in front of the kernel
   Shape rows_of_matmul;

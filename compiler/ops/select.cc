@@ -174,11 +174,19 @@ std::string emit_select(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
   const std::string k = arg ? "" : ", " + std::to_string(n.attrs.ints.at(0));
   if (last_axis) {  // a row in parts where the rows leave the GPU idle (choose_selection)
     const SelectionChoice choice = choose_selection(e.g, n);
-    const std::string scratch = e.split_scratch(choice.parts, false, choice.scratch, body);
+    // Runs of whole_rows_from rows or more take a second kernel, one block a
+    // row; the runtime picks it before this one at those rows, so this one's
+    // scratch holds fewer rows' parts.
+    if (choice.whole_rows_from > 0 && e.variant == Variant::kFirst) {
+      e.large_bands = {RowsBand{choice.whole_rows_from, RowsBand{}.hi}};
+      e.rows_of_matmul = outer;
+    }
+    const int parts = e.variant == Variant::kLarge ? 1 : choice.parts;
+    const std::string scratch = e.split_scratch(parts, false, choice.scratch, body);
     body += "  gdl::" + kind + "_rows" + targs + "(" + in + ", " + out + ", outer, len, valid" + k + ", " + scratch +
             ");\n";
-    rule = task_launch({{outer, 1}, {{Dim::constant(choice.parts)}, 1}},
-                       row_block((max_extent(xs[axis], e.g) + choice.parts - 1) / choice.parts));
+    rule = task_launch({{outer, 1}, {{Dim::constant(parts)}, 1}},
+                       row_block((max_extent(xs[axis], e.g) + parts - 1) / parts));
   } else {
     body += "  gdl::" + kind + "_cols" + targs + "(" + in + ", " + out + ", outer, len, inner, valid" + k + ");\n";
     rule = LaunchRule{};  // one thread per column, grid-stride

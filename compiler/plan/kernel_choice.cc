@@ -713,15 +713,16 @@ SelectionChoice choose_selection(const ir::Graph& g, const ir::Node& n) {
   const int64_t kept = topk ? n.attrs.ints.at(0) : 1;  // by each part
   const int64_t len = extent_at(xs[axis], g, true);
   const int64_t rows_min = std::max<int64_t>(1, product_at(xs, 0, axis, g, false));
-  const int64_t rows_max = std::max<int64_t>(1, product_at(xs, 0, axis, g, true));
-  if (rows_min >= g.target.multiprocessors) return c;
-  const int64_t parts =
-      std::min({len / kSelectPartElements, ceil_div(g.target.multiprocessors * kSelectBlocksPerSM, rows_min),
-                static_cast<int64_t>(kMaxScratchBytes / 4 / (rows_max * 2 * kept))});
+  const int64_t sms = g.target.multiprocessors;
+  if (rows_min >= sms) return c;
+  const int64_t rows_split = std::min(std::max<int64_t>(1, product_at(xs, 0, axis, g, true)), sms - 1);
+  const int64_t parts = std::min({len / kSelectPartElements, ceil_div(sms * kSelectBlocksPerSM, rows_min),
+                                  static_cast<int64_t>(kMaxScratchBytes / 4 / (rows_split * 2 * kept))});
   if (parts < 2) return c;
   c.parts = static_cast<int>(parts);
-  c.scratch.tickets = rows_max;
-  c.scratch.partial_floats = rows_max * parts * kept * 2;  // each part's values or keys, and their positions
+  if (product_at(xs, 0, axis, g, true) >= sms) c.whole_rows_from = sms;
+  c.scratch.tickets = rows_split;
+  c.scratch.partial_floats = rows_split * parts * kept * 2;  // each part's values or keys, and their positions
   return c;
 }
 

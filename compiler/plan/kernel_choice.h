@@ -232,17 +232,22 @@ AttentionBackwardChoice choose_attention_backward(const ir::Graph& g, const ir::
 // argmax, argmin and topk along the last axis (gdl_select.cuh, one block
 // per row): the parts each row is read in, by as many blocks, where the
 // rows at their fewest leave the GPU idle (fewer than its
-// multiprocessors). Each part reads at least kSelectPartElements elements
-// and keeps its best (topk: its k best) in the scratch; the last part to
-// arrive selects the row's from those (topk's k <= 256: at most a
-// sixteenth of the row). parts * rows at their fewest stop at
-// kSelectBlocksPerSM blocks a multiprocessor, and the scratch within
-// kMaxScratchBytes. parts 1 (no scratch) otherwise, or with
-// GDL_SELECT_SPLIT=0 (an experiment knob).
+// multiprocessors). At the longest row each part reads at least
+// kSelectPartElements elements and keeps its best (topk: its k best, k <=
+// 256, at most a sixteenth of the part) in the scratch; the last part to
+// arrive picks the row's from those. parts = ceil(multiprocessors *
+// kSelectBlocksPerSM / rows) at the fewest rows, or fewer, as the rule
+// above and the scratch (within kMaxScratchBytes) allow. Where the rows
+// can also fill the GPU, a second kernel serves the runs of
+// `whole_rows_from` rows or more with one block a row (the runtime picks
+// it by rows, kernel_table.h), so the scratch holds the parts of the fewer
+// rows only. parts 1 (no scratch) otherwise, or with GDL_SELECT_SPLIT=0
+// (an experiment knob).
 inline constexpr int64_t kSelectPartElements = 4096;
 inline constexpr int64_t kSelectBlocksPerSM = 4;
 struct SelectionChoice {
   int parts = 1;
+  int64_t whole_rows_from = 0;  // 0: no second kernel
   SplitScratchSize scratch;
 };
 SelectionChoice choose_selection(const ir::Graph& g, const ir::Node& selection);

@@ -71,6 +71,36 @@ bool any_nan(const std::map<std::string, TensorData>& outputs) {
   return false;
 }
 
+// Program p over one run-time dim at each of `extents`, under buckets and
+// under updates, the padding poisoned: graph and eager runs against the
+// CPU reference (only the reference without a GPU).
+void check_padded(const Program& p, const std::string& seed, const std::vector<int64_t>& extents,
+                  const Adjust& adjust = {}) {
+  if (cpu_only) {
+    std::mt19937_64 rng(seed_for(seed + " cpu"));
+    for (int64_t n : extents) CHECK_FALSE(reference(p, random_bindings(p, {n}, rng)).empty());
+    return;
+  }
+  for (DimPolicyChoice policy : {DimPolicyChoice::kAsDeclared, DimPolicyChoice::kUpdate}) {
+    INFO("policy " << (policy == DimPolicyChoice::kUpdate ? "update" : "buckets"));
+    SessionOptions options;
+    options.dim_policy = policy;
+    std::unique_ptr<Session> s = make_session(p, options, /*poison_padding=*/true);
+    std::mt19937_64 rng(seed_for(seed));
+    for (int64_t n : extents) {
+      INFO("run-time dim = " << n);
+      std::map<std::string, TensorData> tensors = random_bindings(p, {n}, rng);
+      if (adjust) adjust(tensors);
+      bind_inputs(*s, tensors);
+      const std::map<std::string, TensorData> want = reference(p, tensors);
+      std::map<std::string, TensorData> got = run_and_read(*s, false);
+      CHECK_FALSE(any_nan(got));
+      CHECK(expect_match(got, want, "graph"));
+      CHECK(expect_match(run_and_read(*s, true), want, "eager"));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("reduce ops: min, and sum, mean, max, min over several axes") {
@@ -148,31 +178,18 @@ ti = topk_indices(a, 64);
 tv = topk_values(a, 64);
 am = argmax(a);
 )");
-  if (cpu_only) {
-    for (int64_t v : {300, 40000}) {
-      std::mt19937_64 rng(seed_for("topk parts padded cpu"));
-      CHECK_FALSE(reference(p, random_bindings(p, {v}, rng)).empty());
-    }
-    return;
-  }
-  for (DimPolicyChoice policy : {DimPolicyChoice::kAsDeclared, DimPolicyChoice::kUpdate}) {
-    INFO("policy " << (policy == DimPolicyChoice::kUpdate ? "update" : "buckets"));
-    SessionOptions options;
-    options.dim_policy = policy;
-    std::unique_ptr<Session> s = make_session(p, options, /*poison_padding=*/true);
-    std::mt19937_64 rng(seed_for("topk parts padded"));
-    for (int64_t v : {300, 4096, 4097, 12345, 40000, 301}) {
-      INFO("V = " << v);
-      std::map<std::string, TensorData> tensors = random_bindings(p, {v}, rng);
-      ties(tensors);
-      bind_inputs(*s, tensors);
-      const std::map<std::string, TensorData> want = reference(p, tensors);
-      std::map<std::string, TensorData> got = run_and_read(*s, false);
-      CHECK_FALSE(any_nan(got));
-      CHECK(expect_match(got, want, "graph"));
-      CHECK(expect_match(run_and_read(*s, true), want, "eager"));
-    }
-  }
+  check_padded(p, "topk parts padded", {300, 4096, 4097, 12345, 40000, 301}, ties);
+  // Run-time rows: in parts below 132 rows (the scratch reserved for 131,
+  // a run using fewer), one block a row from 132 (the second kernel).
+  Program rows = compile_text(R"(program select_rows_bands;
+dim N in [1, 300] buckets(16, 140, 300);
+input a : bf16[N, 9000];
+output ti : i32[N, 8];
+output am : i32[N];
+ti = topk_indices(a, 8);
+am = argmax(a);
+)");
+  check_padded(rows, "select rows bands", {1, 5, 131, 132, 300, 2, 140}, ties);
 }
 
 TEST_CASE("reduce ops: cumsum along either axis") {
@@ -234,28 +251,5 @@ ci = cumsum(xi, axis = 0);
 r = arange(T) + ids;
 h = one_hot(ids, 9, dtype = f16);
 )");
-  if (cpu_only) {
-    for (int64_t t : {4, 9, 96}) {
-      std::mt19937_64 rng(seed_for("padded ops cpu"));
-      CHECK_FALSE(reference(p, random_bindings(p, {t}, rng)).empty());
-    }
-    return;
-  }
-  for (DimPolicyChoice policy : {DimPolicyChoice::kAsDeclared, DimPolicyChoice::kUpdate}) {
-    INFO("policy " << (policy == DimPolicyChoice::kUpdate ? "update" : "buckets"));
-    SessionOptions options;
-    options.dim_policy = policy;
-    std::unique_ptr<Session> s = make_session(p, options, /*poison_padding=*/true);
-    std::mt19937_64 rng(seed_for("padded ops"));
-    for (int64_t t : {4, 7, 8, 9, 31, 32, 33, 95, 96, 5}) {
-      INFO("T = " << t);
-      std::map<std::string, TensorData> tensors = random_bindings(p, {t}, rng);
-      bind_inputs(*s, tensors);
-      const std::map<std::string, TensorData> want = reference(p, tensors);
-      std::map<std::string, TensorData> got = run_and_read(*s, false);
-      CHECK_FALSE(any_nan(got));
-      CHECK(expect_match(got, want, "graph"));
-      CHECK(expect_match(run_and_read(*s, true), want, "eager"));
-    }
-  }
+  check_padded(p, "padded ops", {4, 7, 8, 9, 31, 32, 33, 95, 96, 5});
 }
