@@ -412,6 +412,14 @@ std::string StepEmitter::elementwise_body(LaunchRule& rule) {
 
 // ------------------------------------------------------------ structured
 
+bool StepEmitter::second_kernel_from_rows(int64_t rows_from, const Shape& rows) {
+  if (variant == Variant::kFirst) {
+    large_bands = {RowsBand{rows_from, RowsBand{}.hi}};
+    rows_of_matmul = rows;
+  }
+  return variant == Variant::kLarge;
+}
+
 std::string StepEmitter::split_scratch(int splits, bool in_cluster, const SplitScratchSize& need, std::string& body) {
   if (splits <= 1 || in_cluster) return "gdl::SplitScratch{nullptr, nullptr, " + std::to_string(splits) + "}";
   GDL_INTERNAL_ASSERT(need.ticket_bytes() > 0 && step.tickets_bytes >= need.ticket_bytes() &&

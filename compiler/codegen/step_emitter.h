@@ -56,6 +56,11 @@ class StepEmitter {
   const std::vector<RowsBand>& large_kernel_bands() const { return large_bands; }
   bool library_matmul_possible() const { return library_possible; }
   const Shape& matmul_rows() const { return rows_of_matmul; }
+  // A step that takes a second kernel for runs of `rows_from` rows or more
+  // (the element count of `rows`), which the runtime picks by rows as it
+  // picks a matmul's large kernels: the first kernel's emitter records the
+  // band; true while emitting the second (Variant::kLarge).
+  bool second_kernel_from_rows(int64_t rows_from, const Shape& rows);
   // After emit() or emit_chain_step(): the run-time scalars and whether any
   // run-time dim the kernel's code reads.
   const std::set<int>& scalars_used() const { return scalars_used_; }

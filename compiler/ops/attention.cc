@@ -588,14 +588,8 @@ std::string emit_attention(StepEmitter& e, const Node& n, LaunchRule& rule) {
   // splits, which the runtime takes at those rows. The tokens alone fill the
   // GPU there, and every split of a shared block's token is a block launched
   // to find no work (with 3 splits, 203 us a layer at 2048 tokens, H100).
-  bool one_split = false;
-  if (n.op == Op::kPagedAttention && a.shared_block > 0) {
-    if (e.variant == Variant::kFirst) {
-      e.large_bands = {RowsBand{a.shared_min_tokens * qs[1].extent, RowsBand{}.hi}};
-      e.rows_of_matmul = Shape(qs.begin(), qs.end() - 1);  // [T, NH]
-    }
-    one_split = e.variant == Variant::kLarge;
-  }
+  const bool one_split = n.op == Op::kPagedAttention && a.shared_block > 0 &&
+                         e.second_kernel_from_rows(a.shared_min_tokens * qs[1].extent, sub_shape(qs, 0, qs.size() - 1));
   // share_ragged_attention splits a paged_attention only where the prefill kernel fits (choose_shared_token_blocks);
   // whole rows of f16/bf16 heads of 64 or 128 are 16-byte aligned, and sm_80 is the f16/bf16 kernels' floor.
   GDL_INTERNAL_ASSERT(!shared || (choice.prefill_query_block == a.shared_block && aligned && e.sm >= 80 &&

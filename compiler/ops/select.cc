@@ -177,11 +177,8 @@ std::string emit_select(StepEmitter& e, const ir::Node& n, LaunchRule& rule) {
     // Runs of whole_rows_from rows or more take a second kernel, one block a
     // row; the runtime picks it before this one at those rows, so this one's
     // scratch holds fewer rows' parts.
-    if (choice.whole_rows_from > 0 && e.variant == Variant::kFirst) {
-      e.large_bands = {RowsBand{choice.whole_rows_from, RowsBand{}.hi}};
-      e.rows_of_matmul = outer;
-    }
-    const int parts = e.variant == Variant::kLarge ? 1 : choice.parts;
+    const bool whole_rows = choice.whole_rows_from > 0 && e.second_kernel_from_rows(choice.whole_rows_from, outer);
+    const int parts = whole_rows ? 1 : choice.parts;
     const std::string scratch = e.split_scratch(parts, false, choice.scratch, body);
     body += "  gdl::" + kind + "_rows" + targs + "(" + in + ", " + out + ", outer, len, valid" + k + ", " + scratch +
             ");\n";

@@ -382,16 +382,6 @@ PrefillAttention prefill_attention() {
   return PrefillAttention::kFilling;
 }
 
-// gdl::attention_prefill for causal queries of f16/bf16 heads of 64 or 128
-// with `group` (static) query heads a k/v head, at most a task's rows. A
-// task takes the group's heads of QB = rows / group queries; the kernel has
-// no splits, so it is chosen where the tasks at the smallest binding give
-// every multiprocessor one (fewer, and a long cache is better split over
-// blocks by the decode kernels); for paged_attention_shared, whose tokens
-// are its queries, that is a rule it applies at run time
-// (choose_shared_token_blocks). Stages of 64 positions (over a paged cache
-// halved until they divide its block), about kAttentionPrefillRingBytes of
-// them.
 // The prefill kernel's queries a task (its 16 * warps rows over the group's heads).
 int64_t prefill_query_block(int64_t group) { return 16 * kAttentionPrefillWarps / group; }
 // Its positions a stage: 64, over a paged cache of `block` positions halved
@@ -402,6 +392,17 @@ int64_t prefill_stage_positions(bool paged, int64_t block) {
     while (positions > 16 && block % positions != 0) positions /= 2;
   return paged && block % positions != 0 ? 0 : positions;
 }
+
+// gdl::attention_prefill for causal queries of f16/bf16 heads of 64 or 128
+// with `group` (static) query heads a k/v head, at most a task's rows. A
+// task takes the group's heads of QB = rows / group queries; the kernel has
+// no splits, so it is chosen where the tasks at the smallest binding give
+// every multiprocessor one (fewer, and a long cache is better split over
+// blocks by the decode kernels); for paged_attention_shared, whose tokens
+// are its queries, that is a rule it applies at run time
+// (choose_shared_token_blocks). Stages of 64 positions (over a paged cache
+// halved until they divide its block), about kAttentionPrefillRingBytes of
+// them.
 
 void choose_prefill(const ir::Graph& g, const ops::AttentionOperands& a, int64_t esize, int64_t group,
                     AttentionChoice& c) {
@@ -713,14 +714,15 @@ SelectionChoice choose_selection(const ir::Graph& g, const ir::Node& n) {
   const int64_t kept = topk ? n.attrs.ints.at(0) : 1;  // by each part
   const int64_t len = extent_at(xs[axis], g, true);
   const int64_t rows_min = std::max<int64_t>(1, product_at(xs, 0, axis, g, false));
+  const int64_t rows_max = std::max<int64_t>(1, product_at(xs, 0, axis, g, true));
   const int64_t sms = g.target.multiprocessors;
   if (rows_min >= sms) return c;
-  const int64_t rows_split = std::min(std::max<int64_t>(1, product_at(xs, 0, axis, g, true)), sms - 1);
+  const int64_t rows_split = std::min(rows_max, sms - 1);
   const int64_t parts = std::min({len / kSelectPartElements, ceil_div(sms * kSelectBlocksPerSM, rows_min),
                                   static_cast<int64_t>(kMaxScratchBytes / 4 / (rows_split * 2 * kept))});
   if (parts < 2) return c;
   c.parts = static_cast<int>(parts);
-  if (product_at(xs, 0, axis, g, true) >= sms) c.whole_rows_from = sms;
+  if (rows_max >= sms) c.whole_rows_from = sms;
   c.scratch.tickets = rows_split;
   c.scratch.partial_floats = rows_split * parts * kept * 2;  // each part's values or keys, and their positions
   return c;
