@@ -22,8 +22,9 @@
 //    DataLoss status; a corrupt file never reaches the runtime.
 // verify_artifact: ir::verify_structure, plan::verify_plan, the ABI's
 // limits (run-time dims, scalars, bounds within int32), then the kernel
-// table: per kernel a symbol, a launch rule a device can take, steps in
-// range, a rows range, scalars that exist, tensor maps inside the scratch
+// table: per kernel a symbol, a launch rule a device can take, buffer
+// offsets inside the arena and the params (entries sharing a symbol with
+// as many, and the same launch shape), steps in range, a rows range, scalars that exist, tensor maps inside the scratch
 // area (aligned, not overlapping each other) and the params region, a
 // library matmul's operands inside their buffers, its product, workspace
 // and normalized rows (row length K) inside the scratch area, its norm
@@ -42,6 +43,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -200,6 +202,7 @@ void write_launch(Writer& w, const LaunchRule& rule) {
 void write_kernels(Writer& w, const KernelTable& t) {
   w.vec(t.kernels, [&](const Kernel& k) {
     w.str(k.symbol);
+    w.vec(k.offsets, [&](uint64_t o) { w.u64(o); });
     write_launch(w, k.launch);
     w.i32(k.first_step);
     w.i32(k.last_step);
@@ -509,11 +512,13 @@ LaunchRule read_launch(Reader& r, const ir::Graph& g, const std::string& where) 
 // Counts and ranges only; verify_artifact judges the values.
 KernelTable read_kernels(Reader& r, const ir::Graph& g) {
   KernelTable t;
-  t.kernels.resize(r.count(67, "kernel"));
+  t.kernels.resize(r.count(71, "kernel"));
   for (size_t i = 0; i < t.kernels.size() && !r.failed(); ++i) {
     Kernel& k = t.kernels[i];
     const std::string where = "kernel " + std::to_string(i);
     k.symbol = r.str("kernel symbol");
+    k.offsets.resize(r.count(8, "kernel offset"));
+    for (uint64_t& o : k.offsets) o = r.u64();
     k.launch = read_launch(r, g, where);
     k.first_step = r.i32();
     k.last_step = r.i32();
@@ -645,7 +650,7 @@ std::string verify_collective_call(const plan::Plan& p, const Kernel& k) {
       p.steps[static_cast<size_t>(k.first_step)].values.size() != 1)
     return "is not the whole of its step";
   const LaunchRule none;
-  if (!k.symbol.empty() || k.cooperative || k.early_start || !k.tensor_maps.empty() || k.library.active ||
+  if (!k.symbol.empty() || !k.offsets.empty() || k.cooperative || k.early_start || !k.tensor_maps.empty() || k.library.active ||
       k.library.prologue_kernel != -1 || !applies_always(k) || !k.rows.empty() || !k.scalars_used.empty() ||
       !(k.launch.work == none.work) || k.launch.items_per_block != none.items_per_block ||
       k.launch.grid_y != none.grid_y || k.launch.block != none.block || k.launch.shared_bytes != none.shared_bytes)
@@ -724,6 +729,7 @@ std::string verify_artifact(const Artifact& a) {
   const size_t steps = p.steps.size();
   const uint64_t scratch_begin = p.arena_bytes, scratch_end = p.arena_bytes + p.scratch_bytes;
   std::vector<std::pair<uint64_t, uint64_t>> maps;  // every tensor map's bytes
+  std::map<std::string, size_t> first_of_symbol;  // a symbol's first kernel
   for (size_t i = 0; i < t.kernels.size(); ++i) {
     const Kernel& k = t.kernels[i];
     const std::string where = "kernel " + std::to_string(i) + " ('" + k.symbol + "')";
@@ -736,6 +742,18 @@ std::string verify_artifact(const Artifact& a) {
     const LaunchRule& r = k.launch;
     if (r.block < 1 || r.block > 1024 || r.grid_y < 1 || r.grid_y > 65535 || r.items_per_block < 1)
       return where + " has an impossible launch rule";
+    if (k.offsets.size() > static_cast<size_t>(kMaxKernelOffsets)) return where + " has too many buffer offsets";
+    const uint64_t regions_end = std::max(scratch_end, p.params_bytes);
+    for (uint64_t o : k.offsets)
+      if (o > regions_end) return where + " has a buffer offset past the arena and the params";
+    // Entries that run one kernel of the module (kernel_sharing.h) agree on
+    // what the kernel's code fixes: its offsets' count and its launch shape.
+    if (auto [first, added] = first_of_symbol.emplace(k.symbol, i); !added) {
+      const Kernel& o = t.kernels[first->second];
+      if (o.offsets.size() != k.offsets.size() || o.launch.block != r.block || o.launch.grid_y != r.grid_y ||
+          o.launch.shared_bytes != r.shared_bytes || o.cooperative != k.cooperative)
+        return where + " shares its kernel with kernel " + std::to_string(first->second) + " but not its launch";
+    }
     if (k.first_step < 0 || k.last_step < k.first_step || static_cast<size_t>(k.last_step) >= steps)
       return where + " computes steps that the plan does not have";
     if (k.min_rows < 0 || k.max_rows < k.min_rows) return where + " has an empty rows range";

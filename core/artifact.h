@@ -25,7 +25,9 @@ namespace gdl {
 // run-time axis). 15: the module as units (one NVRTC compile each), each
 // naming its kernels. 16: kernels read inputs through gdl_args::inputs.
 // 17: the process group. 18: collectives, as NCCL calls in the kernel table.
-inline constexpr uint32_t kArtifactVersion = 18;
+// 19: kernels take their buffer offsets as an argument (Kernel::offsets),
+// and table entries share a kernel of the module.
+inline constexpr uint32_t kArtifactVersion = 19;
 
 struct Artifact {
   plan::Plan plan;          // holds the graph: names, shapes, dtypes

@@ -4,9 +4,11 @@
 // Kernel ABI (every generated kernel, so the runtime launches them alike):
 //   extern "C" __global__ void NAME(unsigned char* arena,
 //                                   const unsigned char* params,
-//                                   gdl_args args);
+//                                   gdl_args args,
+//                                   gdl_offsets offsets);
 //   struct gdl_args { int dims[kMaxRuntimeDims]; float scalars[kMaxScalars];
 //                     const unsigned char* inputs[kMaxInputPointers]; };
+//   struct gdl_offsets { unsigned long long at[kMaxKernelOffsets]; };
 // dims holds the layout extent of each run-time dim (Graph::dims order):
 // every index, stride and launch dim uses it. Under the buckets policy it is
 // the capacity of the run's bucket, under the update policy the value itself.
@@ -14,6 +16,10 @@
 // kScalar, in order; an i32 scalar travels as its bit pattern). inputs
 // holds where each input's contents are this run (plan.h
 // input_pointer_slots): its arena buffer, or the caller's memory.
+// offsets holds Kernel::offsets: the byte offsets, from arena or params, of
+// the buffers the kernel's code addresses through it, so that several
+// kernel table entries (the same layer's step in every layer) can run one
+// kernel of the module on their own buffers.
 // The valid counts: a program with run-time dims holds int32
 // valid[kMaxRuntimeDims] in the arena at plan::kValidDimsOffset, the value
 // of each run-time dim for this run (valid <= dims), written by the runtime
@@ -41,6 +47,7 @@ inline constexpr int kMaxRuntimeDims = GDL_MAX_RUNTIME_DIMS;
 inline constexpr int kMaxScalars = GDL_MAX_SCALARS;
 inline constexpr int kMaxInputCopies = GDL_MAX_INPUT_COPIES;
 inline constexpr int kMaxInputPointers = GDL_MAX_INPUT_POINTERS;
+inline constexpr int kMaxKernelOffsets = GDL_MAX_KERNEL_OFFSETS;
 
 // Every module also holds this kernel, taking a gdl_input_copies by value
 // (gdl_abi.cuh): the runtime's graph node that copies the inputs bound from
@@ -104,6 +111,9 @@ struct LibraryMatmul {
 // One kernel of the module, or a collective's NCCL call.
 struct Kernel {
   std::string symbol;       // the extern "C" kernel name; "" for a collective
+  // Its gdl_offsets (at most kMaxKernelOffsets; the rest of at[] is zero).
+  // Entries that share a symbol differ here, and in their steps.
+  std::vector<uint64_t> offsets;
   LaunchRule launch;
   int first_step = 0, last_step = 0;  // the plan steps it computes
   // It applies while the rows, the element count of `rows` at the run's

@@ -2,7 +2,8 @@
 //
 //   extern "C" __global__ void gdl_s<step>_<op>(unsigned char* arena,
 //                                              const unsigned char* params,
-//                                              gdl_args args);
+//                                              gdl_args args,
+//                                              gdl_offsets offsets);
 //
 // arena:  base of the per-session device arena (inputs, outputs, temporaries).
 // params: base of the persistent params region (weights), read only.
@@ -11,6 +12,11 @@
 //         buckets policy, the value itself under the update policy;
 //         scalars[i] the current value of run-time scalar i (an i32 scalar
 //         travels as its bit pattern).
+// offsets: passed by value; the byte offsets from arena or params of the
+//         buffers this launch reads and writes (at[i] for the kernel's i-th
+//         address), so that kernels equal but for where their buffers lie
+//         (one per layer of a model) are one kernel in the module
+//         (compiler/codegen/kernel_sharing.h).
 // The valid counts: a program with run-time dims reserves a block at a
 // fixed arena offset (plan::kValidDimsOffset) holding int valid[8], the
 // value of each run-time dim for this run (valid[i] <= dims[i]), written by
@@ -55,7 +61,15 @@ struct gdl_input_copies {
 // scratch: its size, and its alignment there.
 #define GDL_TENSOR_MAP_BYTES 128
 
+// The kernel's buffer offsets: at most GDL_MAX_KERNEL_OFFSETS addresses of
+// a kernel are taken from here; any further ones stay in its code.
+#define GDL_MAX_KERNEL_OFFSETS 16
+struct gdl_offsets {
+  unsigned long long at[GDL_MAX_KERNEL_OFFSETS];
+};
+
 // Passed by value as kernel parameters: the host writes them byte for byte.
 static_assert(sizeof(gdl_args) == 4 * (GDL_MAX_RUNTIME_DIMS + GDL_MAX_SCALARS) + 8 * GDL_MAX_INPUT_POINTERS,
               "gdl_args has no padding");
+static_assert(sizeof(gdl_offsets) == 8 * GDL_MAX_KERNEL_OFFSETS, "gdl_offsets has no padding");
 static_assert(sizeof(gdl_input_copies) == 24 * GDL_MAX_INPUT_COPIES, "gdl_input_copies has no padding");

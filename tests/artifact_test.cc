@@ -80,6 +80,7 @@ Artifact sample_artifact() {
     k.launch.block = 128;
     k.launch.shared_bytes = static_cast<uint32_t>(i * 512);
     if (i % 2) k.scalars_used = {0};
+    k.offsets = {a.plan.buffers[static_cast<size_t>(a.plan.steps[i].result)].offset, 8 * i};
     k.depends_on_dims = i % 2 == 0;
     k.early_start = i % 3 == 0;
     if (i == 1) {  // rows above 16 take a large kernel
@@ -195,6 +196,7 @@ void check_same_artifact(const Artifact& x, const Artifact& y) {
   for (size_t i = 0; i < x.kernels.kernels.size(); ++i) {
     const Kernel &a = x.kernels.kernels[i], &b = y.kernels.kernels[i];
     CHECK(a.symbol == b.symbol);
+    CHECK(a.offsets == b.offsets);
     CHECK(a.launch.work == b.launch.work);
     CHECK(a.launch.items_per_block == b.launch.items_per_block);
     CHECK(a.launch.grid_y == b.launch.grid_y);
@@ -595,6 +597,32 @@ TEST_CASE("artifact: an invalid graph, an unsound plan or a kernel table that do
     a.kernels.kernels[0].min_rows = 9;
     a.kernels.kernels[0].max_rows = 8;
     CHECK(refused_because(a).find("has an empty rows range") != std::string::npos);
+  }
+  {
+    Artifact a = sample_artifact();
+    a.kernels.kernels[0].offsets.assign(kMaxKernelOffsets + 1, 0);
+    CHECK(refused_because(a).find("has too many buffer offsets") != std::string::npos);
+  }
+  {
+    Artifact a = sample_artifact();
+    a.kernels.kernels[0].offsets[1] = std::max(a.plan.arena_bytes + a.plan.scratch_bytes, a.plan.params_bytes) + 1;
+    CHECK(refused_because(a).find("has a buffer offset past the arena and the params") != std::string::npos);
+  }
+  {
+    // Table entries may run one kernel of the module on their own offsets
+    // (kernel_sharing.h), only with the launch shape its code was made for.
+    Artifact a = sample_artifact();
+    Kernel& first = a.kernels.kernels[0];
+    Kernel& other = a.kernels.kernels.at(static_cast<size_t>(a.kernels.step_choices.at(2).back()));
+    other.symbol = first.symbol;
+    other.launch.grid_y = first.launch.grid_y;
+    other.launch.shared_bytes = first.launch.shared_bytes;
+    CHECK(refused_because(a) == "");
+    Expected<Artifact> back = deserialize_artifact(serialize_artifact(a));
+    REQUIRE(back.ok());
+    CHECK(back->kernels.kernels[0].offsets != other.offsets);
+    other.launch.shared_bytes += 16;
+    CHECK(refused_because(a).find("shares its kernel with kernel 0 but not its launch") != std::string::npos);
   }
   {
     Artifact a = sample_artifact();

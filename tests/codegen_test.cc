@@ -17,6 +17,8 @@
 #include "artifact.h"
 #include "plan/chains.h"
 #include "codegen/codegen.h"
+#include "codegen/cuda_text.h"
+#include "codegen/kernel_sharing.h"
 #include "plan/kernel_choice.h"
 #include "ir_builder.h"
 #include "pipeline.h"
@@ -28,6 +30,7 @@
 #include "plan/check.h"
 #include "plan/print.h"
 #include "cpu_program.h"
+#include "kernel_text.h"
 #include "scoped_env.h"
 #include "stand_in_module.h"
 
@@ -599,8 +602,8 @@ TEST_CASE("codegen: above the rows kernel's rows a matmul step's first choice is
       CHECK(l.workspace_bytes == workspace);
       CHECK(l.workspace_offset + workspace <= step.scratch_offset + step.scratch_bytes);
       const std::string element = std::string(t) == "f32" ? "float" : std::string(t) == "f16" ? "__half" : "__nv_bfloat16";
-      CHECK(code.source.find("reinterpret_cast<const " + element + "*>(arena + " + std::to_string(l.product_offset) +
-                             "ull)") != std::string::npos);
+      CHECK(testing::addresses(code.source, *library_kernel(code.kernels, s),
+                               "reinterpret_cast<const " + element + "*>(arena + ", l.product_offset));
       // The generated kernels still follow for the rows kernel's rows (f32: 16, f16/bf16: 1).
       CHECK(code.kernels.step_choices.at(s).size() >= 2);
       CHECK(own_kernel(code, s).depends_on_dims);
@@ -1187,10 +1190,8 @@ TEST_CASE("codegen: each matmul kernel and the split attention are chosen by sha
     CHECK(rows.scratch.tickets >= strips);
     CHECK(rows.scratch.partial_floats >= rows.rows_splits * strips * rows.row_tile * (strips == 64 ? 64 : 32));
     if (f32) CHECK(rows.scratch.partial_floats == rows.rows_splits * strips * 8 * 32);
-    CHECK(src.find("reinterpret_cast<unsigned*>(arena + " + std::to_string(p.steps[s].tickets_offset) + "ull)") !=
-          std::string::npos);
-    CHECK(src.find("reinterpret_cast<float*>(arena + " + std::to_string(p.steps[s].scratch_offset) + "ull)") !=
-          std::string::npos);
+    CHECK(testing::addresses(src, own_kernel(code, s), "reinterpret_cast<unsigned*>(arena + ", p.steps[s].tickets_offset));
+    CHECK(testing::addresses(src, own_kernel(code, s), "reinterpret_cast<float*>(arena + ", p.steps[s].scratch_offset));
 
     // hybrid: 1..64 rows: the rows kernel up to 16 (f32) or 1 (f16, bf16)
     // rows and tiled kernels above: the rows kernel's strips over grid.y,
@@ -1527,11 +1528,12 @@ TEST_CASE("compile_units: each unit cached apart; a changed or corrupted unit al
 }
 
 TEST_CASE("codegen: the units are the whole source in order, each kernel in one, small steps merged") {
-  // 40 layers of matmul + norm: many steps, each small.
+  // 40 layers of matmul + norm: many steps, each small, each its own code
+  // (an eps of its own, so that no layer's kernels are an earlier layer's).
   std::string text = "program layers;\ndim B in [1, 64];\ninput x : f16[B, 256];\nparam w : f16[40, 256, 256];\n"
                      "output y : f16[B, 256];\nlet h = x;\n";
   for (int l = 0; l < 40; ++l)
-    text += "h = rmsnorm(gelu(h @ w[" + std::to_string(l) + "]), eps = 1e-5);\n";
+    text += "h = rmsnorm(gelu(h @ w[" + std::to_string(l) + "]), eps = " + std::to_string(l + 1) + "e-5);\n";
   text += "y = h;\n";
   const plan::Plan p = plan_of(test_programs::compile_text(text));
   const GeneratedCode code = generate_cuda(p);
@@ -1559,6 +1561,117 @@ TEST_CASE("codegen: the units are the whole source in order, each kernel in one,
   }
   CHECK(defined[kInputCopySymbol] == 1);
   CHECK(defined.size() == table_symbols.size());  // no unit defines a kernel the table does not name
+}
+
+TEST_CASE("codegen: the same step of every layer is one kernel, each table entry with its layer's buffers") {
+  // 12 equal layers (matmul + gelu, then a norm), then one that differs
+  // (another eps): the layers share their kernels, the last one has its own.
+  std::string text = "program layers;\ndim B in [1, 64];\ninput x : f16[B, 256];\nparam w : f16[13, 256, 256];\n"
+                     "output y : f16[B, 256];\nlet h = x;\nfor l in 0..12 {\n"
+                     "  h = rmsnorm(gelu(h @ w[l]), eps = 1e-5);\n}\n"
+                     "y = rmsnorm(gelu(h @ w[12]), eps = 2e-5);\n";
+  const plan::Plan p = plan_of(test_programs::compile_text(text));
+  const GeneratedCode code = generate_cuda(p);
+  INFO(code.source);
+  std::set<std::string> defined;
+  for (const SourceUnit& unit : code.units) defined.insert(unit.symbols.begin(), unit.symbols.end());
+  std::map<std::string, std::vector<const Kernel*>> entries_of;  // symbol -> the table entries that run it
+  for (const Kernel& k : code.kernels.kernels) {
+    CHECK(defined.count(k.symbol) == 1);
+    CHECK(k.offsets.size() <= static_cast<size_t>(kMaxKernelOffsets));
+    entries_of[k.symbol].push_back(&k);
+  }
+  // Each layer's steps' kernels are the first layer's: at most twice the
+  // first layer's kernels (the last layer's own) and the input copy.
+  REQUIRE(p.steps.size() >= 13);
+  CHECK(defined.size() <= 2 * (code.kernels.kernels.size() / 13) + 1);
+  int shared = 0;
+  for (const auto& [symbol, entries] : entries_of) {
+    if (entries.size() < 2) continue;
+    shared += 1;
+    CHECK(entries.size() == 12);  // the equal layers, not the last
+    // Entries of one kernel: the same launch shape and offset count, at
+    // other buffers from layer to layer (a norm's layers may take turns
+    // with the same two arena buffers).
+    std::set<std::vector<uint64_t>> offsets;
+    for (const Kernel* k : entries) {
+      CHECK(k->launch.block == entries[0]->launch.block);
+      CHECK(k->launch.shared_bytes == entries[0]->launch.shared_bytes);
+      CHECK(k->offsets.size() == entries[0]->offsets.size());
+      CHECK(!k->offsets.empty());
+      offsets.insert(k->offsets);
+    }
+    CHECK(offsets.size() >= 2);
+  }
+  CHECK(shared >= 2);
+  // A step's offsets name its result's buffer and, for the matmul, its layer's weights.
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Kernel& own = own_kernel(code, s);
+    const plan::Buffer& out = p.buffers.at(static_cast<size_t>(p.steps[s].result));
+    INFO("step " << s);
+    CHECK(std::find(own.offsets.begin(), own.offsets.end(), out.offset) != own.offsets.end());
+    for (ir::ValueId v : p.steps[s].values)
+      if (p.graph.node(v).op == Op::kMatMul) {
+        const plan::Buffer& w = p.buffers.at(static_cast<size_t>(p.graph.node(v).args.at(1)));
+        CHECK(w.region == plan::Region::kParams);
+        CHECK(std::find(own.offsets.begin(), own.offsets.end(), w.offset) != own.offsets.end());
+      }
+  }
+  // The shared kernels address their buffers through `offsets` only.
+  CHECK(code.source.find("arena + offsets.at[0]") != std::string::npos);
+  CHECK(code.source.find("params + offsets.at[") != std::string::npos);
+  require_compiles(code);
+}
+
+TEST_CASE("KernelSharing: equal code up to offsets and value names is one kernel; anything else is not") {
+  const auto kernel = [](const std::string& symbol, uint32_t shared_bytes = 0) {
+    Kernel k;
+    k.symbol = symbol;
+    k.launch.shared_bytes = shared_bytes;
+    return k;
+  };
+  const auto text = [](const std::string& symbol, int a, int b, uint64_t at_a, uint64_t at_b, const char* op = "+") {
+    const std::string va = "v" + std::to_string(a), vb = "v" + std::to_string(b);
+    return "// step " + std::to_string(a) + "\nextern \"C\" __global__ void " + symbol + std::string(kKernelParameters) +
+           " {\n  const float* " + va + " = reinterpret_cast<const float*>(params + " + std::to_string(at_a) +
+           "ull);  // %" + std::to_string(a) + "\n  float* " + vb + " = reinterpret_cast<float*>(arena + (" +
+           std::to_string(at_b) + "ull + 64ull * (unsigned long long)args.dims[0]));\n  const float r" +
+           std::to_string(b) + " = " + va + "[threadIdx.x] " + op + " gdl::v2;\n  " + vb + "[threadIdx.x] = r" +
+           std::to_string(b) + ";\n}\n";
+  };
+  KernelSharing sharing;
+  Kernel first = kernel("gdl_s0_add");
+  const std::string code = sharing.add(text("gdl_s0_add", 1, 2, 4096, 256), first);
+  CHECK(first.offsets == std::vector<uint64_t>{4096, 256});
+  CHECK(code.find("params + offsets.at[0])") != std::string::npos);
+  CHECK(code.find("arena + (offsets.at[1] + 64ull * (unsigned long long)args.dims[0])") != std::string::npos);
+  CHECK(code.find("4096ull") == std::string::npos);
+  // Other value ids, offsets, step comment: the first kernel, on its own offsets.
+  Kernel second = kernel("gdl_s7_add");
+  CHECK(sharing.add(text("gdl_s7_add", 9, 12, 8192, 512), second).empty());
+  CHECK(second.symbol == "gdl_s0_add");
+  CHECK(second.offsets == std::vector<uint64_t>{8192, 512});
+  CHECK(sharing.shared() == 1);
+  // Another operation, another launch's shared memory, or another name
+  // outside the locals: kernels of their own.
+  Kernel third = kernel("gdl_s8_mul");
+  CHECK(!sharing.add(text("gdl_s8_mul", 1, 2, 4096, 256, "*"), third).empty());
+  CHECK(third.symbol == "gdl_s8_mul");
+  Kernel fourth = kernel("gdl_s9_add", 1024);
+  CHECK(!sharing.add(text("gdl_s9_add", 1, 2, 4096, 256), fourth).empty());
+  Kernel fifth = kernel("gdl_s10_add");
+  std::string renamed = text("gdl_s10_add", 1, 2, 4096, 256);
+  renamed.replace(renamed.find("gdl::v2"), 7, "gdl::v3");  // a library name is no local
+  CHECK(!sharing.add(renamed, fifth).empty());
+  CHECK(sharing.shared() == 1);
+  // More addresses than gdl_offsets holds: the rest stay in the code.
+  std::string many;
+  for (int i = 0; i < kMaxKernelOffsets + 2; ++i) many += "p[" + std::to_string(i) + "] = arena + " + std::to_string(i * 16) + "ull;\n";
+  Kernel sixth = kernel("gdl_s11_many");
+  const std::string kept = sharing.add(many, sixth);
+  CHECK(sixth.offsets.size() == static_cast<size_t>(kMaxKernelOffsets));
+  CHECK(kept.find("arena + " + std::to_string(kMaxKernelOffsets * 16) + "ull;") != std::string::npos);
+  CHECK(kept.find("arena + offsets.at[" + std::to_string(kMaxKernelOffsets - 1) + "];") != std::string::npos);
 }
 
 TEST_CASE("codegen: inputs and their views are read through gdl_args::inputs unless a run writes into them") {

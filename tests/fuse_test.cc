@@ -19,6 +19,7 @@
 #include "plan/check.h"
 #include "plan/print.h"
 #include "plan/run_planned.h"
+#include "kernel_text.h"
 
 namespace gdl {
 namespace {
@@ -799,8 +800,7 @@ TEST_CASE("fuse: codegen passes a fused matmul its epilogue, and NVRTC compiles 
   CHECK(src.find("return r" + std::to_string(y) + ";") != std::string::npos);
   CHECK(src.find(", epi, gdl::NoPrologue{}, smem);") != std::string::npos);  // the matmul kernel gets the epilogue
   // W[1] is read through its view, 48 * 48 * 2 bytes into the params.
-  CHECK(src.find("reinterpret_cast<const __half*>(params + " + std::to_string(p.buffers[w].offset + 4608) + "ull)") !=
-        std::string::npos);
+  CHECK(testing::addresses(src, own, "reinterpret_cast<const __half*>(params + ", p.buffers[w].offset + 4608));
   CompileOptions options;
   options.cache_dir = "-";
   auto module = compile_cuda(src, options);

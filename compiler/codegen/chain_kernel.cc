@@ -93,7 +93,7 @@ std::string chain_kernel(const plan::Plan& p, size_t c, int64_t groups, const st
                     std::to_string(groups) + " blocks of " + std::to_string(chain::kLaunchThreads) + " (" + cols_text +
                     " columns of " + std::to_string(chain::kMaxRows) + " rows each), all resident (cooperative launch)\n";
   src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(chain::kLaunchThreads) + ", 1) " + info.symbol +
-         "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
+         kKernelParameters + " {\n";
   src += "  extern __shared__ __align__(128) unsigned char chain_smem[];\n";
   src += "  static_assert(gdl::chain::Layout<" + k + ", " + cols_text + ">::bytes == " +
          std::to_string(info.launch.shared_bytes) + ", \"the shared memory gdlc asks the launch for\");\n";

@@ -13,6 +13,9 @@
 // 4. The runtime's input copy kernel.
 // A collective step has no kernel: its table entry names the NCCL call
 // (kernel_table.h Kernel::collective).
+// A step's kernel whose code is an earlier kernel's but for its buffers'
+// offsets runs that kernel (KernelSharing, kernel_sharing.h): its entry
+// names the earlier symbol and its text is left out.
 // Each step's kernels, each chain's and the input copy make SourceUnits
 // (compiled apart, in parallel), consecutive small ones merged
 // (merge_small_units); `source` is the prelude and every unit in this order. Everything is emitted in step and value order from
@@ -24,6 +27,7 @@
 
 #include "codegen/chain_kernel.h"
 #include "codegen/cuda_text.h"
+#include "codegen/kernel_sharing.h"
 #include "codegen/step_emitter.h"
 #include "internal_error.h"
 #include "ops/op_def.h"
@@ -84,7 +88,8 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
                 std::to_string(p.steps.size()) + " plan step(s), one kernel each (a matmul with run-time rows: one per row band)" +
                 (p.chains.empty() ? "" : ", and a kernel per chain of steps") + ".\n";
   code.prelude +=
-      "// Kernel ABI (core/kernel_table.h): (unsigned char* arena, const unsigned char* params, gdl_args args);\n"
+      "// Kernel ABI (core/kernel_table.h): " + std::string(kKernelParameters) + ";\n"
+      "// a kernel that several steps run (the same step in every layer) takes their buffers' offsets in `offsets`.\n"
       "// Launch: grid.x = ceil(count[work shape] / items per block) for the current run-time dims.\n"
       "#include \"gdl_stdlib.cuh\"\n";
   // Each step's own kernel (its last choice), its large kernels (one per
@@ -92,9 +97,13 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
   // in front of its steps' choices.
   KernelTable& table = code.kernels;
   table.step_choices.resize(p.steps.size());
-  // Appends one kernel's text to `unit`, naming its symbol there.
-  auto add = [](SourceUnit& unit, const std::string& text, const Kernel& k) {
-    unit.text += "\n" + text;
+  // Appends one kernel's text to `unit`, naming its symbol there, unless an
+  // earlier kernel has the same code (kernel_sharing.h): then `k` runs that one.
+  KernelSharing sharing;
+  auto add = [&sharing](SourceUnit& unit, const std::string& text, Kernel& k) {
+    const std::string code = sharing.add(text, k);
+    if (code.empty()) return;
+    unit.text += "\n" + code;
     unit.symbols.push_back(k.symbol);
   };
   for (size_t s = 0; s < p.steps.size(); ++s) {
@@ -151,7 +160,7 @@ GeneratedCode generate_cuda(const plan::Plan& p, const std::string& arch) {
       table.step_choices[s].insert(table.step_choices[s].begin(), static_cast<int>(table.kernels.size()));
       table.kernels.push_back(std::move(library));
     }
-    code.units.push_back(std::move(unit));
+    if (!unit.symbols.empty()) code.units.push_back(std::move(unit));  // else all its kernels are earlier ones
   }
   for (size_t c = 0; c < p.chains.size(); ++c) {
     std::vector<Kernel> chain_kernels;

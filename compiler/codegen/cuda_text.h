@@ -12,6 +12,10 @@
 
 namespace gdl {
 
+// Every generated kernel's parameters (the ABI of core/kernel_table.h).
+inline constexpr const char* kKernelParameters =
+    "(unsigned char* arena, const unsigned char* params, gdl_args args, gdl_offsets offsets)";
+
 inline constexpr uint32_t kElementwiseBlock = 256;
 inline constexpr int64_t kElementsPerBlock = 1024;  // four per thread, through the grid-stride loop
 

@@ -122,7 +122,7 @@ std::string StepEmitter::emit(Kernel& info) {
   const std::string cluster =  // blocks (0, y) .. (0, y + cluster_y - 1) form one cluster
       cluster_y > 1 ? "__cluster_dims__(1, " + std::to_string(cluster_y) + ", 1) " : "";
   out += "extern \"C\" __global__ void " + cluster + "__launch_bounds__(" + bounds + ") " + info.symbol +
-         "(unsigned char* arena, const unsigned char* params, gdl_args args) {\n";
+         kKernelParameters + " {\n";
   return out + kernel_inside(body) + "}\n";
 }
 

@@ -167,7 +167,10 @@ Expected<StepLaunch> KernelLibrary::launch(const KernelTable& t, int k, const st
   const Kernel& kernel = t.kernels.at(static_cast<size_t>(k));
   Expected<LaunchDims> launch = launch_dims(kernel.launch, dims);
   if (!launch) return launch.status();
-  return StepLaunch{kernels_.at(static_cast<size_t>(k)), *launch, kernel.cooperative};
+  StepLaunch out{kernels_.at(static_cast<size_t>(k)), *launch, kernel.cooperative, {}};
+  for (size_t i = 0; i < kernel.offsets.size() && i < static_cast<size_t>(kMaxKernelOffsets); ++i)
+    out.offsets.at[i] = kernel.offsets[i];
+  return out;
 }
 
 }  // namespace gdl::rt

@@ -25,6 +25,13 @@ struct KernelArgs {
 };
 static_assert(sizeof(KernelArgs) == sizeof(gdl_args), "the kernels' gdl_args");
 
+// The kernels' `gdl_offsets`: passed by value as the fourth kernel
+// parameter, Kernel::offsets and zeros after them.
+struct KernelOffsets {
+  unsigned long long at[kMaxKernelOffsets] = {};
+};
+static_assert(sizeof(KernelOffsets) == sizeof(gdl_offsets), "the kernels' gdl_offsets");
+
 struct LaunchDims {
   dim3 grid, block;
   unsigned shared_bytes = 0;
@@ -41,6 +48,7 @@ struct StepLaunch {
   cudaKernel_t kernel;  // nullptr for a collective step (an NCCL call, collectives.h)
   LaunchDims dims;
   bool cooperative = false;  // every block resident at once (cudaLaunchAttributeCooperative)
+  KernelOffsets offsets;     // its buffers' offsets (kernel_table.h)
 };
 
 // The input copy kernel's gdl_input_copies (gdl_abi_types.cuh,
@@ -84,7 +92,7 @@ class KernelLibrary {
   // library_ok(kernel index) says the caller can make its call.
   int choose(const KernelTable& t, size_t step, const std::vector<int64_t>& dims, bool multi_step,
              const std::function<bool(int)>& library_ok = {}) const;
-  // Kernel k's handle and launch dims at these layout dims.
+  // Kernel k's handle, launch dims at these layout dims and offsets.
   Expected<StepLaunch> launch(const KernelTable& t, int k, const std::vector<int64_t>& dims) const;
 
   // "kernel 'NAME': why" for each kernel this device cannot run.

@@ -160,11 +160,13 @@ Status Session::Impl::run_fallback() {
   rt::KernelArgs args = kernel_args(dims);
   for (size_t i = 0; i < fp.input_values.size() && i < static_cast<size_t>(kMaxInputPointers); ++i)
     args.inputs[i] = temp_arena.bytes + fp.buffer_of(fp.input_values[i]).offset;  // its kernels read its own arena
-  void* pointers[3] = {&arena_arg, &params_arg, &args};
+  rt::KernelOffsets offsets;
+  void* pointers[4] = {&arena_arg, &params_arg, &args, &offsets};
   for (size_t i = 0; i < fp.plan().steps.size(); ++i) {
     const int k = cached->library.choose(fp.kernels(), i, dims, /*multi_step=*/false);
     Expected<rt::StepLaunch> launch = cached->library.launch(fp.kernels(), k, dims);
     if (!launch) return launch.status();
+    offsets = launch->offsets;
     GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch->kernel), launch->dims.grid, launch->dims.block,
                                   pointers, launch->dims.shared_bytes, stream),
                  "launching fallback step " + std::to_string(i) + " ('" + fp.kernels().kernels[static_cast<size_t>(k)].symbol + "')");

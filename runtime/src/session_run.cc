@@ -61,11 +61,12 @@ struct NodeParams {
   unsigned char* arena;
   const unsigned char* params;
   rt::KernelArgs args;
-  void* pointers[3];
+  rt::KernelOffsets offsets;
+  void* pointers[4];
   cudaKernelNodeParams cuda{};
 
   NodeParams(unsigned char* a, const unsigned char* p, const rt::KernelArgs& k, const rt::StepLaunch& launch)
-      : arena(a), params(p), args(k), pointers{&arena, &params, &args} {
+      : arena(a), params(p), args(k), offsets(launch.offsets), pointers{&arena, &params, &args, &offsets} {
     cuda.func = reinterpret_cast<void*>(launch.kernel);  // the runtime accepts a cudaKernel_t as the function
     cuda.gridDim = launch.dims.grid;
     cuda.blockDim = launch.dims.block;
@@ -91,10 +92,14 @@ struct CopyNodeParams {
   CopyNodeParams(const CopyNodeParams&) = delete;  // pointers point into this object
 };
 
-// One eager launch. A cooperative kernel's blocks wait for each other: it
-// is launched cooperatively, so that the driver refuses rather than hangs
-// where they cannot all be resident.
-Status launch_eager(const rt::StepLaunch& launch, void** args, cudaStream_t stream, const std::string& what) {
+// One eager launch, `args` the first three kernel parameters (arena,
+// params, gdl_args) and the launch's offsets the fourth. A cooperative
+// kernel's blocks wait for each other: it is launched cooperatively, so
+// that the driver refuses rather than hangs where they cannot all be
+// resident.
+Status launch_eager(const rt::StepLaunch& launch, void** first_args, cudaStream_t stream, const std::string& what) {
+  rt::KernelOffsets offsets = launch.offsets;
+  void* args[4] = {first_args[0], first_args[1], first_args[2], &offsets};
   if (!launch.cooperative) {
     GDL_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(launch.kernel), launch.dims.grid, launch.dims.block,
                                   args, launch.dims.shared_bytes, stream),
