@@ -140,7 +140,8 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     if (!refusal.empty() && !optional[index])
       return Status::FailedPrecondition("kernel '" + k.symbol + "' cannot run on device " + std::to_string(device) + ": " +
                                         refusal);
-    if (!refusal.empty()) refusals_.push_back("kernel '" + k.symbol + "': " + refusal);
+    const std::string line = "kernel '" + k.symbol + "': " + refusal;  // once for all entries of a shared kernel
+    if (!refusal.empty() && std::find(refusals_.begin(), refusals_.end(), line) == refusals_.end()) refusals_.push_back(line);
     kernels_.push_back(refusal.empty() ? kernel : nullptr);
   }
   return Status::Ok();
