@@ -49,9 +49,14 @@ namespace {
 // units are merged until each holds kUnitBytes of kernel text (a step's
 // kernels stay together). A size rule rather than the machine's core count,
 // so that the same program gives the same units, cache entries and
-// artifact everywhere. Measured on 2 cores: the 1B Llama decoder (254 steps)
-// compiles in 85 s as 254 units, 71 s as 16-17 units of 64 KiB, 77 s as 5.
-constexpr size_t kUnitBytes = 64 * 1024;
+// artifact everywhere. Measured on 2 cores, cold: with every layer's
+// kernels in the text, the 1B Llama decoder (254 steps) took 85 s as 254
+// units, 71 s as 16-17 units of 64 KiB, 77 s as 5; with its layers sharing
+// kernels (65 left, 96 KB), 14.3 s as 2 units of 64 KiB, 8.2 s as 6 of
+// 16 KiB, 9.2 s as 10 of 8 KiB (examples/mlp.gdl: 10.7, 6.2, 5.5 s;
+// prefill.gdl: 10.5, 6.8, 7.5 s).
+constexpr size_t kUnitBytes = 16 * 1024;
+
 
 std::vector<SourceUnit> merge_small_units(std::vector<SourceUnit> units) {
   std::vector<SourceUnit> merged;
