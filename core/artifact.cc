@@ -24,9 +24,10 @@
 // limits (run-time dims, scalars, bounds within int32), then the kernel
 // table: per kernel a symbol, a launch rule a device can take, buffer
 // offsets inside the arena and the params (entries sharing a symbol with
-// as many, and the same launch shape), steps in range, a rows range, scalars that exist, tensor maps inside the scratch
-// area (aligned, not overlapping each other) and the params region, a
-// library matmul's operands inside their buffers, its product, workspace
+// as many, and the same launch shape), steps in range, a rows range,
+// scalars that exist, tensor maps inside the scratch area (aligned, not
+// overlapping each other) and the params region, a library matmul's
+// operands inside their buffers, its product, workspace
 // and normalized rows (row length K) inside the scratch area, its norm
 // kernel one of its step's; a collective's call the whole of its step,
 // over contiguous parts of buffers; per step
@@ -730,6 +731,7 @@ std::string verify_artifact(const Artifact& a) {
   const uint64_t scratch_begin = p.arena_bytes, scratch_end = p.arena_bytes + p.scratch_bytes;
   std::vector<std::pair<uint64_t, uint64_t>> maps;  // every tensor map's bytes
   std::map<std::string, size_t> first_of_symbol;  // a symbol's first kernel
+  const uint64_t regions_end = std::max(scratch_end, p.params_bytes);  // a kernel's offsets lie below it
   for (size_t i = 0; i < t.kernels.size(); ++i) {
     const Kernel& k = t.kernels[i];
     const std::string where = "kernel " + std::to_string(i) + " ('" + k.symbol + "')";
@@ -743,7 +745,6 @@ std::string verify_artifact(const Artifact& a) {
     if (r.block < 1 || r.block > 1024 || r.grid_y < 1 || r.grid_y > 65535 || r.items_per_block < 1)
       return where + " has an impossible launch rule";
     if (k.offsets.size() > static_cast<size_t>(kMaxKernelOffsets)) return where + " has too many buffer offsets";
-    const uint64_t regions_end = std::max(scratch_end, p.params_bytes);
     for (uint64_t o : k.offsets)
       if (o > regions_end) return where + " has a buffer offset past the arena and the params";
     // Entries that run one kernel of the module (kernel_sharing.h) agree on

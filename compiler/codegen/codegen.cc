@@ -57,7 +57,6 @@ namespace {
 // prefill.gdl: 10.5, 6.8, 7.5 s).
 constexpr size_t kUnitBytes = 16 * 1024;
 
-
 std::vector<SourceUnit> merge_small_units(std::vector<SourceUnit> units) {
   std::vector<SourceUnit> merged;
   std::string first_head;  // "step 3": the label's head of the first unit in the one being filled

@@ -140,8 +140,10 @@ Status KernelLibrary::load(const Program::Impl& program, int device) {
     if (!refusal.empty() && !optional[index])
       return Status::FailedPrecondition("kernel '" + k.symbol + "' cannot run on device " + std::to_string(device) + ": " +
                                         refusal);
-    const std::string line = "kernel '" + k.symbol + "': " + refusal;  // once for all entries of a shared kernel
-    if (!refusal.empty() && std::find(refusals_.begin(), refusals_.end(), line) == refusals_.end()) refusals_.push_back(line);
+    if (!refusal.empty()) {  // once for all entries of a shared kernel
+      const std::string line = "kernel '" + k.symbol + "': " + refusal;
+      if (std::find(refusals_.begin(), refusals_.end(), line) == refusals_.end()) refusals_.push_back(line);
+    }
     kernels_.push_back(refusal.empty() ? kernel : nullptr);
   }
   return Status::Ok();
